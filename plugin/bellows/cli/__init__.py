@@ -1,0 +1,1 @@
+"""The ``bellows`` command line: one module per sub-command group, wired in ``main``."""

@@ -1,0 +1,231 @@
+"""Domain types for training jobs, their profiles and their allocations.
+
+The innermost layer: plain frozen dataclasses, validated on construction, with no I/O and
+no dependency on any other part of Bellows. Every invalid value raises :class:`SpecError`,
+which names the field, the value and what would be valid, so that a bad job can be reported
+to its owner and skipped without touching anything else.
+
+Units: seconds for time, samples for batches and work, parameters for ``weights``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Allocation",
+    "JobSpec",
+    "SpecError",
+    "StepProfile",
+    "feasible_allocations",
+]
+
+
+class SpecError(ValueError):
+    """A value in a job, profile or allocation is outside its valid range.
+
+    ``field`` is the dotted name of the offending field, ``value`` the value given and
+    ``valid`` a short description of what would have been accepted.
+    """
+
+    def __init__(self, field: str, value: object, valid: str) -> None:
+        self.field = field
+        self.value = value
+        self.valid = valid
+        super().__init__(f"{field}={value!r} is invalid: expected {valid}")
+
+    def within(self, prefix: str) -> SpecError:
+        """The same error with ``prefix.`` in front of the field (for nested specs)."""
+        return SpecError(f"{prefix}.{self.field}", self.value, self.valid)
+
+
+def _require_int(name: str, value: object, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(name, value, f"an integer >= {minimum}")
+    if value < minimum:
+        raise SpecError(name, value, f"an integer >= {minimum}")
+    return value
+
+
+def _require_positive_float(name: str, value: object, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SpecError(name, value, "a finite number " + (">= 0" if allow_zero else "> 0"))
+    number = float(value)
+    bad = not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero)
+    if bad:
+        raise SpecError(name, value, "a finite number " + (">= 0" if allow_zero else "> 0"))
+    return number
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """Measured single-GPU iteration times ``t_proc(m)`` at per-GPU batch sizes ``m``.
+
+    ``local_batches`` are strictly increasing positive integers; ``seconds[i]`` is the
+    measured time of one iteration at ``local_batches[i]`` on one GPU (no communication).
+    """
+
+    local_batches: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "local_batches", tuple(self.local_batches))
+        object.__setattr__(self, "seconds", tuple(self.seconds))
+        if not self.local_batches:
+            raise SpecError("profile.local_batches", self.local_batches, "at least one point")
+        if len(self.seconds) != len(self.local_batches):
+            raise SpecError(
+                "profile.seconds",
+                self.seconds,
+                f"{len(self.local_batches)} values, one per local batch",
+            )
+        previous = 0
+        for i, m in enumerate(self.local_batches):
+            _require_int(f"profile.local_batches[{i}]", m, minimum=1)
+            if m <= previous:
+                raise SpecError(
+                    f"profile.local_batches[{i}]", m, f"strictly increasing (> {previous})"
+                )
+            previous = m
+        for i, s in enumerate(self.seconds):
+            _require_positive_float(f"profile.seconds[{i}]", s)
+
+    @classmethod
+    def from_points(cls, points: Iterable[tuple[int, float]]) -> StepProfile:
+        """Build from ``(local_batch, seconds)`` pairs in any order; duplicates are averaged."""
+        grouped: dict[int, list[float]] = {}
+        for m, s in points:
+            grouped.setdefault(m, []).append(s)
+        batches = sorted(grouped)
+        return cls(tuple(batches), tuple(sum(grouped[m]) / len(grouped[m]) for m in batches))
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a job's owner allows and what the JSA knows about the job.
+
+    * ``b_min``..``b_max``: allowed global batch sizes (samples per iteration).
+    * ``batch_size``: the batch the owner asked for; the fixed-batch baseline runs with it.
+    * ``k_max``: most GPUs the job may get; ``m_max``: largest per-GPU batch that fits.
+    * ``weights``: model parameters (drives Allreduce time); ``work``: samples to process.
+    * ``elastic=False`` marks a rigid job: it always runs on exactly ``gpus`` GPUs with
+      ``batch_size``. For elastic jobs ``gpus`` is what the owner requested (informative).
+    """
+
+    name: str
+    b_min: int
+    b_max: int
+    batch_size: int
+    k_max: int
+    m_max: int
+    weights: int
+    work: float
+    profile: StepProfile
+    elastic: bool = True
+    gpus: int = 1
+    category: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecError("name", self.name, "a non-empty string")
+        _require_int("b_min", self.b_min, minimum=1)
+        _require_int("b_max", self.b_max, minimum=1)
+        if self.b_min > self.b_max:
+            raise SpecError("b_min", self.b_min, f"<= b_max ({self.b_max})")
+        _require_int("batch_size", self.batch_size, minimum=1)
+        if not self.b_min <= self.batch_size <= self.b_max:
+            raise SpecError(
+                "batch_size", self.batch_size, f"in [b_min, b_max] = [{self.b_min}, {self.b_max}]"
+            )
+        _require_int("k_max", self.k_max, minimum=1)
+        _require_int("m_max", self.m_max, minimum=1)
+        _require_int("weights", self.weights, minimum=1)
+        work = _require_positive_float("work", self.work)
+        object.__setattr__(self, "work", work)
+        if not isinstance(self.profile, StepProfile):
+            raise SpecError("profile", self.profile, "a StepProfile")
+        if not isinstance(self.elastic, bool):
+            raise SpecError("elastic", self.elastic, "true or false")
+        _require_int("gpus", self.gpus, minimum=1)
+        if self.gpus > self.k_max:
+            raise SpecError("gpus", self.gpus, f"<= k_max ({self.k_max})")
+        if self.elastic:
+            if not feasible_allocations(self):
+                raise SpecError(
+                    "b_min",
+                    self.b_min,
+                    f"a range with a batch b = k*m for some 1 <= k <= k_max ({self.k_max}) "
+                    f"and 1 <= m <= m_max ({self.m_max}); b_max is {self.b_max}",
+                )
+        elif math.ceil(self.batch_size / self.gpus) > self.m_max:
+            raise SpecError(
+                "batch_size",
+                self.batch_size,
+                f"at most gpus*m_max = {self.gpus * self.m_max} for a rigid job",
+            )
+
+    @property
+    def x1_batch(self) -> int:
+        """The per-GPU batch at which the job's single-GPU length is measured."""
+        return min(self.b_max, self.m_max)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """GPUs and global batch size given to one job."""
+
+    gpus: int
+    batch: int
+
+    def __post_init__(self) -> None:
+        _require_int("gpus", self.gpus, minimum=1)
+        _require_int("batch", self.batch, minimum=1)
+
+    @property
+    def local_batch(self) -> int:
+        """Largest per-GPU batch (the slowest GPU carries ``ceil(batch / gpus)``)."""
+        return -(-self.batch // self.gpus)
+
+
+def feasible_allocations(job: JobSpec) -> list[Allocation]:
+    """Every ``(k, b)`` the elastic policy may give ``job``: ``b = k*m`` with integer ``m``.
+
+    ``b_min <= b <= b_max``, ``1 <= k <= k_max``, ``1 <= m <= m_max``. A rigid job has
+    exactly one: ``(gpus, batch_size)``.
+    """
+    if not job.elastic:
+        return [Allocation(job.gpus, job.batch_size)]
+    out: list[Allocation] = []
+    for k in range(1, job.k_max + 1):
+        m_lo = max(1, -(-job.b_min // k))
+        m_hi = min(job.m_max, job.b_max // k)
+        out.extend(Allocation(k, k * m) for m in range(m_lo, m_hi + 1))
+    return out
+
+
+def is_feasible(job: JobSpec, allocation: Allocation, *, fixed_batch: bool = False) -> bool:
+    """Whether ``allocation`` is allowed for ``job`` under the elastic or fixed-batch policy."""
+    if not job.elastic:
+        return allocation == Allocation(job.gpus, job.batch_size)
+    if fixed_batch:
+        return (
+            allocation.batch == job.batch_size
+            and 1 <= allocation.gpus <= min(job.k_max, job.batch_size)
+            and allocation.local_batch <= job.m_max
+        )
+    return allocation in _feasible_set(job)
+
+
+def _feasible_set(job: JobSpec) -> frozenset[Allocation]:
+    return frozenset(feasible_allocations(job))
+
+
+def check_names_unique(jobs: Sequence[JobSpec]) -> None:
+    """Raise :class:`SpecError` on the first job whose name repeats an earlier one."""
+    seen: set[str] = set()
+    for i, job in enumerate(jobs):
+        if job.name in seen:
+            raise SpecError(f"jobs[{i}].name", job.name, "a name not used by an earlier job")
+        seen.add(job.name)
