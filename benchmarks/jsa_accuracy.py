@@ -1,0 +1,156 @@
+"""How well the JSA predicts measured step times, and how fast its tables are.
+
+    python benchmarks/jsa_accuracy.py [--data DIR] [--no-timing]
+
+Prints (Markdown) the held-out mean absolute percentage error of every model variant on the
+six Pollux models (leave-one-model-out, see bellows.scaling.accuracy), the same for other
+choices of profiled placements, the fitted reference cluster profiles, and the median time
+of ``tsf_tables`` against the scalar loop it is tested against. ``--data`` defaults to
+``$BELLOWS_SHARED_DATA`` or ``../shared/data`` beside the checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bellows.jobs import JobSpec
+from bellows.scaling import (
+    ClusterProfile,
+    cluster_profile_to_json,
+    default_cluster,
+    fit_step_profile,
+    single_gpu_throughput,
+    throughput,
+    tsf_tables,
+)
+from bellows.scaling.accuracy import (
+    TRAIN_PLACEMENTS,
+    VARIANTS,
+    MeasuredModel,
+    evaluate,
+    load_pollux_models,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+OTHER_PLANS = (
+    frozenset({"1", "2", "4", "11", "22"}),
+    frozenset({"1", "2", "4", "1111", "2222"}),
+)
+
+
+def _plan(placements: frozenset[str]) -> str:
+    return "+".join(sorted(p for p in placements if p != "1"))
+
+
+def accuracy(models: list[MeasuredModel]) -> None:
+    report = evaluate(models)
+    names = [m.name for m in models]
+    print(f"## Held-out error (MAPE %), profiled on 1 GPU + {_plan(TRAIN_PLACEMENTS)}\n")
+    print("| variant | " + " | ".join(names) + " | mean |")
+    print("|---" * (len(names) + 2) + "|")
+    for variant in VARIANTS:
+        cells = [f"{100 * report.mape[variant][n]:.1f}" for n in names]
+        print(f"| {variant} | " + " | ".join(cells) + f" | {100 * report.overall[variant]:.1f} |")
+    rows = " | ".join(f"{report.train_rows[n]}/{report.test_rows[n]}" for n in names)
+    print(f"| rows train/test | {rows} | |")
+    print(f"\nLowest mean error: {report.best}\n")
+    for variant, text in VARIANTS.items():
+        print(f"* {variant}: {text}")
+    print("\n## Other choices of profiled placements (mean MAPE %)\n")
+    print("| placements | " + " | ".join(VARIANTS) + " |")
+    print("|---" * (len(VARIANTS) + 1) + "|")
+    for plan in (TRAIN_PLACEMENTS, *OTHER_PLANS):
+        other = evaluate(models, placements=plan)
+        line = " | ".join(f"{100 * other.overall[v]:.1f}" for v in VARIANTS)
+        print(f"| {_plan(plan)} | {line} |")
+    print("\n## Reference cluster profiles (fitted to every row of all six models)\n")
+    for name, cluster in report.clusters.items():
+        print(f"* {name}: `{json.dumps(_short(cluster))}`")
+    print(f"* embedded default_cluster(): `{json.dumps(_short(default_cluster()))}`")
+
+
+def _short(cluster: ClusterProfile) -> dict[str, object]:
+    doc = cluster_profile_to_json(cluster)
+    doc.pop("source")
+    return doc
+
+
+def _jobs(models: list[MeasuredModel], count: int, rng: np.random.Generator) -> list[JobSpec]:
+    out = []
+    for i in range(count):
+        model = models[i % len(models)]
+        step = fit_step_profile(model.rows)
+        m_max = step.local_batches[-1]
+        k_max = int(rng.choice([4, 8, 16, 32]))
+        b_max = int(rng.integers(m_max, m_max * k_max + 1))
+        b_min = int(rng.integers(1, max(2, b_max // 4)))
+        out.append(
+            JobSpec(
+                name=f"{model.name}-{i}",
+                b_min=b_min,
+                b_max=b_max,
+                batch_size=int(rng.integers(b_min, b_max + 1)),
+                k_max=k_max,
+                m_max=m_max,
+                weights=model.weights,
+                work=1e6,
+                profile=step,
+            )
+        )
+    return out
+
+
+def _scalar(jobs: list[JobSpec]) -> None:
+    cluster = default_cluster()
+    for job in jobs:
+        x1 = single_gpu_throughput(job, cluster)
+        for k in range(1, job.k_max + 1):
+            best = -np.inf
+            for m in range(max(1, -(-job.b_min // k)), min(job.m_max, job.b_max // k) + 1):
+                best = max(best, throughput(job, k, k * m, cluster) / x1)
+
+
+def timing(models: list[MeasuredModel]) -> None:
+    jobs = _jobs(models, 60, np.random.default_rng(7))
+    cluster = default_cluster()
+
+    def median(fn: object, repeats: int) -> float:
+        assert callable(fn)
+        samples = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - start)
+        return statistics.median(samples)
+
+    vectorized = median(lambda: tsf_tables(jobs, cluster, fixed_batch=False), 7)
+    scalar = median(lambda: _scalar(jobs), 3)
+    print(f"\n## Speed: elastic TSF tables for {len(jobs)} jobs (k_max up to 32)\n")
+    print("| implementation | median ms |")
+    print("|---|---|")
+    print(f"| tsf_tables (NumPy, candidate batches) | {1000 * vectorized:.1f} |")
+    print(f"| scalar loop over every feasible batch | {1000 * scalar:.1f} |")
+    print(f"| ratio | {scalar / vectorized:.0f}x |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    default = Path(os.environ.get("BELLOWS_SHARED_DATA", REPO.parent / "shared" / "data"))
+    parser.add_argument("--data", type=Path, default=default)
+    parser.add_argument("--no-timing", action="store_true", help="skip the speed table")
+    args = parser.parse_args(argv)
+    models = load_pollux_models(args.data / "pollux" / "profiles")
+    accuracy(models)
+    if not args.no_timing:
+        timing(models)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""JSON documents for job and cluster profiles: parse, render, load and save.
+
+Compact by design (the Kubernetes adapter carries a job profile inline in an annotation)::
+
+    {"apiVersion": "bellows.io/v1alpha1", "kind": "JobProfile", "weights": 25557032,
+     "step": [{"localBatch": 32, "seconds": 0.21}, ...], "source": "free text",
+     "commWeights": 31000000}                       # optional, fitted
+
+    {"apiVersion": "bellows.io/v1alpha1", "kind": "ClusterProfile", "gpusPerNode": 4,
+     "overlap": 1.6, "allreduce": {"intraNode": {"latency": 0.002, "secondsPerWeight": 1e-9},
+                                   "interNode": {"latency": 0.001, "secondsPerWeight": 7e-9}},
+     "source": "free text"}
+
+Unknown keys are refused (a typo must not silently fall back to a default). Every error is a
+:class:`bellows.jobs.SpecError` whose field is the JSON path (``step[2].seconds``); the
+schemas in ``schemas/`` say the same for tools that validate JSON on their own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+from bellows.jobs import SpecError, StepProfile
+from bellows.scaling.profiles import MAX_OVERLAP, ClusterProfile, JobProfile, LinkCost
+
+__all__ = [
+    "API_VERSION",
+    "cluster_profile_to_json",
+    "job_profile_to_json",
+    "load_cluster_profile",
+    "load_job_profile",
+    "parse_cluster_profile",
+    "parse_job_profile",
+    "save_cluster_profile",
+    "save_job_profile",
+]
+
+API_VERSION = "bellows.io/v1alpha1"
+
+
+def _mapping(path: str, value: object) -> Mapping[str, object]:
+    if not isinstance(value, Mapping):
+        raise SpecError(path or "(document)", value, "a JSON object")
+    return value
+
+
+def _keys(path: str, obj: Mapping[str, object], required: set[str], optional: set[str]) -> None:
+    prefix = f"{path}." if path else ""
+    for key in obj:
+        if key not in required | optional:
+            allowed = ", ".join(sorted(required | optional))
+            raise SpecError(f"{prefix}{key}", obj[key], f"no such field (allowed: {allowed})")
+    for key in sorted(required):
+        if key not in obj:
+            raise SpecError(f"{prefix}{key}", None, "a value (the field is required)")
+
+
+def _header(obj: Mapping[str, object], kind: str) -> None:
+    if obj["apiVersion"] != API_VERSION:
+        raise SpecError("apiVersion", obj["apiVersion"], repr(API_VERSION))
+    if obj["kind"] != kind:
+        raise SpecError("kind", obj["kind"], repr(kind))
+
+
+def _int(path: str, value: object, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SpecError(path, value, f"an integer >= {minimum}")
+    return value
+
+
+def _number(path: str, value: object, *, minimum: float, maximum: float = math.inf) -> float:
+    valid = f"a finite number in [{minimum:g}, {maximum:g}]"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SpecError(path, value, valid)
+    if not math.isfinite(value) or not minimum <= value <= maximum:
+        raise SpecError(path, value, valid)
+    return float(value)
+
+
+def _string(path: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise SpecError(path, value, "a string")
+    return value
+
+
+def _step(value: object) -> StepProfile:
+    if not isinstance(value, list) or not value:
+        raise SpecError("step", value, "a non-empty list of {localBatch, seconds} points")
+    batches: list[int] = []
+    seconds: list[float] = []
+    for i, item in enumerate(value):
+        here = f"step[{i}]"
+        point = _mapping(here, item)
+        _keys(here, point, {"localBatch", "seconds"}, set())
+        m = _int(f"{here}.localBatch", point["localBatch"], minimum=1)
+        if batches and m <= batches[-1]:
+            raise SpecError(f"{here}.localBatch", m, f"strictly increasing (> {batches[-1]})")
+        s = _number(f"{here}.seconds", point["seconds"], minimum=0.0)
+        if s <= 0:
+            raise SpecError(f"{here}.seconds", point["seconds"], "a finite number > 0")
+        batches.append(m)
+        seconds.append(s)
+    return StepProfile(tuple(batches), tuple(seconds))
+
+
+def parse_job_profile(obj: Mapping[str, object]) -> JobProfile:
+    """A :class:`JobProfile` from its JSON object; :class:`SpecError` names the JSON field."""
+    obj = _mapping("", obj)
+    _keys("", obj, {"apiVersion", "kind", "weights", "step"}, {"source", "commWeights"})
+    _header(obj, "JobProfile")
+    comm = obj.get("commWeights")
+    return JobProfile(
+        weights=_int("weights", obj["weights"], minimum=1),
+        step=_step(obj["step"]),
+        source=_string("source", obj.get("source", "")),
+        comm_weights=None if comm is None else _int("commWeights", comm, minimum=1),
+    )
+
+
+def job_profile_to_json(profile: JobProfile) -> dict[str, object]:
+    """The JSON object of ``profile`` (round-trips through :func:`parse_job_profile`)."""
+    out: dict[str, object] = {
+        "apiVersion": API_VERSION,
+        "kind": "JobProfile",
+        "weights": profile.weights,
+        "step": [
+            {"localBatch": m, "seconds": s}
+            for m, s in zip(profile.step.local_batches, profile.step.seconds, strict=True)
+        ],
+        "source": profile.source,
+    }
+    if profile.comm_weights is not None:
+        out["commWeights"] = profile.comm_weights
+    return out
+
+
+def _link(path: str, value: object) -> LinkCost:
+    link = _mapping(path, value)
+    _keys(path, link, {"latency", "secondsPerWeight"}, set())
+    return LinkCost(
+        latency=_number(f"{path}.latency", link["latency"], minimum=0.0),
+        per_weight=_number(f"{path}.secondsPerWeight", link["secondsPerWeight"], minimum=0.0),
+    )
+
+
+def parse_cluster_profile(obj: Mapping[str, object]) -> ClusterProfile:
+    """A :class:`ClusterProfile` from its JSON object; :class:`SpecError` names the JSON field."""
+    obj = _mapping("", obj)
+    _keys("", obj, {"apiVersion", "kind", "allreduce"}, {"gpusPerNode", "overlap", "source"})
+    _header(obj, "ClusterProfile")
+    allreduce = _mapping("allreduce", obj["allreduce"])
+    _keys("allreduce", allreduce, {"intraNode", "interNode"}, set())
+    return ClusterProfile(
+        intra_node=_link("allreduce.intraNode", allreduce["intraNode"]),
+        inter_node=_link("allreduce.interNode", allreduce["interNode"]),
+        overlap=_number("overlap", obj.get("overlap", 1.0), minimum=1.0, maximum=MAX_OVERLAP),
+        gpus_per_node=_int("gpusPerNode", obj.get("gpusPerNode", 4), minimum=1),
+        source=_string("source", obj.get("source", "")),
+    )
+
+
+def cluster_profile_to_json(profile: ClusterProfile) -> dict[str, object]:
+    """The JSON object of ``profile`` (round-trips through :func:`parse_cluster_profile`)."""
+
+    def link(cost: LinkCost) -> dict[str, object]:
+        return {"latency": cost.latency, "secondsPerWeight": cost.per_weight}
+
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ClusterProfile",
+        "gpusPerNode": profile.gpus_per_node,
+        "overlap": profile.overlap,
+        "allreduce": {"intraNode": link(profile.intra_node), "interNode": link(profile.inter_node)},
+        "source": profile.source,
+    }
+
+
+def _read(path: str | Path) -> Mapping[str, object]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(str(path), exc.strerror, "a readable file") from exc
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(
+            str(path), f"line {exc.lineno} column {exc.colno}: {exc.msg}", "valid JSON"
+        ) from exc
+    return _mapping(str(path), obj)
+
+
+def _in_file(path: str | Path, error: SpecError) -> SpecError:
+    return SpecError(f"{path}: {error.field}", error.value, error.valid)
+
+
+def load_job_profile(path: str | Path) -> JobProfile:
+    """Read a job profile JSON file; errors name the file and the JSON field."""
+    obj = _read(path)
+    try:
+        return parse_job_profile(obj)
+    except SpecError as error:
+        raise _in_file(path, error) from error
+
+
+def save_job_profile(path: str | Path, profile: JobProfile) -> None:
+    """Write ``profile`` as indented JSON."""
+    Path(path).write_text(json.dumps(job_profile_to_json(profile), indent=2) + "\n", "utf-8")
+
+
+def load_cluster_profile(path: str | Path) -> ClusterProfile:
+    """Read a cluster profile JSON file; errors name the file and the JSON field."""
+    obj = _read(path)
+    try:
+        return parse_cluster_profile(obj)
+    except SpecError as error:
+        raise _in_file(path, error) from error
+
+
+def save_cluster_profile(path: str | Path, profile: ClusterProfile) -> None:
+    """Write ``profile`` as indented JSON."""
+    Path(path).write_text(json.dumps(cluster_profile_to_json(profile), indent=2) + "\n", "utf-8")

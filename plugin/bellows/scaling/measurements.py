@@ -1,0 +1,190 @@
+"""Measured iteration times read from CSV: the Pollux ``placements.csv``/``scalability.csv``.
+
+Two layouts (header line decides which):
+
+* ``placement,local_bsz,step_time,sync_time`` — ``placement`` is one digit per node, each the
+  GPUs used on that node (``"22"`` = two nodes with two GPUs each);
+* ``num_nodes,num_replicas,local_bsz,step_time,sync_time`` — GPUs spread over many nodes.
+
+Both become :class:`StepMeasurement` rows. A bad cell raises :class:`MeasurementError`
+naming the file, the line, the column and the value.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from bellows.jobs import SpecError
+
+__all__ = [
+    "PLACEMENTS_HEADER",
+    "SCALABILITY_HEADER",
+    "MeasurementError",
+    "MeasurementTable",
+    "StepMeasurement",
+    "load_measurements",
+    "load_placements",
+    "load_scalability",
+]
+
+PLACEMENTS_HEADER = ("placement", "local_bsz", "step_time", "sync_time")
+SCALABILITY_HEADER = ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")
+Layout = Literal["placements", "scalability"]
+
+
+class MeasurementError(SpecError):
+    """A cell of a measurement CSV is invalid; names file, line, column and value."""
+
+    def __init__(self, path: str | Path, line: int, column: str, value: object, valid: str) -> None:
+        self.path = str(path)
+        self.line = line
+        self.column = column
+        super().__init__(f"{path}:{line}: {column}", value, valid)
+
+
+@dataclass(frozen=True)
+class StepMeasurement:
+    """One measured configuration: ``gpus`` GPUs on ``nodes`` nodes, per-GPU ``local_batch``.
+
+    ``step_time`` is the whole iteration (seconds), ``sync_time`` the part spent waiting for
+    gradient synchronisation. ``placement`` is the GPUs per node when the file says so.
+    """
+
+    nodes: int
+    gpus: int
+    local_batch: int
+    step_time: float
+    sync_time: float
+    placement: str = ""
+    line: int = field(default=0, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("nodes", "gpus", "local_batch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SpecError(name, value, "an integer >= 1")
+        if self.gpus < self.nodes:
+            raise SpecError("gpus", self.gpus, f">= nodes ({self.nodes})")
+        if not math.isfinite(self.step_time) or self.step_time <= 0:
+            raise SpecError("step_time", self.step_time, "a finite number > 0")
+        if not math.isfinite(self.sync_time) or self.sync_time < 0:
+            raise SpecError("sync_time", self.sync_time, "a finite number >= 0")
+        if self.placement and (
+            len(self.placement) != self.nodes or sum(map(int, self.placement)) != self.gpus
+        ):
+            raise SpecError("placement", self.placement, f"{self.nodes} digits summing to gpus")
+
+
+@dataclass(frozen=True)
+class MeasurementTable:
+    """A whole CSV file: its layout, header, raw cells (for echoing) and typed rows."""
+
+    path: str
+    layout: Layout
+    header: tuple[str, ...]
+    cells: tuple[tuple[str, ...], ...]
+    rows: tuple[StepMeasurement, ...]
+
+
+def _int_cell(path: str | Path, line: int, column: str, text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise MeasurementError(path, line, column, text, "an integer >= 1") from None
+    if value < 1:
+        raise MeasurementError(path, line, column, text, "an integer >= 1")
+    return value
+
+
+def _float_cell(path: str | Path, line: int, column: str, text: str, *, positive: bool) -> float:
+    valid = "a finite number " + ("> 0" if positive else ">= 0")
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise MeasurementError(path, line, column, text, valid) from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise MeasurementError(path, line, column, text, valid)
+    return value
+
+
+def _placement_row(path: str | Path, line: int, cells: Sequence[str]) -> StepMeasurement:
+    placement = cells[0].strip()
+    if not placement or not placement.isdigit() or "0" in placement:
+        raise MeasurementError(
+            path, line, "placement", cells[0], "digits 1-9, one per node (e.g. 22)"
+        )
+    return StepMeasurement(
+        nodes=len(placement),
+        gpus=sum(int(d) for d in placement),
+        local_batch=_int_cell(path, line, "local_bsz", cells[1]),
+        step_time=_float_cell(path, line, "step_time", cells[2], positive=True),
+        sync_time=_float_cell(path, line, "sync_time", cells[3], positive=False),
+        placement=placement,
+        line=line,
+    )
+
+
+def _scalability_row(path: str | Path, line: int, cells: Sequence[str]) -> StepMeasurement:
+    nodes = _int_cell(path, line, "num_nodes", cells[0])
+    gpus = _int_cell(path, line, "num_replicas", cells[1])
+    if gpus < nodes:
+        raise MeasurementError(path, line, "num_replicas", cells[1], f">= num_nodes ({nodes})")
+    return StepMeasurement(
+        nodes=nodes,
+        gpus=gpus,
+        local_batch=_int_cell(path, line, "local_bsz", cells[2]),
+        step_time=_float_cell(path, line, "step_time", cells[3], positive=True),
+        sync_time=_float_cell(path, line, "sync_time", cells[4], positive=False),
+        line=line,
+    )
+
+
+def load_measurements(path: str | Path, *, layout: Layout | None = None) -> MeasurementTable:
+    """Read a measurement CSV; the header picks the layout unless ``layout`` insists on one."""
+    try:
+        with Path(path).open(newline="", encoding="utf-8") as handle:
+            lines = list(csv.reader(handle))
+    except OSError as exc:
+        raise MeasurementError(path, 0, "(file)", exc.strerror, "a readable CSV file") from exc
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise MeasurementError(path, 0, "(file)", str(exc), "a UTF-8 CSV file") from exc
+    if not lines:
+        raise MeasurementError(path, 1, "(header)", "", "a header line")
+    header = tuple(cell.strip() for cell in lines[0])
+    layouts: dict[Layout, tuple[str, ...]] = {
+        "placements": PLACEMENTS_HEADER,
+        "scalability": SCALABILITY_HEADER,
+    }
+    wanted = [layout] if layout is not None else list(layouts)
+    found = next((name for name in wanted if layouts[name] == header), None)
+    if found is None:
+        valid = " or ".join(",".join(layouts[name]) for name in wanted)
+        raise MeasurementError(path, 1, "(header)", ",".join(header), valid)
+    parse = _placement_row if found == "placements" else _scalability_row
+    cells: list[tuple[str, ...]] = []
+    rows: list[StepMeasurement] = []
+    for number, raw in enumerate(lines[1:], start=2):
+        if not raw or all(not cell.strip() for cell in raw):
+            continue  # blank lines carry no measurement
+        if len(raw) != len(header):
+            raise MeasurementError(
+                path, number, "(row)", ",".join(raw), f"{len(header)} cells ({','.join(header)})"
+            )
+        cells.append(tuple(raw))
+        rows.append(parse(path, number, raw))
+    return MeasurementTable(str(path), found, header, tuple(cells), tuple(rows))
+
+
+def load_placements(path: str | Path) -> list[StepMeasurement]:
+    """Rows of a ``placements.csv`` (``placement,local_bsz,step_time,sync_time``)."""
+    return list(load_measurements(path, layout="placements").rows)
+
+
+def load_scalability(path: str | Path) -> list[StepMeasurement]:
+    """Rows of a ``scalability.csv`` (``num_nodes,num_replicas,local_bsz,step_time,sync_time``)."""
+    return list(load_measurements(path, layout="scalability").rows)

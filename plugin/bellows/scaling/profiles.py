@@ -1,0 +1,142 @@
+"""Job and cluster profiles: what the JSA knows about a job and about the cluster's network.
+
+A :class:`JobProfile` carries a job's measured single-GPU iteration times ``t_proc(m)`` and its
+parameter count; a :class:`ClusterProfile` carries the fitted, job-independent Allreduce
+model ``t_ar(weights, k)`` and how much of it overlaps with computation. Both are frozen and
+validated on construction: a bad value raises :class:`bellows.jobs.SpecError` naming the field.
+
+Allreduce model (see ``docs/jsa.md``): ``k`` GPUs are packed onto ``ceil(k / gpus_per_node)``
+nodes. A ring Allreduce of ``w`` parameters takes ``2(k-1)`` latency steps and moves
+``2(k-1)/k`` times the buffer, so with per-link coefficients ``(latency, per_weight)``::
+
+    t_ar(w, k) = latency * (k - 1) + per_weight * w * 2 (k - 1) / k        t_ar(w, 1) = 0
+
+using the intra-node link when the job fits on one node and the inter-node link otherwise.
+An iteration then takes ``(t_proc**g + t_ar**g) ** (1/g)`` with ``g = overlap``: ``g = 1`` is
+the paper's additive model, larger ``g`` hides more communication behind backpropagation
+(the form Pollux fits; ``g -> inf`` is ``max(t_proc, t_ar)``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bellows.jobs import SpecError, StepProfile
+
+__all__ = [
+    "MAX_OVERLAP",
+    "ClusterProfile",
+    "JobProfile",
+    "LinkCost",
+]
+
+MAX_OVERLAP = 16.0
+"""Largest overlap exponent accepted; beyond it the combination is ``max`` to 4 % anyway."""
+
+
+def _finite(name: str, value: object, *, minimum: float, maximum: float = math.inf) -> float:
+    valid = f"a finite number in [{minimum:g}, {maximum:g}]"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SpecError(name, value, valid)
+    number = float(value)
+    if not math.isfinite(number) or not minimum <= number <= maximum:
+        raise SpecError(name, value, valid)
+    return number
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(name, value, "an integer >= 1")
+    return value
+
+
+@dataclass(frozen=True)
+class LinkCost:
+    """Ring-Allreduce cost of one kind of link: seconds per ring step and per parameter."""
+
+    latency: float
+    per_weight: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "latency", _finite("latency", self.latency, minimum=0.0))
+        object.__setattr__(self, "per_weight", _finite("per_weight", self.per_weight, minimum=0.0))
+
+
+@dataclass(frozen=True)
+class ClusterProfile:
+    """The cluster's generic Allreduce model (fitted once per cluster, shared by every job).
+
+    ``intra_node`` applies when all ``k`` GPUs sit on one node (``k <= gpus_per_node``),
+    ``inter_node`` otherwise. ``overlap`` is the exponent ``g >= 1`` that combines compute
+    and communication time (1 = additive). ``source`` says where the numbers came from.
+    """
+
+    intra_node: LinkCost
+    inter_node: LinkCost
+    overlap: float = 1.0
+    gpus_per_node: int = 4
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("intra_node", "inter_node"):
+            if not isinstance(getattr(self, name), LinkCost):
+                raise SpecError(name, getattr(self, name), "a LinkCost")
+        overlap = _finite("overlap", self.overlap, minimum=1.0, maximum=MAX_OVERLAP)
+        object.__setattr__(self, "overlap", overlap)
+        _positive_int("gpus_per_node", self.gpus_per_node)
+        if not isinstance(self.source, str):
+            raise SpecError("source", self.source, "a string")
+
+    def nodes(self, gpus: int) -> int:
+        """Nodes a job on ``gpus`` GPUs spans when packed onto as few nodes as possible."""
+        return -(-gpus // self.gpus_per_node)
+
+    def allreduce_seconds(self, weights: int, gpus: int, *, nodes: int | None = None) -> float:
+        """``t_ar(weights, gpus)``; ``nodes`` overrides the packed placement (measured rows)."""
+        _positive_int("weights", weights)
+        _positive_int("gpus", gpus)
+        if gpus == 1:
+            return 0.0
+        spread = self.nodes(gpus) if nodes is None else _positive_int("nodes", nodes)
+        link = self.intra_node if spread == 1 else self.inter_node
+        return link.latency * (gpus - 1) + link.per_weight * weights * 2.0 * (gpus - 1) / gpus
+
+    def combine(self, compute: float, communicate: float) -> float:
+        """Iteration time from compute and Allreduce time under this cluster's overlap."""
+        if communicate <= 0.0:
+            return compute
+        g = self.overlap
+        if g == 1.0:
+            return compute + communicate
+        return float((compute**g + communicate**g) ** (1.0 / g))
+
+
+@dataclass(frozen=True)
+class JobProfile:
+    """What was measured about one job: parameters, single-GPU step times, provenance.
+
+    ``comm_weights``, when set, is the parameter count whose Allreduce time under the
+    cluster model best matches the job's own multi-GPU measurements (fitted by
+    :func:`bellows.scaling.fit_job_profile`); use :attr:`effective_weights` when building a
+    :class:`bellows.jobs.JobSpec` so that the JSA predicts with it.
+    """
+
+    weights: int
+    step: StepProfile
+    source: str = ""
+    comm_weights: int | None = None
+
+    def __post_init__(self) -> None:
+        _positive_int("weights", self.weights)
+        if not isinstance(self.step, StepProfile):
+            raise SpecError("step", self.step, "a StepProfile")
+        if not isinstance(self.source, str):
+            raise SpecError("source", self.source, "a string")
+        if self.comm_weights is not None:
+            _positive_int("comm_weights", self.comm_weights)
+
+    @property
+    def effective_weights(self) -> int:
+        """Parameter count that drives Allreduce time: the fitted one if any, else ``weights``."""
+        return self.weights if self.comm_weights is None else self.comm_weights

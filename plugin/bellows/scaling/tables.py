@@ -1,0 +1,241 @@
+"""Throughput and TSF tables for many jobs at once: the JSA's vectorized (NumPy) core.
+
+For each job ``j`` and GPU count ``k`` the elastic policy picks the feasible global batch
+``b = k*m`` with the highest throughput ``X(b, k) = b / T(b, k)``; the fixed-batch baseline
+runs the owner's ``batch_size`` and charges ``ceil(b/k)`` on the slowest GPU. ``TSF = X/X1``
+where ``X1`` is the one-GPU throughput at ``min(b_max, m_max)``.
+
+Which per-GPU batches need evaluating: write ``u(m) = t_proc(m)/m`` and ``v = t_ar(k)``; then
+``X = k / (u^g + (v/m)^g)^(1/g)``. Where ``t_proc`` is affine with a non-negative intercept
+(and below the first profiled point, and above the last) ``u`` never rises with ``m`` while
+``v/m`` falls, so moving right never loses: the best ``m`` is a profiled point, the largest
+feasible ``m``, or an integer inside a segment whose intercept is negative (``u`` rising there,
+which real profiles show near the memory limit). Only those candidates are evaluated, which
+keeps the tables exact (equal to the scalar loop over every feasible batch) and small.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from bellows.jobs import JobSpec, SpecError, StepProfile
+from bellows.scaling.profiles import ClusterProfile
+
+__all__ = [
+    "TsfTables",
+    "processing_seconds_rows",
+    "throughput_table",
+    "tsf_tables",
+]
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, eq=False)
+class TsfTables:
+    """TSF, chosen batch and throughput per job (row) and GPU count (column, 0..width).
+
+    ``values[j, k]`` is ``TSF_j(k)`` (``-inf`` where no batch is feasible, always in column
+    0); ``batch[j, k]`` the global batch that achieves it (0 where infeasible);
+    ``throughput[j, k]`` the samples/s there (0 where infeasible). Arrays are read-only.
+    """
+
+    values: F64
+    batch: I64
+    throughput: F64
+
+    def __post_init__(self) -> None:
+        shape = self.values.shape
+        if len(shape) != 2 or shape[1] < 1:
+            raise SpecError("values", shape, "a 2-D array [jobs, width+1]")
+        for name in ("batch", "throughput"):
+            if getattr(self, name).shape != shape:
+                raise SpecError(name, getattr(self, name).shape, f"shape {shape}")
+        for array in (self.values, self.batch, self.throughput):
+            array.setflags(write=False)
+
+    @property
+    def width(self) -> int:
+        """Largest GPU count a column stands for."""
+        return int(self.values.shape[1] - 1)
+
+
+@dataclass(frozen=True, eq=False)
+class _Knots:
+    """Profiles padded to one array: ``[n, P]`` points, the last point repeated as padding."""
+
+    m: F64
+    t: F64
+    count: I64
+
+
+def _pack(profiles: Sequence[StepProfile]) -> _Knots:
+    width = max(len(p.local_batches) for p in profiles)
+    m = np.empty((len(profiles), width))
+    t = np.empty((len(profiles), width))
+    for j, p in enumerate(profiles):
+        size = len(p.local_batches)
+        m[j, :size] = p.local_batches
+        t[j, :size] = p.seconds
+        m[j, size:] = p.local_batches[-1]
+        t[j, size:] = p.seconds[-1]
+    return _Knots(m, t, np.array([len(p.local_batches) for p in profiles], dtype=np.int64))
+
+
+def processing_seconds_rows(knots: _Knots, q: F64) -> F64:
+    """``t_proc`` of job ``j`` at every per-GPU batch in row ``q[j]``; same rule as the scalar."""
+    n = knots.m.shape[0]
+    rows = np.arange(n)[:, None]
+    first_m, first_t = knots.m[:, :1], knots.t[:, :1]
+    last_m = knots.m[np.arange(n), knots.count - 1][:, None]
+    last_t = knots.t[np.arange(n), knots.count - 1][:, None]
+    below = np.sum(knots.m[:, None, :] <= q[:, :, None], axis=-1) - 1  # [n, Q]
+    top = np.maximum(knots.count - 2, 0)[:, None]
+    i = np.clip(below, 0, top)
+    j = np.minimum(i + 1, (knots.count - 1)[:, None])
+    lo_m, hi_m = knots.m[rows, i], knots.m[rows, j]
+    lo_t, hi_t = knots.t[rows, i], knots.t[rows, j]
+    span = np.where(hi_m > lo_m, hi_m - lo_m, 1.0)
+    inside = lo_t + (q - lo_m) / span * (hi_t - lo_t)
+    inside = np.where(hi_m > lo_m, inside, lo_t)
+    out = np.where(q < first_m, first_t, np.where(q > last_m, last_t * q / last_m, inside))
+    return np.asarray(out, dtype=np.float64)
+
+
+def _allreduce_rows(cluster: ClusterProfile, weights: F64, width: int) -> F64:
+    """``t_ar`` for every job (row) and k = 0..width (column); 0 for k <= 1."""
+    k = np.arange(width + 1, dtype=np.float64)
+    one_node = np.ceil(k / cluster.gpus_per_node) <= 1
+    latency = np.where(one_node, cluster.intra_node.latency, cluster.inter_node.latency)
+    per_weight = np.where(one_node, cluster.intra_node.per_weight, cluster.inter_node.per_weight)
+    steps = np.maximum(k - 1, 0)
+    # Same operation order as ClusterProfile.allreduce_seconds, so both agree to the last bit.
+    volume = per_weight * weights[:, None] * 2.0 * steps / np.maximum(k, 1)
+    return np.asarray(latency * steps + volume, dtype=np.float64)
+
+
+def _combine(cluster: ClusterProfile, compute: F64, communicate: F64) -> F64:
+    g = cluster.overlap
+    if g == 1.0:
+        return compute + communicate
+    mixed = (compute**g + communicate**g) ** (1.0 / g)
+    return np.asarray(np.where(communicate > 0, mixed, compute), dtype=np.float64)
+
+
+def _candidates(profile: StepProfile, limit: int) -> list[int]:
+    """Per-GPU batches (<= limit) that can be best for some k: see the module docstring."""
+    ms, ts = profile.local_batches, profile.seconds
+    out = {m for m in ms if m <= limit}
+    for i in range(len(ms) - 1):
+        slope = (ts[i + 1] - ts[i]) / (ms[i + 1] - ms[i])
+        if ts[i] - slope * ms[i] < 0:
+            out.update(range(ms[i] + 1, min(ms[i + 1], limit + 1)))
+    return sorted(out)
+
+
+def tsf_tables(
+    jobs: Sequence[JobSpec],
+    cluster: ClusterProfile,
+    *,
+    fixed_batch: bool,
+    width: int | None = None,
+) -> TsfTables:
+    """TSF tables ``[len(jobs), width+1]`` under the elastic policy or the fixed-batch baseline.
+
+    ``width`` defaults to the largest ``k_max``; columns above a job's ``k_max`` are ``-inf``.
+    Rigid jobs (``elastic=False``) have one finite entry, at ``(gpus, batch_size)``.
+    """
+    if width is None:
+        width = max((job.k_max for job in jobs), default=1)
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise SpecError("width", width, "an integer >= 1")
+    n = len(jobs)
+    if n == 0:
+        empty = np.zeros((0, width + 1))
+        return TsfTables(empty, np.zeros((0, width + 1), dtype=np.int64), empty.copy())
+    knots = _pack([job.profile for job in jobs])
+    col = np.arange(width + 1, dtype=np.int64)[None, :]  # [1, width+1]
+    k_max = np.array([job.k_max for job in jobs], dtype=np.int64)[:, None]
+    m_max = np.array([job.m_max for job in jobs], dtype=np.int64)[:, None]
+    tar = _allreduce_rows(cluster, np.array([float(job.weights) for job in jobs]), width)
+    x1_batch = np.array([[float(job.x1_batch)] for job in jobs])
+    x1 = (x1_batch / processing_seconds_rows(knots, x1_batch))[:, 0]  # [n]
+
+    # Fixed-batch baseline, and every rigid job under either policy: one batch per row.
+    fixed_b = np.array([job.batch_size for job in jobs], dtype=np.int64)[:, None]
+    local = -(-fixed_b // np.maximum(col, 1))  # [n, width+1] ceil(b/k)
+    ok_fixed = (col >= 1) & (col <= k_max) & (col <= fixed_b) & (local <= m_max)
+    rigid = np.array([not job.elastic for job in jobs])[:, None]
+    gpus = np.array([job.gpus for job in jobs], dtype=np.int64)[:, None]
+    ok_fixed = np.where(rigid, col == gpus, ok_fixed)
+    t_fixed = _combine(cluster, processing_seconds_rows(knots, local.astype(np.float64)), tar)
+    x_fixed = np.where(ok_fixed, fixed_b / t_fixed, 0.0)
+    b_fixed = np.where(ok_fixed, fixed_b, 0)
+    if fixed_batch:
+        return _finish(x_fixed, b_fixed, ok_fixed, x1)
+
+    # Elastic: per k, the best of the candidate per-GPU batches plus the largest feasible one.
+    b_min = np.array([job.b_min for job in jobs], dtype=np.int64)[:, None]
+    b_max = np.array([job.b_max for job in jobs], dtype=np.int64)[:, None]
+    kk = np.maximum(col, 1)
+    lo = np.maximum(1, -(-b_min // kk))  # [n, width+1]
+    hi = np.minimum(m_max, b_max // kk)
+    feasible = (col >= 1) & (col <= k_max) & (lo <= hi)
+    lists = [_candidates(job.profile, min(job.m_max, job.b_max)) for job in jobs]
+    size = max(len(c) for c in lists)
+    cand = np.zeros((n, size), dtype=np.int64)
+    for j, c in enumerate(lists):
+        cand[j, : len(c)] = c
+    m = np.concatenate(
+        [np.broadcast_to(cand[:, None, :], (n, width + 1, size)), hi[:, :, None]], axis=-1
+    )  # [n, width+1, size+1]
+    usable = (m >= lo[:, :, None]) & (m <= hi[:, :, None]) & (m >= 1) & feasible[:, :, None]
+    m_safe = np.where(usable, m, 1).astype(np.float64)
+    t_proc = processing_seconds_rows(knots, m_safe.reshape(n, -1)).reshape(m_safe.shape)
+    t_iter = _combine(cluster, t_proc, np.broadcast_to(tar[:, :, None], t_proc.shape))
+    x = np.where(usable, col[:, :, None] * m_safe / t_iter, -np.inf)
+    best = np.argmax(x, axis=-1)[:, :, None]
+    x_best = np.take_along_axis(x, best, axis=-1)[:, :, 0]
+    b_best = col * np.take_along_axis(m, best, axis=-1)[:, :, 0]
+    x_el = np.where(rigid, x_fixed, np.where(feasible, x_best, 0.0))
+    b_el = np.where(rigid, b_fixed, np.where(feasible, b_best, 0))
+    return _finish(x_el, b_el, np.where(rigid, ok_fixed, feasible), x1)
+
+
+def _finish(x: F64, b: I64, ok: npt.NDArray[np.bool_], x1: F64) -> TsfTables:
+    values = np.where(ok, x / x1[:, None], -np.inf)
+    return TsfTables(
+        values=np.ascontiguousarray(values, dtype=np.float64),
+        batch=np.ascontiguousarray(np.where(ok, b, 0), dtype=np.int64),
+        throughput=np.ascontiguousarray(np.where(ok, x, 0.0), dtype=np.float64),
+    )
+
+
+def throughput_table(job: JobSpec, cluster: ClusterProfile) -> F64:
+    """``X(b, k)`` of one job for every ``b = k*m``: array ``[k_max+1, M+1]`` indexed ``[k, m]``.
+
+    ``M = min(m_max, b_max)``; entries are samples/s where ``(k*m, k)`` is feasible for the
+    elastic policy and 0 elsewhere (rigid jobs: only ``(gpus, batch_size)``, indexed at
+    ``m = ceil(batch_size/gpus)``).
+    """
+    top = min(job.m_max, job.b_max)
+    k = np.arange(job.k_max + 1, dtype=np.int64)[:, None]
+    m = np.arange(top + 1, dtype=np.int64)[None, :]
+    if job.elastic:
+        ok = (k >= 1) & (m >= 1) & (k * m >= job.b_min) & (k * m <= job.b_max)
+        batch = k * m
+    else:
+        ok = (k == job.gpus) & (m == math.ceil(job.batch_size / job.gpus))
+        batch = np.full_like(k * m, job.batch_size)
+    knots = _pack([job.profile])
+    grid_m = np.broadcast_to(np.maximum(m, 1), ok.shape).astype(np.float64)
+    t_proc = processing_seconds_rows(knots, grid_m.reshape(1, -1)).reshape(ok.shape)
+    tar = _allreduce_rows(cluster, np.array([float(job.weights)]), job.k_max)[0][:, None]
+    t_iter = _combine(cluster, t_proc, np.broadcast_to(tar, t_proc.shape))
+    return np.asarray(np.where(ok, batch / t_iter, 0.0), dtype=np.float64)

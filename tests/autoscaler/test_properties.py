@@ -1,0 +1,146 @@
+"""Properties of the autoscaler core over random event sequences (hypothesis)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bellows.autoscaler import (
+    Autoscaler,
+    AutoscalerConfig,
+    Decision,
+    Policy,
+    Preempt,
+    Reject,
+    Rescale,
+    Start,
+)
+from bellows.jobs import Allocation, JobSpec, is_feasible
+from bellows.scaling import default_cluster
+from tests.strategies import job_specs
+
+CLUSTER = default_cluster()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    config: AutoscalerConfig
+    capacity: int
+    # ("arrive", t, job) | ("finish", t, running index) | ("capacity", t, gpus)
+    events: list[tuple[str, float, object]]
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    config = AutoscalerConfig(
+        policy=draw(st.sampled_from(list(Policy))),
+        queue=draw(st.booleans()),
+        delta_s=draw(st.sampled_from([0.0, 60.0, 600.0])),
+        early_share=draw(st.sampled_from([None, 0.5])),
+        restart_cost_s=draw(st.sampled_from([0.0, 30.0])),
+        hysteresis=draw(st.sampled_from([0.0, 1.5])),
+        backfill=draw(st.booleans()),
+    )
+    capacity = draw(st.integers(0, 24))
+    events: list[tuple[str, float, object]] = []
+    t = 0.0
+    for i in range(draw(st.integers(1, 14))):
+        t += draw(st.sampled_from([0.0, 5.0, 61.0, 400.0]))
+        kind = draw(st.sampled_from(["arrive", "arrive", "finish", "capacity"]))
+        if kind == "arrive":
+            events.append(("arrive", t, draw(job_specs(f"job{i}"))))
+        elif kind == "finish":
+            events.append(("finish", t, draw(st.integers(0, 20))))
+        else:
+            events.append(("capacity", t, draw(st.integers(0, 24))))
+    return Scenario(config, capacity, events)
+
+
+@dataclass
+class Round:
+    at: float
+    queued_before: tuple[str, ...]
+    running_before: dict[str, Allocation]
+    decisions: list[Decision]
+    running_after: dict[str, Allocation]
+    capacity: int
+
+
+def drive(s: Scenario) -> tuple[list[Round], dict[str, JobSpec]]:
+    """Feed the events and run every due round, recording what each round saw and did."""
+    auto = Autoscaler(s.config, capacity=s.capacity, cluster=CLUSTER)
+    jobs: dict[str, JobSpec] = {}
+    rounds: list[Round] = []
+
+    def run_rounds(until: float) -> None:
+        while (due := auto.next_round_at()) is not None and due <= until:
+            queued, before = auto.queued, dict(auto.allocations)
+            decisions = auto.step(until)
+            rounds.append(
+                Round(until, queued, before, decisions, dict(auto.allocations), auto.capacity)
+            )
+
+    for kind, t, payload in s.events:
+        run_rounds(t)
+        if kind == "arrive":
+            assert isinstance(payload, JobSpec)
+            jobs[payload.name] = payload
+            auto.arrive(payload, now=t)
+        elif kind == "finish":
+            running = list(auto.allocations)
+            if running:
+                assert isinstance(payload, int)
+                auto.finish(running[payload % len(running)], now=t)
+        else:
+            assert isinstance(payload, int)
+            auto.set_capacity(payload, now=t)
+    run_rounds(1e12)
+    return rounds, jobs
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_round_invariants(s: Scenario) -> None:
+    rounds, jobs = drive(s)
+    fixed = s.config.policy is Policy.BASELINE
+    for r in rounds:
+        running = dict(r.running_before)
+        preempted: list[str] = []
+        started: list[str] = []
+        for d in r.decisions:
+            if isinstance(d, Start):
+                assert d.job not in running
+                running[d.job] = Allocation(d.gpus, d.batch)
+                started.append(d.job)
+            elif isinstance(d, Rescale):
+                assert running[d.job] == Allocation(d.gpus_from, d.batch_from)
+                assert jobs[d.job].elastic, "a rigid job was rescaled"
+                running[d.job] = Allocation(d.gpus, d.batch)
+            elif isinstance(d, Reject):
+                assert d.job not in r.running_before, "a running job was rejected"
+                assert not s.config.queue, "a job was rejected in queue mode"
+            else:
+                assert isinstance(d, Preempt)
+                running.pop(d.job)
+                preempted.append(d.job)
+        # the decisions replayed give exactly the core's new state
+        assert running == r.running_after
+        # GPUs never over-committed
+        assert sum(a.gpus for a in running.values()) <= r.capacity
+        # every allocation is in the job's feasible set (rigid: its one allocation)
+        for name, alloc in running.items():
+            assert is_feasible(jobs[name], alloc, fixed_batch=fixed), (name, alloc)
+        # FIFO: without backfill, the jobs started are a prefix of the queue
+        if not s.config.backfill:
+            queue = list(reversed(preempted)) + list(r.queued_before)
+            assert started == queue[: len(started)]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_same_inputs_give_the_same_decisions(s: Scenario) -> None:
+    first, _ = drive(s)
+    again, _ = drive(s)
+    assert [(r.at, r.decisions) for r in first] == [(r.at, r.decisions) for r in again]

@@ -1,0 +1,23 @@
+"""The documented accuracy benchmark runs and prints the tables docs/jsa.md quotes."""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_jsa_accuracy_benchmark(
+    shared_data: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = REPO / "benchmarks" / "jsa_accuracy.py"
+    monkeypatch.setattr(sys, "argv", [str(script), "--data", str(shared_data), "--no-timing"])
+    runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "| overlap+job |" in out
+    assert "Lowest mean error: overlap+job" in out
+    assert "embedded default_cluster()" in out

@@ -1,0 +1,105 @@
+"""``bellows jsa fit`` and ``bellows jsa predict`` on the real Pollux measurements."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bellows.cli.main import main
+from bellows.scaling import load_job_profile
+
+
+def train_csv(shared_data: Path, tmp_path: Path) -> Path:
+    source = shared_data / "pollux" / "profiles" / "imagenet" / "placements.csv"
+    lines = source.read_text().splitlines()
+    keep = [lines[0]] + [line for line in lines[1:] if line.split(",")[0] in {"1", "2", "22"}]
+    path = tmp_path / "train.csv"
+    path.write_text("\n".join(keep) + "\n")
+    return path
+
+
+def test_fit_then_predict(shared_data: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    profile = tmp_path / "profile.json"
+    result = runner.invoke(
+        main,
+        [
+            "jsa",
+            "fit",
+            str(train_csv(shared_data, tmp_path)),
+            "--weights",
+            "25557032",
+            "--out",
+            str(profile),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "commWeights" in result.output
+    fitted = load_job_profile(profile)
+    assert fitted.weights == 25557032
+    assert fitted.comm_weights is not None
+    assert len(fitted.step.local_batches) == 8
+
+    base = shared_data / "pollux" / "profiles" / "imagenet"
+    for name, layout in (("scalability.csv", "scalability"), ("placements.csv", "placements")):
+        out = tmp_path / f"pred-{name}"
+        result = runner.invoke(
+            main, ["jsa", "predict", str(profile), str(base / name), "--out", str(out)]
+        )
+        assert result.exit_code == 0, result.output
+        assert f"({layout} layout)" in result.output
+        with (base / name).open() as handle:
+            original = list(csv.reader(handle))
+        with out.open() as handle:
+            predicted = list(csv.reader(handle))
+        assert predicted[0] == [*original[0], "predicted_step_time"]
+        assert [row[:-1] for row in predicted[1:]] == original[1:]
+        errors = [
+            abs(float(r[-1]) / float(o[-2]) - 1)
+            for r, o in zip(predicted[1:], original[1:], strict=True)
+        ]
+        assert sum(errors) / len(errors) < 0.5  # a real prediction, not noise
+        for r, o in zip(predicted[1:], original[1:], strict=True):
+            if layout == "placements" and o[0] == "1":  # one GPU: the profiled time itself
+                assert float(r[-1]) == pytest.approx(float(o[2]), rel=1e-5)
+
+
+def test_bad_csv_is_reported(shared_data: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("placement,local_bsz,step_time,sync_time\n1,32,0.1,0.0\n1,32,slow,0.0\n")
+    runner = CliRunner()
+    result = runner.invoke(
+        main, ["jsa", "fit", str(bad), "--weights", "10", "--out", str(tmp_path / "p.json")]
+    )
+    assert result.exit_code == 1
+    assert f"{bad}:3: step_time='slow' is invalid" in result.output
+    profile = tmp_path / "p.json"
+    runner.invoke(
+        main,
+        [
+            "jsa",
+            "fit",
+            str(train_csv(shared_data, tmp_path)),
+            "--weights",
+            "10",
+            "--out",
+            str(profile),
+        ],
+    )
+    wrong = tmp_path / "wrong.csv"
+    wrong.write_text("nodes,gpus\n1,1\n")
+    result = runner.invoke(
+        main, ["jsa", "predict", str(profile), str(wrong), "--out", str(tmp_path / "o.csv")]
+    )
+    assert result.exit_code == 1
+    assert "wrong.csv:1: (header)" in result.output
+    no_single = tmp_path / "multi.csv"
+    no_single.write_text("placement,local_bsz,step_time,sync_time\n22,32,0.1,0.0\n")
+    result = runner.invoke(
+        main, ["jsa", "fit", str(no_single), "--weights", "10", "--out", str(tmp_path / "q.json")]
+    )
+    assert result.exit_code == 1
+    assert "1-GPU" in result.output
