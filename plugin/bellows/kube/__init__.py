@@ -1,0 +1,39 @@
+"""Bellows on Kubernetes: PyTorchJob and MPIJob adapters, the reader and the actuator.
+
+* :class:`JobReader` turns opted-in jobs into validated ``JobSpec`` observations;
+* :class:`Actuator` applies the autoscaler's decisions (suspend, patch, resume) with a
+  journal on each job, so that an interrupted rescale is finished by whoever comes next;
+* :mod:`bellows.kube.emulator` is a strict emulated API server and operators for tests
+  and demos.
+"""
+
+from __future__ import annotations
+
+from bellows.kube.actuating import ActuationError, Actuator, Outcome
+from bellows.kube.adapters import KINDS, MPIJobKind, PyTorchJobKind, kind_named
+from bellows.kube.client import ConflictError, ExpiredError, KubeApi, NotFoundError
+from bellows.kube.kinds import JobKind, JobRef, JobView
+from bellows.kube.reading import Arrived, Deleted, Finished, Invalid, JobReader, Observation
+
+__all__ = [
+    "KINDS",
+    "ActuationError",
+    "Actuator",
+    "Arrived",
+    "ConflictError",
+    "Deleted",
+    "ExpiredError",
+    "Finished",
+    "Invalid",
+    "JobKind",
+    "JobReader",
+    "JobRef",
+    "JobView",
+    "KubeApi",
+    "MPIJobKind",
+    "NotFoundError",
+    "Observation",
+    "Outcome",
+    "PyTorchJobKind",
+    "kind_named",
+]

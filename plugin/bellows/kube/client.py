@@ -1,0 +1,225 @@
+"""Asynchronous access to the Kubernetes API through the official ``kubernetes`` client.
+
+The client is synchronous; every call runs in a worker thread (``asyncio.to_thread``) so
+the controller's event loop never blocks, and a watch streams from a thread into an
+``asyncio.Queue``. API errors become three typed exceptions (:class:`NotFoundError`,
+:class:`ConflictError`, :class:`ExpiredError`); objects travel as plain dicts (``TypedDict`` would
+add nothing here: every field is read through an adapter that validates it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, TypeVar
+
+from kubernetes import client as k8s
+from kubernetes import watch as k8s_watch
+from kubernetes.client.rest import ApiException
+
+from bellows.kube.kinds import JobKind
+
+__all__ = ["ConflictError", "ExpiredError", "KubeApi", "NotFoundError"]
+
+T = TypeVar("T")
+Obj = dict[str, Any]
+
+
+class NotFoundError(Exception):
+    """The object (or its namespace) does not exist."""
+
+
+class ConflictError(Exception):
+    """The object changed since the ``resourceVersion`` a write was computed from."""
+
+
+class ExpiredError(Exception):
+    """A watch asked for a ``resourceVersion`` the server no longer keeps: list again."""
+
+
+def _translate(err: ApiException) -> Exception:
+    error: Exception = err
+    if err.status == 404:
+        return NotFoundError(str(err.reason))
+    if err.status == 409:
+        return ConflictError(str(err.reason))
+    if err.status == 410:
+        return ExpiredError(str(err.reason))
+    return error
+
+
+async def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    try:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    except ApiException as err:
+        raise _translate(err) from err
+
+
+class KubeApi:
+    """The calls Bellows makes, as coroutines over one ``kubernetes.client.ApiClient``."""
+
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self.api_client = api_client
+        self._custom = k8s.CustomObjectsApi(api_client)
+        self._core = k8s.CoreV1Api(api_client)
+        self._batch = k8s.BatchV1Api(api_client)
+
+    def _plain(self, model: object) -> Obj:
+        out: Obj = self.api_client.sanitize_for_serialization(model)
+        return out
+
+    # ----- jobs (custom resources) -----------------------------------------------------------
+
+    async def get_job(self, kind: JobKind, namespace: str, name: str) -> Obj | None:
+        """The job, or ``None`` when it does not exist."""
+        try:
+            obj: Obj = await _call(
+                self._custom.get_namespaced_custom_object,
+                kind.group,
+                kind.version,
+                namespace,
+                kind.plural,
+                name,
+            )
+        except NotFoundError:
+            return None
+        return obj
+
+    async def list_jobs(self, kind: JobKind, namespace: str | None = None) -> tuple[list[Obj], str]:
+        """Every job of ``kind`` (in ``namespace``, or all) and the list's resourceVersion."""
+        if namespace is None:
+            listed: Obj = await _call(
+                self._custom.list_cluster_custom_object, kind.group, kind.version, kind.plural
+            )
+        else:
+            listed = await _call(
+                self._custom.list_namespaced_custom_object,
+                kind.group,
+                kind.version,
+                namespace,
+                kind.plural,
+            )
+        return list(listed.get("items", [])), str(listed["metadata"]["resourceVersion"])
+
+    async def patch_job(
+        self, kind: JobKind, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> Obj:
+        """Apply a JSON merge patch; a ``metadata.resourceVersion`` in it is a precondition."""
+        obj: Obj = await _call(
+            self._custom.patch_namespaced_custom_object,
+            kind.group,
+            kind.version,
+            namespace,
+            kind.plural,
+            name,
+            dict(patch),
+        )
+        return obj
+
+    async def watch_jobs(
+        self,
+        kind: JobKind,
+        namespace: str | None,
+        resource_version: str,
+        *,
+        name: str | None = None,
+        timeout_s: int = 300,
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        """``(type, object)`` events after ``resource_version`` until the server ends the watch.
+
+        Raises :class:`ExpiredError` when that version is too old (list again, then watch).
+        """
+        kwargs: dict[str, Any] = {
+            "resource_version": resource_version,
+            "timeout_seconds": timeout_s,
+        }
+        if name is not None:
+            kwargs["field_selector"] = f"metadata.name={name}"
+        if namespace is None:
+            fn: Callable[..., Any] = self._custom.list_cluster_custom_object
+            args: tuple[Any, ...] = (kind.group, kind.version, kind.plural)
+        else:
+            fn = self._custom.list_namespaced_custom_object
+            args = (kind.group, kind.version, namespace, kind.plural)
+        async for event in _stream(fn, args, kwargs):
+            yield event
+
+    # ----- other resources -------------------------------------------------------------------
+
+    async def get_configmap(self, namespace: str, name: str) -> Obj | None:
+        try:
+            return self._plain(await _call(self._core.read_namespaced_config_map, name, namespace))
+        except NotFoundError:
+            return None
+
+    async def get_batch_job(self, namespace: str, name: str) -> Obj | None:
+        try:
+            return self._plain(await _call(self._batch.read_namespaced_job, name, namespace))
+        except NotFoundError:
+            return None
+
+    async def delete_batch_job(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete that batch Job (only the one with ``uid``); False when already gone."""
+        body = k8s.V1DeleteOptions(
+            propagation_policy="Background", preconditions=k8s.V1Preconditions(uid=uid)
+        )
+        try:
+            await _call(self._batch.delete_namespaced_job, name, namespace, body=body)
+        except (NotFoundError, ConflictError):
+            return False  # gone, or already replaced by a newer Job of the same name
+        return True
+
+    async def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        await _call(self._core.create_namespaced_event, namespace, dict(event))
+
+
+async def _stream(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> AsyncIterator[tuple[str, Obj]]:
+    """Run ``kubernetes.watch`` in a thread; closing the generator ends the HTTP stream."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+    response: list[Any] = []
+    stopping = threading.Event()
+
+    def opened(*a: Any, **kw: Any) -> Any:
+        resp = fn(*a, **kw)
+        response.append(resp)
+        return resp
+
+    opened.__doc__ = fn.__doc__  # Watch reads the return type from the docstring
+
+    def post(item: tuple[str, Any]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed first: nobody is listening
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+    def run() -> None:
+        watcher = k8s_watch.Watch()
+        try:
+            for event in watcher.stream(opened, *args, **kwargs):
+                post(("event", event))
+        except Exception as err:
+            post(("error", None if stopping.is_set() else err))
+        finally:
+            post(("end", None))
+
+    thread = threading.Thread(target=run, name="bellows-watch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            tag, item = await queue.get()
+            if tag == "end":
+                return
+            if tag == "error" and item is not None:
+                if isinstance(item, ApiException):
+                    raise _translate(item) from item
+                raise item
+            if tag == "event":
+                yield str(item["type"]), item["raw_object"]
+    finally:
+        stopping.set()
+        for resp in response:
+            with contextlib.suppress(Exception):
+                resp.shutdown()  # unblocks the thread's read at once

@@ -1,0 +1,16 @@
+"""A strict, in-process Kubernetes API server and Kubeflow operators, for tests and demos.
+
+Why not ``kmock``: kmock 0.8 assigns no ``resourceVersion``/``uid``, never answers 409,
+ignores selectors, answers PUT with 404, and its watch yields nothing to kubernetes 35/36
+clients; teaching it all of that leaves little of kmock, and it is a pytest plugin living
+in the test's loop, while ``bellows demo`` needs the same server at run time. So this is a
+small server on aiohttp that implements exactly those semantics (see ``docs/kube.md``).
+"""
+
+from __future__ import annotations
+
+from bellows.kube.emulator.cluster import EmulatedCluster
+from bellows.kube.emulator.operator import EmulatedOperator, Progress
+from bellows.kube.emulator.store import ApiError, Store
+
+__all__ = ["ApiError", "EmulatedCluster", "EmulatedOperator", "Progress", "Store"]

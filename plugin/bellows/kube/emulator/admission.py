@@ -1,0 +1,62 @@
+"""Admission checks the real operators make beyond the CRD schema.
+
+training-operator v1.9 runs a validating webhook for PyTorchJob (name a DNS-1035 label,
+replica types Master/Worker, one Master, a container named ``pytorch`` with an image);
+mpi-operator v0.8 validates an MPIJob before acting on it (one Launcher, a Worker, images).
+The emulated API server refuses such objects at admission with 422, as the webhook does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from bellows.kube.emulator.resources import ResourceType
+from bellows.kube.emulator.schemas import FieldProblem
+
+__all__ = ["admit"]
+
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_RULES = {
+    "PyTorchJob": ("pytorchReplicaSpecs", ("Master", "Worker"), "Master", "pytorch"),
+    "MPIJob": ("mpiReplicaSpecs", ("Launcher", "Worker"), "Launcher", None),
+}
+
+
+def admit(res: ResourceType, obj: Mapping[str, Any]) -> list[FieldProblem]:
+    """Problems the operator's validation finds in ``obj`` (empty for other kinds)."""
+    if res.kind not in _RULES:
+        return []
+    field, allowed, single, container = _RULES[res.kind]
+    found: list[FieldProblem] = []
+    name = obj["metadata"].get("name", "")
+    if len(name) > 63 or not _DNS1035.match(name):
+        found.append(FieldProblem("metadata.name", name, "a DNS-1035 label (<= 63, [a-z0-9-])"))
+    specs = (obj.get("spec") or {}).get(field) or {}
+    for rtype, spec in specs.items():
+        where = f"spec.{field}.{rtype}"
+        if rtype not in allowed:
+            found.append(FieldProblem(where, rtype, f"a replica type in {allowed}"))
+            continue
+        if rtype == single and spec.get("replicas", 1) != 1:
+            found.append(FieldProblem(f"{where}.replicas", spec.get("replicas"), "exactly 1"))
+        containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
+        if not containers:
+            found.append(FieldProblem(f"{where}.template.spec.containers", [], "at least one"))
+        if container and not any(c.get("name") == container for c in containers):
+            found.append(
+                FieldProblem(
+                    f"{where}.template.spec.containers",
+                    [c.get("name") for c in containers],
+                    f"a container named {container!r}",
+                )
+            )
+        for i, c in enumerate(containers):
+            if not c.get("image"):
+                found.append(
+                    FieldProblem(f"{where}.template.spec.containers[{i}].image", None, "an image")
+                )
+    if "Worker" not in specs:
+        found.append(FieldProblem(f"spec.{field}.Worker", None, "a Worker replica spec"))
+    return found

@@ -1,0 +1,123 @@
+"""A whole emulated cluster in-process: strict API server over HTTP plus the training operators.
+
+Usage (tests, and ``bellows demo`` later)::
+
+    async with EmulatedCluster(crds=[pytorchjob_crd, mpijob_crd]) as cluster:
+        api = KubeApi(cluster.api_client())      # the real ``kubernetes`` client, over HTTP
+        ...
+
+The server listens on 127.0.0.1 on a free port; :meth:`EmulatedCluster.configuration`
+and :meth:`EmulatedCluster.kubeconfig` point clients at it. The CRD files are read from
+the paths given (the real ones live outside the repository). Synchronous client calls
+must run outside the loop that serves the cluster (``asyncio.to_thread``), as
+:class:`bellows.kube.client.KubeApi` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+from aiohttp import web
+from kubernetes import client as k8s
+
+from bellows.kube.emulator.admission import admit
+from bellows.kube.emulator.operator import EmulatedOperator
+from bellows.kube.emulator.resources import builtin_resources, crd_resources
+from bellows.kube.emulator.server import build_app
+from bellows.kube.emulator.store import Store
+from bellows.scaling import ClusterProfile
+
+__all__ = ["EmulatedCluster"]
+
+
+class EmulatedCluster:
+    """Async context manager running the emulated API server (and, by default, operators)."""
+
+    def __init__(
+        self,
+        *,
+        crds: Sequence[Path],
+        operator: bool = True,
+        compression: float = 60.0,
+        restart_cost_s: float = 30.0,
+        cluster: ClusterProfile | None = None,
+        namespaces: Sequence[str] = ("default",),
+    ) -> None:
+        self.store = Store([*builtin_resources(), *crd_resources(crds)], admission=admit)
+        for name in namespaces:
+            self.store.create_namespace(name)
+        self.operator: EmulatedOperator | None = (
+            EmulatedOperator(
+                self.store, compression=compression, restart_cost_s=restart_cost_s, cluster=cluster
+            )
+            if operator
+            else None
+        )
+        self._runner: web.AppRunner | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> EmulatedCluster:
+        self._runner = web.AppRunner(build_app(self.store), handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        server: Any = site._server  # aiohttp exposes the bound port only here
+        port = server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        if self.operator is not None:
+            self._task = asyncio.create_task(self.operator.run(), name="emulated-operator")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.store.close_watches()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def configuration(self) -> k8s.Configuration:
+        """A ``kubernetes`` client configuration for this cluster."""
+        config = k8s.Configuration(host=self.url)
+        config.retries = 0  # a strict fake: no silent retry hides a failed request
+        return config
+
+    def api_client(self) -> k8s.ApiClient:
+        return k8s.ApiClient(self.configuration())
+
+    def kubeconfig(self, namespace: str = "default") -> dict[str, Any]:
+        """A kubeconfig document (no credentials: the emulator has no authentication)."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "bellows-emulator", "cluster": {"server": self.url}}],
+            "users": [{"name": "bellows-emulator", "user": {}}],
+            "contexts": [
+                {
+                    "name": "bellows-emulator",
+                    "context": {
+                        "cluster": "bellows-emulator",
+                        "user": "bellows-emulator",
+                        "namespace": namespace,
+                    },
+                }
+            ],
+            "current-context": "bellows-emulator",
+        }
+
+    def write_kubeconfig(self, path: Path, namespace: str = "default") -> Path:
+        path.write_text(yaml.safe_dump(self.kubeconfig(namespace)))
+        return path

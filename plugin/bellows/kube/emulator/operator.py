@@ -1,0 +1,422 @@
+"""Emulated training-operator (PyTorchJob) and mpi-operator (MPIJob), reacting as the real ones.
+
+What it reproduces (see ``KUBEFLOW.md``): conditions ``Created``, ``Running``,
+``Suspended``, ``Succeeded``, ``Failed`` with the operators' reasons; ``startTime`` reset on
+every resume and ``completionTime`` on completion; suspend stops the job, resume starts it
+from the spec *as it is then*; a running job's spec edits reach nothing (no pod is rolled);
+an MPIJob's launcher batch Job (``<name>-launcher``) is created from the spec, suspended
+and resumed with it, and on resume gets only its labels and annotations synced, so a stale
+launcher keeps its old env unless it was deleted while suspended (then it is recreated from
+the current spec). Finished jobs ignore suspend.
+
+Training itself is the twin in ``training.py``: speed from the JSA for the running
+``(k, b)``, read from the job's ``bellows.io/`` settings and its batch env var (for an
+MPIJob, from the launcher's env, where ``mpirun`` takes it). A per-GPU batch above
+``max-batch-per-gpu`` fails the job as an out-of-memory error would. Pods are not emulated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from bellows.jobs import SpecError
+from bellows.kube import keys
+from bellows.kube.adapters import KINDS
+from bellows.kube.emulator.store import ApiError, Store, rfc3339
+from bellows.kube.emulator.training import Training, start, stop
+from bellows.kube.kinds import JobKind, conditions, finished_state
+from bellows.kube.specs import build_spec
+from bellows.scaling import ClusterProfile, JobProfile, default_cluster
+
+__all__ = ["EmulatedOperator", "Progress"]
+
+_BATCH_JOBS = "batch/v1/jobs"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where one emulated job stands (emulated seconds and samples)."""
+
+    samples: float
+    work: float
+    gpus: int | None
+    batch: int | None
+    restarts: int
+
+
+class EmulatedOperator:
+    """Reconciles every PyTorchJob and MPIJob in ``store``; start with :meth:`run`."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        compression: float = 60.0,
+        restart_cost_s: float = 30.0,
+        cluster: ClusterProfile | None = None,
+        clock: Callable[[], float] | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._store = store
+        self._compression = compression
+        self._restart_cost_s = restart_cost_s
+        self._cluster = cluster or default_cluster()
+        self._clock = clock
+        self._now = now
+        self._kinds: dict[str, JobKind] = {
+            f"{k.group}/{k.version}/{k.plural}": k
+            for k in KINDS
+            if f"{k.group}/{k.version}/{k.plural}" in store.resources
+        }
+        self._training: dict[str, Training] = {}  # by uid, for jobs with a speed model
+        self._running: set[str] = set()  # uids whose (emulated) pods run
+        self._timers: dict[str, asyncio.TimerHandle] = {}  # uid -> its completion check
+        self._dirty: asyncio.Queue[tuple[str, str, str]] = asyncio.Queue()
+        self._origin = 0.0
+
+    def emulated_now(self) -> float:
+        """Emulated training seconds since the operator started."""
+        return (self._time() - self._origin) * self._compression
+
+    def _time(self) -> float:
+        return self._clock() if self._clock else asyncio.get_running_loop().time()
+
+    def progress(self, uid: str) -> Progress | None:
+        """The training progress of the job with ``uid`` (None if it never had a model)."""
+        state = self._training.get(uid)
+        if state is None:
+            return None
+        seg = state.segment
+        return Progress(
+            state.samples(self.emulated_now()),
+            state.work,
+            seg.gpus if seg else None,
+            seg.batch if seg else None,
+            state.restarts,
+        )
+
+    async def run(self) -> None:
+        """Reconcile on every change until cancelled."""
+        self._origin = self._time()
+        changes = self._store.subscribe()
+        pump = asyncio.create_task(self._pump(changes))
+        for key in self._kinds:
+            for obj in self._store.list_objects(self._store.resources[key], None)[0]:
+                self._dirty.put_nowait((key, obj["metadata"]["namespace"], obj["metadata"]["name"]))
+        try:
+            while True:
+                key, ns, name = await self._dirty.get()
+                with contextlib.suppress(ApiError):  # deleted or changed meanwhile: next event
+                    self._reconcile(self._kinds[key], self._store.resources[key], ns, name)
+        finally:
+            for timer in self._timers.values():
+                timer.cancel()
+            pump.cancel()
+            self._store.unsubscribe(changes)
+
+    async def _pump(self, changes: asyncio.Queue[Any]) -> None:
+        while (change := await changes.get()) is not None:
+            meta = change.obj["metadata"]
+            if change.resource in self._kinds and change.kind != "DELETED":
+                self._dirty.put_nowait((change.resource, meta["namespace"], meta["name"]))
+            elif change.resource in self._kinds:
+                self._training.pop(meta["uid"], None)
+                self._running.discard(meta["uid"])
+            elif change.resource == _BATCH_JOBS:
+                for ref in meta.get("ownerReferences") or []:
+                    if ref.get("kind") == "MPIJob":
+                        self._dirty.put_nowait((self._mpi_key(), meta["namespace"], ref["name"]))
+
+    def _mpi_key(self) -> str:
+        return next(k for k, kind in self._kinds.items() if kind.kind == "MPIJob")
+
+    # ----- reconcile ---------------------------------------------------------------------------
+
+    def _reconcile(self, kind: JobKind, res: Any, ns: str, name: str) -> None:
+        obj = self._store.get(res, ns, name)
+        if finished_state(obj) is not None:
+            return
+        uid = obj["metadata"]["uid"]
+        suspended = bool(((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend", False))
+        launcher = self._sync_launcher(kind, obj, suspended) if kind.kind == "MPIJob" else None
+        state = self._training.get(uid)
+        running = uid in self._running
+        status = copy.deepcopy(obj.get("status") or {})
+        _condition(
+            status,
+            "Created",
+            "True",
+            reason=f"{kind.kind}Created",
+            message=f"{kind.kind} {name} is created.",
+            now=self._now(),
+        )
+        now = self.emulated_now()
+        if suspended and running:
+            self._running.discard(uid)
+            if state is not None:
+                self._training[uid] = stop(state, now)
+            _condition(
+                status,
+                "Running",
+                "False",
+                reason=f"{kind.kind}Suspended",
+                message=f"{kind.kind} {name} is suspended.",
+                now=self._now(),
+            )
+        if suspended:
+            _condition(
+                status,
+                "Suspended",
+                "True",
+                reason=f"{kind.kind}Suspended",
+                message=f"{kind.kind} {name} is suspended.",
+                now=self._now(),
+            )
+            status["replicaStatuses"] = {t: {"active": 0} for t in _replica_types(kind, obj)}
+        elif not running:
+            failure = self._start(kind, obj, launcher, now)
+            if "Suspended" in conditions({"status": status}):
+                _condition(
+                    status,
+                    "Suspended",
+                    "False",
+                    reason=f"{kind.kind}Resumed",
+                    message=f"{kind.kind} {name} is resumed.",
+                    now=self._now(),
+                )
+            status["startTime"] = rfc3339(self._now())
+            if failure:
+                self._finish(status, kind, name, "Failed", failure)
+            else:
+                self._running.add(uid)
+                _condition(
+                    status,
+                    "Running",
+                    "True",
+                    reason=f"{kind.kind}Running",
+                    message=f"{kind.kind} {name} is running.",
+                    now=self._now(),
+                )
+                status["replicaStatuses"] = {
+                    t: {"active": _count(kind, obj, t)} for t in _replica_types(kind, obj)
+                }
+        state = self._training.get(uid)
+        if state is not None and state.segment is not None:
+            finish = state.finish_time()
+            if finish is not None and finish <= now:
+                self._training[uid] = stop(state, now)
+                self._running.discard(uid)
+                self._finish(
+                    status,
+                    kind,
+                    name,
+                    "Succeeded",
+                    f"{kind.kind} {name} is successfully completed.",
+                )
+                if launcher is not None:
+                    self._complete_launcher(launcher)
+            elif finish is not None:
+                delay = (finish - now) / self._compression
+                if uid in self._timers:
+                    self._timers[uid].cancel()  # the finish time moved: one check, the latest
+                self._timers[uid] = asyncio.get_running_loop().call_later(
+                    delay + 1e-3, self._dirty.put_nowait, (self._key(kind), ns, name)
+                )
+        if status != (obj.get("status") or {}):
+            obj["status"] = status
+            self._store.update_with(res, ns, name, lambda _: obj, subresource="status")
+
+    def _key(self, kind: JobKind) -> str:
+        return f"{kind.group}/{kind.version}/{kind.plural}"
+
+    def _finish(
+        self, status: dict[str, Any], kind: JobKind, name: str, state: str, message: str
+    ) -> None:
+        now = self._now()
+        _condition(
+            status, "Running", "False", reason=f"{kind.kind}{state}", message=message, now=now
+        )
+        _condition(status, state, "True", reason=f"{kind.kind}{state}", message=message, now=now)
+        status["completionTime"] = rfc3339(now)
+        for entry in (status.get("replicaStatuses") or {}).values():
+            active = entry.pop("active", 0)
+            if active:
+                entry["succeeded" if state == "Succeeded" else "failed"] = active
+
+    def _start(
+        self, kind: JobKind, obj: dict[str, Any], launcher: Mapping[str, Any] | None, now: float
+    ) -> str | None:
+        """Start the twin at the spec's ``(k, b)``; returns a failure message, if it fails."""
+        uid = obj["metadata"]["uid"]
+        notes = obj["metadata"].get("annotations") or {}
+        if not keys.opted_in(notes):
+            return None  # a job without a model runs until deleted
+        try:
+            settings = keys.parse_settings(notes)
+            view = kind.view(obj, settings.env_names)
+            job = build_spec(view, settings, self._profile(obj, settings.profile))
+            batch = _batch(view.env, settings, view.gpus, launcher)
+        except SpecError as err:
+            return f"the training script cannot start: {err}"
+        if -(-batch // view.gpus) > settings.m_max:
+            return (
+                f"CUDA out of memory: per-GPU batch {-(-batch // view.gpus)} > "
+                f"{keys.MAX_BATCH_PER_GPU} {settings.m_max}"
+            )
+        state = self._training.get(uid) or Training(settings.work, self._restart_cost_s)
+        self._training[uid] = start(
+            state, job, gpus=view.gpus, batch=batch, cluster=self._cluster, now=now
+        )
+        return None
+
+    def _profile(
+        self, obj: Mapping[str, Any], source: JobProfile | keys.ConfigMapRef
+    ) -> JobProfile:
+        if isinstance(source, JobProfile):
+            return source
+        configmap = self._store.get(
+            self._store.resources["v1/configmaps"], obj["metadata"]["namespace"], source.name
+        )
+        return keys.parse_profile_text(
+            source.key, (configmap.get("data") or {}).get(source.key, "")
+        )
+
+    # ----- MPIJob launcher ---------------------------------------------------------------------
+
+    def _sync_launcher(
+        self, kind: JobKind, obj: Mapping[str, Any], suspended: bool
+    ) -> dict[str, Any]:
+        res = self._store.resources[_BATCH_JOBS]
+        meta = obj["metadata"]
+        name = kind.launcher(obj) or ""
+        template = copy.deepcopy(obj["spec"]["mpiReplicaSpecs"]["Launcher"].get("template") or {})
+        try:
+            current = self._store.get(res, meta["namespace"], name)
+        except ApiError:
+            pod = template.setdefault("spec", {})
+            policy = obj["spec"]["mpiReplicaSpecs"]["Launcher"].get("restartPolicy")
+            pod["restartPolicy"] = policy if policy in ("Never", "OnFailure") else "OnFailure"
+            body = {
+                "metadata": {
+                    "name": name,
+                    "namespace": meta["namespace"],
+                    "labels": {
+                        "training.kubeflow.org/job-name": meta["name"],
+                        "training.kubeflow.org/job-role": "launcher",
+                    },
+                    "ownerReferences": [
+                        {
+                            "apiVersion": obj["apiVersion"],
+                            "kind": "MPIJob",
+                            "name": meta["name"],
+                            "uid": meta["uid"],
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
+                },
+                "spec": {"suspend": suspended, "backoffLimit": 6, "template": template},
+            }
+            return self._store.create(res, meta["namespace"], body)
+        if current["spec"].get("suspend", False) == suspended:
+            return current
+        # On resume mpi-operator syncs only these launcher fields (mpi-operator#687).
+        pod_meta = current["spec"]["template"].setdefault("metadata", {})
+        for field in ("labels", "annotations"):
+            if field in (template.get("metadata") or {}):
+                pod_meta[field] = template["metadata"][field]
+        current["spec"]["suspend"] = suspended
+        return self._store.update_with(res, meta["namespace"], name, lambda _: current)
+
+    def _complete_launcher(self, launcher: Mapping[str, Any]) -> None:
+        res = self._store.resources[_BATCH_JOBS]
+        meta = launcher["metadata"]
+        done = copy.deepcopy(dict(launcher))
+        done["status"] = {
+            "succeeded": 1,
+            "conditions": [
+                {"type": "Complete", "status": "True", "lastTransitionTime": rfc3339(self._now())}
+            ],
+        }
+        with contextlib.suppress(ApiError):
+            self._store.update_with(
+                res, meta["namespace"], meta["name"], lambda _: done, subresource="status"
+            )
+
+
+def _replica_types(kind: JobKind, obj: Mapping[str, Any]) -> list[str]:
+    field = "pytorchReplicaSpecs" if kind.kind == "PyTorchJob" else "mpiReplicaSpecs"
+    return sorted((obj.get("spec") or {}).get(field) or {})
+
+
+def _count(kind: JobKind, obj: Mapping[str, Any], rtype: str) -> int:
+    field = "pytorchReplicaSpecs" if kind.kind == "PyTorchJob" else "mpiReplicaSpecs"
+    return int(obj["spec"][field][rtype].get("replicas", 1))
+
+
+def _batch(
+    env: Mapping[str, tuple[str | None, ...]],
+    settings: keys.Settings,
+    gpus: int,
+    launcher: Mapping[str, Any] | None,
+) -> int:
+    """The global batch the script sees: launcher env for an MPIJob, else the pods' env."""
+    if launcher is not None:
+        pod = launcher["spec"]["template"].get("spec") or {}
+        env = {
+            n: tuple(
+                next((e.get("value") for e in c.get("env") or [] if e.get("name") == n), None)
+                for c in pod.get("containers") or []
+            )
+            for n in settings.env_names
+        }
+    found: dict[str, int] = {}
+    for name in settings.env_names:
+        values = {v for v in env.get(name, ()) if v is not None}
+        if len(values) != 1 or not next(iter(values)).isdigit():
+            raise SpecError(
+                f"env {name}", sorted(values), "one integer value on every training container"
+            )
+        found[name] = int(values.pop())
+    glob = found.get(settings.batch_env or "")
+    local = found.get(settings.local_batch_env or "")
+    if glob is not None and local is not None and -(-glob // gpus) != local:
+        raise SpecError(f"env {settings.local_batch_env}", local, f"ceil({glob} / {gpus} GPUs)")
+    return glob if glob is not None else (local or 0) * gpus
+
+
+def _condition(
+    status: dict[str, Any], kind: str, value: str, *, reason: str, message: str, now: datetime
+) -> None:
+    items: list[dict[str, Any]] = status.setdefault("conditions", [])
+    stamp = rfc3339(now)
+    for i, cond in enumerate(items):
+        if cond["type"] == kind:
+            if cond["status"] != value:
+                items[i] = {
+                    "type": kind,
+                    "status": value,
+                    "reason": reason,
+                    "message": message,
+                    "lastUpdateTime": stamp,
+                    "lastTransitionTime": stamp,
+                }
+            return
+    if value == "False" and kind == "Running":
+        return  # a job that never ran has no Running condition
+    items.append(
+        {
+            "type": kind,
+            "status": value,
+            "reason": reason,
+            "message": message,
+            "lastUpdateTime": stamp,
+            "lastTransitionTime": stamp,
+        }
+    )

@@ -1,0 +1,96 @@
+"""Label and field selectors in the API server's query syntax.
+
+Label selectors: ``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a,b)``, ``k``,
+``!k``, joined by commas. Field selectors on custom resources support only
+``metadata.name`` and ``metadata.namespace`` (with ``=``, ``==``, ``!=``), as the real server.
+A selector it cannot parse raises :class:`SelectorError` (the server answers 400).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["Matcher", "SelectorError", "field_selector", "label_selector"]
+
+Matcher = Callable[[Mapping[str, Any]], bool]
+
+_SET_TERM = re.compile(r"^\s*(!?)\s*([A-Za-z0-9_./-]+)\s*(?:(notin|in)\s*\(([^)]*)\))?\s*$")
+_EQ_TERM = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s*(==|!=|=)\s*([A-Za-z0-9_.-]*)\s*$")
+_FIELDS = {"metadata.name": ("metadata", "name"), "metadata.namespace": ("metadata", "namespace")}
+
+
+class SelectorError(ValueError):
+    """A selector string the API server would not accept."""
+
+
+def _split_terms(text: str) -> list[str]:
+    # Commas inside "in (a,b)" do not separate terms.
+    terms, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "," and depth == 0:
+            terms.append(text[start:i])
+            start = i + 1
+    terms.append(text[start:])
+    return [t for t in terms if t.strip()]
+
+
+def _label_term(term: str) -> Callable[[Mapping[str, str]], bool]:
+    eq = _EQ_TERM.match(term)
+    if eq:
+        key, op, value = eq.groups()
+        if op == "!=":
+            return lambda labels: labels.get(key) != value
+        return lambda labels: labels.get(key) == value
+    match = _SET_TERM.match(term)
+    if not match:
+        raise SelectorError(f"unable to parse requirement {term.strip()!r}")
+    negate, key, op, values = match.groups()
+    if op:
+        if negate:
+            raise SelectorError(f"'!' cannot combine with {op!r} in {term.strip()!r}")
+        allowed = {v.strip() for v in values.split(",") if v.strip()}
+        if op == "in":
+            return lambda labels: labels.get(key) in allowed
+        return lambda labels: labels.get(key) not in allowed
+    if negate:
+        return lambda labels: key not in labels
+    return lambda labels: key in labels
+
+
+def label_selector(text: str | None) -> Matcher:
+    """A predicate on an object's ``metadata.labels`` for the selector ``text``."""
+    terms = [_label_term(t) for t in _split_terms(text or "")]
+
+    def matches(obj: Mapping[str, Any]) -> bool:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        return all(term(labels) for term in terms)
+
+    return matches
+
+
+def field_selector(text: str | None) -> Matcher:
+    """A predicate on ``metadata.name`` / ``metadata.namespace`` for the selector ``text``."""
+    checks: list[tuple[tuple[str, str], bool, str]] = []
+    for term in _split_terms(text or ""):
+        eq = _EQ_TERM.match(term)
+        if not eq or eq.group(1) not in _FIELDS:
+            raise SelectorError(
+                f"field selector {term.strip()!r} is not supported: expected "
+                "metadata.name or metadata.namespace with =, == or !="
+            )
+        checks.append((_FIELDS[eq.group(1)], eq.group(2) != "!=", eq.group(3)))
+
+    def matches(obj: Mapping[str, Any]) -> bool:
+        for (outer, inner), equal, value in checks:
+            actual = obj.get(outer, {}).get(inner, "")
+            if (actual == value) != equal:
+                return False
+        return True
+
+    return matches

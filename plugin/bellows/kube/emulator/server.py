@@ -1,0 +1,289 @@
+"""The emulated Kubernetes API server: the REST and watch protocol over real HTTP (aiohttp).
+
+It speaks what the ``kubernetes`` client sends: get, list (label and field selectors,
+``limit``/``continue``), watch (from a resource version, with ``ADDED``/``MODIFIED``/
+``DELETED`` events, a label selector's enter/leave as ``ADDED``/``DELETED``, 410 as an
+``ERROR`` event), create (201), replace, patch (JSON merge patch and JSON patch; strategic
+merge only for types where it equals a merge patch, else 415; server-side apply is not
+emulated and answers 415), delete with preconditions, and the ``status`` subresource.
+Errors are ``Status`` bodies with the real reasons and codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from bellows.kube.emulator.patching import PatchError, json_patch, merge_patch
+from bellows.kube.emulator.resources import ResourceType
+from bellows.kube.emulator.selectors import SelectorError, field_selector, label_selector
+from bellows.kube.emulator.store import ApiError, Change, Store
+
+__all__ = ["build_app"]
+
+_WATCH_TRUE = ("true", "1", "True")
+_MERGE = "application/merge-patch+json"
+_JSON_PATCH = "application/json-patch+json"
+_STRATEGIC = "application/strategic-merge-patch+json"
+
+
+@dataclass(frozen=True)
+class _Target:
+    res: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+
+def _parse(store: Store, path: str) -> _Target:
+    parts = [p for p in path.split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        api_version, rest = "v1", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        api_version, rest = f"{parts[1]}/{parts[2]}", parts[3:]
+    else:
+        raise ApiError(404, "NotFound", f"the server could not find the requested resource {path}")
+    namespace: str | None = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 3:
+        raise ApiError(404, "NotFound", f"the server could not find the requested resource {path}")
+    res = store.resource(f"{api_version}/{rest[0]}")
+    if namespace is not None and not res.namespaced:
+        raise ApiError(404, "NotFound", f"{res.plural} is not namespaced")
+    name = rest[1] if len(rest) > 1 else None
+    sub = rest[2] if len(rest) > 2 else None
+    if sub not in (None, "status") or (sub == "status" and not res.status_subresource):
+        raise ApiError(404, "NotFound", f"subresource {sub!r} of {res.qualified} is not served")
+    return _Target(res, namespace, name, sub)
+
+
+def _status(error: ApiError) -> web.Response:
+    return web.json_response(error.status(), status=error.code)
+
+
+async def _body(request: web.Request) -> Any:
+    text = await request.text()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ApiError(400, "BadRequest", f"the request body is not JSON: {err}") from err
+
+
+def build_app(store: Store) -> web.Application:
+    """The aiohttp application serving ``store``."""
+    app = web.Application()
+
+    async def version(_: web.Request) -> web.Response:
+        return web.json_response({"major": "1", "minor": "31", "gitVersion": "v1.31.0-bellows"})
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        try:
+            if request.query.get("dryRun"):
+                raise ApiError(400, "BadRequest", "dryRun is not emulated")
+            target = _parse(store, request.path)
+            if request.method == "GET":
+                if target.name is not None:
+                    return web.json_response(
+                        store.get(target.res, target.namespace or "", target.name)
+                    )
+                if request.query.get("watch") in _WATCH_TRUE:
+                    return await _watch(store, request, target)
+                return web.json_response(_list(store, request, target))
+            body, code = await _write(store, request, target)
+            return web.json_response(body, status=code)
+        except ApiError as err:
+            return _status(err)
+        except SelectorError as err:
+            return _status(ApiError(400, "BadRequest", str(err)))
+
+    app.router.add_get("/version", version)
+    app.router.add_route("*", "/{tail:.*}", handle)
+    return app
+
+
+async def _write(store: Store, request: web.Request, t: _Target) -> tuple[Any, int]:
+    body = await _body(request)
+    if request.method == "POST" and t.name is None:
+        if t.res.namespaced and t.namespace is None:
+            raise ApiError(
+                405, "MethodNotAllowed", "create a namespaced object under its namespace"
+            )
+        if not isinstance(body, Mapping):
+            raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+        return store.create(t.res, t.namespace, body), 201
+    if t.name is None:
+        raise ApiError(405, "MethodNotAllowed", f"{request.method} on a collection is not allowed")
+    if request.method == "PUT":
+        if not isinstance(body, Mapping):
+            raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+        return store.replace(t.res, t.namespace, t.name, body, subresource=t.subresource), 200
+    if request.method == "PATCH":
+        change = _patcher(t.res, request.content_type, body)
+        return store.update_with(t.res, t.namespace, t.name, change, subresource=t.subresource), 200
+    if request.method == "DELETE":
+        options = body if isinstance(body, Mapping) else {}
+        pre = options.get("preconditions") or {}
+        policy = request.query.get("propagationPolicy") or options.get("propagationPolicy")
+        gone = store.delete(
+            t.res,
+            t.namespace,
+            t.name,
+            uid=pre.get("uid"),
+            resource_version=pre.get("resourceVersion"),
+            propagation=policy or "Background",
+        )
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": {
+                "name": t.name,
+                "group": t.res.group,
+                "kind": t.res.plural,
+                "uid": gone["metadata"]["uid"],
+            },
+        }, 200
+    raise ApiError(405, "MethodNotAllowed", f"{request.method} is not allowed")
+
+
+def _patcher(res: ResourceType, content_type: str, body: Any) -> Any:
+    if content_type == _STRATEGIC and not res.strategic_merge:
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            f"the body of the request was in an unknown format - accepted media types "
+            f"include: {_JSON_PATCH}, {_MERGE}"
+            + ("" if res.group != "batch" else " (strategic merge of batch/v1 is not emulated)"),
+        )
+    if content_type in (_MERGE, _STRATEGIC):
+        if not isinstance(body, Mapping):
+            raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
+        return lambda obj: merge_patch(obj, body)
+    if content_type == _JSON_PATCH:
+
+        def apply(obj: dict[str, Any]) -> Any:
+            try:
+                return json_patch(obj, body)
+            except PatchError as err:
+                raise ApiError(422, "Invalid", f"the JSON patch does not apply: {err}") from err
+
+        return apply
+    raise ApiError(
+        415,
+        "UnsupportedMediaType",
+        f"the body of the request was in an unknown format ({content_type}) - accepted "
+        f"media types include: {_JSON_PATCH}, {_MERGE}",
+    )
+
+
+def _list(store: Store, request: web.Request, t: _Target) -> dict[str, Any]:
+    matchers = [
+        label_selector(request.query.get("labelSelector")),
+        field_selector(request.query.get("fieldSelector")),
+    ]
+    items, revision = store.list_objects(t.res, t.namespace, matchers)
+    meta: dict[str, Any] = {"resourceVersion": str(revision)}
+    start = 0
+    if request.query.get("continue"):
+        try:
+            start = int(request.query["continue"])
+        except ValueError:
+            raise ApiError(400, "BadRequest", "the continue token is invalid") from None
+    limit = int(request.query.get("limit") or 0)
+    if limit > 0:
+        if start + limit < len(items):
+            meta["continue"] = str(start + limit)
+            meta["remainingItemCount"] = len(items) - start - limit
+        items = items[start : start + limit]
+    else:
+        items = items[start:]
+    return {
+        "apiVersion": t.res.api_version,
+        "kind": f"{t.res.kind}List",
+        "metadata": meta,
+        "items": items,
+    }
+
+
+def _visible(t: _Target, obj: Mapping[str, Any] | None, matchers: list[Any]) -> bool:
+    if obj is None:
+        return False
+    if t.namespace is not None and obj["metadata"].get("namespace") != t.namespace:
+        return False
+    return all(m(obj) for m in matchers)
+
+
+def _event(t: _Target, change: Change, matchers: list[Any]) -> dict[str, Any] | None:
+    now = _visible(t, change.obj, matchers)
+    before = _visible(t, change.old, matchers)
+    if change.kind == "MODIFIED" and now != before:
+        # The object entered or left the selected set: the watch cache reports it so.
+        return {"type": "ADDED" if now else "DELETED", "object": change.obj}
+    if now if change.kind != "DELETED" else before:
+        return {"type": change.kind, "object": change.obj}
+    return None
+
+
+async def _watch(store: Store, request: web.Request, t: _Target) -> web.StreamResponse:
+    matchers = [
+        label_selector(request.query.get("labelSelector")),
+        field_selector(request.query.get("fieldSelector")),
+    ]
+    since = request.query.get("resourceVersion") or "0"
+    initial: list[dict[str, Any]] = []
+    error: ApiError | None = None
+    if since == "0":
+        items, _ = store.list_objects(t.res, t.namespace, matchers)
+        initial = [{"type": "ADDED", "object": obj} for obj in items]
+    else:
+        try:
+            changes = store.changes_since(t.res, int(since))
+        except ValueError:
+            raise ApiError(400, "BadRequest", f"resourceVersion {since!r} is invalid") from None
+        except ApiError as err:
+            error = err
+            changes = []
+        initial = [e for c in changes if (e := _event(t, c, matchers)) is not None]
+    queue = store.subscribe(watch=True)  # no await since the snapshot: no change can slip between
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    response.enable_chunked_encoding()
+    try:
+        await response.prepare(request)
+        if error is not None:
+            await response.write(
+                json.dumps({"type": "ERROR", "object": error.status()}).encode() + b"\n"
+            )
+            return response
+        for event in initial:
+            await response.write(json.dumps(event).encode() + b"\n")
+        timeout = float(request.query.get("timeoutSeconds") or 1800)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                break
+            try:
+                change = await asyncio.wait_for(queue.get(), remaining)
+            except TimeoutError:
+                break
+            if change is None:
+                break
+            if change.resource != t.res.key:
+                continue
+            line = _event(t, change, matchers)
+            if line is not None:
+                await response.write(json.dumps(line).encode() + b"\n")
+    except ConnectionResetError:
+        pass  # the client went away
+    finally:
+        store.unsubscribe(queue)
+    return response

@@ -1,0 +1,418 @@
+"""The emulated API server's object store: versions, optimistic concurrency, watch history.
+
+Every write gets the next ``resourceVersion`` from one counter (as etcd's revision), so a
+write computed from an older version is answered with 409, a watch can resume from any
+version still in the history and one older than the history is answered with 410 Gone.
+``uid`` and ``creationTimestamp`` are assigned on create and immutable; ``generation`` counts
+changes outside ``metadata`` and ``status``; a write that changes nothing changes no version
+and sends no event; deleting an owner deletes its dependents (``ownerReferences``), as the
+garbage collector does. All of it runs on one event loop, without locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import secrets
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from bellows.kube.emulator.errors import ApiError, rfc3339
+from bellows.kube.emulator.metadata import metadata_problems
+from bellows.kube.emulator.resources import ResourceType
+from bellows.kube.emulator.schemas import FieldProblem
+from bellows.kube.emulator.selectors import Matcher
+
+__all__ = ["ApiError", "Change", "Store", "rfc3339"]
+
+Admission = Callable[[ResourceType, Mapping[str, Any]], list[FieldProblem]]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One entry of the watch history: what happened to which object at which version."""
+
+    rv: int
+    resource: str
+    kind: str  # ADDED, MODIFIED, DELETED
+    obj: dict[str, Any]
+    old: dict[str, Any] | None
+
+
+def _outside_meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+
+class Store:
+    """Objects of every served resource type, keyed by ``(resource, namespace, name)``."""
+
+    def __init__(
+        self,
+        resources: Iterable[ResourceType],
+        *,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        admission: Admission | None = None,
+        history: int = 10_000,
+    ) -> None:
+        self.resources = {r.key: r for r in resources}
+        self._now = now
+        self._admission = admission
+        self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._history: deque[Change] = deque(maxlen=history)
+        self._revision = 0
+        self._compacted = 0  # versions at or below this one are gone from the history
+        # Every subscriber's queue, and whether it serves an HTTP watch (close_watches ends those).
+        self._subscribers: dict[asyncio.Queue[Change | None], bool] = {}
+        self.writes: list[
+            tuple[str, str, str, str]
+        ] = []  # (verb, resource, ns, name): create, update, update/status, delete
+        self.create_namespace("default")
+
+    # ----- reading -------------------------------------------------------------------------
+
+    @property
+    def revision(self) -> int:
+        return self._revision
+
+    def resource(self, key: str) -> ResourceType:
+        if key not in self.resources:
+            raise ApiError(404, "NotFound", f"the server could not find the resource {key}")
+        return self.resources[key]
+
+    def get(self, res: ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        obj = self._objects.get((res.key, namespace, name))
+        if obj is None:
+            raise ApiError(
+                404,
+                "NotFound",
+                f'{res.qualified} "{name}" not found',
+                details={"name": name, "group": res.group, "kind": res.plural},
+            )
+        return copy.deepcopy(obj)
+
+    def list_objects(
+        self, res: ResourceType, namespace: str | None, matchers: Iterable[Matcher] = ()
+    ) -> tuple[list[dict[str, Any]], int]:
+        checks = list(matchers)
+        items = [
+            copy.deepcopy(obj)
+            for (key, ns, _), obj in sorted(self._objects.items())
+            if key == res.key
+            and (namespace is None or ns == namespace)
+            and all(m(obj) for m in checks)
+        ]
+        return items, self._revision
+
+    def changes_since(self, res: ResourceType, rv: int) -> list[Change]:
+        """History entries of ``res`` after version ``rv``; 410 when ``rv`` is compacted."""
+        if rv < self._compacted or (self._history and rv < self._history[0].rv - 1):
+            raise ApiError(410, "Expired", f"too old resource version: {rv} ({self._compacted})")
+        return [c for c in self._history if c.rv > rv and c.resource == res.key]
+
+    def compact(self) -> None:
+        """Forget the watch history, as etcd compaction does (watches from older versions 410)."""
+        self._history.clear()
+        self._compacted = self._revision
+
+    def subscribe(self, *, watch: bool = False) -> asyncio.Queue[Change | None]:
+        """A queue of every later change; ``None`` in it means the server is stopping."""
+        queue: asyncio.Queue[Change | None] = asyncio.Queue()
+        self._subscribers[queue] = watch
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[Change | None]) -> None:
+        self._subscribers.pop(queue, None)
+
+    def close_watches(self) -> None:
+        """End every open HTTP watch (the server stops, or a test cuts the streams)."""
+        for queue, watch in list(self._subscribers.items()):
+            if watch:
+                queue.put_nowait(None)
+
+    # ----- writing -------------------------------------------------------------------------
+
+    def create_namespace(self, name: str) -> None:
+        res = self.resources["v1/namespaces"]
+        if (res.key, "", name) not in self._objects:
+            self.create(
+                res, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+            )
+
+    def create(
+        self, res: ResourceType, namespace: str | None, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        obj = copy.deepcopy(dict(body))
+        meta = obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise ApiError(400, "BadRequest", "metadata must be an object")
+        ns = self._namespace(res, namespace, meta)
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = f"{meta['generateName']}{secrets.token_hex(3)[:5]}"
+        name = meta.get("name")
+        if not name:
+            raise ApiError(
+                422,
+                "Invalid",
+                "name or generateName is required",
+                causes=[FieldProblem("metadata.name", None, "a required field")],
+            )
+        if (res.key, ns, name) in self._objects:
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'{res.qualified} "{name}" already exists',
+                details={"name": name, "group": res.group, "kind": res.plural},
+            )
+        meta.update(uid=str(uuid.uuid4()), creationTimestamp=rfc3339(self._now()), generation=1)
+        meta.pop("resourceVersion", None)
+        meta.pop("deletionTimestamp", None)
+        if res.status_subresource:
+            obj.pop("status", None)
+        obj = self._admit(res, obj)
+        return self._commit(res, ns, name, obj, None, verb="create")
+
+    def replace(
+        self,
+        res: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        ns = namespace or ""
+        current = self.get(res, ns, name)
+        obj = copy.deepcopy(dict(body))
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else None
+        if meta is None:
+            raise ApiError(400, "BadRequest", "metadata must be an object")
+        if meta.get("name", name) != name:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the name of the object ({meta.get('name')}) "
+                f"does not match the name on the URL ({name})",
+            )
+        expected = meta.get("resourceVersion")
+        if expected in (None, "") and not res.unconditional_update and subresource is None:
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{res.qualified} "{name}" is invalid',
+                causes=[
+                    FieldProblem(
+                        "metadata.resourceVersion", None, "must be specified for an update"
+                    )
+                ],
+            )
+        return self._update(
+            res, ns=ns, current=current, obj=obj, expected=expected, subresource=subresource
+        )
+
+    def update_with(
+        self,
+        res: ResourceType,
+        namespace: str | None,
+        name: str,
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+        *,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """Apply ``change`` to the current object (a patch); the result's version is checked."""
+        ns = namespace or ""
+        current = self.get(res, ns, name)
+        obj = change(copy.deepcopy(current))
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+            raise ApiError(422, "Invalid", "the patched object must keep its metadata object")
+        expected = obj["metadata"].get("resourceVersion")
+        return self._update(
+            res, ns=ns, current=current, obj=obj, expected=expected, subresource=subresource
+        )
+
+    def delete(
+        self,
+        res: ResourceType,
+        namespace: str | None,
+        name: str,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        propagation: str = "Background",
+    ) -> dict[str, Any]:
+        ns = namespace or ""
+        current = self.get(res, ns, name)
+        meta = current["metadata"]
+        if uid is not None and uid != meta["uid"]:
+            raise ApiError(
+                409,
+                "Conflict",
+                f"Precondition failed: UID in precondition: {uid}, "
+                f"UID in object meta: {meta['uid']}",
+            )
+        if resource_version is not None and resource_version != meta["resourceVersion"]:
+            raise ApiError(
+                409,
+                "Conflict",
+                "Precondition failed: ResourceVersion in precondition: "
+                f"{resource_version}, ResourceVersion in object meta: "
+                f"{meta['resourceVersion']}",
+            )
+        if propagation not in ("Background", "Foreground", "Orphan"):
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"propagationPolicy {propagation!r} is invalid: "
+                "expected Background, Foreground or Orphan",
+            )
+        del self._objects[(res.key, ns, name)]
+        self._revision += 1
+        gone = copy.deepcopy(current)
+        gone["metadata"]["resourceVersion"] = str(self._revision)
+        self._record(Change(self._revision, res.key, "DELETED", gone, current))
+        self.writes.append(("delete", res.key, ns, name))
+        self._collect(meta["uid"], orphan=propagation == "Orphan")
+        return gone
+
+    # ----- internals -----------------------------------------------------------------------
+
+    def _namespace(self, res: ResourceType, namespace: str | None, meta: dict[str, Any]) -> str:
+        if not res.namespaced:
+            meta.pop("namespace", None)
+            return ""
+        ns = namespace or meta.get("namespace") or ""
+        if meta.get("namespace", ns) != ns:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the namespace of the object ({meta['namespace']}) "
+                f"does not match the namespace on the URL ({ns})",
+            )
+        if ("v1/namespaces", "", ns) not in self._objects:
+            raise ApiError(
+                404,
+                "NotFound",
+                f'namespaces "{ns}" not found',
+                details={"name": ns, "kind": "namespaces"},
+            )
+        meta["namespace"] = ns
+        return ns
+
+    def _update(
+        self,
+        res: ResourceType,
+        *,
+        ns: str,
+        current: dict[str, Any],
+        obj: dict[str, Any],
+        expected: object,
+        subresource: str | None,
+    ) -> dict[str, Any]:
+        meta = current["metadata"]
+        if expected not in (None, "") and str(expected) != meta["resourceVersion"]:
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {res.qualified} "{meta["name"]}": the object '
+                "has been modified; please apply your changes to the latest version and try again",
+                details={"name": meta["name"], "group": res.group, "kind": res.plural},
+            )
+        if subresource == "status":
+            merged = copy.deepcopy(current)
+            if "status" in obj:
+                merged["status"] = obj["status"]
+            else:
+                merged.pop("status", None)
+            obj = merged
+        elif subresource is not None:
+            raise ApiError(404, "NotFound", f"subresource {subresource!r} is not served")
+        else:
+            if res.status_subresource:
+                obj.pop("status", None)
+                if "status" in current:
+                    obj["status"] = current["status"]
+            new_meta = obj["metadata"]
+            if new_meta.get("uid") not in (None, "", meta["uid"]):
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f"Precondition failed: UID in precondition: "
+                    f"{new_meta['uid']}, UID in object meta: {meta['uid']}",
+                )
+            for key in ("uid", "creationTimestamp", "name", "namespace", "generation"):
+                if key in meta:
+                    new_meta[key] = meta[key]
+                else:
+                    new_meta.pop(key, None)
+        obj = self._admit(res, obj)
+        obj["metadata"]["resourceVersion"] = meta["resourceVersion"]
+        if obj == current:
+            return current  # a no-op write: no new version, no event (as the real server)
+        if _outside_meta(obj) != _outside_meta(current):
+            obj["metadata"]["generation"] = int(meta.get("generation", 1)) + 1
+        name = meta["name"]
+        verb = "update" if subresource is None else f"update/{subresource}"
+        return self._commit(res, ns, name, obj, current, verb=verb)
+
+    def _admit(self, res: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        obj["apiVersion"], obj["kind"] = res.api_version, res.kind
+        obj = res.defaulted(obj)
+        problems = metadata_problems(obj["metadata"]) + res.problems(obj)
+        if self._admission is not None and not problems:
+            problems = self._admission(res, obj)
+        if problems:
+            name = obj["metadata"].get("name", "")
+            summary = "; ".join(p.message() for p in problems[:5])
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{res.kind}.{res.group or "core"} "{name}" is invalid: {summary}',
+                causes=problems,
+                details={"name": name, "group": res.group, "kind": res.kind},
+            )
+        return obj
+
+    def _commit(
+        self,
+        res: ResourceType,
+        ns: str,
+        name: str,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        *,
+        verb: str,
+    ) -> dict[str, Any]:
+        self._revision += 1
+        obj["metadata"]["resourceVersion"] = str(self._revision)
+        self._objects[(res.key, ns, name)] = obj
+        kind = "ADDED" if old is None else "MODIFIED"
+        self._record(Change(self._revision, res.key, kind, copy.deepcopy(obj), old))
+        self.writes.append((verb, res.key, ns, name))
+        return copy.deepcopy(obj)
+
+    def _record(self, change: Change) -> None:
+        self._history.append(change)
+        for queue in list(self._subscribers):
+            queue.put_nowait(change)
+
+    def _collect(self, owner_uid: str, *, orphan: bool) -> None:
+        for (key, ns, name), obj in list(self._objects.items()):
+            refs = obj["metadata"].get("ownerReferences") or []
+            if not any(ref.get("uid") == owner_uid for ref in refs):
+                continue
+            if orphan:
+                kept = [ref for ref in refs if ref.get("uid") != owner_uid]
+                self.update_with(self.resources[key], ns, name, _with_owners(kept))
+            elif (key, ns, name) in self._objects:
+                self.delete(self.resources[key], ns, name)
+
+
+def _with_owners(refs: list[dict[str, Any]]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def change(obj: dict[str, Any]) -> dict[str, Any]:
+        obj["metadata"]["ownerReferences"] = refs
+        return obj
+
+    return change

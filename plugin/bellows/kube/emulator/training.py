@@ -1,0 +1,65 @@
+"""The emulated training script: how far a job has got, at the JSA's speed for its ``(k, b)``.
+
+Pure bookkeeping on an emulated clock (seconds of *training* time; the operator maps real
+time onto it with a compression factor). Each start or resume costs ``restart_cost_s`` of
+no progress (pods start, the checkpoint loads); then the job processes
+``throughput(job, k, b)`` samples per second until suspended or done. Progress survives a
+suspension, as a checkpoint does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from bellows.jobs import JobSpec
+from bellows.scaling import ClusterProfile, throughput
+
+__all__ = ["Segment", "Training", "start", "stop"]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One uninterrupted run: from ``started`` (emulated s) on ``gpus`` with ``batch``."""
+
+    gpus: int
+    batch: int
+    rate: float  # samples per emulated second once the restart cost is paid
+    started: float
+
+
+@dataclass(frozen=True)
+class Training:
+    """A job's training state: samples done before the current segment, and that segment."""
+
+    work: float
+    restart_cost_s: float
+    done_before: float = 0.0
+    segment: Segment | None = None
+    restarts: int = 0
+
+    def samples(self, now: float) -> float:
+        """Samples processed by emulated time ``now`` (capped at ``work``)."""
+        if self.segment is None:
+            return min(self.done_before, self.work)
+        busy = max(0.0, now - self.segment.started - self.restart_cost_s)
+        return min(self.work, self.done_before + busy * self.segment.rate)
+
+    def finish_time(self) -> float | None:
+        """Emulated time at which the current segment completes the work (None if stopped)."""
+        if self.segment is None or self.segment.rate <= 0:
+            return None
+        left = max(0.0, self.work - self.done_before)
+        return self.segment.started + self.restart_cost_s + left / self.segment.rate
+
+
+def start(
+    state: Training, job: JobSpec, *, gpus: int, batch: int, cluster: ClusterProfile, now: float
+) -> Training:
+    """``state`` resumed at ``now`` on ``gpus`` GPUs with global batch ``batch``."""
+    rate = throughput(job, gpus, batch, cluster)
+    return replace(state, segment=Segment(gpus, batch, rate, now), restarts=state.restarts + 1)
+
+
+def stop(state: Training, now: float) -> Training:
+    """``state`` suspended at ``now``: progress so far is kept (the checkpoint)."""
+    return replace(state, done_before=state.samples(now), segment=None)

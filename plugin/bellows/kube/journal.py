@@ -1,0 +1,235 @@
+"""The step journal on each job and the pure planner that picks the next step from it.
+
+Applying ``(k, b)`` to a running job takes several writes (suspend, wait for the operator
+to stop the pods, patch replicas and env, refresh the MPIJob launcher, resume). The
+journal (annotations ``bellows.io/target`` and ``bellows.io/phase``) records how far it
+got *on the job itself*, so whichever controller reads the job next, restarted or not,
+finishes the work. :func:`plan_scale` and :func:`plan_halt` are pure, as h11's state
+machine: given the object as read, they return the one next step, which the actuator
+performs and then plans again from a fresh read. Every ``SendPatch`` carries the
+``resourceVersion`` it was computed from, so a write over a concurrent change fails (409)
+instead of undoing it.
+
+Phases: ``queued`` (held by Bellows before its start), ``suspending`` (suspend written,
+waiting for the operator), ``patched`` (replicas and env rewritten while suspended),
+``done`` (resumed at the target), ``rejected``, ``preempted``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from bellows.jobs import SpecError
+from bellows.kube import keys
+from bellows.kube.kinds import JobKind, parse_time
+
+__all__ = [
+    "AwaitHalt",
+    "DeleteLauncher",
+    "Journal",
+    "Nothing",
+    "Phase",
+    "SendPatch",
+    "Step",
+    "plan_halt",
+    "plan_scale",
+    "target_env",
+]
+
+
+class Phase(StrEnum):
+    QUEUED = "queued"
+    SUSPENDING = "suspending"
+    PATCHED = "patched"
+    DONE = "done"
+    REJECTED = "rejected"
+    PREEMPTED = "preempted"
+
+
+@dataclass(frozen=True)
+class Journal:
+    """What Bellows last wrote on the job (a malformed entry reads as absent)."""
+
+    phase: Phase | None = None
+    target: tuple[int, int] | None = None
+    allocation: tuple[int, int] | None = None
+    requested: tuple[int, int] | None = None
+    suspended_at: datetime | None = None
+
+    @classmethod
+    def read(cls, annotations: Mapping[str, str]) -> Journal:
+        def pair(key: str) -> tuple[int, int] | None:
+            try:
+                return keys.parse_pair(key, annotations.get(key))
+            except SpecError:
+                return None
+
+        phase_text = annotations.get(keys.PHASE)
+        phase = Phase(phase_text) if phase_text in set(Phase) else None
+        return cls(
+            phase=phase,
+            target=pair(keys.TARGET),
+            allocation=pair(keys.ALLOCATION),
+            requested=pair(keys.REQUESTED),
+            suspended_at=parse_time(annotations.get(keys.SUSPENDED_AT)),
+        )
+
+
+@dataclass(frozen=True)
+class SendPatch:
+    """Send this JSON merge patch to the job (it carries its ``resourceVersion``)."""
+
+    body: dict[str, Any]
+    phase: Phase
+
+
+@dataclass(frozen=True)
+class AwaitHalt:
+    """Wait until the operator confirms the suspension (its pods are gone)."""
+
+
+@dataclass(frozen=True)
+class DeleteLauncher:
+    """Delete the MPIJob's launcher batch Job, so that it is recreated from the new spec."""
+
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class Nothing:
+    """The job is already in the wanted state."""
+
+    reason: str = field(default="")
+
+
+Step = SendPatch | AwaitHalt | DeleteLauncher | Nothing
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def target_env(settings: keys.Settings, gpus: int, batch: int) -> dict[str, str]:
+    """Env values that give the training script global batch ``batch`` on ``gpus`` GPUs."""
+    env: dict[str, str] = {}
+    if settings.batch_env:
+        env[settings.batch_env] = str(batch)
+    if settings.local_batch_env:
+        env[settings.local_batch_env] = str(-(-batch // gpus))  # the slowest GPU's share
+    return env
+
+
+def _body(
+    obj: Mapping[str, Any], notes: Mapping[str, str | None], spec: Mapping[str, Any]
+) -> dict[str, Any]:
+    meta = obj["metadata"]
+    return {
+        "metadata": {"resourceVersion": meta["resourceVersion"], "annotations": dict(notes)},
+        "spec": dict(spec),
+    }
+
+
+def _merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = (
+            _merge(out[key], value)
+            if isinstance(out.get(key), Mapping) and isinstance(value, Mapping)
+            else value
+        )
+    return out
+
+
+def _spec_matches(kind: JobKind, obj: Mapping[str, Any], gpus: int, env: Mapping[str, str]) -> bool:
+    view = kind.view(obj, tuple(env))
+    return view.gpus == gpus and all(
+        values and all(v == env[name] for v in values) for name, values in view.env.items()
+    )
+
+
+def _launcher_stale(launcher: Mapping[str, Any], env: Mapping[str, str]) -> bool:
+    pod = ((launcher.get("spec") or {}).get("template") or {}).get("spec") or {}
+    for container in pod.get("containers") or []:
+        found = {e.get("name"): e.get("value") for e in container.get("env") or []}
+        if any(found.get(name) != value for name, value in env.items()):
+            return True
+    return False
+
+
+def plan_scale(
+    kind: JobKind,
+    obj: Mapping[str, Any],
+    *,
+    target: tuple[int, int],
+    env: Mapping[str, str],
+    requested: tuple[int, int],
+    launcher: Mapping[str, Any] | None,
+    now: datetime,
+) -> Step:
+    """The next step towards running ``obj`` on ``target = (gpus, batch)`` with ``env``."""
+    view = kind.view(obj, tuple(env))
+    journal = Journal.read(view.annotations)
+    gpus, batch = target
+    pair = keys.format_pair(gpus, batch)
+    notes: dict[str, str | None] = {}
+    if journal.requested is None:
+        notes[keys.REQUESTED] = keys.format_pair(*requested)
+    suspend = {"runPolicy": {"suspend": True}}
+    if (
+        journal.phase is Phase.DONE
+        and journal.target == target == journal.allocation
+        and not view.suspended
+        and _spec_matches(kind, obj, gpus, env)
+    ):
+        return Nothing("already running at the target")
+    ongoing = journal.target == target and journal.phase in (Phase.SUSPENDING, Phase.PATCHED)
+    if not ongoing or not view.suspended:
+        # Begin (again): someone may have resumed the job between our steps.
+        if view.suspended and kind.halted(obj, journal.suspended_at):
+            spec = _merge(suspend, kind.scale_patch(obj, gpus, env))
+            notes |= {keys.TARGET: pair, keys.PHASE: Phase.PATCHED}
+            return SendPatch(_body(obj, notes, spec), Phase.PATCHED)
+        notes |= {keys.TARGET: pair, keys.PHASE: Phase.SUSPENDING}
+        if not view.suspended:
+            notes[keys.SUSPENDED_AT] = _stamp(now)
+        return SendPatch(_body(obj, notes, suspend), Phase.SUSPENDING)
+    if journal.phase is Phase.SUSPENDING or not _spec_matches(kind, obj, gpus, env):
+        if not kind.halted(obj, journal.suspended_at):
+            return AwaitHalt()
+        notes |= {keys.PHASE: Phase.PATCHED}
+        return SendPatch(_body(obj, notes, kind.scale_patch(obj, gpus, env)), Phase.PATCHED)
+    if launcher is not None and _launcher_stale(launcher, env):
+        return DeleteLauncher(launcher["metadata"]["name"], launcher["metadata"]["uid"])
+    notes |= {
+        keys.PHASE: Phase.DONE,
+        keys.ALLOCATION: pair,
+        keys.STATUS: f"running on {gpus} GPUs with global batch {batch}",
+    }
+    return SendPatch(_body(obj, notes, {"runPolicy": {"suspend": False}}), Phase.DONE)
+
+
+def plan_halt(
+    kind: JobKind,
+    obj: Mapping[str, Any],
+    *,
+    phase: Phase,
+    message: str,
+    requested: tuple[int, int] | None,
+    now: datetime,
+) -> Step:
+    """The next step towards leaving ``obj`` suspended in ``phase`` (queued/rejected/preempted)."""
+    view = kind.view(obj, ())
+    journal = Journal.read(view.annotations)
+    if view.suspended and journal.phase is phase:
+        return Nothing(f"already {phase}")
+    notes: dict[str, str | None] = {keys.PHASE: phase, keys.TARGET: None, keys.STATUS: message}
+    if journal.requested is None and requested is not None:
+        notes[keys.REQUESTED] = keys.format_pair(*requested)
+    if not view.suspended:
+        notes[keys.SUSPENDED_AT] = _stamp(now)
+    return SendPatch(_body(obj, notes, {"runPolicy": {"suspend": True}}), phase)

@@ -1,0 +1,207 @@
+"""The interface every job kind implements, and the immutable view of one job it reads.
+
+As Kueue's ``GenericJob``: one small interface (:class:`JobKind`), one module per kind under
+``bellows.kube.adapters``. A kind turns a raw object into a :class:`JobView` (pure, no I/O)
+and builds the merge patches that scale it, as plain data; sending them is the actuator's
+job. Fields shared by both Kubeflow kinds (``runPolicy.suspend``, conditions) are read by
+the helpers at the bottom.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from bellows.jobs import SpecError
+
+__all__ = ["JobKind", "JobRef", "JobView", "conditions", "finished_state", "parse_time"]
+
+KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+GPU = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True, order=True)
+class JobRef:
+    """Which job: ``kind`` (``PyTorchJob``/``MPIJob``), namespace and name.
+
+    :attr:`key` (``pytorchjob/<namespace>/<name>``) is the job's name in the autoscaler
+    core: readable in logs and decisions, and unique across kinds, which
+    ``<namespace>/<name>`` alone is not (a PyTorchJob and an MPIJob may share a name).
+    """
+
+    kind: str
+    namespace: str
+    name: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind.lower()}/{self.namespace}/{self.name}"
+
+    @classmethod
+    def parse(cls, key: str, kinds: Mapping[str, str]) -> JobRef:
+        """The ref of ``key``; ``kinds`` maps lowercase kind to kind (``mpijob``: ``MPIJob``)."""
+        parts = key.split("/")
+        if len(parts) != 3 or parts[0] not in kinds or not parts[1] or not parts[2]:
+            raise SpecError("job", key, f"'<kind>/<namespace>/<name>' with kind in {sorted(kinds)}")
+        return cls(kinds[parts[0]], parts[1], parts[2])
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What Bellows needs from one job object, read at one ``resource_version``.
+
+    ``gpus`` counts the GPUs of the replicas that train, ``gpu_step`` the GPUs one more
+    replica adds; ``batch_env`` holds the literal values of the batch env vars found on the
+    training containers (``None`` where a container lacks one). ``blocker`` says why Bellows
+    must not manage the job (another controller owns its size), else ``None``.
+    """
+
+    ref: JobRef
+    uid: str
+    resource_version: str
+    annotations: Mapping[str, str]
+    suspended: bool
+    finished: str | None  # "Succeeded", "Failed" or None
+    gpus: int
+    gpu_step: int
+    min_gpus: int
+    env: Mapping[str, tuple[str | None, ...]] = field(default_factory=dict)
+    blocker: str | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+class JobKind(Protocol):
+    """One Kubeflow job kind: how to read it and how to scale it."""
+
+    kind: str
+    group: str
+    version: str
+    plural: str
+
+    def view(self, obj: Mapping[str, Any], env_names: tuple[str, ...]) -> JobView:
+        """The job's view; :class:`SpecError` names a spec field Bellows cannot work with."""
+        ...
+
+    def scale_patch(
+        self, obj: Mapping[str, Any], gpus: int, env: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """The ``spec`` part of a merge patch giving the job ``gpus`` GPUs and ``env`` values."""
+        ...
+
+    def halted(self, obj: Mapping[str, Any], since: datetime | None) -> bool:
+        """Whether the operator has stopped the job's pods after a suspend at ``since``."""
+        ...
+
+    def launcher(self, obj: Mapping[str, Any]) -> str | None:
+        """Name of the batch Job to delete while suspended so that a new spec applies."""
+        ...
+
+
+def conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The job's status conditions by type."""
+    found = (obj.get("status") or {}).get("conditions") or []
+    return {c["type"]: c for c in found if isinstance(c, Mapping) and "type" in c}
+
+
+def finished_state(obj: Mapping[str, Any]) -> str | None:
+    """``Succeeded`` or ``Failed`` when that condition is ``True``, else ``None``."""
+    by_type = conditions(obj)
+    for state in ("Succeeded", "Failed"):
+        if by_type.get(state, {}).get("status") == "True":
+            return state
+    return None
+
+
+def parse_time(text: object) -> datetime | None:
+    """An RFC 3339 timestamp, or ``None`` when absent or malformed."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def halted_by_conditions(obj: Mapping[str, Any], since: datetime | None) -> bool:
+    """Suspended in spec, and the operator has confirmed it (or never started the job).
+
+    The operator confirms with ``Suspended=True``; ``since`` (when Bellows set suspend)
+    rules out a stale confirmation from an earlier suspension. A job that has never run
+    (no ``startTime``, no ``Running`` condition) has no pods to stop.
+    """
+    if not ((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend", False):
+        return False
+    by_type = conditions(obj)
+    suspended = by_type.get("Suspended", {})
+    if suspended.get("status") == "True":
+        moment = parse_time(suspended.get("lastTransitionTime"))
+        if since is None or (moment is not None and moment >= since.replace(microsecond=0)):
+            return True
+    return "Running" not in by_type and not (obj.get("status") or {}).get("startTime")
+
+
+def gpu_limit(container: Mapping[str, Any], where: str) -> int:
+    """The container's ``nvidia.com/gpu`` limit (0 when absent)."""
+    limits = (container.get("resources") or {}).get("limits") or {}
+    value = limits.get(GPU, 0)
+    text = str(value)
+    if not text.isdigit():
+        raise SpecError(f"{where}.resources.limits.{GPU}", value, "a whole number of GPUs")
+    return int(text)
+
+
+def env_values(containers: list[Mapping[str, Any]], name: str, where: str) -> list[str | None]:
+    """The literal value of env var ``name`` in each container (``None`` where absent)."""
+    values: list[str | None] = []
+    for i, container in enumerate(containers):
+        found: str | None = None
+        for entry in container.get("env") or []:
+            if entry.get("name") == name:
+                if "valueFrom" in entry:
+                    raise SpecError(
+                        f"{where}.containers[{i}].env.{name}",
+                        "valueFrom",
+                        "a literal value that Bellows can patch",
+                    )
+                found = str(entry.get("value", ""))
+        values.append(found)
+    return values
+
+
+def with_env(container: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """A copy of ``container`` whose env sets each of ``env`` (replaced in place or appended)."""
+    out = dict(container)
+    entries = [dict(e) for e in container.get("env") or []]
+    for name, value in env.items():
+        for entry in entries:
+            if entry.get("name") == name:
+                entry.clear()
+                entry.update(name=name, value=value)
+                break
+        else:
+            entries.append({"name": name, "value": value})
+    out["env"] = entries
+    return out
+
+
+def kueue_blocker(obj: Mapping[str, Any]) -> str | None:
+    """Why a Kueue-managed job is refused, or ``None``."""
+    meta = obj.get("metadata") or {}
+    queue = (meta.get("labels") or {}).get(KUEUE_QUEUE) or (meta.get("annotations") or {}).get(
+        KUEUE_QUEUE
+    )
+    if queue:
+        return (
+            f"managed by Kueue ({KUEUE_QUEUE}={queue}): Kueue admits it by flipping suspend and "
+            "re-admits it when its size changes, so Bellows would fight it; remove the queue "
+            "name or the bellows.io/ annotations"
+        )
+    managed_by = ((obj.get("spec") or {}).get("runPolicy") or {}).get("managedBy")
+    if managed_by and managed_by not in (
+        "kubeflow.org/training-operator",
+        "kubeflow.org/mpi-operator",
+    ):
+        return f"spec.runPolicy.managedBy={managed_by!r}: another controller runs this job"
+    return None

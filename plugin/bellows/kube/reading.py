@@ -1,0 +1,214 @@
+"""Reading the cluster: opted-in jobs as validated ``JobSpec``s, or the reason they are not.
+
+:class:`JobReader` lists and then watches every job kind, and turns each change into an
+:class:`Observation`: a job arrived (with its spec and, for a job Bellows already runs,
+the allocation its journal records, so a restarted controller rebuilds its state), a job
+finished or was deleted, or a job's settings are wrong (the actuator reports those to the
+owner). A job without ``bellows.io/`` annotations yields nothing: its metadata is the only
+part read. A watch that expires (410) is answered by listing again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bellows.jobs import Allocation, JobSpec, SpecError
+from bellows.kube import keys
+from bellows.kube.adapters import KINDS
+from bellows.kube.client import ExpiredError, KubeApi
+from bellows.kube.journal import Journal, Phase
+from bellows.kube.kinds import JobKind, JobRef, JobView
+from bellows.kube.specs import build_spec
+from bellows.scaling import JobProfile
+
+__all__ = ["Arrived", "Deleted", "Finished", "Invalid", "JobReader", "Observation"]
+
+
+@dataclass(frozen=True)
+class Arrived:
+    """An opted-in job with valid settings (seen for the first time, or with a new spec).
+
+    ``running`` is the allocation the journal says the job runs with (``None`` for a job
+    Bellows has not started, or has suspended again).
+    """
+
+    spec: JobSpec
+    view: JobView
+    running: Allocation | None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The job's ``Succeeded`` or ``Failed`` condition turned ``True``."""
+
+    job: str
+    state: str
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """The job opted in, but Bellows must leave it alone; ``problem`` says why.
+
+    ``refused`` marks a job another controller sizes (Kueue, an HPA), as opposed to
+    settings that are wrong.
+    """
+
+    job: str
+    problem: str
+    refused: bool = False
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """The job is gone."""
+
+    job: str
+
+
+Observation = Arrived | Finished | Invalid | Deleted
+
+
+class JobReader:
+    """Lists and watches opted-in jobs of every kind; see the module docstring."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        kinds: Iterable[JobKind] = KINDS,
+        namespace: str | None = None,
+        watch_timeout_s: int = 300,
+    ) -> None:
+        self._api = api
+        self._kinds = tuple(kinds)
+        self._namespace = namespace
+        self._watch_timeout_s = watch_timeout_s
+
+    async def examine(self, kind: JobKind, obj: Mapping[str, Any]) -> Observation | None:
+        """What ``obj`` means to Bellows; ``None`` for a job that did not opt in."""
+        meta = obj.get("metadata") or {}
+        notes = meta.get("annotations") or {}
+        if not keys.opted_in(notes):
+            return None
+        key = JobRef(kind.kind, meta.get("namespace", ""), meta.get("name", "")).key
+        try:
+            view = kind.view(obj, ())
+            if view.finished is not None:
+                return Finished(key, view.finished)
+            if view.blocker is not None:
+                return Invalid(key, view.blocker, refused=True)
+            settings = keys.parse_settings(notes)
+            view = kind.view(obj, settings.env_names)
+            profile = await self._profile(view.ref.namespace, settings.profile)
+            spec = build_spec(view, settings, profile)
+        except SpecError as err:
+            return Invalid(key, str(err))
+        journal = Journal.read(notes)
+        running = None
+        if journal.phase is Phase.DONE and journal.allocation and not view.suspended:
+            running = Allocation(*journal.allocation)
+        return Arrived(spec, view, running)
+
+    async def _profile(self, namespace: str, source: JobProfile | keys.ConfigMapRef) -> JobProfile:
+        if isinstance(source, JobProfile):
+            return source
+        where = f"configmap {source.name}"
+        configmap = await self._api.get_configmap(namespace, source.name)
+        if configmap is None:
+            raise SpecError(keys.PROFILE_CONFIGMAP, source.name, f"a ConfigMap in {namespace}")
+        text = (configmap.get("data") or {}).get(source.key)
+        if text is None:
+            raise SpecError(f"{where} data.{source.key}", None, "a JobProfile JSON document")
+        return keys.parse_profile_text(f"{where} data.{source.key}", text)
+
+    async def snapshot(self) -> list[Observation]:
+        """One observation per opted-in job now in the cluster."""
+        out: list[Observation] = []
+        for kind in self._kinds:
+            items, _ = await self._api.list_jobs(kind, self._namespace)
+            for obj in items:
+                seen = await self.examine(kind, obj)
+                if seen is not None:
+                    out.append(seen)
+        return out
+
+    async def observe(self) -> AsyncIterator[Observation]:
+        """Every change that matters, as it happens, forever (close the iterator to stop).
+
+        Each job's observation is yielded when it differs from the last one yielded for it
+        (the writes Bellows itself makes change nothing here).
+        """
+        queue: asyncio.Queue[Observation | BaseException] = asyncio.Queue()
+        tasks = [asyncio.create_task(self._follow(kind, queue)) for kind in self._kinds]
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _follow(self, kind: JobKind, out: asyncio.Queue[Observation | BaseException]) -> None:
+        last: dict[str, tuple[str, Observation]] = {}  # job -> (uid, last observation)
+
+        async def note(obj: Mapping[str, Any]) -> None:
+            seen = await self.examine(kind, obj)
+            meta = obj["metadata"]
+            key = JobRef(kind.kind, meta["namespace"], meta["name"]).key
+            if seen is None:
+                return
+            previous = last.get(key)
+            if previous is not None and previous[0] != meta["uid"]:
+                await out.put(Deleted(key))  # deleted and created again under the same name
+                previous = None
+            if previous is None or _differs(previous[1], seen):
+                last[key] = (meta["uid"], seen)
+                await out.put(seen)
+
+        try:
+            while True:
+                items, version = await self._api.list_jobs(kind, self._namespace)
+                present = set()
+                for obj in items:
+                    present.add(
+                        JobRef(kind.kind, obj["metadata"]["namespace"], obj["metadata"]["name"]).key
+                    )
+                    await note(obj)
+                for key in [k for k in last if k not in present]:
+                    del last[key]
+                    await out.put(Deleted(key))
+                try:
+                    while True:
+                        async for event, obj in self._api.watch_jobs(
+                            kind, self._namespace, version, timeout_s=self._watch_timeout_s
+                        ):
+                            version = obj["metadata"]["resourceVersion"]
+                            if event == "DELETED":
+                                key = JobRef(
+                                    kind.kind, obj["metadata"]["namespace"], obj["metadata"]["name"]
+                                ).key
+                                if last.pop(key, None) is not None:
+                                    await out.put(Deleted(key))
+                            elif event in ("ADDED", "MODIFIED"):
+                                await note(obj)
+                except ExpiredError:
+                    continue  # list again from now
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            await out.put(err)
+
+
+def _differs(before: Observation, after: Observation) -> bool:
+    if isinstance(before, Arrived) and isinstance(after, Arrived):
+        return before.spec != after.spec
+    return before != after
