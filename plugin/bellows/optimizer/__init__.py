@@ -1,0 +1,23 @@
+"""The optimizer: exact GPU allocation (a multiple-choice knapsack DP) and FIFO admission.
+
+Works on value tables only (``values[j, k]``: worth of ``k`` GPUs for job ``j``), so it knows
+nothing of jobs, batches or the autoscaler. ``allocate`` is the contract of DESIGN.md §5;
+``admit`` is what the autoscaler calls each round. ``*_reference`` are the NumPy float64
+versions the tests check the JAX kernels against.
+"""
+
+from bellows.optimizer.admission import admit
+from bellows.optimizer.errors import Infeasible
+from bellows.optimizer.reference import admit_reference, allocate_reference
+from bellows.optimizer.results import Admission
+from bellows.optimizer.solving import Method, allocate
+
+__all__ = [
+    "Admission",
+    "Infeasible",
+    "Method",
+    "admit",
+    "admit_reference",
+    "allocate",
+    "allocate_reference",
+]

@@ -1,0 +1,142 @@
+"""``allocate``: pad to size buckets, pick a path, run the jitted kernels, unpad.
+
+Shapes are padded to quarter-octave buckets (at most 25 % padding) so that repeated calls at
+similar sizes reuse one compiled kernel: rows to a bucket of ``n`` (padding rows take 0 GPUs
+at value 0), columns to a bucket of ``k_max`` (``-inf``), the DP window to a bucket of its
+width. Capacity is a traced scalar, never a shape.
+
+Paths (``method``): ``"numpy"`` (the reference DP), ``"dense"`` (the JAX DP over every GPU
+count), ``"band"`` (the JAX DP confined to the provably optimal band, see
+:func:`bellows.optimizer.kernels.make_bands`; bounds and DP run in one dispatch at a width
+guessed from the last call, and again, wider, if the guess was short; it falls back to dense
+when the band is no narrower), and ``"auto"``, which picks by size from the measurements in
+``docs/optimizer.md``. All return the same allocation.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Literal
+
+import jax
+import numpy as np
+import numpy.typing as npt
+
+from bellows.jobs import SpecError
+from bellows.optimizer import kernels
+from bellows.optimizer.errors import Infeasible, Values, check_capacity, check_values, min_gpus
+from bellows.optimizer.reference import solve_reference
+
+__all__ = ["Method", "Solution", "allocate", "bucket", "solve_rows"]
+
+Method = Literal["auto", "numpy", "dense", "band"]
+METHODS: tuple[str, ...] = ("auto", "numpy", "dense", "band")
+
+# "auto" thresholds, in DP cells n*(capacity+1)*(k_max+1) (see docs/optimizer.md).
+NUMPY_BELOW = 400  # below this the reference's few NumPy calls beat a JAX dispatch
+BAND_FROM = 8_000_000  # from here the band pass (about 1 ms) pays for itself
+Gpus = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class Solution:
+    """An optimal allocation, its objective (the DP's sum) and the path that found it."""
+
+    gpus: Gpus
+    objective: float
+    path: Literal["numpy", "dense", "band", "trivial"]
+
+
+def bucket(size: int, *, minimum: int) -> int:
+    """Smallest ``m * 2**e >= size`` with ``m`` in 4..8: quarter-octave steps."""
+    size = max(size, minimum)
+    shift = max(size.bit_length() - 3, 0)
+    return -(-size // (1 << shift)) << shift
+
+
+@functools.lru_cache(maxsize=128)
+def _dp(jobs: int, k_max: int, width: int) -> kernels.DpFn:
+    fn: kernels.DpFn = jax.jit(kernels.make_dp(jobs=jobs, k_max=k_max, width=width))
+    return fn
+
+
+@functools.lru_cache(maxsize=64)
+def _banded(jobs: int, k_max: int, width: int) -> kernels.BandedFn:
+    fn: kernels.BandedFn = jax.jit(kernels.make_banded(jobs=jobs, k_max=k_max, width=width))
+    return fn
+
+
+# Band width of the last banded call per (rows, columns) bucket: the next call's guess.
+_last_width: dict[tuple[int, int], int] = {}
+FIRST_WIDTH = 64
+
+
+def _pad(rows: Values, jobs: int, k_max: int) -> Values:
+    padded = np.full((jobs, k_max + 1), -np.inf)  # [jobs, k_max+1]
+    padded[: rows.shape[0], : rows.shape[1]] = rows
+    padded[rows.shape[0] :, 0] = 0.0  # padding rows: no GPUs, worth nothing
+    return padded
+
+
+def solve_rows(rows: Values, capacity: int, *, method: Method = "auto") -> Solution:
+    """Optimal GPUs per row and objective for validated ``rows``; Infeasible if none fits."""
+    n, cols = rows.shape
+    least = min_gpus(rows)
+    needed = int(least.sum())
+    if needed > capacity:
+        raise Infeasible(needed, capacity)
+    if n == 0:
+        return Solution(np.zeros(0, dtype=np.int64), 0.0, "trivial")
+    # No row can use more than its largest allowed count: capacity beyond their sum is idle.
+    most_total = int((cols - 1 - np.argmax(np.isfinite(rows[:, ::-1]), axis=1)).sum())
+    capacity = min(capacity, most_total)
+    cells = n * (capacity + 1) * cols
+    if method == "numpy" or (method == "auto" and cells < NUMPY_BELOW):
+        return Solution(*solve_reference(rows, capacity), "numpy")
+    padded = _pad(rows, bucket(n, minimum=8), bucket(cols - 1, minimum=1))
+    dense = bucket(capacity + 1, minimum=8)
+    with jax.enable_x64(True):
+        if method == "band" or (method == "auto" and cells >= BAND_FROM):
+            banded = _banded_solve(padded, capacity, dense)
+            if banded is not None:
+                return Solution(banded[0][:n], banded[1], "band")
+        gpus, objective = _dp(padded.shape[0], padded.shape[1] - 1, dense)(
+            padded, np.zeros(padded.shape[0], dtype=np.int32), np.int32(capacity)
+        )
+        return Solution(np.asarray(gpus)[:n].astype(np.int64), float(objective), "dense")
+
+
+def _banded_solve(padded: Values, capacity: int, dense: int) -> tuple[Gpus, float] | None:
+    """The band path, guessing the width from the last call; None: no narrower than dense."""
+    key = (padded.shape[0], padded.shape[1])
+    width = min(_last_width.get(key, FIRST_WIDTH), dense)
+    while width < dense:
+        fn = _banded(padded.shape[0], padded.shape[1] - 1, width)
+        gpus, objective, needed = fn(padded, np.int32(capacity))
+        fits = int(needed) <= width
+        # remember the width this instance needed (narrower or wider) for the next call
+        _last_width[key] = bucket(min(int(needed), dense), minimum=8)
+        if fits:
+            return np.asarray(gpus).astype(np.int64), float(objective)
+        width = _last_width[key]
+    return None
+
+
+def allocate(values: object, capacity: object, *, method: Method = "auto") -> Gpus:
+    """GPUs per job maximizing ``sum_j values[j, gpus[j]]`` with ``sum(gpus) <= capacity``.
+
+    ``values``: float ``[n_jobs, k_max+1]``, ``values[j, k]`` the worth of giving job ``j``
+    exactly ``k`` GPUs, ``-inf`` where not allowed (``-inf`` in column 0: the job must be
+    placed). Returns int64 ``[n_jobs]``; exact, ties broken as ``docs/optimizer.md`` says.
+    Raises :class:`Infeasible` when no allocation has a finite sum, and
+    :class:`bellows.jobs.SpecError` (a ValueError) for a bad shape, NaN, ``+inf`` or a
+    negative capacity.
+    """
+    array = check_values(values)
+    cap = check_capacity(capacity)
+    if method not in METHODS:
+        raise SpecError("method", method, " or ".join(repr(m) for m in METHODS))
+    if cap > 2**30:
+        raise SpecError("capacity", cap, "at most 2**30 GPUs")
+    return solve_rows(array, cap, method=method).gpus

@@ -1,0 +1,48 @@
+"""Padded shapes: a second call in the same size bucket reuses the compiled kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bellows.optimizer import admit, allocate
+from bellows.optimizer.kernels import trace_counts
+from bellows.optimizer.solving import bucket
+
+
+def test_bucket_steps_are_quarter_octaves():
+    assert [bucket(x, minimum=8) for x in (1, 8, 9, 11, 17, 20, 21, 100, 1000)] == [
+        8, 8, 10, 12, 20, 20, 24, 112, 1024,
+    ]  # fmt: skip
+    for size in range(1, 5000):
+        assert size <= bucket(size, minimum=1) <= max(size * 1.25, 8)
+
+
+def test_same_padded_shape_does_not_retrace():
+    rng = np.random.default_rng(0)
+
+    def table(jobs: int) -> np.ndarray:
+        values = rng.random((jobs, 13))  # k_max 12
+        values[:, 0] = -np.inf
+        return values
+
+    allocate(table(100), 300, method="dense")
+    before = trace_counts()
+    # 97..112 jobs share the 112-row bucket; 256..319 GPUs the 320-wide dense window
+    allocate(table(112), 319, method="dense")
+    allocate(table(97), 256, method="dense")
+    admit(table(100), 300, required=40, method="dense")
+    assert trace_counts() == before
+
+
+def test_band_path_reuses_its_kernel_for_the_same_shape():
+    rng = np.random.default_rng(1)
+    values = rng.random((100, 13))
+    values[:, 0] = -np.inf
+    # The first calls may compile for the first width guess, then for the width that fits
+    # (wider, or narrower: the guess follows the last instance).
+    allocate(values, 300, method="band")
+    allocate(values, 300, method="band")
+    before = trace_counts()
+    allocate(values, 300, method="band")
+    allocate(values * 2.0, 300, method="band")  # other values, the same band
+    assert trace_counts() == before
