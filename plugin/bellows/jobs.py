@@ -19,7 +19,9 @@ __all__ = [
     "JobSpec",
     "SpecError",
     "StepProfile",
+    "check_names_unique",
     "feasible_allocations",
+    "is_feasible",
 ]
 
 
@@ -152,7 +154,7 @@ class JobSpec:
         if self.gpus > self.k_max:
             raise SpecError("gpus", self.gpus, f"<= k_max ({self.k_max})")
         if self.elastic:
-            if not feasible_allocations(self):
+            if not _has_feasible_batch(self):
                 raise SpecError(
                     "b_min",
                     self.b_min,
@@ -199,10 +201,23 @@ def feasible_allocations(job: JobSpec) -> list[Allocation]:
         return [Allocation(job.gpus, job.batch_size)]
     out: list[Allocation] = []
     for k in range(1, job.k_max + 1):
-        m_lo = max(1, -(-job.b_min // k))
-        m_hi = min(job.m_max, job.b_max // k)
+        m_lo, m_hi = _batch_range(job, k)
         out.extend(Allocation(k, k * m) for m in range(m_lo, m_hi + 1))
     return out
+
+
+def _batch_range(job: JobSpec, k: int) -> tuple[int, int]:
+    """Per-GPU batches ``m`` allowed on ``k`` GPUs: ``[lo, hi]`` (empty when ``lo > hi``)."""
+    return max(1, -(-job.b_min // k)), min(job.m_max, job.b_max // k)
+
+
+def _has_feasible_batch(job: JobSpec) -> bool:
+    """Whether some ``b = k*m`` is allowed: O(k_max), without listing the allocations."""
+    for k in range(1, job.k_max + 1):
+        lo, hi = _batch_range(job, k)
+        if lo <= hi:
+            return True
+    return False
 
 
 def is_feasible(job: JobSpec, allocation: Allocation, *, fixed_batch: bool = False) -> bool:
@@ -215,11 +230,11 @@ def is_feasible(job: JobSpec, allocation: Allocation, *, fixed_batch: bool = Fal
             and 1 <= allocation.gpus <= min(job.k_max, job.batch_size)
             and allocation.local_batch <= job.m_max
         )
-    return allocation in _feasible_set(job)
-
-
-def _feasible_set(job: JobSpec) -> frozenset[Allocation]:
-    return frozenset(feasible_allocations(job))
+    k, b = allocation.gpus, allocation.batch
+    if not 1 <= k <= job.k_max or b % k:
+        return False
+    lo, hi = _batch_range(job, k)
+    return lo <= b // k <= hi
 
 
 def check_names_unique(jobs: Sequence[JobSpec]) -> None:

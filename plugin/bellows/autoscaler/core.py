@@ -70,6 +70,7 @@ class Autoscaler:
         self._capacity = _check_capacity(capacity)
         self._clock = RoundClock(config.delta_s, config.early_share)
         self._s = _State()
+        self._row_cache: dict[tuple[object, ...], _Row] = {}
         self.last_round: RoundStats | None = None
 
     # ------------------------------------------------------------------ facts in
@@ -275,6 +276,17 @@ class Autoscaler:
         return [Reject(name, f"did not fit in {self._capacity} GPUs") for name in dropped]
 
     def _row(self, job: JobSpec) -> _Row:
+        """The job's row; jobs from one template (all but name and work equal) share it."""
+        key = (
+            job.b_min, job.b_max, job.batch_size, job.k_max, job.m_max, job.weights,
+            job.profile, job.elastic, job.gpus,
+        )  # fmt: skip
+        row = self._row_cache.get(key)
+        if row is None:
+            row = self._row_cache[key] = self._compute_row(job)
+        return row
+
+    def _compute_row(self, job: JobSpec) -> _Row:
         fixed = self._config.policy is Policy.BASELINE
         tables = tsf_tables([job], self._cluster, fixed_batch=fixed, width=job.k_max)
         values = tables.values[0].astype(np.float64)

@@ -1,0 +1,299 @@
+"""The discrete-event simulator (DESIGN.md §2): the autoscaler core driven by a trace.
+
+The simulator owns the truth about progress. A running job processes ``X(b, k)`` samples per
+second (``bellows.scaling.throughput``), exactly, between events: there is no time step.
+After a rescale it makes no progress for ``config.restart_cost_s`` seconds (the checkpoint
+and restart), and its completion event moves. Events are arrivals, completions and changes
+of capacity, kept in one heap keyed ``(time, priority, sequence)``; rounds run when the core
+says one is due (``Autoscaler.next_round_at``), after every event at that same time.
+Decisions are applied at the round's time, as the core assumes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bellows.autoscaler import Autoscaler, AutoscalerConfig
+from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
+from bellows.jobs import JobSpec, SpecError
+from bellows.scaling import ClusterProfile, single_gpu_throughput, throughput
+from bellows.sim.events import EventHeap, Kind
+from bellows.sim.metrics import JobRecord, Segment, summarize
+from bellows.sim.workloads.traces import TraceJob
+
+__all__ = ["CapacityChange", "RunStats", "SimResult", "SimulationError", "run"]
+
+
+class SimulationError(RuntimeError):
+    """The core asked for something the simulated cluster cannot do (a bug, not bad input)."""
+
+
+@dataclass(frozen=True)
+class CapacityChange:
+    """At ``at_s`` the cluster has ``gpus`` GPUs (nodes lost or added)."""
+
+    at_s: float
+    gpus: int
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """How the run went, for the benchmark line: counts and where the wall time went."""
+
+    events: int
+    rounds: int
+    decisions: int
+    wall_s: float
+    core_s: float  # inside Autoscaler.step: the optimizer and the decisions it takes
+    arrive_s: float  # inside Autoscaler.arrive: the JSA's TSF row of each new job
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.wall_s if self.wall_s > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Everything a run produced: per-job records, the cluster's timelines, the stats."""
+
+    jobs: tuple[JobRecord, ...]
+    gpus: int
+    horizon_s: float | None
+    span_s: float  # arrival window used for the offered load
+    gpus_in_use: tuple[tuple[float, int], ...]  # (time, GPUs held) after each change
+    capacity: tuple[tuple[float, int], ...]  # (time, cluster GPUs)
+    stats: RunStats
+
+    def summary(self) -> dict[str, Any]:
+        """The ``summary.json`` of the run (DESIGN.md §5 keys and more)."""
+        out = summarize(self.jobs, gpus=self.gpus, horizon_s=self.horizon_s, span_s=self.span_s)
+        out["events"] = self.stats.events
+        out["rounds"] = self.stats.rounds
+        return out
+
+
+@dataclass(eq=False)
+class _Live:
+    """Mutable progress of one job during a run (never leaves this module)."""
+
+    spec: JobSpec
+    arrival_s: float
+    model: str
+    single_gpu_s: float
+    gpus: int = 0
+    batch: int = 0
+    rate: float = 0.0
+    done: float = 0.0  # samples processed up to ``since``
+    since: float = 0.0
+    resume_at: float = 0.0  # no progress before this (restart after a rescale)
+    version: int = 0  # bumps whenever the completion time moves
+    start_s: float | None = None
+    finish_s: float | None = None
+    rejected: bool = False
+    rescales: int = 0
+    preemptions: int = 0
+    segments: list[Segment] = field(default_factory=list)
+
+    def done_at(self, now: float) -> float:
+        return self.done + self.rate * max(0.0, now - max(self.since, self.resume_at))
+
+    def completion_at(self) -> float:
+        return self.resume_at + max(0.0, self.spec.work - self.done) / self.rate
+
+    def close_segment(self, now: float) -> None:
+        if self.gpus:
+            self.segments.append(Segment(self.since, now, self.gpus, self.batch))
+
+    def record(self) -> JobRecord:
+        return JobRecord(
+            name=self.spec.name,
+            category=self.spec.category,
+            model=self.model,
+            arrival_s=self.arrival_s,
+            single_gpu_s=self.single_gpu_s,
+            start_s=self.start_s,
+            finish_s=self.finish_s,
+            rejected=self.rejected,
+            segments=tuple(self.segments),
+            rescales=self.rescales,
+            preemptions=self.preemptions,
+        )
+
+
+class _Run:
+    """One simulation: the heap, the jobs' truth and the core, stepped to the end."""
+
+    def __init__(
+        self,
+        trace: Sequence[TraceJob],
+        *,
+        gpus: int,
+        config: AutoscalerConfig,
+        cluster: ClusterProfile,
+        capacity_changes: Sequence[CapacityChange],
+        timer: Callable[[], float],
+    ) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.timer = timer
+        self.auto = Autoscaler(config, capacity=gpus, cluster=cluster)
+        self.capacity = gpus
+        self.heap = EventHeap()
+        self.jobs = [
+            _Live(
+                j.spec, j.arrival_s, j.model, j.spec.work / single_gpu_throughput(j.spec, cluster)
+            )
+            for j in trace
+        ]
+        self.index = {job.spec.name: i for i, job in enumerate(self.jobs)}
+        if len(self.index) != len(self.jobs):
+            raise SpecError("trace", "duplicate names", "unique job names")
+        for i in sorted(range(len(trace)), key=lambda i: (trace[i].arrival_s, i)):
+            self.heap.push(trace[i].arrival_s, Kind.ARRIVAL, i)
+        self.changes = list(capacity_changes)
+        for i, change in enumerate(self.changes):
+            self.heap.push(change.at_s, Kind.CAPACITY, i)
+        self.in_use = 0
+        self.gpus_in_use: list[tuple[float, int]] = [(0.0, 0)]
+        self.capacity_log: list[tuple[float, int]] = [(0.0, gpus)]
+        self.events = self.rounds = self.decisions = 0
+        self.core_s = self.arrive_s = 0.0
+
+    def loop(self) -> None:
+        while True:
+            next_event = self.heap.peek_time()
+            due = self.auto.next_round_at()
+            if due is not None and (next_event is None or due < next_event):
+                self.round(due)
+            elif next_event is None:
+                return
+            else:
+                self.event()
+
+    def event(self) -> None:
+        event = self.heap.pop()
+        now = event.time
+        if event.kind is Kind.COMPLETION:
+            job = self.jobs[event.ref]
+            if event.version != job.version or job.finish_s is not None:
+                return  # the job was rescaled or halted since: a stale completion
+            self.events += 1
+            self.complete(job, now)
+        elif event.kind is Kind.ARRIVAL:
+            self.events += 1
+            job = self.jobs[event.ref]
+            started = self.timer()
+            self.auto.arrive(job.spec, now)
+            self.arrive_s += self.timer() - started
+        else:
+            self.events += 1
+            self.capacity = self.changes[event.ref].gpus
+            self.capacity_log.append((now, self.capacity))
+            self.auto.set_capacity(self.capacity, now)
+
+    def complete(self, job: _Live, now: float) -> None:
+        job.close_segment(now)
+        job.done, job.since, job.finish_s = job.spec.work, now, now
+        self.release(job, now)
+        self.auto.finish(job.spec.name, now)
+
+    def release(self, job: _Live, now: float) -> None:
+        self.in_use -= job.gpus
+        job.gpus = job.batch = 0
+        job.rate = 0.0
+        job.version += 1
+        self.gpus_in_use.append((now, self.in_use))
+
+    def round(self, now: float) -> None:
+        started = self.timer()
+        decisions = self.auto.step(now)
+        self.core_s += self.timer() - started
+        self.rounds += 1
+        again = self.auto.next_round_at()
+        if again is not None and again <= now:
+            raise SimulationError(f"t={now}: a round ran but the core says one is still due")
+        for decision in decisions:
+            self.apply(decision, now)
+        self.decisions += len(decisions)
+        if self.in_use > self.capacity:
+            raise SimulationError(
+                f"t={now}: {self.in_use} GPUs allocated on a cluster of {self.capacity}"
+            )
+        self.gpus_in_use.append((now, self.in_use))
+
+    def apply(self, decision: Decision, now: float) -> None:
+        job = self.jobs[self.index[decision.job]]
+        if isinstance(decision, Start):
+            job.start_s = now if job.start_s is None else job.start_s
+            self.place(job, decision.gpus, decision.batch, now, pause=0.0)
+        elif isinstance(decision, Rescale):
+            job.done = job.done_at(now)
+            job.close_segment(now)
+            self.in_use -= job.gpus
+            job.rescales += 1
+            self.place(job, decision.gpus, decision.batch, now, pause=self.config.restart_cost_s)
+        elif isinstance(decision, Preempt):
+            job.done = job.done_at(now)
+            job.close_segment(now)
+            job.preemptions += 1
+            self.release(job, now)
+        elif isinstance(decision, Reject):
+            job.rejected = True
+
+    def place(self, job: _Live, gpus: int, batch: int, now: float, *, pause: float) -> None:
+        job.gpus, job.batch = gpus, batch
+        job.rate = throughput(job.spec, gpus, batch, self.cluster)
+        job.since, job.resume_at = now, now + pause
+        job.version += 1
+        self.in_use += gpus
+        self.heap.push(job.completion_at(), Kind.COMPLETION, self.index[job.spec.name], job.version)
+
+
+def run(
+    trace: Sequence[TraceJob],
+    *,
+    gpus: int,
+    config: AutoscalerConfig,
+    cluster: ClusterProfile,
+    horizon_s: float | None = None,
+    span_s: float | None = None,
+    capacity_changes: Sequence[CapacityChange] = (),
+    timer: Callable[[], float] = time.perf_counter,
+) -> SimResult:
+    """Simulate ``trace`` on ``gpus`` GPUs under ``config`` until every event is processed.
+
+    ``horizon_s`` is where ``jobs_completed`` is read (the paper reads its curves at the end
+    of the arrival window); ``span_s`` is the window the offered load is computed over
+    (default: the horizon, else the last arrival). ``timer`` only measures where wall time
+    goes; simulated time never reads it.
+    """
+    started = timer()
+    state = _Run(
+        trace, gpus=gpus, config=config, cluster=cluster,
+        capacity_changes=capacity_changes, timer=timer,
+    )  # fmt: skip
+    state.loop()
+    wall = timer() - started
+    last_arrival = max((j.arrival_s for j in trace), default=0.0)
+    window = (
+        span_s if span_s is not None else (horizon_s if horizon_s is not None else last_arrival)
+    )
+    return SimResult(
+        jobs=tuple(job.record() for job in state.jobs),
+        gpus=gpus,
+        horizon_s=horizon_s,
+        span_s=window,
+        gpus_in_use=tuple(state.gpus_in_use),
+        capacity=tuple(state.capacity_log),
+        stats=RunStats(
+            events=state.events,
+            rounds=state.rounds,
+            decisions=state.decisions,
+            wall_s=wall,
+            core_s=state.core_s,
+            arrive_s=state.arrive_s,
+        ),
+    )

@@ -1,0 +1,144 @@
+"""The documented commands: workload generate/import/validate/schema, simulate, reproduce."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from bellows.cli.main import main
+
+CONTRACT = {
+    "jobs_total",
+    "jobs_completed",
+    "jobs_dropped",
+    "drop_ratio",
+    "sjs_efficiency",
+    "avg_jct_min",
+    "completed_over_time",
+    "rescales",
+}
+
+
+def _ok(args: list[str]) -> str:
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_generate_then_simulate_writes_summary_csv_and_plots(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    out = _ok(
+        [
+            "workload",
+            "generate",
+            "--pattern",
+            "bursty",
+            "--minutes",
+            "60",
+            "--categories",
+            "1,2,3,4",
+            "--gpus",
+            "16",
+            "--seed",
+            "1",
+            "--baseline-batch",
+            "max",
+            "--period-min",
+            "30",
+            "--out",
+            str(trace),
+        ]
+    )
+    assert "offered load" in out
+    _ok(["workload", "validate", str(trace)])
+    for policy in ("elastic", "baseline"):
+        run_dir = tmp_path / policy
+        out = _ok(
+            [
+                "simulate",
+                str(trace),
+                "--gpus",
+                "16",
+                "--policy",
+                policy,
+                "--queue",
+                "--delta-min",
+                "5",
+                "--horizon-min",
+                "60",
+                "--out",
+                str(run_dir),
+            ]
+        )
+        assert "offered load" in out
+        assert "events/s" in out
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary.keys() >= CONTRACT
+        assert summary["jobs_dropped"] == 0  # queue mode
+        assert (run_dir / "jobs.csv").read_text().count("\n") == summary["jobs_total"] + 1
+        for name in ("completed.png", "gpus.png", "batches.png"):
+            assert (run_dir / name).stat().st_size > 1000
+
+
+def test_validate_reports_the_bad_line(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    _ok(
+        [
+            "workload",
+            "generate",
+            "--pattern",
+            "high",
+            "--minutes",
+            "20",
+            "--categories",
+            "1",
+            "--gpus",
+            "8",
+            "--seed",
+            "2",
+            "--out",
+            str(trace),
+        ]
+    )
+    lines = trace.read_text().splitlines()
+    lines[1] = lines[1].replace('"k_max":8', '"k_max":0')
+    trace.write_text("\n".join(lines) + "\n")
+    result = CliRunner().invoke(main, ["workload", "validate", str(trace)])
+    assert result.exit_code != 0
+    assert "line 2: k_max=0" in result.output
+
+
+def test_import_itp_and_schema(tmp_path: Path, shared_data: Path) -> None:
+    out = tmp_path / "itp.jsonl"
+    text = _ok(
+        ["workload", "import", "itp", str(shared_data / "itp/195job.csv"), "--out", str(out)]
+    )
+    assert "195 jobs" in text
+    _ok(["workload", "validate", str(out)])
+    assert json.loads(_ok(["workload", "schema"]))["type"] == "object"
+
+
+def test_reproduce_quick_writes_the_report(tmp_path: Path) -> None:
+    report = tmp_path / "reproduction.md"
+    _ok(
+        [
+            "reproduce",
+            "--quick",
+            "--only",
+            "fig5a",
+            "--only",
+            "fig7b",
+            "--out",
+            str(report),
+            "--figures",
+            str(tmp_path / "figures"),
+        ]
+    )
+    text = report.read_text()
+    assert "Fig. 5(a)" in text
+    assert "Fig. 7(b)" in text
+    assert "+82% jobs" in text
+    assert (tmp_path / "figures" / "fig5a-completed.png").exists()
+    assert (tmp_path / "figures" / "fig7b-gpus.png").exists()

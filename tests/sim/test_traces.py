@@ -1,0 +1,73 @@
+"""The JSON Lines trace format: round trip, schema, refusals naming the line and field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from bellows.sim.workloads.traces import (
+    TraceError,
+    TraceJob,
+    read_trace,
+    schema,
+    to_record,
+    write_trace,
+)
+from tests.strategies import make_job
+
+
+def _line(**changes: object) -> str:
+    record = to_record(TraceJob(12.5, make_job("a"), "imagenet"))
+    record.update(changes)
+    return json.dumps(record)
+
+
+def test_schema_is_a_valid_draft_2020_12_schema() -> None:
+    jsonschema.Draft202012Validator.check_schema(schema())
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    jobs = [TraceJob(float(i), make_job(f"j{i}", batch_size=64), "m") for i in range(3)]
+    path = tmp_path / "t.jsonl"
+    assert write_trace(jobs, path) == 3
+    assert read_trace(path) == tuple(jobs)
+
+
+def test_optional_fields_default() -> None:
+    record = json.loads(_line())
+    for key in ("elastic", "gpus", "category", "model"):
+        record.pop(key)
+    (job,) = read_trace([json.dumps(record)])
+    assert job.spec.elastic
+    assert job.spec.gpus == 1
+    assert job.model == ""
+
+
+@pytest.mark.parametrize(
+    ("lines", "line", "field"),
+    [
+        ([_line(), _line(name="b", b_min="x")], 2, "b_min"),
+        ([_line(arrival_s=-1)], 1, "arrival_s"),
+        ([_line(), _line(name="c"), "{not json"], 3, "<line>"),
+        ([_line(surprise=1)], 1, "<line>"),
+        ([_line(profile={"local_batches": [8], "seconds": [0]})], 1, "profile.seconds.0"),
+        ([_line(b_min=600)], 1, "b_min"),  # JobSpec rule: b_min <= b_max
+        ([_line(), _line()], 2, "name"),  # duplicate
+    ],
+)
+def test_bad_lines_are_refused_with_line_and_field(lines: list[str], line: int, field: str) -> None:
+    with pytest.raises(TraceError) as caught:
+        read_trace(lines)
+    assert caught.value.line == line
+    assert caught.value.field == field
+    assert str(caught.value).startswith(f"line {line}: {field}=")
+
+
+def test_missing_field_is_named() -> None:
+    record = json.loads(_line())
+    del record["work"]
+    with pytest.raises(TraceError, match=r"line 1: work=None .*required"):
+        read_trace([json.dumps(record)])
