@@ -1,0 +1,60 @@
+{{/*
+The configuration file both components read (`--config /etc/bellows/config/config.yaml`).
+Its schema is the controller's own (plugin/bellows/service/config.py); the pods carry a
+checksum of it so that changing any of these values rolls them.
+*/}}
+{{- define "bellows.config" -}}
+{{- $fullname := include "bellows.fullname" . -}}
+{{- $nats := dict
+  "servers" (include "bellows.natsServers" . | fromJsonArray)
+  "stream" .Values.nats.stream
+  "subjectPrefix" .Values.nats.subjectPrefix
+  "durable" .Values.nats.durable
+-}}
+{{- if .Values.nats.credentials.existingSecret -}}
+{{- $_ := set $nats "credentialsFile" (printf "/etc/bellows/nats-credentials/%s" .Values.nats.credentials.key) -}}
+{{- end -}}
+{{- if .Values.nats.tls.existingSecret -}}
+{{- $tls := dict "caFile" "/etc/bellows/nats-tls/ca.crt" -}}
+{{- if .Values.nats.tls.clientCertificate -}}
+{{- $_ := set $tls "certFile" "/etc/bellows/nats-tls/tls.crt" -}}
+{{- $_ := set $tls "keyFile" "/etc/bellows/nats-tls/tls.key" -}}
+{{- end -}}
+{{- $_ := set $nats "tls" $tls -}}
+{{- end -}}
+{{- $controller := dict
+  "policy" .Values.controller.policy
+  "deltaSeconds" .Values.controller.deltaSeconds
+  "queue" .Values.controller.queue
+  "earlyShare" .Values.controller.earlyShare
+  "restartCostSeconds" .Values.controller.restartCostSeconds
+  "hysteresis" .Values.controller.hysteresis
+  "backfill" .Values.controller.backfill
+  "haltTimeoutSeconds" .Values.controller.haltTimeoutSeconds
+  "capacity" .Values.controller.capacity
+-}}
+{{- if .Values.controller.clusterProfile -}}
+{{- $_ := set $controller "clusterProfileFile" "/etc/bellows/config/cluster-profile.json" -}}
+{{- end -}}
+{{- $leader := dict
+  "enabled" .Values.leaderElection.enabled
+  "namespace" .Release.Namespace
+  "controllerLease" (printf "%s-controller" $fullname)
+  "bridgeLease" (printf "%s-bridge" $fullname)
+  "leaseDurationSeconds" .Values.leaderElection.leaseDurationSeconds
+  "renewDeadlineSeconds" .Values.leaderElection.renewDeadlineSeconds
+  "retryPeriodSeconds" .Values.leaderElection.retryPeriodSeconds
+-}}
+{{- $config := dict
+  "apiVersion" "bellows.io/v1alpha1"
+  "kind" "BellowsConfig"
+  "namespaces" .Values.watchNamespaces
+  "nats" $nats
+  "controller" $controller
+  "bridge" (dict "resyncSeconds" .Values.bridge.resyncSeconds)
+  "leaderElection" $leader
+  "metrics" (dict "port" .Values.metrics.port)
+  "logging" .Values.logging
+-}}
+{{- toYaml $config -}}
+{{- end -}}

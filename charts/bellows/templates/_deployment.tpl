@@ -1,0 +1,157 @@
+{{/*
+The Deployment of one component; call with (dict "root" $ "component" "controller").
+Both components run the same image, the same config file and the same hardening; they
+differ in their sub-command, ServiceAccount and the secrets they mount.
+*/}}
+{{- define "bellows.deployment" -}}
+{{- $root := .root -}}
+{{- $component := .component -}}
+{{- $values := index $root.Values $component -}}
+{{- $ctx := dict "root" $root "component" $component -}}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ include "bellows.fullname" $root }}-{{ $component }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "bellows.componentLabels" $ctx | nindent 4 }}
+spec:
+  replicas: {{ $values.replicas }}
+  revisionHistoryLimit: 5
+  selector:
+    matchLabels:
+      {{- include "bellows.selectorLabels" $ctx | nindent 6 }}
+  strategy:
+    type: RollingUpdate
+    rollingUpdate:
+      # Never fewer than the PDB allows, one surge pod at a time.
+      maxUnavailable: 0
+      maxSurge: 1
+  template:
+    metadata:
+      labels:
+        {{- include "bellows.componentLabels" $ctx | nindent 8 }}
+        {{- with $values.podLabels }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      annotations:
+        # A changed configuration gives a new pod template, so the pods roll.
+        checksum/config: {{ printf "%s%s" (include "bellows.config" $root) (toJson $root.Values.controller.clusterProfile) | sha256sum }}
+        {{- with $values.podAnnotations }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+    spec:
+      serviceAccountName: {{ include "bellows.serviceAccountName" $ctx }}
+      automountServiceAccountToken: true
+      enableServiceLinks: false
+      {{- with $root.Values.imagePullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $values.priorityClassName }}
+      priorityClassName: {{ . }}
+      {{- end }}
+      securityContext:
+        {{- toYaml $root.Values.podSecurityContext | nindent 8 }}
+      # Long enough for an in-flight round to finish its patches and ack before exit.
+      terminationGracePeriodSeconds: 30
+      containers:
+        - name: {{ $component }}
+          image: {{ include "bellows.image" $root | quote }}
+          imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+          args:
+            - {{ $component }}
+            - --config
+            - /etc/bellows/config/config.yaml
+          env:
+            - name: POD_NAME
+              valueFrom:
+                fieldRef:
+                  fieldPath: metadata.name
+            - name: POD_NAMESPACE
+              valueFrom:
+                fieldRef:
+                  fieldPath: metadata.namespace
+            {{- with $values.extraEnv }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
+          ports:
+            - name: metrics
+              containerPort: {{ $root.Values.metrics.port }}
+              protocol: TCP
+          livenessProbe:
+            httpGet:
+              path: /healthz
+              port: metrics
+            initialDelaySeconds: 10
+            periodSeconds: 20
+          readinessProbe:
+            httpGet:
+              path: /readyz
+              port: metrics
+            periodSeconds: 10
+          securityContext:
+            {{- toYaml $root.Values.containerSecurityContext | nindent 12 }}
+          resources:
+            {{- toYaml $values.resources | nindent 12 }}
+          volumeMounts:
+            - name: config
+              mountPath: /etc/bellows/config
+              readOnly: true
+            - name: tmp
+              mountPath: /tmp
+            {{- if $root.Values.nats.credentials.existingSecret }}
+            - name: nats-credentials
+              mountPath: /etc/bellows/nats-credentials
+              readOnly: true
+            {{- end }}
+            {{- if $root.Values.nats.tls.existingSecret }}
+            - name: nats-tls
+              mountPath: /etc/bellows/nats-tls
+              readOnly: true
+            {{- end }}
+      volumes:
+        - name: config
+          configMap:
+            name: {{ include "bellows.configMapName" $root }}
+        # The root filesystem is read-only; Python and libraries may still want scratch space.
+        - name: tmp
+          emptyDir:
+            sizeLimit: 64Mi
+        {{- if $root.Values.nats.credentials.existingSecret }}
+        - name: nats-credentials
+          secret:
+            secretName: {{ $root.Values.nats.credentials.existingSecret }}
+            defaultMode: 0400
+            items:
+              - key: {{ $root.Values.nats.credentials.key }}
+                path: {{ $root.Values.nats.credentials.key }}
+        {{- end }}
+        {{- if $root.Values.nats.tls.existingSecret }}
+        - name: nats-tls
+          secret:
+            secretName: {{ $root.Values.nats.tls.existingSecret }}
+            defaultMode: 0400
+        {{- end }}
+      {{- with $values.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $values.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      affinity:
+        {{- if $values.affinity }}
+        {{- toYaml $values.affinity | nindent 8 }}
+        {{- else }}
+        podAntiAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+            - weight: 100
+              podAffinityTerm:
+                topologyKey: kubernetes.io/hostname
+                labelSelector:
+                  matchLabels:
+                    {{- include "bellows.selectorLabels" $ctx | nindent 20 }}
+        {{- end }}
+{{- end -}}

@@ -1,0 +1,147 @@
+{{/*
+RBAC rules. Only the verbs docs/admin-guide.md lists (taken from the operators' behaviour,
+see KUBEFLOW.md in the design notes): the bridge reads jobs; the controller also suspends,
+patches and resumes them, deletes the MPIJob launcher batch Job while a job is suspended
+(the launcher is not refreshed on resume otherwise), reads profile ConfigMaps and records
+Events.
+*/}}
+{{- define "bellows.rules.bridge" -}}
+- apiGroups: ["kubeflow.org"]
+  resources: ["pytorchjobs", "mpijobs"]
+  verbs: ["get", "list", "watch"]
+{{- end -}}
+
+{{- define "bellows.rules.controller" -}}
+- apiGroups: ["kubeflow.org"]
+  resources: ["pytorchjobs", "mpijobs"]
+  verbs: ["get", "list", "watch", "patch", "update"]
+- apiGroups: ["kubeflow.org"]
+  resources: ["pytorchjobs/status", "mpijobs/status"]
+  verbs: ["get"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "delete"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end -}}
+
+{{/*
+The job permissions of one component: a ClusterRole when every namespace is watched, else
+a Role and RoleBinding in each watched namespace. Call with (dict "root" $ "component" "x").
+*/}}
+{{- define "bellows.jobRbac" -}}
+{{- $root := .root -}}
+{{- $component := .component -}}
+{{- $ctx := dict "root" $root "component" $component -}}
+{{- $name := printf "%s-%s" (include "bellows.fullname" $root) $component -}}
+{{- $rules := include (printf "bellows.rules.%s" $component) $root -}}
+{{- if empty $root.Values.watchNamespaces }}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "bellows.componentLabels" $ctx | nindent 4 }}
+rules:
+  {{- $rules | nindent 2 }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "bellows.componentLabels" $ctx | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ $name }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "bellows.serviceAccountName" $ctx }}
+    namespace: {{ $root.Release.Namespace }}
+{{- else }}
+{{- range $i, $namespace := $root.Values.watchNamespaces }}
+{{- if $i }}
+---
+{{- end }}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ $name }}
+  namespace: {{ $namespace }}
+  labels:
+    {{- include "bellows.componentLabels" $ctx | nindent 4 }}
+rules:
+  {{- $rules | nindent 2 }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $name }}
+  namespace: {{ $namespace }}
+  labels:
+    {{- include "bellows.componentLabels" $ctx | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ $name }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "bellows.serviceAccountName" $ctx }}
+    namespace: {{ $root.Release.Namespace }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Leader election of one component: a Role in the release namespace. Creating a Lease
+cannot be limited to a name, reading and renewing can: each component may only touch
+its own Lease.
+*/}}
+{{- define "bellows.leaderElectionRbac" -}}
+{{- $root := .root -}}
+{{- $component := .component -}}
+{{- $ctx := dict "root" $root "component" $component -}}
+{{- $name := printf "%s-%s" (include "bellows.fullname" $root) $component -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ $name }}-leader-election
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "bellows.componentLabels" $ctx | nindent 4 }}
+rules:
+  - apiGroups: ["coordination.k8s.io"]
+    resources: ["leases"]
+    verbs: ["create"]
+  - apiGroups: ["coordination.k8s.io"]
+    resources: ["leases"]
+    resourceNames: [{{ $name | quote }}]
+    verbs: ["get", "update"]
+  - apiGroups: [""]
+    resources: ["events"]
+    verbs: ["create", "patch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $name }}-leader-election
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "bellows.componentLabels" $ctx | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ $name }}-leader-election
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "bellows.serviceAccountName" $ctx }}
+    namespace: {{ $root.Release.Namespace }}
+{{- end -}}

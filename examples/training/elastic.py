@@ -1,0 +1,292 @@
+"""The Bellows training contract, as helpers a PyTorch training script can copy and use.
+
+Bellows halts a job (its pods get SIGTERM and are deleted), changes its number of workers
+and its global batch size, and starts it again. A script honours the contract when it
+
+1. reads its world size and rank from the environment the operator writes (``WORLD_SIZE``,
+   ``RANK`` for PyTorchJob; ``OMPI_COMM_WORLD_SIZE``/``OMPI_COMM_WORLD_RANK`` or
+   ``PMI_SIZE``/``PMI_RANK`` under ``mpirun`` in an MPIJob) and its global batch size from
+   the env var its ``bellows.io/batch-size-env`` annotation names (default here
+   ``BELLOWS_GLOBAL_BATCH_SIZE``) or the per-GPU one ``bellows.io/local-batch-size-env``
+   names (``BELLOWS_LOCAL_BATCH_SIZE``);
+2. checkpoints to storage that outlives its pods, on SIGTERM and every few steps, and
+   resumes from the newest checkpoint whatever the new world size and batch are;
+3. counts progress in samples, not epochs or steps, so that the work is the same at any
+   batch size, and feeds every sample of the data stream exactly once per pass; and
+4. scales its learning rate with the global batch (linear scaling by default).
+
+This file depends only on the standard library and torch, so it can be copied next to a
+training script into any image. See docs/training-contract.md.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "HALT_EXIT_CODE",
+    "Checkpointer",
+    "ContractError",
+    "ElasticEnv",
+    "HaltSignal",
+    "SampleStream",
+    "scale_lr",
+    "shard_bounds",
+    "shard_sizes",
+]
+
+DEFAULT_BATCH_ENV = "BELLOWS_GLOBAL_BATCH_SIZE"
+DEFAULT_LOCAL_BATCH_ENV = "BELLOWS_LOCAL_BATCH_SIZE"
+DEFAULT_HOSTFILE = "/etc/mpi/hostfile"
+DEFAULT_MASTER_PORT = 29500
+
+HALT_EXIT_CODE = 128 + signal.SIGTERM
+"""Exit status after a halt: never 0, so a halted pod is never mistaken for a finished job."""
+
+
+class ContractError(ValueError):
+    """The environment does not say what the contract needs; names the variable and value."""
+
+    def __init__(self, name: str, value: object, valid: str) -> None:
+        self.name = name
+        super().__init__(f"{name}={value!r} is invalid: expected {valid}")
+
+
+def _int_env(environ: Mapping[str, str], name: str, *, minimum: int) -> int | None:
+    text = environ.get(name)
+    if text is None:
+        return None
+    if not text.strip().isdigit() or int(text) < minimum:
+        raise ContractError(name, text, f"an integer >= {minimum}")
+    return int(text)
+
+
+@dataclass(frozen=True)
+class ElasticEnv:
+    """Where this process stands in the job: its rank, the world and the global batch."""
+
+    world_size: int
+    rank: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+    global_batch: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.world_size:
+            raise ContractError("RANK", self.rank, f"in [0, WORLD_SIZE={self.world_size})")
+        if self.global_batch < self.world_size:
+            # Bellows never gives a job more workers than samples per step (m >= 1).
+            raise ContractError(
+                "global batch", self.global_batch, f">= the world size ({self.world_size})"
+            )
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        batch_env: str = DEFAULT_BATCH_ENV,
+        local_batch_env: str = DEFAULT_LOCAL_BATCH_ENV,
+        default_batch: int | None = None,
+    ) -> ElasticEnv:
+        """From the variables the training operator sets on PyTorchJob pods (or torchrun)."""
+        env = os.environ if environ is None else environ
+        world = _int_env(env, "WORLD_SIZE", minimum=1) or 1
+        rank = _int_env(env, "RANK", minimum=0) or 0
+        local_rank = _int_env(env, "LOCAL_RANK", minimum=0) or 0
+        port = _int_env(env, "MASTER_PORT", minimum=1) or DEFAULT_MASTER_PORT
+        batch = _global_batch(env, world, batch_env, local_batch_env, default_batch)
+        addr = env.get("MASTER_ADDR", "127.0.0.1")
+        return cls(world, rank, local_rank, addr, port, batch)
+
+    @classmethod
+    def from_mpi_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        batch_env: str = DEFAULT_BATCH_ENV,
+        local_batch_env: str = DEFAULT_LOCAL_BATCH_ENV,
+        default_batch: int | None = None,
+        hostfile: str = DEFAULT_HOSTFILE,
+    ) -> ElasticEnv:
+        """From what ``mpirun`` sets (Open MPI, or PMI for MPICH and Intel MPI).
+
+        The rendezvous host is ``MASTER_ADDR`` if set, else the first host of the hostfile
+        the MPI Operator writes for the current workers (so it follows every rescale).
+        """
+        env = os.environ if environ is None else environ
+        world = _first_int(env, ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"), 1) or 1
+        rank = _first_int(env, ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK"), 0) or 0
+        local = _first_int(env, ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"), 0) or 0
+        port = _int_env(env, "MASTER_PORT", minimum=1) or DEFAULT_MASTER_PORT
+        addr = env.get("MASTER_ADDR") or _first_host(Path(hostfile))
+        batch = _global_batch(env, world, batch_env, local_batch_env, default_batch)
+        return cls(world, rank, local, addr, port, batch)
+
+    @property
+    def local_batch(self) -> int:
+        """Samples this rank processes per step (ranks differ by at most one)."""
+        return shard_sizes(self.global_batch, self.world_size)[self.rank]
+
+
+def _first_int(env: Mapping[str, str], names: tuple[str, ...], minimum: int) -> int | None:
+    for name in names:
+        value = _int_env(env, name, minimum=minimum)
+        if value is not None:
+            return value
+    return None
+
+
+def _first_host(hostfile: Path) -> str:
+    if not hostfile.is_file():
+        raise ContractError("MASTER_ADDR", None, f"set, or a hostfile at {hostfile}")
+    for line in hostfile.read_text().splitlines():
+        host = line.split("#", 1)[0].split()
+        if host:
+            return host[0]
+    raise ContractError(str(hostfile), "", "at least one host line")
+
+
+def _global_batch(
+    env: Mapping[str, str], world: int, batch_env: str, local_env: str, default: int | None
+) -> int:
+    batch = _int_env(env, batch_env, minimum=1)
+    if batch is not None:
+        return batch
+    local = _int_env(env, local_env, minimum=1)
+    if local is not None:
+        return local * world
+    if default is not None:
+        return default
+    raise ContractError(batch_env, None, f"the global batch size (or set {local_env})")
+
+
+def shard_sizes(global_batch: int, world_size: int) -> list[int]:
+    """Samples per rank: as even as possible, the first ``global_batch % world_size`` +1.
+
+    The slowest rank carries ``ceil(global_batch / world_size)``, which is what Bellows'
+    time model charges when the batch does not divide evenly.
+    """
+    base, extra = divmod(global_batch, world_size)
+    return [base + (1 if r < extra else 0) for r in range(world_size)]
+
+
+def shard_bounds(global_batch: int, world_size: int, rank: int) -> tuple[int, int]:
+    """``[start, stop)`` of ``rank``'s samples inside one global batch."""
+    sizes = shard_sizes(global_batch, world_size)
+    start = sum(sizes[:rank])
+    return start, start + sizes[rank]
+
+
+class SampleStream:
+    """An endless stream of dataset indices: one seeded permutation per pass (epoch).
+
+    Position ``p`` of the stream is sample ``perm[p // n][p % n]``. Training consumes the
+    stream in order, one global batch per step, so the position is just ``samples_seen``:
+    resuming at any world size and batch size continues exactly where the job stopped,
+    with no sample skipped or repeated.
+    """
+
+    def __init__(self, dataset_size: int, seed: int) -> None:
+        if dataset_size < 1:
+            raise ContractError("dataset_size", dataset_size, "an integer >= 1")
+        self.dataset_size = dataset_size
+        self.seed = seed
+        self._epoch = -1
+        self._perm: list[int] = []
+
+    def _permutation(self, epoch: int) -> list[int]:
+        if epoch != self._epoch:
+            order = list(range(self.dataset_size))
+            random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+            self._epoch, self._perm = epoch, order
+        return self._perm
+
+    def indices(self, start: int, count: int) -> list[int]:
+        """Dataset indices at stream positions ``[start, start + count)``."""
+        out: list[int] = []
+        for position in range(start, start + count):
+            epoch, offset = divmod(position, self.dataset_size)
+            out.append(self._permutation(epoch)[offset])
+        return out
+
+
+def scale_lr(base_lr: float, base_batch: int, batch: int, rule: str = "linear") -> float:
+    """Learning rate for global batch ``batch``, given the one tuned at ``base_batch``.
+
+    ``linear`` (Goyal et al. 2017, for SGD): ``lr ∝ batch``; ``sqrt`` (often better for
+    Adam-type optimisers): ``lr ∝ sqrt(batch)``; ``none`` keeps ``base_lr``.
+    """
+    ratio = batch / base_batch
+    if rule == "linear":
+        return base_lr * ratio
+    if rule == "sqrt":
+        return base_lr * math.sqrt(ratio)
+    if rule == "none":
+        return base_lr
+    raise ContractError("lr rule", rule, "'linear', 'sqrt' or 'none'")
+
+
+class Checkpointer:
+    """One checkpoint file in a directory that outlives the pods (a shared volume).
+
+    Written atomically (temporary file, then rename) so that a pod killed mid-write
+    leaves the previous checkpoint intact.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], name: str = "checkpoint.pt") -> None:
+        self.path = Path(directory) / name
+
+    def save(self, state: Mapping[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_name(self.path.name + ".partial")
+        torch.save(dict(state), partial)
+        os.replace(partial, self.path)
+
+    def load(self) -> dict[str, Any] | None:
+        if not self.path.is_file():
+            return None
+        state: dict[str, Any] = torch.load(self.path, map_location="cpu", weights_only=False)
+        return state
+
+
+class HaltSignal:
+    """Turns SIGTERM (what Kubernetes sends a pod it deletes) into a step-boundary halt.
+
+    The handler only sets a flag; :meth:`agreed` makes every rank stop after the same step
+    (one rank may see the signal a step later than another).
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def install(self) -> HaltSignal:
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+
+    def agreed(self, device: torch.device | None = None) -> bool:
+        """Whether any rank was asked to halt (a MAX all-reduce when distributed).
+
+        ``device`` is where the collective runs: the GPU with NCCL, the CPU with gloo.
+        """
+        if not (dist.is_available() and dist.is_initialized()):
+            return self.requested
+        flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32, device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())

@@ -1,0 +1,322 @@
+"""``bellows profile`` and ``bellows calibrate``: measure a job's step time, a cluster's Allreduce.
+
+Both write the JSON documents of :mod:`bellows.scaling.documents`; ``profile`` can also wrap
+its result in a ConfigMap that a job's ``bellows.io/profile-configmap`` annotation names.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from bellows.jobs import SpecError
+from bellows.profiling import (
+    SyntheticBatch,
+    TorchWorkload,
+    cluster_profile,
+    fit_link,
+    load_object,
+    measure_allreduce,
+    parse_shape,
+    profile_job,
+)
+from bellows.scaling import (
+    cluster_profile_to_json,
+    job_profile_to_json,
+    load_cluster_profile,
+)
+
+__all__ = ["COMMANDS", "calibrate", "profile"]
+
+PROFILE_KEY = "profile.json"  # the key bellows.io/profile-configmap reads by default
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    """``"8,16,32"`` or ``"1e5,1e6"`` → integers."""
+    try:
+        values = [float(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r}: numbers separated by commas", param_hint=option
+        ) from None
+    if not values or any(v < 1 or v != int(v) for v in values):
+        raise click.BadParameter(f"{text!r}: whole numbers >= 1", param_hint=option)
+    return [int(v) for v in values]
+
+
+def _write(output: str, text: str) -> None:
+    if output == "-":
+        sys.stdout.write(text)
+    else:
+        Path(output).write_text(text, "utf-8")
+
+
+def _default_device() -> str:
+    import torch  # noqa: PLC0415
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@click.command()
+@click.option(
+    "--model",
+    "model_ref",
+    required=True,
+    help="Factory of the nn.Module: 'package.module:name' or 'file.py:name'.",
+)
+@click.option(
+    "--model-kwargs",
+    default="{}",
+    show_default=True,
+    help="JSON object of keyword arguments for the factory.",
+)
+@click.option("--input-shape", required=True, help="Shape of one sample, e.g. 3,224,224.")
+@click.option("--classes", type=int, help="Cross-entropy over this many classes (else MSE).")
+@click.option("--vocab", type=int, help="Inputs are token ids below this (e.g. 30522).")
+@click.option("--optimizer", type=click.Choice(["sgd", "adam"]), default="sgd", show_default=True)
+@click.option("--batches", required=True, help="Per-GPU batch sizes to time, e.g. 8,16,32,64.")
+@click.option(
+    "--iterations",
+    type=int,
+    default=10,
+    show_default=True,
+    help="Timed iterations per batch size (the median is kept).",
+)
+@click.option(
+    "--warmup",
+    type=int,
+    default=3,
+    show_default=True,
+    help="Untimed iterations first (allocator, autotuning, caches).",
+)
+@click.option("--device", help="torch device; default: cuda if present, else cpu.")
+@click.option("--threads", type=int, help="CPU threads torch may use (steadier CPU timings).")
+@click.option(
+    "--output",
+    "-o",
+    default="profile.json",
+    show_default=True,
+    help="Where to write; '-' for standard output.",
+)
+@click.option("--configmap", help="Write a ConfigMap of this name holding the profile instead.")
+@click.option("--source", help="Provenance text stored in the profile (default: what ran).")
+def profile(
+    *,
+    model_ref: str,
+    model_kwargs: str,
+    input_shape: str,
+    classes: int | None,
+    vocab: int | None,
+    optimizer: str,
+    batches: str,
+    iterations: int,
+    warmup: int,
+    device: str | None,
+    threads: int | None,
+    output: str,
+    configmap: str | None,
+    source: str | None,
+) -> None:
+    """Time one training iteration of a model at several per-GPU batch sizes.
+
+    Writes the JobProfile the JSA reads (t_proc(m) for each batch that fit, and the weight
+    count). The first batch that runs out of device memory ends the sweep; the largest that
+    fit is the job's bellows.io/max-batch-per-gpu.
+    """
+    import torch  # noqa: PLC0415
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        kwargs = json.loads(model_kwargs)
+    except json.JSONDecodeError as error:
+        raise click.BadParameter(f"not JSON ({error})", param_hint="--model-kwargs") from None
+    if not isinstance(kwargs, dict):
+        raise click.BadParameter("a JSON object", param_hint="--model-kwargs")
+    try:
+        workload = TorchWorkload(
+            load_object(model_ref),
+            SyntheticBatch(parse_shape(input_shape), classes=classes, vocab=vocab),
+            device=device or _default_device(),
+            optimizer=optimizer,
+            factory_kwargs=kwargs,
+        )
+        run = profile_job(
+            workload.make_step,
+            _int_list(batches, "--batches"),
+            weights=workload.weights,
+            iterations=iterations,
+            warmup=warmup,
+            clock=time.perf_counter,
+            synchronize=workload.synchronize,
+            is_out_of_memory=workload.is_out_of_memory,
+            release=workload.release,
+            source=source
+            or f"bellows profile: {model_ref} = {workload.describe()}, median of {iterations}",
+        )
+    except SpecError as error:
+        raise click.UsageError(str(error)) from None
+    document = job_profile_to_json(run.profile)
+    if configmap:
+        text = yaml.safe_dump(_config_map(configmap, document), sort_keys=False)
+    else:
+        text = json.dumps(document, indent=2) + "\n"
+    _write(output, text)
+    click.echo(f"{workload.describe()}", err=True)
+    click.echo(f"{'local batch':>12} {'seconds':>12} {'spread':>8} {'samples/s':>12}", err=True)
+    for m, timing in run.timings:
+        rate = m / timing.median if timing.median > 0 else float("inf")
+        line = f"{m:>12} {timing.median:>12.6f} {timing.spread:>8.1%} {rate:>12.1f}"
+        click.echo(line, err=True)
+    if run.out_of_memory_at is not None:
+        click.echo(
+            f"batch {run.out_of_memory_at} ran out of device memory: annotate the job with "
+            f'bellows.io/max-batch-per-gpu: "{run.largest_batch}"',
+            err=True,
+        )
+    if output != "-":
+        click.echo(f"wrote {output}", err=True)
+
+
+def _config_map(name: str, document: dict[str, object]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "bellows"}},
+        "data": {PROFILE_KEY: json.dumps(document, separators=(",", ":"))},
+    }
+
+
+@click.command()
+@click.option(
+    "--processes",
+    help="Process counts to time, e.g. 2,4,8 (default: 2 up to the GPUs, or up to 4 on CPU).",
+)
+@click.option(
+    "--sizes",
+    default="1e4,1e5,1e6,1e7",
+    show_default=True,
+    help="Buffer sizes in float32 values (weights).",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["gloo", "nccl"]),
+    help="torch.distributed backend; default: nccl with GPUs, else gloo.",
+)
+@click.option("--iterations", type=int, default=10, show_default=True)
+@click.option("--warmup", type=int, default=2, show_default=True)
+@click.option(
+    "--gpus-per-node", type=int, help="GPUs of one node (default: the processes measured here)."
+)
+@click.option(
+    "--inter-node-from",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Take the inter-node link from this ClusterProfile (else intra-node's).",
+)
+@click.option(
+    "--overlap",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Compute/communication overlap exponent (1: additive, the paper's model).",
+)
+@click.option(
+    "--output",
+    "-o",
+    default="cluster-profile.json",
+    show_default=True,
+    help="Where to write; '-' for standard output.",
+)
+@click.option(
+    "--measurements",
+    type=click.Path(dir_okay=False),
+    help="Also write the raw times here as CSV (processes,weights,seconds).",
+)
+def calibrate(
+    *,
+    processes: str | None,
+    sizes: str,
+    backend: str | None,
+    iterations: int,
+    warmup: int,
+    gpus_per_node: int | None,
+    inter_node_from: str | None,
+    overlap: float,
+    output: str,
+    measurements: str | None,
+) -> None:
+    """Time Allreduce for several buffer sizes and process counts on this node.
+
+    Fits the ring model t_ar(w, k) = latency*(k-1) + per_weight*w*2(k-1)/k and writes the
+    cluster's generic profile. Processes run on this node, so what is measured is the
+    intra-node link; the inter-node link comes from --inter-node-from or, failing that,
+    is copied from the intra-node one (the profile's source says which).
+    """
+    import torch  # noqa: PLC0415
+
+    gpus = torch.cuda.device_count()
+    chosen_backend = backend or ("nccl" if gpus > 0 else "gloo")
+    counts = (
+        _int_list(processes, "--processes")
+        if processes
+        else list(range(2, (gpus if chosen_backend == "nccl" else 4) + 1))
+    )
+    try:
+        inter = None if inter_node_from is None else load_cluster_profile(inter_node_from)
+        samples = measure_allreduce(
+            counts,
+            _int_list(sizes, "--sizes"),
+            backend=chosen_backend,
+            iterations=iterations,
+            warmup=warmup,
+        )
+        fit = fit_link(samples)
+        where = (
+            f"inter-node link from {inter_node_from}"
+            if inter
+            else ("inter-node link not measured: copied from intra-node")
+        )
+        result = cluster_profile(
+            fit,
+            inter=None if inter is None else inter.inter_node,
+            gpus_per_node=gpus_per_node or max(counts),
+            overlap=overlap,
+            source=(
+                f"bellows calibrate: {chosen_backend}, processes {','.join(map(str, counts))}, "
+                f"median relative error {fit.median_relative_error:.1%}; {where}"
+            ),
+        )
+    except SpecError as error:
+        raise click.UsageError(str(error)) from None
+    _write(output, json.dumps(cluster_profile_to_json(result), indent=2) + "\n")
+    if measurements:
+        with Path(measurements).open("w", newline="") as out:
+            writer = csv.writer(out)
+            writer.writerow(["processes", "weights", "seconds"])
+            writer.writerows((s.processes, s.weights, s.seconds) for s in samples)
+    click.echo(f"{'processes':>9} {'weights':>12} {'seconds':>12} {'model':>12}", err=True)
+    for s in samples:
+        predicted = fit.predict(s.processes, s.weights)
+        click.echo(
+            f"{s.processes:>9} {s.weights:>12} {s.seconds:>12.6f} {predicted:>12.6f}", err=True
+        )
+    link = fit.link
+    bandwidth = 4.0 / link.per_weight / 1e9 if link.per_weight > 0 else float("inf")
+    click.echo(
+        f"latency {link.latency * 1e6:.1f} us per ring step, {link.per_weight:.3e} s per weight "
+        f"({bandwidth:.2f} GB/s), median error {fit.median_relative_error:.1%}, "
+        f"max {fit.max_relative_error:.1%}",
+        err=True,
+    )
+    if output != "-":
+        click.echo(f"wrote {output}", err=True)
+
+
+COMMANDS = (profile, calibrate)

@@ -1,0 +1,388 @@
+"""The Helm chart: lint, render with Helm's engine, validate every object, RBAC, hardening."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+
+from tests.ship import kube_schemas
+from tests.ship.chart import CHART, NAMESPACE, by_kind, named, render, render_files
+
+# Value sets that exercise every conditional branch of the templates.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "quickstart": {
+        "nats": {"bundled": {"enabled": True}},
+        "controller": {"replicas": 1, "podDisruptionBudget": {"enabled": False}},
+        "bridge": {"replicas": 1, "podDisruptionBudget": {"enabled": False}},
+    },
+    "production": {
+        "image": {"repository": "registry.example/bellows", "digest": "sha256:" + "a" * 64},
+        "imagePullSecrets": [{"name": "pull"}],
+        "watchNamespaces": ["team-a", "team-b"],
+        "commonLabels": {"cost-center": "ml"},
+        "nats": {
+            "servers": ["tls://nats-0.nats:4222", "tls://nats-1.nats:4222"],
+            "credentials": {"existingSecret": "bellows-nats", "key": "bellows.creds"},
+            "tls": {"existingSecret": "bellows-nats-tls", "clientCertificate": True},
+        },
+        "controller": {
+            "capacity": {"gpus": 64},
+            "earlyShare": 0.5,
+            "extraEnv": [{"name": "TZ", "value": "UTC"}],
+            "tolerations": [{"key": "ml", "operator": "Exists", "effect": "NoSchedule"}],
+            "priorityClassName": "system-cluster-critical",
+            "serviceAccount": {"annotations": {"iam.example/role": "bellows"}},
+        },
+        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+        "logging": {"format": "console", "level": "debug"},
+    },
+    "no-leader-election": {
+        "leaderElection": {"enabled": False},
+        "controller": {"replicas": 1},
+        "bridge": {"replicas": 1},
+        "rbac": {"create": False},
+        "metrics": {"service": {"enabled": False}},
+    },
+}
+
+# Every (apiGroup, resource) Bellows may touch and the verbs it may use: the list in
+# KUBEFLOW.md ("RBAC a rescaler needs"); leader election needs get/create/update of a Lease.
+ALLOWED_VERBS: dict[tuple[str, str], set[str]] = {
+    ("kubeflow.org", "pytorchjobs"): {"get", "list", "watch", "patch", "update"},
+    ("kubeflow.org", "mpijobs"): {"get", "list", "watch", "patch", "update"},
+    ("kubeflow.org", "pytorchjobs/status"): {"get"},
+    ("kubeflow.org", "mpijobs/status"): {"get"},
+    ("batch", "jobs"): {"get", "list", "delete"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+    ("", "configmaps"): {"get"},
+    ("coordination.k8s.io", "leases"): {"get", "create", "update"},
+    ("", "nodes"): {"list", "watch"},
+}
+
+
+def test_helm_lint_is_clean() -> None:
+    report = helm.lint(str(CHART), strict=True, namespace=NAMESPACE)
+    assert report["errors"] == []
+    # Severity 1 is "info" (e.g. "icon is recommended"); warnings and errors fail.
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_rendered_object_validates(variant: str) -> None:
+    objs = render(VARIANTS[variant])
+    assert objs
+    for obj in objs:
+        kube_schemas.validate(obj)
+        assert obj["metadata"]["name"]
+
+
+def test_default_install_has_every_part() -> None:
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in render()}
+    for expected in [
+        ("Deployment", "bellows-controller"),
+        ("Deployment", "bellows-bridge"),
+        ("ServiceAccount", "bellows-controller"),
+        ("ServiceAccount", "bellows-bridge"),
+        ("ConfigMap", "bellows-config"),
+        ("Service", "bellows-controller-metrics"),
+        ("Service", "bellows-bridge-metrics"),
+        ("PodDisruptionBudget", "bellows-controller"),
+        ("PodDisruptionBudget", "bellows-bridge"),
+        ("Role", "bellows-controller-leader-election"),
+        ("ClusterRole", "bellows-controller"),
+    ]:
+        assert expected in kinds
+    assert not any(kind == "ServiceMonitor" for kind, _ in kinds)
+    assert ("Deployment", "bellows-nats") not in kinds
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"controler": {"replicas": 1}}, "controler"),
+        ({"controller": {"replica": 1}}, "replica"),
+        ({"nats": {"tls": {"existingSecret": "x", "caFile": "y"}}}, "caFile"),
+        ({"metrics": {"serviceMonitor": {"scrapeInterval": "10s"}}}, "scrapeInterval"),
+        ({"podSecurityContext": {"runAsNonroot": True}}, "runAsNonroot"),
+        ({"controller": {"policy": "greedy"}}, "policy"),
+        ({"controller": {"deltaSeconds": -1}}, "deltaSeconds"),
+        ({"controller": {"earlyShare": 0}}, "earlyShare"),
+        ({"image": {"digest": "latest"}}, "digest"),
+        ({"watchNamespaces": ["Team_A"]}, "watchNamespaces"),
+        ({"nats": {"servers": ["http://nats:4222"]}}, "servers"),
+    ],
+)
+def test_schema_rejects_unknown_keys_and_bad_values(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm.HelmValuesError, match=message):
+        render(values)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"leaderElection": {"enabled": False}}, "controller.replicas=2 needs leaderElection"),
+        (
+            {"leaderElection": {"enabled": False}, "controller": {"replicas": 1}},
+            "bridge.replicas=2 needs leaderElection",
+        ),
+        ({"nats": {"servers": []}}, "nats.servers is empty"),
+        (
+            {"leaderElection": {"renewDeadlineSeconds": 15}},
+            "renewDeadlineSeconds=15 must be less than leaseDurationSeconds=15",
+        ),
+    ],
+)
+def test_chart_refuses_unsafe_combinations(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
+        render(values)
+
+
+def _rules(objs: list[dict[str, Any]], kind: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(o["metadata"]["name"], rule) for o in by_kind(objs, kind) for rule in o["rules"]]
+
+
+@pytest.mark.parametrize("variant", ["defaults", "production", "quickstart"])
+def test_rbac_grants_only_the_listed_verbs(variant: str) -> None:
+    objs = render(VARIANTS[variant])
+    rules = _rules(objs, "ClusterRole") + _rules(objs, "Role")
+    assert rules
+    for role, rule in rules:
+        assert "nonResourceURLs" not in rule, role
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                allowed = ALLOWED_VERBS.get((group, resource))
+                assert allowed is not None, f"{role} grants {group}/{resource}"
+                assert set(rule["verbs"]) <= allowed, f"{role}: {group}/{resource} {rule}"
+                assert "*" not in rule["verbs"]
+
+
+def test_bridge_only_reads_jobs() -> None:
+    for variant in ("defaults", "production"):
+        objs = render(VARIANTS[variant])
+        for role in by_kind(objs, "ClusterRole") + by_kind(objs, "Role"):
+            if role["metadata"]["name"].startswith("bellows-bridge") and not role["metadata"][
+                "name"
+            ].endswith("leader-election"):
+                for rule in role["rules"]:
+                    assert set(rule["verbs"]) <= {"get", "list", "watch"}
+
+
+def test_leases_are_namespaced_and_limited_to_own_name() -> None:
+    objs = render()
+    for name, rule in _rules(objs, "ClusterRole"):
+        assert "leases" not in rule["resources"], name
+    for component in ("controller", "bridge"):
+        role = named(objs, "Role", f"bellows-{component}-leader-election")
+        assert role["metadata"]["namespace"] == NAMESPACE
+        for rule in role["rules"]:
+            if "leases" in rule["resources"] and set(rule["verbs"]) & {"get", "update"}:
+                assert rule["resourceNames"] == [f"bellows-{component}"]
+
+
+def test_watch_namespaces_makes_job_rbac_namespaced() -> None:
+    objs = render(VARIANTS["production"])  # watches team-a and team-b, fixed GPU count
+    assert by_kind(objs, "ClusterRole") == []
+    assert by_kind(objs, "ClusterRoleBinding") == []
+    job_roles = [
+        r for r in by_kind(objs, "Role") if not r["metadata"]["name"].endswith("leader-election")
+    ]
+    assert sorted((r["metadata"]["name"], r["metadata"]["namespace"]) for r in job_roles) == [
+        ("bellows-bridge", "team-a"),
+        ("bellows-bridge", "team-b"),
+        ("bellows-controller", "team-a"),
+        ("bellows-controller", "team-b"),
+    ]
+    bindings = by_kind(objs, "RoleBinding")
+    for binding in bindings:
+        (subject,) = binding["subjects"]
+        assert subject["namespace"] == NAMESPACE
+
+
+def test_node_permission_only_when_capacity_is_read_from_nodes() -> None:
+    names = {o["metadata"]["name"] for o in by_kind(render(), "ClusterRole")}
+    assert "bellows-controller-nodes" in names
+    fixed = render({"controller": {"capacity": {"gpus": 16}}})
+    assert "bellows-controller-nodes" not in {o["metadata"]["name"] for o in fixed}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_pod_is_hardened(variant: str) -> None:
+    for deployment in by_kind(render(VARIANTS[variant]), "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        name = deployment["metadata"]["name"]
+        assert pod["securityContext"]["runAsNonRoot"] is True, name
+        assert pod["securityContext"]["runAsUser"] != 0, name
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert not pod.get("hostNetwork"), name
+        assert not pod.get("hostPID"), name
+        assert all("hostPath" not in v for v in pod.get("volumes", [])), name
+        for container in pod["containers"]:
+            context = container["securityContext"]
+            assert context["readOnlyRootFilesystem"] is True, name
+            assert context["allowPrivilegeEscalation"] is False, name
+            assert context["privileged"] is False, name
+            assert context["capabilities"] == {"drop": ["ALL"]}, name
+            assert container["resources"]["limits"]["memory"], name
+
+
+def test_deployments_run_the_bellows_subcommands_on_the_mounted_config() -> None:
+    objs = render()
+    config_map = named(objs, "ConfigMap", "bellows-config")
+    for component in ("controller", "bridge"):
+        pod = named(objs, "Deployment", f"bellows-{component}")["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert container["args"][0] == component
+        config_path = container["args"][container["args"].index("--config") + 1]
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "config")
+        assert config_path == f"{mount['mountPath']}/config.yaml"
+        volume = next(v for v in pod["volumes"] if v["name"] == "config")
+        assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+        assert container["image"] == "bellows:0.1.0"
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports == {"metrics": 9090}
+
+
+def _checksums(values: dict[str, Any]) -> dict[str, str]:
+    objs = render(values)
+    return {
+        d["metadata"]["name"]: d["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        for d in by_kind(objs, "Deployment")
+        if "checksum/config" in d["spec"]["template"]["metadata"].get("annotations", {})
+    }
+
+
+def test_config_change_rolls_the_pods_and_other_changes_do_not() -> None:
+    base = _checksums({})
+    assert set(base) == {"bellows-controller", "bellows-bridge"}
+    changed = _checksums({"controller": {"deltaSeconds": 60}})
+    assert all(changed[name] != base[name] for name in base)
+    unrelated = _checksums({"controller": {"resources": {"limits": {"memory": "2Gi"}}}})
+    assert unrelated == base
+
+
+def _config(values: dict[str, Any]) -> dict[str, Any]:
+    config_map = named(render(values), "ConfigMap", "bellows-config")
+    parsed: dict[str, Any] = yaml.safe_load(config_map["data"]["config.yaml"])
+    return parsed
+
+
+def test_config_file_carries_the_values() -> None:
+    config = _config(VARIANTS["production"])
+    assert config["nats"]["servers"] == VARIANTS["production"]["nats"]["servers"]
+    assert config["nats"]["credentialsFile"] == "/etc/bellows/nats-credentials/bellows.creds"
+    assert config["namespaces"] == ["team-a", "team-b"]
+    assert config["controller"]["capacity"]["gpus"] == 64
+    assert config["controller"]["earlyShare"] == 0.5
+    assert config["leaderElection"]["namespace"] == NAMESPACE
+    assert config["logging"] == {"format": "console", "level": "debug"}
+    assert config["nats"]["tls"] == {
+        "caFile": "/etc/bellows/nats-tls/ca.crt",
+        "certFile": "/etc/bellows/nats-tls/tls.crt",
+        "keyFile": "/etc/bellows/nats-tls/tls.key",
+    }
+    bundled = _config(VARIANTS["quickstart"])
+    assert bundled["nats"]["servers"] == [f"nats://bellows-nats.{NAMESPACE}.svc:4222"]
+    assert "credentialsFile" not in bundled["nats"]
+
+
+def test_nats_credentials_come_from_a_secret_and_never_the_config_map() -> None:
+    objs = render(VARIANTS["production"])
+    assert by_kind(objs, "Secret") == []
+    text = json.dumps(named(objs, "ConfigMap", "bellows-config"))
+    assert "bellows-nats" not in text  # the Secret's name, let alone its content
+    for component in ("controller", "bridge"):
+        pod = named(objs, "Deployment", f"bellows-{component}")["spec"]["template"]["spec"]
+        secrets = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
+        assert secrets["nats-credentials"]["secretName"] == "bellows-nats"
+        assert secrets["nats-credentials"]["defaultMode"] == 0o400
+        assert secrets["nats-tls"]["secretName"] == "bellows-nats-tls"
+        mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+        assert mounts["nats-credentials"]["readOnly"] is True
+
+
+def test_digest_pins_the_image() -> None:
+    objs = render(VARIANTS["production"])
+    image = named(objs, "Deployment", "bellows-controller")["spec"]["template"]["spec"][
+        "containers"
+    ][0]["image"]
+    assert image == "registry.example/bellows@sha256:" + "a" * 64
+
+
+def test_service_monitor_selects_the_metrics_services() -> None:
+    objs = render(VARIANTS["production"])
+    for monitor in by_kind(objs, "ServiceMonitor"):
+        labels = monitor["spec"]["selector"]["matchLabels"]
+        matching = [
+            s for s in by_kind(objs, "Service") if labels.items() <= s["metadata"]["labels"].items()
+        ]
+        assert len(matching) == 1
+        assert matching[0]["spec"]["ports"][0]["name"] == monitor["spec"]["endpoints"][0]["port"]
+        assert monitor["metadata"]["labels"]["release"] == "prom"
+
+
+def test_pdbs_and_services_select_their_deployments() -> None:
+    objs = render()
+    for deployment in by_kind(objs, "Deployment"):
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        component = labels["app.kubernetes.io/component"]
+        pdb = named(objs, "PodDisruptionBudget", f"bellows-{component}")
+        assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        assert pdb["spec"]["minAvailable"] < deployment["spec"]["replicas"]
+        service = named(objs, "Service", f"bellows-{component}-metrics")
+        assert service["spec"]["selector"].items() <= labels.items()
+
+
+def test_notes_name_the_namespaces() -> None:
+    notes = render_files(VARIANTS["production"])["NOTES.txt"]
+    assert "team-a, team-b" in notes
+    assert "every namespace" in render_files()["NOTES.txt"]
+
+
+def test_cluster_profile_from_calibrate_reaches_the_config() -> None:
+    from bellows.scaling import (  # noqa: PLC0415
+        ClusterProfile,
+        LinkCost,
+        cluster_profile_to_json,
+        parse_cluster_profile,
+    )
+
+    measured = ClusterProfile(LinkCost(1e-4, 1e-9), LinkCost(5e-4, 4e-9), 1.5, 8, "calibrate")
+    document = cluster_profile_to_json(measured)
+    values = {"controller": {"clusterProfile": document}}
+    config = _config(values)
+    data = named(render(values), "ConfigMap", "bellows-config")["data"]
+    # Mounted next to config.yaml, as JSON, where the config file says.
+    path = config["controller"]["clusterProfileFile"]
+    assert path == "/etc/bellows/config/cluster-profile.json"
+    assert parse_cluster_profile(json.loads(data["cluster-profile.json"])) == measured
+    assert "clusterProfileFile" not in _config({})["controller"]
+    assert _checksums(values) != _checksums({})
+    with pytest.raises(helm.HelmValuesError, match="clusterProfile"):
+        render({"controller": {"clusterProfile": {"kind": "JobProfile"}}})
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_rendered_config_is_what_the_controller_loads(variant: str, tmp_path: Path) -> None:
+    from bellows.service.config import load_config  # noqa: PLC0415
+
+    config_map = named(render(VARIANTS[variant]), "ConfigMap", "bellows-config")
+    path = tmp_path / "config.yaml"
+    path.write_text(config_map["data"]["config.yaml"])
+    loaded = load_config(path)
+    values = VARIANTS[variant]
+    assert loaded.controller.delta_s == 600.0
+    assert loaded.leader_election.namespace == NAMESPACE
+    assert list(loaded.namespaces) == values.get("watchNamespaces", [])
+    if "servers" in values.get("nats", {}):
+        assert list(loaded.nats.servers) == values["nats"]["servers"]
+        assert str(loaded.nats.credentials_file).endswith("bellows.creds")
+        assert loaded.nats.tls.enabled
