@@ -5,6 +5,15 @@ from __future__ import annotations
 import click
 
 from bellows import __version__
+from bellows.cli.config import config
+from bellows.cli.demo import demo
+from bellows.cli.events import events
+from bellows.cli.jsa import jsa
+from bellows.cli.live import bridge, controller
+from bellows.cli.profiling import calibrate, profile
+from bellows.cli.reproduce import reproduce
+from bellows.cli.simulate import simulate
+from bellows.cli.workload import workload
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -14,3 +23,14 @@ def main() -> None:
 
 
 # Sub-commands register below, one line each, so that adding one never touches another.
+main.add_command(jsa)
+main.add_command(workload)
+main.add_command(simulate)
+main.add_command(reproduce)
+main.add_command(profile)
+main.add_command(calibrate)
+main.add_command(config)
+main.add_command(events)
+main.add_command(demo)
+main.add_command(controller)
+main.add_command(bridge)

@@ -125,11 +125,11 @@ class JobReader:
             raise SpecError(f"{where} data.{source.key}", None, "a JobProfile JSON document")
         return keys.parse_profile_text(f"{where} data.{source.key}", text)
 
-    async def snapshot(self) -> list[Observation]:
-        """One observation per opted-in job now in the cluster."""
+    async def snapshot(self, namespace: str | None = None) -> list[Observation]:
+        """One observation per opted-in job now in the cluster (or in ``namespace``)."""
         out: list[Observation] = []
         for kind in self._kinds:
-            items, _ = await self._api.list_jobs(kind, self._namespace)
+            items, _ = await self._api.list_jobs(kind, namespace or self._namespace)
             for obj in items:
                 seen = await self.examine(kind, obj)
                 if seen is not None:

@@ -1,0 +1,118 @@
+"""The consume loop: fetch, batch per Δ, apply, and only then ack (at-least-once).
+
+The one place where the bus meets the controller: ``apply`` receives the facts of a closed
+window and returns once the decisions they led to are applied; the deliveries are acked
+after it returns. If ``apply`` raises, the deliveries are nak'ed for redelivery (or, past
+``max_deliver``, dead-lettered with the error) and the loop goes on. While events wait for
+their window, their deliveries are kept alive with in-progress acks so that a Δ longer
+than ``ack_wait`` does not trigger redeliveries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from bellows.bus.batching import Batch, Batcher, Offered
+from bellows.bus.consuming import Delivery, EventConsumer
+from bellows.bus.events import Event
+from bellows.bus.observers import BusObserver, NullObserver
+
+__all__ = ["APPLY_FAILED", "Apply", "EventPump"]
+
+APPLY_FAILED = "apply_failed"
+
+Apply = Callable[[tuple[Event, ...]], Awaitable[None]]
+
+_log = structlog.get_logger("bellows.bus")
+
+
+class EventPump:
+    """Drives :class:`EventConsumer` → :class:`Batcher` → ``apply`` → acks.
+
+    ``clock`` is monotonic seconds (``loop.time`` in the service, a fake in tests);
+    ``heartbeat`` is called once per cycle (the liveness probe watches it).
+    """
+
+    def __init__(
+        self,
+        consumer: EventConsumer,
+        batcher: Batcher[Delivery],
+        apply: Apply,
+        *,
+        clock: Callable[[], float],
+        max_deliver: int,
+        ack_wait_s: float,
+        poll_s: float = 1.0,
+        nak_delay_s: float = 1.0,
+        observer: BusObserver | None = None,
+        heartbeat: Callable[[], None] | None = None,
+    ) -> None:
+        self._consumer = consumer
+        self._batcher = batcher
+        self._apply = apply
+        self._clock = clock
+        self._max_deliver = max_deliver
+        self._keepalive_s = ack_wait_s / 3
+        self._poll_s = poll_s
+        self._nak_delay_s = nak_delay_s
+        self._observer: BusObserver = observer or NullObserver()
+        self._heartbeat = heartbeat
+        self._last_keepalive = clock()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until ``stop`` is set; then hand held events back for redelivery."""
+        while not stop.is_set():
+            await self.cycle()
+        for delivery in self._batcher.held():
+            await delivery.nak()
+
+    async def cycle(self) -> None:
+        """One fetch, then every batch that is due."""
+        deliveries = await self._consumer.fetch(timeout_s=self._fetch_timeout())
+        for delivery in deliveries:
+            if self._batcher.offer(delivery.event, delivery) is Offered.APPLIED:
+                await delivery.ack()
+        while (batch := self._batcher.poll(self._clock())) is not None:
+            await self._apply_batch(batch)
+        await self._keep_alive()
+        if self._heartbeat is not None:
+            self._heartbeat()
+
+    def _fetch_timeout(self) -> float:
+        due = self._batcher.next_close()
+        if due is None:
+            return self._poll_s
+        return min(self._poll_s, max(0.01, due - self._clock()))
+
+    async def _apply_batch(self, batch: Batch[Delivery]) -> None:
+        started = self._clock()
+        try:
+            await self._apply(batch.events)
+        except Exception as exc:  # any failure of the wiring must not stop the loop
+            _log.exception("batch.apply_failed", events=len(batch.events))
+            self._observer.apply_failed(len(batch.events))
+            await self._hand_back(batch, f"{type(exc).__name__}: {exc}")
+            return
+        for delivery in batch.handles:
+            await delivery.ack()
+        self._batcher.commit(batch)
+        self._observer.batch_applied(len(batch.events), seconds=self._clock() - started)
+
+    async def _hand_back(self, batch: Batch[Delivery], reason: str) -> None:
+        for delivery in batch.handles:
+            if delivery.num_delivered >= self._max_deliver:
+                # The server would silently stop redelivering; keep the event visible.
+                await self._consumer.reject(delivery, APPLY_FAILED, reason)
+            else:
+                await delivery.nak(self._nak_delay_s)
+
+    async def _keep_alive(self) -> None:
+        now = self._clock()
+        if now - self._last_keepalive < self._keepalive_s:
+            return
+        self._last_keepalive = now
+        for delivery in self._batcher.held():
+            await delivery.in_progress()

@@ -1,0 +1,99 @@
+"""The NATS subject layout: where each event, dead letter and resume point lives.
+
+Pure string functions, documented in ``docs/events.md``::
+
+    <prefix>.events.v<N>.<namespace>.<kind>.<name>.<event>   arrival / completion events
+    <prefix>.deadletter.<code>                               events the controller refused
+
+``<kind>`` is ``pytorchjob`` or ``mpijob`` and ``<event>`` is ``arrived`` or ``completed``.
+A job name may contain dots (a DNS-1123 subdomain) but a subject token may not, so dots in
+names become underscores, which a Kubernetes name never holds: the mapping is reversible.
+Subjects route and filter; the payload, not the subject, is what the consumer trusts.
+"""
+
+from __future__ import annotations
+
+import re
+
+from bellows.bus.codec import SCHEMA_VERSION
+from bellows.bus.events import Event, EventType, JobKind
+from bellows.jobs import SpecError
+
+__all__ = [
+    "EVENT_TOKENS",
+    "dead_letter_subject",
+    "dead_letter_wildcard",
+    "event_subject",
+    "events_wildcard",
+    "name_from_token",
+    "name_token",
+    "namespace_filter",
+    "validate_prefix",
+]
+
+EVENT_TOKENS: dict[EventType, str] = {
+    EventType.ARRIVED: "arrived",
+    EventType.COMPLETED: "completed",
+}
+
+_KIND_TOKENS: dict[JobKind, str] = {kind: kind.value.lower() for kind in JobKind}
+
+# A prefix is one or more subject tokens; wildcards and whitespace would change routing.
+_PREFIX = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+
+
+def validate_prefix(prefix: str, *, field: str = "subject_prefix") -> str:
+    """``prefix`` if it is a valid literal subject prefix, else :class:`SpecError`."""
+    if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
+        raise SpecError(field, prefix, "dot-separated tokens of letters, digits, '_' or '-'")
+    return prefix
+
+
+def name_token(name: str) -> str:
+    """A Kubernetes name as one subject token (dots become underscores)."""
+    return name.replace(".", "_")
+
+
+def name_from_token(token: str) -> str:
+    """The inverse of :func:`name_token`."""
+    return token.replace("_", ".")
+
+
+def event_subject(prefix: str, event: Event, *, version: int = SCHEMA_VERSION) -> str:
+    """The subject ``event`` is published on."""
+    job = event.job
+    return ".".join(
+        (
+            prefix,
+            "events",
+            f"v{version}",
+            job.namespace,
+            _KIND_TOKENS[job.kind],
+            name_token(job.name),
+            EVENT_TOKENS[event.type],
+        )
+    )
+
+
+def events_wildcard(prefix: str) -> str:
+    """Every event subject of every schema version (what the events stream captures).
+
+    Versions the consumer does not understand still land in the stream, so that they reach
+    the dead-letter subject with a reason instead of vanishing.
+    """
+    return f"{prefix}.events.>"
+
+
+def namespace_filter(prefix: str, namespace: str) -> str:
+    """Every event of one namespace, any version (for a controller that watches a few)."""
+    return f"{prefix}.events.*.{namespace}.>"
+
+
+def dead_letter_subject(prefix: str, code: str) -> str:
+    """Where a refused message goes; ``code`` says why (e.g. ``malformed_json``)."""
+    return f"{prefix}.deadletter.{code}"
+
+
+def dead_letter_wildcard(prefix: str) -> str:
+    """Every dead-letter subject (what the dead-letter stream captures)."""
+    return f"{prefix}.deadletter.>"

@@ -1,0 +1,111 @@
+"""``bellows demo``: the live stack on an emulated cluster, checked against the simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from bellows.autoscaler import Policy
+from bellows.service.config import LoggingSettings, LogLevel
+from bellows.service.demo import DemoOptions, DemoResult, Progress, run_demo
+from bellows.service.logging import configure_logging
+
+CRD_ENV = "BELLOWS_CRDS"
+
+
+def default_crds() -> Path:
+    """``$BELLOWS_CRDS``, else ``shared/data/crds`` beside this checkout."""
+    override = os.environ.get(CRD_ENV)
+    if override:
+        return Path(override)
+    for base in (Path.cwd(), Path(__file__).resolve()):
+        for parent in (base, *base.parents):
+            candidate = parent.parent / "shared" / "data" / "crds"
+            if candidate.is_dir():
+                return candidate
+    return Path("../shared/data/crds")
+
+
+def _progress_table(p: Progress) -> Table:
+    table = Table(title=f"bellows demo — cluster minute {p.minute:6.1f}", min_width=60)
+    for column in ("submitted", "running", "queued", "done", "rejected", "GPUs in use"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        f"{p.submitted}/{p.total}", str(p.running), str(p.queued), str(p.done),
+        str(p.rejected), str(p.gpus_allocated),
+    )  # fmt: skip
+    return table
+
+
+def _result_table(result: DemoResult) -> Table:
+    table = Table(title="live run vs simulator, same trace")
+    for column in ("metric", "live", "simulator", "bound", "ok"):
+        table.add_column(column, justify="right" if column in ("live", "simulator") else "left")
+    for b in result.bounds:
+        table.add_row(
+            b.metric, f"{b.live:.4g}", f"{b.simulated:.4g}", b.tolerance, "yes" if b.ok else "NO"
+        )
+    for key in ("jobs_total", "avg_jct_min", "rescales", "offered_load"):
+        table.add_row(key, f"{result.live.get(key)}", f"{result.simulated.get(key)}", "", "")
+    return table
+
+
+@click.command()
+@click.option("--gpus", type=click.IntRange(1), default=16, show_default=True, help="Cluster GPUs.")
+@click.option("--minutes", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="Arrival window of the bursty workload (cluster minutes).")  # fmt: skip
+@click.option("--speedup", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="Time compression: cluster seconds per real second.")  # fmt: skip
+@click.option("--seed", type=int, default=7, show_default=True)
+@click.option("--delta-min", type=click.FloatRange(min=0), default=10.0, show_default=True)
+@click.option("--policy", type=click.Choice([p.value for p in Policy]), default="elastic",
+              show_default=True)  # fmt: skip
+@click.option("--crds", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help=f"CRDs folder (default: ${CRD_ENV}, else shared/data/crds).")  # fmt: skip
+@click.option("--json-out", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also write both summaries and the bounds as JSON.")  # fmt: skip
+def demo(
+    *,
+    gpus: int, minutes: float, speedup: float, seed: int, delta_min: float, policy: str,
+    crds: Path | None, json_out: Path | None,
+) -> None:  # fmt: skip
+    """Run nats-server, an emulated Kubeflow cluster, the bridge and the controller on a bursty
+    workload, then the simulator on the same trace; exit 1 if they disagree beyond the paper's
+    bounds (jobs completed 5 %, SJS efficiency 5 %, drop ratio 4 points)."""
+    folder = crds or default_crds()
+    files = sorted(folder.glob("*.yaml")) if folder.is_dir() else []
+    if not files:
+        raise click.UsageError(f"--crds {folder}: no CRD files (*.yaml) there; set {CRD_ENV}")
+    configure_logging(LoggingSettings(level=LogLevel.WARNING), stream=sys.stderr)
+    options = DemoOptions(
+        crds=files, gpus=gpus, minutes=minutes, speedup=speedup, seed=seed,
+        delta_min=delta_min, policy=Policy(policy),
+    )  # fmt: skip
+    console = Console()
+    with Live(_progress_table(Progress()), console=console, refresh_per_second=4) as live:
+        result = asyncio.run(
+            run_demo(options, on_progress=lambda p: live.update(_progress_table(p)))
+        )
+    console.print(_result_table(result))
+    for line in result.mismatches:
+        console.print(f"  {line}")
+    console.print(f"{result.jobs} jobs, {result.wall_s:.0f} s wall")
+    if json_out is not None:
+        payload = {
+            "live": result.live,
+            "simulated": result.simulated,
+            "bounds": [b.__dict__ for b in result.bounds],
+            "ok": result.ok,
+        }
+        json_out.write_text(json.dumps(payload, indent=2), encoding="utf-8")
+    if not result.ok:
+        console.print("[red]live run and simulator disagree beyond the bounds[/red]")
+        sys.exit(1)

@@ -1,0 +1,124 @@
+"""``bellows events``: publish a job event (for pipeline steps) and print the event schema."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from bellows.bus import (
+    Event,
+    EventType,
+    JobArrived,
+    JobCompleted,
+    JobKind,
+    JobRef,
+    Outcome,
+    publish_events,
+)
+from bellows.bus.codec import event_schema
+from bellows.cli.config import config_options, load_from_cli
+from bellows.jobs import SpecError
+
+__all__ = ["events"]
+
+
+@click.group("events")
+def events() -> None:
+    """Job arrival and completion events on NATS JetStream."""
+
+
+@events.command("schema")
+def schema() -> None:
+    """Print the JSON Schema of the current event version."""
+    click.echo(json.dumps(event_schema(), indent=2))
+
+
+def _build(
+    *,
+    event_type: str,
+    ref: JobRef,
+    when: datetime,
+    resource_version: str | None,
+    source: str,
+    outcome: str | None,
+    spec: dict[str, Any] | None,
+) -> Event:
+    if EventType(event_type) is EventType.ARRIVED:
+        return JobArrived(ref, when, resource_version, source, spec)
+    if outcome is None:
+        raise click.UsageError("--outcome is required for job.completed")
+    return JobCompleted(ref, when, Outcome(outcome), resource_version, source)
+
+
+@events.command("publish")
+@click.option(
+    "--type", "event_type", type=click.Choice([t.value for t in EventType]), required=True
+)
+@click.option("--kind", type=click.Choice([k.value for k in JobKind]), required=True)
+@click.option("--namespace", required=True)
+@click.option("--name", required=True)
+@click.option("--uid", required=True, help="metadata.uid of the job (the dedupe key)")
+@click.option("--resource-version", default=None, help="metadata.resourceVersion, if known")
+@click.option("--outcome", type=click.Choice([o.value for o in Outcome]), default=None)
+@click.option(
+    "--time",
+    "when",
+    type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z"]),
+    default=None,
+    help="When it happened, e.g. 2025-05-01T12:00:00+0000 (default: now)",
+)
+@click.option("--source", default="pipeline", show_default=True, help="who publishes")
+@click.option(
+    "--spec-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="JSON object with the job's Bellows settings (job.arrived only)",
+)
+@config_options
+def publish(  # click passes every option by keyword
+    *,
+    event_type: str,
+    kind: str,
+    namespace: str,
+    name: str,
+    uid: str,
+    resource_version: str | None,
+    outcome: str | None,
+    when: datetime | None,
+    source: str,
+    spec_file: Path | None,
+    config_file: Path | None,
+    overrides: tuple[str, ...],
+) -> None:
+    """Publish one event; a repeat of the same fact (uid, type) is dropped by the stream."""
+    settings = load_from_cli(config_file, overrides)
+    spec = json.loads(spec_file.read_text()) if spec_file is not None else None
+    try:
+        ref = JobRef(JobKind(kind), namespace, name, uid)
+        event = _build(
+            event_type=event_type,
+            ref=ref,
+            when=when or datetime.now(UTC),
+            resource_version=resource_version,
+            source=source,
+            outcome=outcome,
+            spec=spec,
+        )
+    except SpecError as exc:
+        raise click.UsageError(str(exc)) from None
+    (result,) = asyncio.run(publish_events(settings.nats, [event]))
+    click.echo(
+        json.dumps(
+            {
+                "subject": result.subject,
+                "msgId": result.msg_id,
+                "sequence": result.sequence,
+                "duplicate": result.duplicate,
+            }
+        )
+    )

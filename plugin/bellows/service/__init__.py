@@ -1,0 +1,1 @@
+"""The live service: wiring of the core, the Kubernetes side and the event bus."""

@@ -1,0 +1,134 @@
+"""Prometheus metrics of the controller and the bridge, in a registry of their own.
+
+:class:`Metrics` is also the bus's :class:`~bellows.bus.observers.BusObserver`, so the
+publisher, the consumer and the pump report into it without importing this layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
+from bellows.bus.events import EventType
+
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+# Optimizer rounds take from well under a millisecond (a few jobs) to seconds (hundreds of
+# jobs, hundreds of GPUs); event lag spans seconds (Δ = 0) to a Δ of 10 minutes and more.
+_OPTIMIZER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+_LAG_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 120, 300, 600, 1200, 3600)
+_DECISION_KINDS: dict[type, str] = {
+    Start: "start",
+    Rescale: "rescale",
+    Reject: "reject",
+    Preempt: "preempt",
+}
+
+
+class Metrics:
+    """Every metric Bellows exports; one instance per process (or per test)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.decisions = Counter(
+            "bellows_decisions", "Decisions applied, by kind", ["kind"], registry=r
+        )
+        self.rescales = Counter(
+            "bellows_rescales", "Running jobs halted and resumed at a new size", registry=r
+        )
+        self.rounds = Counter("bellows_rounds", "Scheduling rounds run", registry=r)
+        self.queue_length = Gauge("bellows_queue_length", "Jobs waiting for GPUs", registry=r)
+        self.running_jobs = Gauge("bellows_running_jobs", "Jobs holding GPUs", registry=r)
+        self.gpus_allocated = Gauge(
+            "bellows_gpus_allocated", "GPUs given to running jobs", registry=r
+        )
+        self.gpus_capacity = Gauge("bellows_gpus_capacity", "GPUs Bellows may hand out", registry=r)
+        self.optimizer_seconds = Histogram(
+            "bellows_optimizer_seconds",
+            "Time of one optimizer round",
+            buckets=_OPTIMIZER_BUCKETS,
+            registry=r,
+        )
+        self.event_lag_seconds = Histogram(
+            "bellows_event_lag_seconds",
+            "From an event's time to its consumption, by event type",
+            ["type"],
+            buckets=_LAG_BUCKETS,
+            registry=r,
+        )
+        self.events_consumed = Counter(
+            "bellows_events_consumed", "Events decoded by the controller", ["type"], registry=r
+        )
+        self.events_published = Counter(
+            "bellows_events_published",
+            "Events published (duplicate: dropped by the stream as a repeat)",
+            ["type", "duplicate"],
+            registry=r,
+        )
+        self.events_dead_lettered = Counter(
+            "bellows_events_dead_lettered",
+            "Messages sent to the dead-letter subject",
+            ["code"],
+            registry=r,
+        )
+        self.batches_applied = Counter(
+            "bellows_batches_applied", "Δ windows applied and acked", registry=r
+        )
+        self.apply_failures = Counter(
+            "bellows_apply_failures", "Δ windows whose apply failed (redelivered)", registry=r
+        )
+        self.apply_seconds = Histogram(
+            "bellows_apply_seconds",
+            "Time to apply one Δ window (optimizer and Kubernetes patches)",
+            buckets=_LAG_BUCKETS,
+            registry=r,
+        )
+
+    # --- controller ---------------------------------------------------------------------
+
+    def observe_decisions(self, decisions: Iterable[Decision]) -> None:
+        """Count the decisions of one round."""
+        for decision in decisions:
+            self.decisions.labels(kind=_DECISION_KINDS[type(decision)]).inc()
+            if isinstance(decision, Rescale):
+                self.rescales.inc()
+
+    def observe_round(
+        self, *, seconds: float, queued: int, running: int, gpus_allocated: int, capacity: int
+    ) -> None:
+        """Record one optimizer round and the state it left."""
+        self.rounds.inc()
+        self.optimizer_seconds.observe(seconds)
+        self.queue_length.set(queued)
+        self.running_jobs.set(running)
+        self.gpus_allocated.set(gpus_allocated)
+        self.gpus_capacity.set(capacity)
+
+    # --- BusObserver --------------------------------------------------------------------
+
+    def published(self, event_type: EventType, *, duplicate: bool) -> None:
+        self.events_published.labels(type=event_type.value, duplicate=str(duplicate).lower()).inc()
+
+    def consumed(self, event_type: EventType, *, lag_s: float) -> None:
+        self.events_consumed.labels(type=event_type.value).inc()
+        self.event_lag_seconds.labels(type=event_type.value).observe(max(0.0, lag_s))
+
+    def dead_lettered(self, code: str) -> None:
+        self.events_dead_lettered.labels(code=code).inc()
+
+    def batch_applied(self, events: int, *, seconds: float) -> None:
+        self.batches_applied.inc()
+        self.apply_seconds.observe(seconds)
+
+    def apply_failed(self, events: int) -> None:
+        self.apply_failures.inc()
+
+    # --- exposition ---------------------------------------------------------------------
+
+    def exposition(self) -> bytes:
+        """The text format Prometheus scrapes."""
+        return generate_latest(self.registry)

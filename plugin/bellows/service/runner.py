@@ -1,0 +1,303 @@
+"""Running ``bellows controller`` and ``bellows bridge`` from a :class:`BellowsConfig`.
+
+Each process serves ``/healthz``, ``/readyz`` and ``/metrics``, connects to NATS and to the
+Kubernetes API, and does its work only while it holds its Lease (two replicas: one active,
+the other ready to take over). Everything here is wiring; the logic lives in the layers
+below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+
+import structlog
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from bellows.autoscaler import Autoscaler, Decision
+from bellows.bus import (
+    Batcher,
+    Bridge,
+    EventConsumer,
+    EventPublisher,
+    EventPump,
+    KvResumeStore,
+    connect,
+    ensure_kv,
+    ensure_streams,
+    watch_key,
+)
+from bellows.bus import JobKind as BusKind
+from bellows.jobs import SpecError
+from bellows.kube import KINDS, Actuator, JobReader, KubeApi, Outcome
+from bellows.scaling import ClusterProfile, default_cluster, load_cluster_profile
+from bellows.service.clock import ServiceClock
+from bellows.service.config import BellowsConfig, CapacitySettings, KubernetesSettings
+from bellows.service.controller import Controller, ControllerObserver
+from bellows.service.health import Health, serving
+from bellows.service.leader import LeaderElector
+from bellows.service.logging import configure_logging
+from bellows.service.metrics import Metrics
+from bellows.service.watching import kube_watch_source
+
+__all__ = ["kube_api_client", "read_capacity", "run_bridge", "run_controller"]
+
+_log = structlog.get_logger("bellows.service")
+
+Lead = Callable[[asyncio.Event], Awaitable[None]]
+
+
+class MetricsObserver(ControllerObserver):
+    """Feeds the controller's rounds into the Prometheus metrics."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def round_done(
+        self,
+        seconds: float,
+        decisions: Sequence[Decision],
+        *,
+        running: int,
+        queued: int,
+        gpus_allocated: int,
+        capacity: int,
+    ) -> None:
+        self._metrics.observe_decisions(decisions)
+        self._metrics.observe_round(
+            seconds=seconds,
+            queued=queued,
+            running=running,
+            gpus_allocated=gpus_allocated,
+            capacity=capacity,
+        )
+
+    def applied(self, decision: Decision, outcome: Outcome) -> None:
+        _log.debug("decision.outcome", job=decision.job, result=outcome.result)
+
+
+def kube_api_client(settings: KubernetesSettings) -> k8s.ApiClient:
+    """A client from the service account (in a pod) or from a kubeconfig."""
+    configuration = k8s.Configuration()
+    in_cluster = settings.in_cluster
+    if in_cluster is None:
+        in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
+    if in_cluster:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    else:
+        k8s_config.load_kube_config(
+            config_file=str(settings.kubeconfig) if settings.kubeconfig else None,
+            context=settings.context,
+            client_configuration=configuration,
+        )
+    return k8s.ApiClient(configuration)
+
+
+async def read_capacity(api_client: k8s.ApiClient, settings: CapacitySettings) -> int:
+    """GPUs to share: the configured number, else the nodes' allocatable GPUs."""
+    if settings.gpus:
+        return settings.gpus
+    selector = ",".join(f"{k}={v}" for k, v in settings.node_selector.items()) or None
+    nodes = await asyncio.to_thread(k8s.CoreV1Api(api_client).list_node, label_selector=selector)
+    total = 0
+    for node in nodes.items:
+        allocatable = (node.status.allocatable or {}) if node.status else {}
+        total += int(allocatable.get(settings.resource_name, "0"))
+    if total == 0:
+        raise SpecError(
+            "controller.capacity.gpus",
+            0,
+            f"a GPU count, or nodes with allocatable {settings.resource_name!r}",
+        )
+    return total
+
+
+def _cluster(config: BellowsConfig) -> ClusterProfile:
+    path = config.controller.cluster_profile_file
+    return load_cluster_profile(path) if path else default_cluster()
+
+
+def _namespaces(config: BellowsConfig) -> tuple[str | None, ...]:
+    return tuple(config.namespaces) or (None,)
+
+
+def _identity() -> str:
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+
+
+async def _led(
+    config: BellowsConfig,
+    api_client: k8s.ApiClient,
+    *,
+    lease: str,
+    lead: Lead,
+    stop: asyncio.Event,
+    health: Health,
+) -> None:
+    """Run ``lead`` while this process holds ``lease`` (or always, without election)."""
+    settings = config.leader_election
+    if not settings.enabled:
+        health.set_ready("leader", True)
+        await lead(stop)
+        return
+    elector = LeaderElector(
+        api_client,
+        namespace=settings.namespace,
+        name=lease,
+        identity=_identity(),
+        lease_duration_s=settings.lease_duration_s,
+        renew_deadline_s=settings.renew_deadline_s,
+        retry_period_s=settings.retry_period_s,
+        on_change=lambda leading: health.set_ready(
+            "leader", True, "leading" if leading else "standby"
+        ),
+    )
+    await elector.run(lead, stop)
+
+
+def _either(*events: asyncio.Event) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    """An event set as soon as any of ``events`` is (and the task that watches them)."""
+    merged = asyncio.Event()
+
+    async def watch() -> None:
+        waits = [asyncio.create_task(e.wait()) for e in events]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        merged.set()
+
+    return merged, asyncio.create_task(watch())
+
+
+async def run_controller(
+    config: BellowsConfig,
+    *,
+    stop: asyncio.Event,
+    api_client: k8s.ApiClient | None = None,
+    clock: ServiceClock | None = None,
+) -> None:
+    """The controller process: consume events, decide, act — while holding its Lease."""
+    configure_logging(config.logging)
+    loop = asyncio.get_running_loop()
+    clock = clock or ServiceClock()
+    metrics, health = Metrics(), Health(loop.time)
+    health.expect("nats", "leader")
+    api_client = api_client or kube_api_client(config.kubernetes)
+    api = KubeApi(api_client)
+    async with serving(health, metrics, host=config.metrics.host, port=config.metrics.port) as url:
+        _log.info("controller.serving", url=url)
+        nc = await connect(config.nats)
+        try:
+            js = nc.jetstream()
+            await ensure_streams(js, config.nats)
+            health.set_ready("nats", True)
+            cluster = _cluster(config)
+
+            async def lead(lost: asyncio.Event) -> None:
+                capacity = await read_capacity(api_client, config.controller.capacity)
+                namespaces = _namespaces(config)
+                controller = Controller(
+                    api=api,
+                    # the pump's window is Δ: the core decides at every window with news
+                    autoscaler=Autoscaler(
+                        replace(config.controller.autoscaler_config(), delta_s=0.0),
+                        capacity=capacity,
+                        cluster=cluster,
+                    ),
+                    actuator=Actuator(api, halt_timeout_s=config.controller.halt_timeout_s),
+                    reader=JobReader(
+                        api, namespace=namespaces[0] if len(namespaces) == 1 else None
+                    ),
+                    namespaces=namespaces,
+                    now=clock.now,
+                    wall_to_clock=clock.at,
+                    observer=MetricsObserver(metrics),
+                )
+                _log.info("controller.leading", capacity=capacity)
+                await controller.rebuild()
+                consumer = await EventConsumer.open(
+                    js, config.nats, namespaces=tuple(config.namespaces), observer=metrics
+                )
+                pump = EventPump(
+                    consumer,
+                    Batcher(delta_s=config.controller.delta_s, start=clock.now()),
+                    controller.apply,
+                    clock=clock.now,
+                    max_deliver=config.nats.max_deliver,
+                    ack_wait_s=config.nats.ack_wait_s,
+                    observer=metrics,
+                    heartbeat=health.register_loop("consume"),
+                )
+                either, watcher = _either(stop, lost)
+                try:
+                    await pump.run(either)
+                finally:
+                    watcher.cancel()
+                    await consumer.close()
+
+            await _led(
+                config, api_client, lease=config.leader_election.controller_lease, lead=lead,
+                stop=stop, health=health,
+            )  # fmt: skip
+        finally:
+            await nc.close()
+
+
+async def run_bridge(
+    config: BellowsConfig, *, stop: asyncio.Event, api_client: k8s.ApiClient | None = None
+) -> None:
+    """The bridge process: watch opted-in jobs, publish their facts — while holding its Lease."""
+    configure_logging(config.logging)
+    loop = asyncio.get_running_loop()
+    metrics, health = Metrics(), Health(loop.time)
+    health.expect("nats", "leader")
+    api_client = api_client or kube_api_client(config.kubernetes)
+    api = KubeApi(api_client)
+    async with serving(health, metrics, host=config.metrics.host, port=config.metrics.port) as url:
+        _log.info("bridge.serving", url=url)
+        nc = await connect(config.nats)
+        try:
+            js = nc.jetstream()
+            await ensure_streams(js, config.nats)
+            store = KvResumeStore(await ensure_kv(js, config.nats))
+            publisher = EventPublisher(
+                js, prefix=config.nats.subject_prefix, stream=config.nats.stream, observer=metrics
+            )
+            health.set_ready("nats", True)
+
+            async def lead(lost: asyncio.Event) -> None:
+                either, watcher = _either(stop, lost)
+                bridges = [
+                    Bridge(
+                        publisher=publisher,
+                        store=store,
+                        source=kube_watch_source(api, kind, namespace),
+                        key=watch_key(BusKind(kind.kind), namespace),
+                    )
+                    for kind in KINDS
+                    for namespace in _namespaces(config)
+                ]
+                tasks = [asyncio.create_task(b.run(either)) for b in bridges]
+                try:
+                    await either.wait()
+                finally:
+                    watcher.cancel()
+                    for task in tasks:
+                        task.cancel()
+                    for task in tasks:
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await task
+
+            await _led(
+                config, api_client, lease=config.leader_election.bridge_lease, lead=lead,
+                stop=stop, health=health,
+            )  # fmt: skip
+        finally:
+            await nc.close()
