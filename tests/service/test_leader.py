@@ -1,0 +1,438 @@
+"""Leader election over a Lease, against the strict emulated API server, in real (short) time.
+
+Durations are 1.0 s lease, 0.6 s renew deadline, 0.2 s retry period, so every takeover
+happens within about a second. A ledger records every lead term of every replica and fails
+the test if two ever overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from bellows.jobs import SpecError
+from bellows.kube.emulator import EmulatedCluster
+from bellows.service.config import LeaderElectionSettings
+from bellows.service.leader import LeaderElector
+
+NS = "bellows-system"
+LEASE = "bellows-controller"
+L, D, R = 1.0, 0.6, 0.2  # lease duration, renew deadline, retry period (seconds)
+SLACK = 0.25  # request latency and scheduling on a loaded 2-core machine
+
+
+@dataclass
+class Term:
+    start: float
+    lost: asyncio.Event
+    end: float | None = None
+
+
+@dataclass
+class Ledger:
+    """Who leads now; every overlap of two terms is a failure."""
+
+    current: str | None = None
+    overlaps: list[tuple[str, str]] = field(default_factory=list)
+
+    def enter(self, who: str) -> None:
+        if self.current is not None:
+            self.overlaps.append((self.current, who))
+        self.current = who
+
+    def leave(self, who: str) -> None:
+        if self.current == who:
+            self.current = None
+
+
+@dataclass
+class Replica:
+    name: str
+    elector: LeaderElector
+    client: k8s.ApiClient
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    terms: list[Term] = field(default_factory=list)
+    changes: list[bool] = field(default_factory=list)
+
+
+class Harness:
+    def __init__(self, cluster: EmulatedCluster) -> None:
+        self.cluster = cluster
+        self.ledger = Ledger()
+        self.replicas: list[Replica] = []
+        self.admin = k8s.CoordinationV1Api(cluster.api_client())
+
+    def replica(
+        self, name: str, clock: Callable[[], datetime] | None = None, **timing: float
+    ) -> Replica:
+        client = self.cluster.api_client()
+        changes: list[bool] = []
+        elector = LeaderElector(
+            client,
+            namespace=NS,
+            name=LEASE,
+            identity=name,
+            lease_duration_s=timing.get("lease", L),
+            renew_deadline_s=timing.get("deadline", D),
+            retry_period_s=timing.get("retry", R),
+            on_change=changes.append,
+            clock=clock or (lambda: datetime.now(UTC)),
+        )
+        replica = Replica(name, elector, client, changes=changes)
+        self.replicas.append(replica)
+        return replica
+
+    def start(self, replica: Replica, lead: Callable[[asyncio.Event], Any] | None = None) -> None:
+        replica.task = asyncio.create_task(
+            replica.elector.run(lead or self.working(replica), replica.stop)
+        )
+
+    def working(self, replica: Replica) -> Callable[[asyncio.Event], Any]:
+        async def lead(lost: asyncio.Event) -> None:
+            term = Term(time.monotonic(), lost)
+            replica.terms.append(term)
+            self.ledger.enter(replica.name)
+            try:
+                await asyncio.Event().wait()  # the component's work, until cancelled
+            finally:
+                term.end = time.monotonic()
+                self.ledger.leave(replica.name)
+
+        return lead
+
+    async def lease(self) -> Any:
+        return await asyncio.to_thread(self.admin.read_namespaced_lease, LEASE, NS)
+
+    def leaders(self) -> list[str]:
+        return [r.name for r in self.replicas if r.elector.is_leader]
+
+    async def close(self) -> None:
+        for r in self.replicas:
+            if r.task is not None:
+                r.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, RuntimeError):
+                    await r.task  # a RuntimeError: the failing-lead test's, already checked
+        for c in [r.client for r in self.replicas] + [self.admin.api_client]:
+            await asyncio.to_thread(c.close)
+        assert not self.ledger.overlaps, f"two leaders at once: {self.ledger.overlaps}"
+
+
+async def until(predicate: Callable[[], bool], timeout_s: float) -> float:
+    """Seconds until ``predicate`` holds (fails after ``timeout_s``)."""
+    t0 = time.monotonic()
+    while not predicate():
+        if time.monotonic() - t0 > timeout_s:
+            raise AssertionError(f"not within {timeout_s} s")
+        await asyncio.sleep(0.005)
+    return time.monotonic() - t0
+
+
+@pytest.fixture
+async def harness(shared_data: Path) -> AsyncIterator[Harness]:
+    crds = sorted((shared_data / "crds").glob("*.yaml"))
+    async with EmulatedCluster(crds=crds, operator=False, namespaces=("default", NS)) as cluster:
+        h = Harness(cluster)
+        try:
+            async with asyncio.timeout(15):
+                yield h
+        finally:
+            await h.close()
+
+
+async def test_of_two_replicas_exactly_one_leads_and_keeps_renewing(harness: Harness) -> None:
+    a, b = harness.replica("a"), harness.replica("b")
+    harness.start(a)
+    harness.start(b)
+    await until(lambda: len(harness.leaders()) == 1, 2 * R + SLACK)
+    first = await harness.lease()
+    for _ in range(30):  # 1.5 s: several lease durations' worth of renewals
+        await asyncio.sleep(0.05)
+        assert len(harness.leaders()) == 1
+    leader = harness.leaders()[0]
+    lease = await harness.lease()
+    assert lease.spec.holder_identity == leader
+    assert lease.spec.lease_duration_seconds == 1
+    assert lease.spec.lease_transitions == 0
+    assert lease.spec.acquire_time == first.spec.acquire_time
+    assert lease.spec.renew_time > first.spec.renew_time  # renewed, never expired
+    follower = b if leader == "a" else a
+    assert follower.elector.holder == leader
+    assert follower.terms == []
+    # Labels others put on the Lease survive renewals (the writes keep the metadata read).
+    patch = {"metadata": {"labels": {"team": "ml"}}}
+    await asyncio.to_thread(harness.admin.patch_namespaced_lease, LEASE, NS, patch)
+    await asyncio.sleep(3 * R)
+    lease = await harness.lease()
+    assert lease.metadata.labels == {"team": "ml"}
+    assert lease.spec.holder_identity == leader
+    assert harness.leaders() == [leader]
+    # A candidate that is told to stop just stops: nothing to release.
+    follower.stop.set()
+    assert follower.task is not None
+    await asyncio.wait_for(follower.task, R + SLACK)
+    assert (await harness.lease()).spec.holder_identity == leader
+
+
+async def test_a_graceful_stop_hands_over_within_a_retry_period(harness: Harness) -> None:
+    a, b = harness.replica("a"), harness.replica("b")
+    harness.start(a)
+    await until(lambda: a.elector.is_leader, R + SLACK)
+    harness.start(b)
+    await asyncio.sleep(2.5 * R)  # b has seen a's lease; out of phase with its polls
+    assert harness.leaders() == ["a"]
+    a.stop.set()
+    t0 = time.monotonic()
+    assert a.task is not None
+    await asyncio.wait_for(a.task, SLACK)  # cancels its work, releases, returns
+    released = time.monotonic() - t0
+    assert a.terms[0].lost.is_set()
+    assert a.changes == [True, False]
+    await until(lambda: b.elector.is_leader, R + SLACK)
+    takeover = time.monotonic() - t0
+    print(f"graceful: a released after {released:.3f} s, b led after {takeover:.3f} s (R = {R} s)")
+    assert takeover < R + SLACK
+    lease = await harness.lease()
+    assert lease.spec.holder_identity == "b"
+    assert lease.spec.lease_transitions == 1  # a release is no transition; b's acquire is
+
+
+async def test_a_dead_leader_is_replaced_within_lease_duration_plus_retry(
+    harness: Harness,
+) -> None:
+    a, b = harness.replica("a"), harness.replica("b")
+    harness.start(a)
+    await until(lambda: a.elector.is_leader, R + SLACK)
+    harness.start(b)
+    await asyncio.sleep(3 * R)
+    assert a.task is not None
+    a.task.cancel()  # a crash: no release
+    with contextlib.suppress(asyncio.CancelledError):
+        await a.task
+    assert (await harness.lease()).spec.holder_identity == "a"  # still held by the dead one
+    takeover = await until(lambda: b.elector.is_leader, L + R + SLACK)
+    print(f"takeover after a crash: {takeover:.3f} s (bound L + R = {L + R} s)")
+    # Not before the lease could have expired: a renewed at most one retry period before.
+    assert L - R - SLACK <= takeover <= L + R + SLACK
+    lease = await harness.lease()
+    assert lease.spec.holder_identity == "b"
+    assert lease.spec.lease_transitions == 1
+
+
+@pytest.mark.parametrize("before", ["released", "absent"])
+async def test_two_candidates_racing_for_the_lease_leave_one_leader(
+    harness: Harness, before: str
+) -> None:
+    if before == "released":
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        body = {
+            "metadata": {"name": LEASE},
+            "spec": {"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": now},
+        }
+        await asyncio.to_thread(harness.admin.create_namespaced_lease, NS, body)
+    a, b = harness.replica("a"), harness.replica("b")
+    # Both read before either writes: the two writes carry the same resourceVersion (or
+    # both create), so the server must refuse one with 409.
+    both_read = threading.Barrier(2, timeout=5)
+    conflicts: list[int] = []
+    for r in (a, b):
+        api: Any = r.elector._api
+        read, replace, create = (
+            api.read_namespaced_lease,
+            api.replace_namespaced_lease,
+            api.create_namespaced_lease,
+        )
+
+        def first_read(*args: Any, _read: Any = read, **kwargs: Any) -> Any:
+            try:
+                return _read(*args, **kwargs)
+            finally:
+                with contextlib.suppress(threading.BrokenBarrierError):
+                    both_read.wait()
+
+        def counted(fn: Any) -> Any:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return fn(*args, **kwargs)
+                except ApiException as err:
+                    conflicts.append(err.status)
+                    raise
+
+            return call
+
+        api.read_namespaced_lease = first_read
+        api.replace_namespaced_lease = counted(replace)
+        api.create_namespaced_lease = counted(create)
+    harness.start(a)
+    harness.start(b)
+    await until(lambda: len(harness.leaders()) == 1, R + SLACK)
+    both_read.abort()  # later reads need not pair up
+    await asyncio.sleep(3 * R)
+    assert conflicts == [409]
+    leaders = harness.leaders()
+    assert len(leaders) == 1
+    lease = await harness.lease()
+    assert lease.spec.holder_identity == leaders[0]
+    assert lease.spec.lease_transitions == (1 if before == "released" else 0)
+
+
+async def test_a_leader_whose_lease_is_taken_steps_down_at_once(harness: Harness) -> None:
+    a = harness.replica("a")
+    harness.start(a)
+    await until(lambda: a.elector.is_leader, R + SLACK)
+    lease = await harness.lease()
+    lease.spec.holder_identity = "intruder"
+    lease.spec.renew_time = datetime.now(UTC)
+    await asyncio.to_thread(harness.admin.replace_namespaced_lease, LEASE, NS, lease)
+    await until(lambda: not a.elector.is_leader, R + SLACK)
+    assert a.terms[0].lost.is_set()
+    assert a.terms[0].end is not None
+    assert a.changes == [True, False]
+    assert a.elector.holder == "intruder"
+    # The intruder's lease is valid for a full duration from when a saw it; it never renews.
+    retaken = await until(lambda: len(a.terms) == 2, L + R + SLACK)
+    assert retaken >= L - SLACK
+    assert not a.terms[1].lost.is_set()
+
+
+async def test_a_leader_whose_lease_is_deleted_steps_down_and_a_new_election_runs(
+    harness: Harness,
+) -> None:
+    a, b = harness.replica("a"), harness.replica("b")
+    harness.start(a)
+    await until(lambda: a.elector.is_leader, R + SLACK)
+    harness.start(b)
+    await asyncio.sleep(2 * R)
+    await asyncio.to_thread(harness.admin.delete_namespaced_lease, LEASE, NS)
+    await until(a.terms[0].lost.is_set, R + SLACK)
+    assert a.terms[0].end is not None
+    await until(lambda: len(harness.leaders()) == 1, 2 * R + SLACK)
+    lease = await harness.lease()
+    assert lease.spec.holder_identity == harness.leaders()[0]
+    assert lease.spec.lease_transitions == 0  # a new Lease
+
+
+async def test_a_leader_cut_off_from_the_api_stops_before_another_takes_over(
+    harness: Harness,
+) -> None:
+    a, b = harness.replica("a"), harness.replica("b")
+    harness.start(a)
+    await until(lambda: a.elector.is_leader, R + SLACK)
+    harness.start(b)
+    await asyncio.sleep(2 * R)
+    with socket.socket() as s:  # a port where nothing listens: connection refused
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    a.client.configuration.host = dead
+    stepped_down = await until(lambda: not a.elector.is_leader, D + SLACK)
+    takeover = await until(lambda: bool(b.terms), L + R + SLACK) + stepped_down
+    print(
+        f"cut-off leader stepped down after {stepped_down:.3f} s, "
+        f"b took over after {takeover:.3f} s"
+    )
+    assert D - R - SLACK <= stepped_down <= D + SLACK  # at its renew deadline
+    assert a.terms[0].lost.is_set()
+    assert (a.terms[0].end or math.inf) <= (b.terms[0].start)  # never two leaders
+    assert takeover <= L + R + SLACK
+
+
+async def test_a_failing_lead_releases_the_lease_and_raises(harness: Harness) -> None:
+    a = harness.replica("a")
+
+    async def crash(lost: asyncio.Event) -> None:
+        await asyncio.sleep(0.05)
+        raise RuntimeError("controller failed")
+
+    harness.start(a, crash)
+    assert a.task is not None
+    with pytest.raises(RuntimeError, match="controller failed"):
+        await asyncio.wait_for(a.task, 1.0)
+    lease = await harness.lease()
+    assert lease.spec.holder_identity == ""
+    assert lease.spec.lease_duration_seconds == 1
+    assert not a.elector.is_leader
+    assert a.changes == [True, False]
+
+
+async def test_a_lead_that_finishes_releases_and_returns(harness: Harness) -> None:
+    stamp = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    a = harness.replica("a", clock=lambda: stamp)  # the Lease's times come from the clock
+    done: list[bool] = []
+
+    async def finish(lost: asyncio.Event) -> None:
+        done.append(lost.is_set())
+
+    harness.start(a, finish)
+    assert a.task is not None
+    await asyncio.wait_for(a.task, 1.0)
+    assert done == [False]
+    lease = await harness.lease()
+    assert lease.spec.holder_identity == ""
+    assert lease.spec.renew_time == stamp
+    assert lease.spec.acquire_time == stamp
+
+
+@pytest.mark.parametrize(
+    ("timing", "key"),
+    [
+        ((1.0, 1.0, 0.2), "renew_deadline_s"),
+        ((1.0, 1.5, 0.2), "renew_deadline_s"),
+        ((1.0, 0.6, 0.6), "retry_period_s"),
+        ((0.0, 0.6, 0.2), "lease_duration_s"),
+        ((math.nan, 0.6, 0.2), "lease_duration_s"),
+        ((1.0, 0.6, -0.1), "retry_period_s"),
+    ],
+)
+def test_bad_timing_names_the_key(timing: tuple[float, float, float], key: str) -> None:
+    lease, deadline, retry = timing
+    with pytest.raises(SpecError) as caught:
+        LeaderElector(
+            k8s.ApiClient(k8s.Configuration()),
+            namespace=NS,
+            name=LEASE,
+            identity="a",
+            lease_duration_s=lease,
+            renew_deadline_s=deadline,
+            retry_period_s=retry,
+        )
+    assert caught.value.field == key
+    assert key in str(caught.value)
+
+
+def test_an_empty_identity_is_refused_and_settings_build_an_elector() -> None:
+    with pytest.raises(SpecError, match="identity"):
+        LeaderElector(
+            k8s.ApiClient(k8s.Configuration()),
+            namespace=NS,
+            name=LEASE,
+            identity="",
+            lease_duration_s=L,
+            renew_deadline_s=D,
+            retry_period_s=R,
+        )
+    settings = LeaderElectionSettings()
+    elector = LeaderElector.from_settings(
+        k8s.ApiClient(k8s.Configuration()), settings, lease=settings.bridge_lease
+    )
+    assert (elector.namespace, elector.name) == ("bellows-system", "bellows-bridge")
+    assert (elector.lease_duration_s, elector.renew_deadline_s, elector.retry_period_s) == (
+        15.0,
+        10.0,
+        2.0,
+    )
+    assert elector.identity.startswith(socket.gethostname() + "_")
+    assert not elector.is_leader
+    assert elector.holder is None
