@@ -31,6 +31,7 @@ from bellows.service.config_fields import (
     build,
     convert,
     json_schema,
+    jsonable,
     leaves,
     markdown_table,
     sections,
@@ -386,17 +387,5 @@ def redacted(config: BellowsConfig) -> dict[str, Any]:
         node = out
         for key in leaf.keys[:-1]:
             node = node.setdefault(key, {})
-        node[leaf.keys[-1]] = "********" if (leaf.secret and value is not None) else _plain(value)
+        node[leaf.keys[-1]] = "********" if (leaf.secret and value is not None) else jsonable(value)
     return out
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, StrEnum):
-        return value.value
-    if isinstance(value, tuple):
-        return list(value)
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, Mapping):
-        return dict(value)
-    return value

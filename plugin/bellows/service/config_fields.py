@@ -30,6 +30,7 @@ __all__ = [
     "convert",
     "file_key",
     "json_schema",
+    "jsonable",
     "leaves",
     "markdown_table",
 ]
@@ -246,7 +247,7 @@ def json_schema(cls: type) -> dict[str, Any]:
             sub = _leaf_schema(hint)
             default = _default(f)
             if default is not dataclasses.MISSING:
-                sub["default"] = _jsonable(default)
+                sub["default"] = jsonable(default)
         doc = f.metadata.get("doc")
         if doc:
             sub["description"] = doc
@@ -286,7 +287,8 @@ def _leaf_schema(hint: Any) -> dict[str, Any]:
     return schema
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """A default or configured value as plain JSON data (enums, tuples, paths, mappings)."""
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, tuple):
@@ -302,7 +304,7 @@ def markdown_table(cls: type) -> str:
     """A Markdown table of every key: type, default, env variable and description."""
     rows = ["| key | type | default | env | description |", "|---|---|---|---|---|"]
     for leaf in leaves(cls):
-        default = None if leaf.default is dataclasses.MISSING else _jsonable(leaf.default)
+        default = None if leaf.default is dataclasses.MISSING else jsonable(leaf.default)
         shown = f"`{json.dumps(default, ensure_ascii=False)}`"
         rows.append(
             f"| `{leaf.dotted}` | {_type_name(leaf.hint)} | {shown} | `{leaf.env}` | {leaf.doc} |"
