@@ -112,6 +112,9 @@ def train(args: argparse.Namespace, env: ElasticEnv, halt: HaltSignal, device: A
     while seen < total:
         if halt.agreed(device):
             save()
+            # Leave together: a rank that tears down its connections while another is still
+            # writing the checkpoint can make the other's communication threads abort.
+            dist.barrier()
             report(env.rank, event="halted", step=step, samples_seen=seen)
             return HALT_EXIT_CODE
         batch = min(env.global_batch, total - seen)  # the last step takes what work is left
@@ -149,6 +152,7 @@ def train(args: argparse.Namespace, env: ElasticEnv, halt: HaltSignal, device: A
         if step == args.stop_at_step:
             halt.requested = True
     save()
+    dist.barrier()  # as on a halt: no rank tears down while another still writes
     report(env.rank, event="done", step=step, samples_seen=seen)
     return 0
 

@@ -182,7 +182,8 @@ def test_sigterm_halts_every_rank_and_a_new_batch_resumes_the_work(tmp_path: Pat
     for proc in run.procs:  # Kubernetes signals every pod of a suspended job
         proc.send_signal(signal.SIGTERM)
     codes = [proc.wait(timeout=TIMEOUT_S) for proc in run.procs]
-    assert codes == [143, 143]
+    errors = [proc.stderr.read()[-2000:] if proc.stderr else "" for proc in run.procs]
+    assert codes == [143, 143], errors
     halted = checkpoint(ckpt)
     step, seen = halted["step"], halted["samples_seen"]
     assert step >= 6
