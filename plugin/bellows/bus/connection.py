@@ -87,6 +87,15 @@ async def connect(
         errors.append(exc)
         await _on_error(exc)
 
+    clients: list[Client] = []
+
+    async def on_disconnected() -> None:
+        # nats-py reports its own close() as a disconnection too; only a lost link is news.
+        if clients and clients[0].is_closed:
+            _log.info("nats.closed")
+        else:
+            await _on_disconnected()
+
     # nats-py can stall after a failed TLS handshake instead of retrying; bound the wait.
     budget = (
         (settings.connect_timeout_s + reconnect_wait_s) * initial_attempts * len(settings.servers)
@@ -95,7 +104,7 @@ async def connect(
         client = await asyncio.wait_for(
             nats.connect(
                 error_cb=on_error,
-                disconnected_cb=_on_disconnected,
+                disconnected_cb=on_disconnected,
                 reconnected_cb=_on_reconnected,
                 **options,
             ),
@@ -110,6 +119,7 @@ async def connect(
     # nats-py reads this option on every reconnect; -1 would also make the first connect
     # above spin forever, hence it is set only now.
     client.options["max_reconnect_attempts"] = -1
+    clients.append(client)
     _log.info(
         "nats.connected",
         servers=list(settings.servers),
