@@ -10,26 +10,38 @@ when that returns does the pump ack the window's messages (at-least-once). On st
 
 The core runs with ``delta_s = 0`` here: the pump's window *is* the paper's Δ, so each window
 with news is one round, on the same grid the simulator uses.
+
+Faults: a decision the cluster does not take (an API error, a halt that times out) is kept
+and retried — at the next window, or sooner through :meth:`Controller.retry_pending`. The
+controller keeps an upper bound of the GPUs each job may hold on the cluster; a start or
+scale-up whose GPUs are not yet free there (a scale-down before it failed) waits instead
+of over-committing the cluster. A completion is believed only once the cluster shows it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import structlog
 
 from bellows.autoscaler import Autoscaler, Decision, Preempt, Reject, Rescale, Start
 from bellows.bus import Event, JobArrived, JobCompleted
+from bellows.jobs import Allocation
 from bellows.kube import (
+    KINDS,
     ActuationError,
     Actuator,
     Arrived,
     Deleted,
     Finished,
     Invalid,
+    JobKind,
     JobReader,
     JobRef,
     KubeApi,
@@ -38,9 +50,11 @@ from bellows.kube import (
     kind_named,
 )
 from bellows.kube.journal import Journal, Phase
+from bellows.kube.kinds import finished_state
 from bellows.service.ledger import Ledger
+from bellows.service.paging import job_pages
 
-__all__ = ["Controller", "ControllerObserver", "NullControllerObserver"]
+__all__ = ["Controller", "ControllerObserver", "EventsNotTakenError", "NullControllerObserver"]
 
 _log = structlog.get_logger("bellows.controller")
 
@@ -65,6 +79,21 @@ class ControllerObserver:
 
 
 NullControllerObserver = ControllerObserver
+
+
+class EventsNotTakenError(RuntimeError):
+    """Some events of a window could not be read (API errors); the pump redelivers them.
+
+    The window's other events were taken and its round ran before this was raised.
+    """
+
+    def __init__(self, failures: Sequence[tuple[str, BaseException]]) -> None:
+        self.failures = tuple(failures)
+        listed = "; ".join(
+            f"{job}: {type(e).__name__}: {str(e).strip().splitlines()[0]}"
+            for job, e in failures[:5]
+        )
+        super().__init__(f"{len(failures)} event(s) not taken ({listed})")
 
 
 @dataclass(frozen=True)
@@ -100,10 +129,25 @@ class Controller:
         self._observer = observer or ControllerObserver()
         self._timer = timer or now
         self._retry: dict[str, Decision] = {}  # decisions the cluster has not taken yet
+        # GPUs each job may hold on the cluster now: what the last applied decision gave it,
+        # or, while a decision is unsettled, the larger of before and after (an upper bound)
+        self._held: dict[str, int] = {}
+        self._active: set[str] = set()  # jobs the core runs or queues (not finished)
+        self._lock = asyncio.Lock()  # one window, retry or rebuild at a time
 
     @property
     def autoscaler(self) -> Autoscaler:
         return self._auto
+
+    @property
+    def pending(self) -> tuple[Decision, ...]:
+        """Decisions the cluster has not taken yet (retried by :meth:`retry_pending`)."""
+        return tuple(self._retry.values())
+
+    @property
+    def held(self) -> dict[str, int]:
+        """The upper bound of GPUs each job may hold on the cluster (a copy)."""
+        return dict(self._held)
 
     # ------------------------------------------------------------------ start-up
     async def rebuild(self) -> None:
@@ -111,57 +155,133 @@ class Controller:
 
         Interrupted rescales are finished first; jobs Bellows runs are adopted at their
         allocation; jobs waiting (suspended, not rejected) re-enter the queue in creation
-        order; jobs with invalid settings are reported.
+        order; jobs with invalid settings are reported. The jobs are read a page at a time
+        and only their specs are kept. Last, the optimizer rehearses the next rounds.
         """
-        now = self._clock.now()
-        observations: list[Observation] = []
-        for namespace in self._namespaces:
-            for outcome in await self._actuator.resume_interrupted(namespace):
-                _log.info("rebuild.resumed", job=outcome.job, result=outcome.result)
-            observations.extend(await self._reader.snapshot(namespace))
-        waiting: list[Arrived] = []
-        for seen in observations:
-            if isinstance(seen, Arrived):
-                if seen.running is not None:
-                    self._auto.adopt(seen.spec, seen.running, now)
-                    if self.ledger is not None:
-                        self.ledger.arrived(seen.spec, now)
-                        self.ledger.applied(
-                            Start(seen.spec.name, seen.running.gpus, seen.running.batch), now
-                        )
-                elif Journal.read(seen.view.annotations).phase is not Phase.REJECTED:
-                    waiting.append(seen)
-            elif isinstance(seen, Invalid):
-                await self._report(seen)
-        waiting.sort(key=_created)
-        for seen in waiting:
-            await self._admit(seen, now, arrived_at=now)
-        _log.info(
-            "rebuild.done",
-            running=len(self._auto.allocations),
-            queued=len(self._auto.queued),
-        )
-        await self._round(now)
+        async with self._lock:
+            now = self._clock.now()
+            waiting: list[tuple[str, Arrived]] = []
+            for namespace in self._namespaces:
+                for kind in KINDS:
+                    async for page in job_pages(self._api, kind, namespace):
+                        for obj in page:
+                            found = await self._recovered(kind, obj, now)
+                            if found is not None:
+                                waiting.append(found)
+            waiting.sort(key=lambda item: item[0])
+            for _, job in waiting:
+                await self._admit(job, now, arrived_at=now)
+            _log.info(
+                "rebuild.done", running=len(self._auto.allocations), queued=len(self._auto.queued)
+            )
+            await self._round(now)
+            self._rehearse(now)
+
+    async def _recovered(
+        self, kind: JobKind, obj: dict[str, Any], now: float
+    ) -> tuple[str, Arrived] | None:
+        """Take one job found at start-up; a job that waits is returned (creation, job)."""
+        seen = await self._reader.examine(kind, obj)
+        if isinstance(seen, Invalid):
+            await self._report(seen)
+        if not isinstance(seen, Arrived):
+            return None
+        journal = Journal.read(seen.view.annotations)
+        running = seen.running
+        if journal.phase in (Phase.SUSPENDING, Phase.PATCHED) and journal.target:
+            # a scaling the previous controller left half done: finish it first
+            gpus, batch = journal.target
+            was = journal.allocation or journal.target
+            outcome = await self._actuator.apply(Rescale(seen.spec.name, *was, gpus, batch))
+            _log.info("rebuild.resumed", job=outcome.job, result=outcome.result)
+            if outcome.result == "dropped":
+                return None
+            if outcome.result == "pending":  # its pods may still run: count their GPUs
+                self._held[seen.spec.name] = seen.view.gpus
+            else:
+                running = Allocation(gpus, batch)
+        if running is not None:
+            self._held[seen.spec.name] = running.gpus
+            self._active.add(seen.spec.name)
+            if self._auto.adopt(seen.spec, running, now) and self.ledger is not None:
+                self.ledger.arrived(seen.spec, now)
+                self.ledger.applied(Start(seen.spec.name, running.gpus, running.batch), now)
+            return None
+        if journal.phase is Phase.REJECTED:
+            return None
+        # keep the spec, not the raw object: 10 000 of those would stay in the heap
+        lean = Arrived(seen.spec, dataclasses.replace(seen.view, raw={}), None)
+        return _created(seen), lean
+
+    def _rehearse(self, now: float) -> None:
+        """Run the next likely rounds on copies of the core: for each kind of job (category)
+        one more of it arriving, and one of it finishing.
+
+        The optimizer compiles a kernel for each new problem shape it meets, once per
+        process, which takes a second or more; meeting the likely shapes now, before events
+        are consumed, keeps those seconds out of the first windows' latency. The copies'
+        decisions are thrown away.
+        """
+        names = [*self._auto.allocations, *self._auto.queued]
+        kinds = {self._auto.job(name).category: name for name in names}
+        started = self._timer()
+        later = now + 1.0
+        for name in kinds.values():
+            leaving = copy.deepcopy(self._auto)
+            leaving.finish(name, later)
+            leaving.step(later)
+            coming = copy.deepcopy(self._auto)
+            spec = self._auto.job(name)
+            coming.arrive(dataclasses.replace(spec, name=f"{spec.name}-rehearsal"), later)
+            coming.step(later)
+        if kinds:
+            _log.info("rebuild.rehearsed", seconds=round(self._timer() - started, 3))
 
     # ------------------------------------------------------------------ the pump's callback
     async def apply(self, events: tuple[Event, ...]) -> None:
-        """Take one closed window's facts, run the round, drive the cluster to it."""
-        now = self._clock.now()
-        for event in events:
-            await self._take(event, now)
-        await self._round(now)
+        """Take one closed window's facts, run the round, drive the cluster to it.
+
+        Raises :class:`EventsNotTakenError` (after the round) when some events could not be read
+        from the cluster, so that the pump hands them back for redelivery; taking an event
+        twice is harmless.
+        """
+        async with self._lock:
+            now = self._clock.now()
+            failures: list[tuple[str, BaseException]] = []
+            for event in events:
+                try:
+                    await self._take(event, now)
+                except Exception as err:  # an API error: the event comes back later
+                    failures.append((event.job.name, err))
+            await self._round(now)
+        if failures:
+            raise EventsNotTakenError(failures)
+
+    async def retry_pending(self) -> None:
+        """Drive the decisions the cluster has not taken yet (no new round)."""
+        async with self._lock:
+            if self._retry:
+                await self._settle([], self._clock.now(), seconds=0.0)
 
     async def _take(self, event: Event, now: float) -> None:
         ref = JobRef(event.job.kind.value, event.job.namespace, event.job.name)
+        kind = kind_named(ref.kind)
+        if isinstance(event, JobCompleted) and ref.key not in self._active:
+            return  # never arrived here, or already finished: nothing to free
+        obj = await self._api.get_job(kind, ref.namespace, ref.name)
+        gone = obj is None or obj["metadata"].get("uid") != event.job.uid
         if isinstance(event, JobCompleted):
-            self._finish(ref.key, now, self._clock.at(event.time))
+            # the cluster is the truth: a completion it does not show frees no GPUs yet
+            if gone or finished_state(obj or {}) is not None:
+                self._finish(ref.key, now, self._clock.at(event.time))
+            else:
+                _log.warning("event.premature", job=ref.key, reason="the job has not finished")
             return
         assert isinstance(event, JobArrived)
-        kind = kind_named(ref.kind)
-        obj = await self._api.get_job(kind, ref.namespace, ref.name)
-        if obj is None or obj["metadata"].get("uid") != event.job.uid:
+        if gone:
             _log.info("event.stale", job=ref.key, reason="job gone or recreated")
             return
+        assert obj is not None
         seen = await self._reader.examine(kind, obj)
         await self._observe(seen, now, arrived_at=self._clock.at(event.time))
 
@@ -173,8 +293,11 @@ class Controller:
         elif isinstance(seen, Finished | Deleted):
             self._finish(seen.job, now, now)
         elif seen.running is not None:
-            if self._auto.adopt(seen.spec, seen.running, now) and self.ledger is not None:
-                self.ledger.arrived(seen.spec, arrived_at)
+            if self._auto.adopt(seen.spec, seen.running, now):
+                self._held[seen.spec.name] = seen.running.gpus
+                self._active.add(seen.spec.name)
+                if self.ledger is not None:
+                    self.ledger.arrived(seen.spec, arrived_at)
         elif Journal.read(seen.view.annotations).phase is not Phase.REJECTED:
             await self._admit(seen, now, arrived_at=arrived_at)
 
@@ -183,6 +306,7 @@ class Controller:
             outcome = await self._actuator.hold(seen.spec.name)
             _log.info("job.held", job=seen.spec.name, result=outcome.result)
         if self._auto.arrive(seen.spec, now):
+            self._active.add(seen.spec.name)
             _log.info("job.arrived", job=seen.spec.name)
             if self.ledger is not None:
                 self.ledger.arrived(seen.spec, arrived_at)
@@ -191,6 +315,8 @@ class Controller:
         if self._auto.finish(job, now):
             _log.info("job.finished", job=job)
             self._retry.pop(job, None)
+            self._held.pop(job, None)
+            self._active.discard(job)
             if self.ledger is not None:
                 self.ledger.finished(job, at)
 
@@ -206,15 +332,18 @@ class Controller:
     async def _round(self, now: float) -> None:
         started = self._timer()
         decisions = self._auto.step(now)
-        seconds = self._timer() - started
+        await self._settle(decisions, now, seconds=self._timer() - started)
+
+    async def _settle(self, decisions: Sequence[Decision], now: float, *, seconds: float) -> None:
+        """Drive ``decisions`` and the retried ones: frees first, then what fits of the claims."""
         # a decision the cluster did not take yet is retried, unless a newer one replaces it
         pending = list({**self._retry, **{d.job: d for d in decisions}}.values())
         self._retry.clear()
         # halts and scale-downs free GPUs before scale-ups and starts claim them
         frees = [d for d in pending if _frees(d)]
+        await asyncio.gather(*(self._drive(d, now) for d in frees))
         claims = [d for d in pending if not _frees(d)]
-        for phase in (frees, claims):
-            await asyncio.gather(*(self._drive(d, now) for d in phase))
+        await asyncio.gather(*(self._drive(d, now) for d in self._admissible(claims)))
         allocations = self._auto.allocations
         self._observer.round_done(
             seconds,
@@ -225,11 +354,34 @@ class Controller:
             capacity=self._auto.capacity,
         )
 
+    def _admissible(self, claims: Sequence[Decision]) -> list[Decision]:
+        """The claims whose GPUs are free on the cluster now; the others wait for a retry.
+
+        The core's allocations always fit; the cluster's may not yet, when a scale-down or
+        halt before them failed. Each admitted claim reserves its GPUs at once.
+        """
+        out: list[Decision] = []
+        in_use = sum(self._held.values())
+        for claim in claims:
+            assert isinstance(claim, Start | Rescale)
+            more = claim.gpus - self._held.get(claim.job, 0)
+            if more > 0 and in_use + more > self._auto.capacity:
+                _log.info("decision.deferred", job=claim.job, gpus=claim.gpus, in_use=in_use)
+                self._retry[claim.job] = claim
+                continue
+            if more > 0:
+                in_use += more
+                self._held[claim.job] = claim.gpus
+            out.append(claim)
+        return out
+
     async def _drive(self, decision: Decision, now: float) -> None:
         try:
             outcome = await self._actuator.apply(decision)
         except Exception as err:  # one job must not stop the loop: retry it next round
-            _log.warning("decision.failed", job=decision.job, error=f"{type(err).__name__}: {err}")
+            lines = str(err).strip().splitlines()  # an ApiException goes on with headers
+            error = f"{type(err).__name__}: {lines[0] if lines else ''}"
+            _log.warning("decision.failed", job=decision.job, error=error)
             self._retry[decision.job] = decision
             return
         self._observer.applied(decision, outcome)
@@ -238,9 +390,17 @@ class Controller:
         )
         if outcome.result == "dropped":
             self._finish(decision.job, now, now)
-        elif outcome.result == "pending":
+            return
+        if outcome.result == "pending":
             self._retry[decision.job] = decision
-        elif self.ledger is not None:
+            return
+        if isinstance(decision, Start | Rescale):
+            self._held[decision.job] = decision.gpus
+        else:
+            self._held.pop(decision.job, None)
+            if isinstance(decision, Reject):
+                self._active.discard(decision.job)
+        if self.ledger is not None:
             # GPUs are held from when the pods run again, not from when the round decided
             self.ledger.applied(decision, max(now, self._clock.now()))
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
@@ -40,7 +39,7 @@ from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig, CapacitySettings, KubernetesSettings
 from bellows.service.controller import Controller, ControllerObserver
 from bellows.service.health import Health, serving
-from bellows.service.leader import LeaderElector
+from bellows.service.leader import LeaderElector, default_identity
 from bellows.service.logging import configure_logging
 from bellows.service.metrics import Metrics
 from bellows.service.watching import kube_watch_source
@@ -127,7 +126,13 @@ def _namespaces(config: BellowsConfig) -> tuple[str | None, ...]:
 
 
 def _identity() -> str:
-    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    """This campaign's name in the Lease: the pod's name, plus a suffix per campaign.
+
+    The suffix keeps a restarted container (same pod name) from taking its predecessor's
+    lease for its own, and two replicas in one process (tests) apart.
+    """
+    pod = os.environ.get("POD_NAME")
+    return f"{pod}_{default_identity().rsplit('_', 1)[1]}" if pod else default_identity()
 
 
 async def _led(
@@ -176,6 +181,80 @@ def _either(*events: asyncio.Event) -> tuple[asyncio.Event, asyncio.Task[None]]:
     return merged, asyncio.create_task(watch())
 
 
+RETRY_S = 1.0  # seconds between retries of decisions the cluster did not take
+REBUILD_BACKOFF_S = (0.5, 30.0)  # first and longest wait between failed rebuilds
+
+
+def _brief(err: BaseException) -> str:
+    """``Type: first line`` (an ApiException's text goes on with headers and body)."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"
+
+
+async def _wait(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def _started_controller(
+    config: BellowsConfig,
+    *,
+    api_client: k8s.ApiClient,
+    api: KubeApi,
+    clock: ServiceClock,
+    cluster: ClusterProfile,
+    metrics: Metrics,
+    stop: asyncio.Event,
+) -> Controller | None:
+    """A controller whose state is rebuilt from the cluster; ``None`` if ``stop`` came first.
+
+    A failed rebuild (the API server unreachable or answering errors) is tried again with a
+    fresh controller, waiting longer each time, rather than ending the process.
+    """
+    wait, longest = REBUILD_BACKOFF_S
+    namespaces = _namespaces(config)
+    while not stop.is_set():
+        try:
+            capacity = await read_capacity(api_client, config.controller.capacity)
+            controller = Controller(
+                api=api,
+                # the pump's window is Δ: the core decides at every window with news
+                autoscaler=Autoscaler(
+                    replace(config.controller.autoscaler_config(), delta_s=0.0),
+                    capacity=capacity,
+                    cluster=cluster,
+                ),
+                actuator=Actuator(api, halt_timeout_s=config.controller.halt_timeout_s),
+                reader=JobReader(api, namespace=namespaces[0] if len(namespaces) == 1 else None),
+                namespaces=namespaces,
+                now=clock.now,
+                wall_to_clock=clock.at,
+                observer=MetricsObserver(metrics),
+            )
+            _log.info("controller.leading", capacity=capacity)
+            await controller.rebuild()
+        except SpecError:
+            raise  # a configuration error does not heal by waiting
+        except Exception as err:
+            _log.warning("controller.rebuild_failed", error=_brief(err))
+            await _wait(stop, wait)
+            wait = min(wait * 2, longest)
+            continue
+        return controller
+    return None
+
+
+async def _retry_pending(controller: Controller, stop: asyncio.Event) -> None:
+    """Retry the decisions the cluster did not take, without waiting for the next event."""
+    while not stop.is_set():
+        await _wait(stop, RETRY_S)
+        if controller.pending and not stop.is_set():
+            try:
+                await controller.retry_pending()
+            except Exception as err:  # the next attempt comes in RETRY_S
+                _log.warning("controller.retry_failed", error=_brief(err))
+
+
 async def run_controller(
     config: BellowsConfig,
     *,
@@ -201,46 +280,37 @@ async def run_controller(
             cluster = _cluster(config)
 
             async def lead(lost: asyncio.Event) -> None:
-                capacity = await read_capacity(api_client, config.controller.capacity)
-                namespaces = _namespaces(config)
-                controller = Controller(
-                    api=api,
-                    # the pump's window is Δ: the core decides at every window with news
-                    autoscaler=Autoscaler(
-                        replace(config.controller.autoscaler_config(), delta_s=0.0),
-                        capacity=capacity,
-                        cluster=cluster,
-                    ),
-                    actuator=Actuator(api, halt_timeout_s=config.controller.halt_timeout_s),
-                    reader=JobReader(
-                        api, namespace=namespaces[0] if len(namespaces) == 1 else None
-                    ),
-                    namespaces=namespaces,
-                    now=clock.now,
-                    wall_to_clock=clock.at,
-                    observer=MetricsObserver(metrics),
-                )
-                _log.info("controller.leading", capacity=capacity)
-                await controller.rebuild()
-                consumer = await EventConsumer.open(
-                    js, config.nats, namespaces=tuple(config.namespaces), observer=metrics
-                )
-                pump = EventPump(
-                    consumer,
-                    Batcher(delta_s=config.controller.delta_s, start=clock.now()),
-                    controller.apply,
-                    clock=clock.now,
-                    max_deliver=config.nats.max_deliver,
-                    ack_wait_s=config.nats.ack_wait_s,
-                    observer=metrics,
-                    heartbeat=health.register_loop("consume"),
-                )
                 either, watcher = _either(stop, lost)
                 try:
-                    await pump.run(either)
+                    controller = await _started_controller(
+                        config, api_client=api_client, api=api, clock=clock, cluster=cluster,
+                        metrics=metrics, stop=either,
+                    )  # fmt: skip
+                    if controller is None:
+                        return  # stopped (or the lease lost) before the state was rebuilt
+                    consumer = await EventConsumer.open(
+                        js, config.nats, namespaces=tuple(config.namespaces), observer=metrics
+                    )
+                    pump = EventPump(
+                        consumer,
+                        Batcher(delta_s=config.controller.delta_s, start=clock.now()),
+                        controller.apply,
+                        clock=clock.now,
+                        max_deliver=config.nats.max_deliver,
+                        ack_wait_s=config.nats.ack_wait_s,
+                        observer=metrics,
+                        heartbeat=health.register_loop("consume"),
+                    )
+                    retrier = asyncio.create_task(_retry_pending(controller, either))
+                    try:
+                        await pump.run(either)
+                    finally:
+                        retrier.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await retrier
+                        await consumer.close()
                 finally:
                     watcher.cancel()
-                    await consumer.close()
 
             await _led(
                 config, api_client, lease=config.leader_election.controller_lease, lead=lead,

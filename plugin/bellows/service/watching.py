@@ -3,14 +3,21 @@
 Turns :meth:`bellows.kube.KubeApi.watch_jobs` into the :data:`bellows.bus.WatchSource` the
 :class:`bellows.bus.Bridge` publishes from. A job that did not opt in is read no further than
 its metadata. When the stored resourceVersion is too old (410), the source lists again; the
-stream's message ids drop the facts that listing repeats.
+stream's message ids drop the facts that listing repeats. Any other failed request (the API
+server down or answering 5xx) is logged and tried again after ``retry_s``, from the last
+resourceVersion seen, so the bridge outlives an API server outage.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import structlog
+import urllib3
+from kubernetes.client.rest import ApiException
 
 from bellows.bus import Bookmark, JobObserved, JobRef, Outcome, WatchSource
 from bellows.bus import JobKind as BusKind
@@ -22,6 +29,10 @@ from bellows.kube.kinds import finished_state, parse_time
 __all__ = ["kube_watch_source", "observed"]
 
 _FRESH = timedelta(seconds=2)
+# What a failed request may raise besides the translated 404/409/410.
+_TRANSIENT = (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+_log = structlog.get_logger("bellows.bridge")
 
 
 def observed(
@@ -65,20 +76,22 @@ def kube_watch_source(
     *,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     timeout_s: int = 300,
+    retry_s: float = 1.0,
 ) -> WatchSource:
     """A :data:`~bellows.bus.WatchSource` over ``kind`` in ``namespace`` (``None``: all)."""
 
     async def source(resume_from: str | None) -> AsyncIterator[BusObservation]:
         version = resume_from
         while True:
-            if version is None:
-                items, version = await api.list_jobs(kind, namespace)
-                for obj in items:
-                    seen = observed(kind, obj, now=now)
-                    if seen is not None:
-                        yield seen
-                yield Bookmark(version)
             try:
+                if version is None:
+                    items, listed = await api.list_jobs(kind, namespace)
+                    for obj in items:
+                        seen = observed(kind, obj, now=now)
+                        if seen is not None:
+                            yield seen
+                    version = listed
+                    yield Bookmark(version)
                 async for event, obj in api.watch_jobs(
                     kind, namespace, version, timeout_s=timeout_s
                 ):
@@ -95,5 +108,13 @@ def kube_watch_source(
                     yield seen if seen is not None else Bookmark(version)
             except ExpiredError:
                 version = None  # too old: list again
+            except _TRANSIENT as err:
+                _log.warning(
+                    "bridge.request_failed",
+                    kind=kind.kind,
+                    namespace=namespace,
+                    error=f"{type(err).__name__}: {err}".splitlines()[0],
+                )
+                await asyncio.sleep(retry_s)
 
     return source

@@ -10,7 +10,17 @@ small server on aiohttp that implements exactly those semantics (see ``docs/kube
 from __future__ import annotations
 
 from bellows.kube.emulator.cluster import EmulatedCluster
+from bellows.kube.emulator.faults import FaultRule, Faults, Injected
 from bellows.kube.emulator.operator import EmulatedOperator, Progress
 from bellows.kube.emulator.store import ApiError, Store
 
-__all__ = ["ApiError", "EmulatedCluster", "EmulatedOperator", "Progress", "Store"]
+__all__ = [
+    "ApiError",
+    "EmulatedCluster",
+    "EmulatedOperator",
+    "FaultRule",
+    "Faults",
+    "Injected",
+    "Progress",
+    "Store",
+]

@@ -27,6 +27,7 @@ from aiohttp import web
 from kubernetes import client as k8s
 
 from bellows.kube.emulator.admission import admit
+from bellows.kube.emulator.faults import Faults
 from bellows.kube.emulator.operator import EmulatedOperator
 from bellows.kube.emulator.resources import builtin_resources, crd_resources
 from bellows.kube.emulator.server import build_app
@@ -59,12 +60,15 @@ class EmulatedCluster:
             if operator
             else None
         )
+        self.faults = Faults()  # fault tests add rules here (see faults.py)
         self._runner: web.AppRunner | None = None
         self._task: asyncio.Task[None] | None = None
         self.url = ""
 
     async def __aenter__(self) -> EmulatedCluster:
-        self._runner = web.AppRunner(build_app(self.store), handle_signals=False)
+        self._runner = web.AppRunner(
+            build_app(self.store, faults=self.faults), handle_signals=False
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()

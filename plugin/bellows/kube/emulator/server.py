@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bellows.kube.emulator.faults import Faults
 from bellows.kube.emulator.patching import PatchError, json_patch, merge_patch
 from bellows.kube.emulator.resources import ResourceType
 from bellows.kube.emulator.selectors import SelectorError, field_selector, label_selector
@@ -77,14 +78,17 @@ async def _body(request: web.Request) -> Any:
         raise ApiError(400, "BadRequest", f"the request body is not JSON: {err}") from err
 
 
-def build_app(store: Store) -> web.Application:
-    """The aiohttp application serving ``store``."""
+def build_app(store: Store, *, faults: Faults | None = None) -> web.Application:
+    """The aiohttp application serving ``store``, failing what ``faults`` says (fault tests)."""
     app = web.Application()
 
     async def version(_: web.Request) -> web.Response:
         return web.json_response({"major": "1", "minor": "31", "gitVersion": "v1.31.0-bellows"})
 
     async def handle(request: web.Request) -> web.StreamResponse:
+        fault = faults.take(request.method, request.path) if faults is not None else None
+        if fault is not None and not fault.after_commit:
+            return _status(fault.error())
         try:
             if request.query.get("dryRun"):
                 raise ApiError(400, "BadRequest", "dryRun is not emulated")
@@ -98,6 +102,8 @@ def build_app(store: Store) -> web.Application:
                     return await _watch(store, request, target)
                 return web.json_response(_list(store, request, target))
             body, code = await _write(store, request, target)
+            if fault is not None:  # the write landed; the answer is "lost"
+                return _status(fault.error())
             return web.json_response(body, status=code)
         except ApiError as err:
             return _status(err)

@@ -1,0 +1,409 @@
+"""The live controller's speed and size: event-to-patch latency with 1,000 running jobs, and
+memory with 10,000 jobs (targets: p99 <= 1 s, <= 300 MiB).
+
+Latency. An emulated Kubeflow cluster runs in a child process (its API server and operators
+are not the controller's CPU), holding ``--running`` jobs plus spares; the controller, the
+bridge and nats-server run here, as in a deployment. The controller starts, rebuilds its
+state from the cluster and starts the jobs (the first round). Then ``--events`` events are
+made, one at a time, alternating: a new job is submitted (an arrival) or a running one is
+deleted (a completion). Each goes through the bridge and NATS, waits for its Δ window to
+close, and is applied: read from the cluster, one round of the core, the decisions patched
+onto the jobs. Measured per event: from the window's close to the last patch (the apply
+call the pump makes), the core's round alone, and the decisions made.
+
+Memory. A fresh interpreter (a child process, so nothing else lives in it) builds the
+controller, the core and a ledger, and rebuilds them from a cluster of ``--jobs`` queued jobs
+(another child process): ``tracemalloc``'s retained and peak Python memory, and the process's
+resident set now and at its peak (``VmRSS``/``VmHWM``, imports included).
+
+Usage: python benchmarks/controller_latency.py [--running 1000] [--events 200] [--jobs 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import gc
+import math
+import multiprocessing as mp
+import statistics
+import time
+import tracemalloc
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from kubernetes import client as k8s
+
+from bellows.autoscaler import Autoscaler, AutoscalerConfig, Decision
+from bellows.bus import (
+    Batcher,
+    Bridge,
+    EventConsumer,
+    EventPublisher,
+    EventPump,
+    KvResumeStore,
+    NatsSettings,
+    connect,
+    ensure_kv,
+    ensure_streams,
+    watch_key,
+)
+from bellows.bus import JobKind as BusKind
+from bellows.bus.server import running_nats_server
+from bellows.kube import KINDS, Actuator, JobReader, KubeApi
+from bellows.kube.emulator import EmulatedCluster
+from bellows.scaling import default_cluster
+from bellows.service.clock import ServiceClock
+from bellows.service.config import LoggingSettings, LogLevel
+from bellows.service.controller import Controller, ControllerObserver
+from bellows.service.ledger import Ledger
+from bellows.service.logging import configure_logging
+from bellows.service.replay import job_manifest, manifest_name
+from bellows.service.watching import kube_watch_source
+from bellows.sim.workloads.generating import WorkloadSpec, generate
+
+NS = "default"
+CRDS = Path(__file__).resolve().parents[2] / "shared" / "data" / "crds"
+LATENCY_TARGET_S = 1.0
+MEMORY_TARGET_MIB = 300.0
+
+
+def workload(n: int, seed: int) -> list[Any]:
+    """``n`` jobs of the mixed workload (categories 1-4), too long to finish while measured."""
+
+    spec = WorkloadSpec(pattern="high", minutes=n / 2.0, categories=(1, 2, 3, 4), gpus=400)
+    trace = generate(spec, np.random.default_rng(seed), cluster=default_cluster())
+    assert len(trace) >= n, f"{len(trace)} jobs generated, {n} wanted"
+    return [
+        dataclasses.replace(j, spec=dataclasses.replace(j.spec, work=j.spec.work * 1e4))
+        for j in trace[:n]
+    ]
+
+
+# ----------------------------------------------------------------------------- the cluster
+def _serve_cluster(conn: Connection, n_jobs: int, n_trace: int, seed: int) -> None:
+    asyncio.run(_cluster_main(conn, n_jobs, n_trace, seed))
+
+
+async def _cluster_main(conn: Connection, n_jobs: int, n_trace: int, seed: int) -> None:
+
+    configure_logging(LoggingSettings(level=LogLevel.ERROR))
+    crds = sorted(CRDS.glob("*.yaml"))
+    async with EmulatedCluster(crds=crds, compression=1.0, restart_cost_s=0.0) as kube:
+        store = kube.store
+        for i, job in enumerate(workload(n_trace, seed)[:n_jobs]):
+            _, body = job_manifest(job, i, namespace=NS)
+            plural = body["kind"].lower() + "s"
+            key = next(k for k in store.resources if k.endswith("/" + plural))
+            store.create(store.resources[key], NS, body)
+        conn.send(kube.url)
+        await asyncio.get_running_loop().run_in_executor(None, conn.recv)  # until told to stop
+
+
+class ClusterProcess:
+    """An emulated cluster holding the first ``n_jobs`` jobs of ``workload(n_trace, seed)``,
+    suspended and opted in, in a child process."""
+
+    def __init__(self, n_jobs: int, n_trace: int, seed: int) -> None:
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(
+            target=_serve_cluster, args=(child, n_jobs, n_trace, seed), daemon=True
+        )
+
+    def __enter__(self) -> str:
+        self._process.start()
+        url: str = self._conn.recv()
+        return url
+
+    def __exit__(self, *_: object) -> None:
+        self._conn.send("stop")
+        self._process.join(10)
+        if self._process.is_alive():
+            self._process.kill()
+
+
+def _client(url: str) -> Any:
+
+    config = k8s.Configuration(host=url)
+    config.retries = 0
+    return k8s.ApiClient(config)
+
+
+# ----------------------------------------------------------------------------- latency
+@dataclasses.dataclass
+class Sample:
+    kind: str  # "arrival", "completion" or "start-up"
+    seconds: float  # window close -> last patch
+    core_s: float
+    decisions: int
+
+
+async def _latency(running: int, events: int, seed: int) -> tuple[list[Sample], Sample, float]:
+    trace = workload(running + events, seed)
+    # capacity: every running job at its least, plus a quarter more to share elastically
+    rigid = sum(1 for j in trace[:running] if not j.spec.elastic)
+    capacity = math.ceil((running - rigid + 4 * rigid) * 1.25)
+    rounds: list[tuple[float, int]] = []
+
+    class Rounds(ControllerObserver):
+        def round_done(self, seconds: float, decisions: Sequence[Decision], **_: Any) -> None:
+            rounds.append((seconds, len(decisions)))
+
+    with ClusterProcess(running, running + events, seed) as url:
+        async with running_nats_server() as nats_server:
+            settings = NatsSettings(servers=(nats_server.url,), ack_wait_s=30.0)
+            nc = await connect(settings)
+            js = nc.jetstream()
+            await ensure_streams(js, settings)
+            api = KubeApi(_client(url))
+            clock = ServiceClock()
+            controller = Controller(
+                api=api,
+                autoscaler=Autoscaler(
+                    AutoscalerConfig(delta_s=0.0, queue=True, restart_cost_s=30.0),
+                    capacity=capacity,
+                    cluster=default_cluster(),
+                ),
+                actuator=Actuator(api),
+                reader=JobReader(api, namespace=NS),
+                now=clock.now,
+                wall_to_clock=clock.at,
+                observer=Rounds(),
+            )
+            t0 = time.perf_counter()
+            await controller.rebuild()
+            startup = Sample("start-up", time.perf_counter() - t0, rounds[-1][0], rounds[-1][1])
+            held = sum(controller.held.values())
+            print(
+                f"start-up: {len(controller.autoscaler.allocations)} jobs running on {held} of "
+                f"{capacity} GPUs after {startup.seconds:.1f} s ({startup.decisions} starts)"
+            )
+            samples: list[Sample] = []
+            applied: list[tuple[float, float]] = []  # (seconds, when)
+
+            async def timed(batch: Any) -> None:
+                started = time.perf_counter()
+                await controller.apply(batch)
+                applied.append((time.perf_counter() - started, time.perf_counter()))
+
+            stop = asyncio.Event()
+            tasks, consumer = await _start_loop(
+                js, settings, api, clock=clock, apply=timed, stop=stop
+            )
+            await asyncio.sleep(2.0)  # the bridge's first listing, its arrivals, repeats
+            custom = k8s.CustomObjectsApi(api.api_client)
+            try:
+                for i in range(events):
+                    before = len(applied)
+                    kind = await _make_event(custom, trace, running, i)
+                    deadline = time.perf_counter() + 30
+                    while len(applied) == before:
+                        assert time.perf_counter() < deadline, f"event {i} was never applied"
+                        await asyncio.sleep(0.01)
+                    seconds, _ = applied[-1]
+                    core_s, decisions = rounds[-1]
+                    samples.append(Sample(kind, seconds, core_s, decisions))
+                    await asyncio.sleep(0.3)  # let the window close empty
+            finally:
+                stop.set()
+                await asyncio.wait(tasks, timeout=10)
+                await consumer.close()
+                await nc.close()
+                api.api_client.close()
+    return samples, startup, capacity
+
+
+async def _start_loop(
+    js: Any, settings: NatsSettings, api: KubeApi, *, clock: ServiceClock, apply: Any, stop: Any
+) -> tuple[list[asyncio.Task[None]], EventConsumer]:
+    """The bridge (one watch per kind) and the pump (Δ = 0.25 s) feeding ``apply``."""
+    publisher = EventPublisher(js, prefix=settings.subject_prefix, stream=settings.stream)
+    store = KvResumeStore(await ensure_kv(js, settings))
+    tasks = [
+        asyncio.create_task(
+            Bridge(
+                publisher=publisher,
+                store=store,
+                source=kube_watch_source(api, kind, NS),
+                key=watch_key(BusKind(kind.kind), NS),
+            ).run(stop)
+        )
+        for kind in KINDS
+    ]
+    consumer = await EventConsumer.open(js, settings)
+    pump = EventPump(
+        consumer,
+        Batcher(delta_s=0.25, start=clock.now()),
+        apply,
+        clock=clock.now,
+        max_deliver=settings.max_deliver,
+        ack_wait_s=settings.ack_wait_s,
+        poll_s=0.05,
+    )
+    tasks.append(asyncio.create_task(pump.run(stop)))
+    return tasks, consumer
+
+
+async def _make_event(custom: Any, trace: Sequence[Any], running: int, i: int) -> str:
+    """Event ``i``: an arrival (a new job) when even, else a completion (a deletion)."""
+    index = running + i if i % 2 == 0 else i // 2  # the oldest running jobs leave first
+    _, body = job_manifest(trace[index], index, namespace=NS)
+    group, version = body["apiVersion"].split("/")
+    plural = body["kind"].lower() + "s"
+    if i % 2 == 0:
+        await asyncio.to_thread(
+            custom.create_namespaced_custom_object, group, version, NS, plural, body
+        )
+        return "arrival"
+    name = manifest_name(trace[index])
+    await asyncio.to_thread(
+        custom.delete_namespaced_custom_object, group, version, NS, plural, name
+    )
+    return "completion"
+
+
+# ----------------------------------------------------------------------------- memory
+def _rss_mib() -> tuple[float, float]:
+    """(VmRSS, VmHWM) of this process in MiB."""
+    values = _status()
+    return values["VmRSS"], values["VmHWM"]
+
+
+def _status() -> dict[str, float]:
+    """The memory lines of ``/proc/self/status``, in MiB."""
+    values = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+            values[key] = int(rest.split()[0]) / 1024
+    return values
+
+
+def _measure_memory(conn: Connection, url: str, capacity: int, traced: bool) -> None:
+    conn.send(asyncio.run(_memory_main(url, capacity, traced)))
+
+
+async def _memory_main(url: str, capacity: int, traced: bool) -> dict[str, float]:
+    configure_logging(LoggingSettings(level=LogLevel.ERROR))
+    api = KubeApi(_client(url))
+    await api.get_job(KINDS[0], NS, "warm-up")  # the client's code paths, loaded before
+    gc.collect()
+    rss_before, _ = _rss_mib()
+    if traced:
+        tracemalloc.start()
+    clock = ServiceClock()
+    cluster = default_cluster()
+    controller = Controller(
+        api=api,
+        autoscaler=Autoscaler(
+            AutoscalerConfig(delta_s=0.0, queue=True), capacity=capacity, cluster=cluster
+        ),
+        actuator=Actuator(api),
+        reader=JobReader(api, namespace=NS),
+        now=clock.now,
+        wall_to_clock=clock.at,
+        ledger=Ledger(cluster),
+    )
+    await controller.rebuild()
+    gc.collect()
+    retained, peak = tracemalloc.get_traced_memory() if traced else (0, 0)
+    tracemalloc.stop()
+    rss, hwm = _rss_mib()
+    auto = controller.autoscaler
+    return {
+        "jobs": float(len(auto.allocations) + len(auto.queued)),
+        "running": float(len(auto.allocations)),
+        "queued": float(len(auto.queued)),
+        "retained_mib": retained / 2**20,
+        "peak_mib": peak / 2**20,
+        "rss_before_mib": rss_before,
+        "rss_mib": rss,
+        "rss_peak_mib": hwm,
+        "rss_anon_mib": _status()["RssAnon"],
+    }
+
+
+def memory(n_jobs: int, capacity: int, seed: int) -> dict[str, float]:
+    """Two fresh controllers rebuilt from one cluster: one traced (Python heap), one not
+    (resident set: ``tracemalloc``'s own records would inflate it)."""
+    ctx = mp.get_context("spawn")
+    result: dict[str, float] = {}
+    with ClusterProcess(n_jobs, n_jobs, seed) as url:
+        for traced in (False, True):
+            parent, child = ctx.Pipe()
+            process = ctx.Process(target=_measure_memory, args=(child, url, capacity, traced))
+            process.start()
+            got: dict[str, float] = parent.recv()
+            process.join(30)
+            keys = ("retained_mib", "peak_mib") if traced else tuple(got)
+            result.update({k: got[k] for k in keys})
+    return result
+
+
+# ----------------------------------------------------------------------------- report
+def _p(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--running", type=int, default=1000)
+    parser.add_argument("--events", type=int, default=200)
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--memory-capacity", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--only", choices=("latency", "memory"), default=None)
+    args = parser.parse_args()
+
+    configure_logging(LoggingSettings(level=LogLevel.ERROR))
+    if args.only in (None, "latency"):
+        report_latency(args.running, args.events, args.seed)
+    if args.only in (None, "memory"):
+        report_memory(args.jobs, args.memory_capacity, args.seed)
+
+
+def report_latency(running: int, events: int, seed: int) -> None:
+    samples, _, capacity = asyncio.run(_latency(running, events, seed))
+    print(f"\nevent-to-patch latency, {running} jobs running, capacity {capacity} GPUs, "
+          f"{len(samples)} events (seconds from the window's close to the last patch)")  # fmt: skip
+    print(f"{'events':<12} {'n':>4} {'median':>8} {'p99':>8} {'max':>8} {'core p99':>9} "
+          f"{'decisions':>10} {'target':>7} {'p99/target':>11}")  # fmt: skip
+    for label in ("arrival", "completion", "all"):
+        chosen = [s for s in samples if label in ("all", s.kind)]
+        secs = [s.seconds for s in chosen]
+        p99 = _p(secs, 99)
+        print(
+            f"{label:<12} {len(chosen):>4} {statistics.median(secs):>8.3f} {p99:>8.3f} "
+            f"{max(secs):>8.3f} {_p([s.core_s for s in chosen], 99):>9.4f} "
+            f"{statistics.median([s.decisions for s in chosen]):>5.0f}/"
+            f"{max(s.decisions for s in chosen):<4d} "
+            f"{LATENCY_TARGET_S:>7.1f} {p99 / LATENCY_TARGET_S:>11.2f}"
+        )  # fmt: skip
+
+
+def report_memory(jobs: int, capacity: int, seed: int) -> None:
+    mem = memory(jobs, capacity, seed)
+    print(f"\ncontroller memory holding {mem['jobs']:.0f} jobs ({mem['running']:.0f} running, "
+          f"{mem['queued']:.0f} queued), rebuilt from the cluster, MiB")  # fmt: skip
+    print(f"{'measure':<34} {'MiB':>8} {'target':>7} {'ratio':>6}")
+    for label, key in (
+        ("python heap retained (tracemalloc)", "retained_mib"),
+        ("python heap peak (tracemalloc)", "peak_mib"),
+        ("process RSS before the jobs", "rss_before_mib"),
+        ("process RSS holding the jobs", "rss_mib"),
+        ("process RSS peak (VmHWM)", "rss_peak_mib"),
+        ("process RSS anonymous (heap, stacks)", "rss_anon_mib"),
+    ):
+        value = mem[key]
+        print(
+            f"{label:<34} {value:>8.1f} {MEMORY_TARGET_MIB:>7.0f} {value / MEMORY_TARGET_MIB:>6.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,341 @@
+"""The live loop for fault tests: nats-server, emulated Kubeflow, ``run_bridge``/``run_controller``
+in one process, and a :class:`Witness` that checks "nothing lost, nothing done twice".
+
+The witness subscribes to the emulated API server's store, so it sees every write as it
+lands: each job's ``bellows.io/phase`` transitions, each resume (``suspend`` true → false)
+with the allocation it resumed at, each Kubernetes Event Bellows records, and — after every
+change — the GPUs held by the pods the emulated operators run, against the capacity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from kubernetes import client as k8s
+
+from bellows.bus.server import NatsServer, running_nats_server
+from bellows.kube import keys
+from bellows.kube.emulator import EmulatedCluster
+from bellows.kube.emulator.store import Change
+from bellows.kube.kinds import finished_state
+from bellows.scaling import default_cluster
+from bellows.service.clock import ServiceClock
+from bellows.service.config import BellowsConfig, load_config
+from bellows.service.replay import job_manifest, manifest_name
+from bellows.service.runner import run_bridge, run_controller
+from bellows.sim.workloads import TraceJob
+from bellows.sim.workloads.generating import WorkloadSpec, generate
+from tests.conftest import shared_data_dir
+
+NS = "default"
+LEASES = "bellows-system"
+SPEEDUP = 1200.0  # one real second is 20 cluster minutes
+JOB_KEYS = {"kubeflow.org/v1/pytorchjobs": "pytorchjob", "kubeflow.org/v2beta1/mpijobs": "mpijob"}
+
+
+def crds() -> list[Any]:
+    return sorted((shared_data_dir() / "crds").glob("*.yaml"))
+
+
+def jobs(
+    n: int, *, seed: int = 1, categories: tuple[int, ...] = (1, 2), scale: float = 1.0
+) -> list[TraceJob]:
+    """``n`` jobs of the generated workload, their work multiplied by ``scale``."""
+    spec = WorkloadSpec(pattern="high", minutes=max(30.0, n * 4.0), categories=categories, gpus=8)
+    trace = generate(spec, np.random.default_rng(seed), cluster=default_cluster())
+    assert len(trace) >= n, f"the workload has {len(trace)} jobs, fewer than {n}"
+    return [
+        dataclasses.replace(j, spec=dataclasses.replace(j.spec, work=j.spec.work * scale))
+        for j in trace[:n]
+    ]
+
+
+@dataclass
+class JobLog:
+    """What the witness saw happen to one job."""
+
+    phases: list[str] = field(default_factory=list)
+    resumes: list[str] = field(default_factory=list)  # bellows.io/allocation at each resume
+    events: Counter[str] = field(default_factory=Counter)
+    finished: str | None = None
+
+
+class Witness:
+    """Every write to the jobs, and the GPUs in use after each one (see the module docstring)."""
+
+    def __init__(self, kube: EmulatedCluster, capacity: int) -> None:
+        self.kube = kube
+        self.capacity = capacity
+        self.jobs: dict[str, JobLog] = defaultdict(JobLog)
+        self.uids: dict[str, str] = {}  # uid -> job name
+        self.peak_gpus = 0
+        self.samples = 0
+        self.overcommits: list[tuple[int, dict[str, int]]] = []
+        self.phase_hooks: list[Callable[[str, str, dict[str, Any]], None]] = []
+        self._queue = kube.store.subscribe()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def close(self) -> None:
+        self.kube.store.unsubscribe(self._queue)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while (change := await self._queue.get()) is not None:
+            self._note(change)
+            self._sample()
+
+    async def settle(self, timeout_s: float = 10.0) -> None:
+        """Wait (bounded) until every change so far has been looked at."""
+        started = time.monotonic()
+        while not self._queue.empty():
+            assert time.monotonic() - started < timeout_s, "the witness fell behind"
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # the last change taken is noted before the next await
+
+    def _note(self, change: Change) -> None:
+        if change.resource == "v1/events":
+            involved = change.obj.get("involvedObject") or {}
+            if change.kind == "ADDED" and involved.get("namespace") == NS:
+                self.jobs[involved["name"]].events[change.obj["reason"]] += 1
+            return
+        if change.resource not in JOB_KEYS or change.kind == "DELETED":
+            return
+        meta = change.obj["metadata"]
+        name = meta["name"]
+        self.uids[meta["uid"]] = name
+        log = self.jobs[name]
+        notes = meta.get("annotations") or {}
+        phase = notes.get(keys.PHASE)
+        if phase and (not log.phases or log.phases[-1] != phase):
+            log.phases.append(phase)
+            for hook in self.phase_hooks:
+                hook(name, phase, change.obj)
+        was = _suspended(change.old) if change.old is not None else True
+        if was and not _suspended(change.obj):
+            log.resumes.append(notes.get(keys.ALLOCATION, "?"))
+        log.finished = finished_state(change.obj)
+
+    def _sample(self) -> None:
+        operator = self.kube.operator
+        assert operator is not None
+        held: dict[str, int] = {}
+        for uid, name in self.uids.items():
+            progress = operator.progress(uid)
+            if progress is not None and progress.gpus is not None:
+                held[name] = progress.gpus
+        total = sum(held.values())
+        self.samples += 1
+        self.peak_gpus = max(self.peak_gpus, total)
+        if total > self.capacity:
+            self.overcommits.append((total, held))
+
+    def check(self, names: Sequence[str], *, events_exact: bool = True) -> None:
+        """Every job in ``names`` succeeded; it was never stopped and resumed at the same
+        allocation twice in a row; the operator restarted it exactly as often as it was
+        resumed; the pods never held more GPUs than the capacity; and at most one Started
+        Event was recorded for it, one Started or Rescaled Event per resume.
+
+        ``events_exact=False`` (a controller killed at any moment, or an API answer lost):
+        Events are best effort, so one may be missing, never one too many.
+        """
+        assert self.samples > 0
+        assert not self.overcommits, f"GPUs over-committed: {self.overcommits[:3]}"
+        assert self.peak_gpus <= self.capacity
+        problems = []
+        for name in names:
+            log = self.jobs.get(name)
+            if log is None or log.finished != "Succeeded":
+                problems.append(f"{name}: finished={log and log.finished}")
+                continue
+            repeats = [a for a, b in zip(log.resumes, log.resumes[1:], strict=False) if a == b]
+            if repeats or not log.resumes:
+                problems.append(f"{name}: resumes {log.resumes}")
+            restarts = self._restarts(name)
+            if restarts is not None and restarts != len(log.resumes):
+                problems.append(f"{name}: operator restarts {restarts} vs resumes {log.resumes}")
+            started, recorded = (
+                log.events["Started"],
+                log.events["Started"] + log.events["Rescaled"],
+            )
+            if started > 1 or recorded > len(log.resumes):
+                problems.append(f"{name}: events {dict(log.events)} vs resumes {log.resumes}")
+            if events_exact and (started != 1 or recorded != len(log.resumes)):
+                problems.append(f"{name}: events {dict(log.events)} vs resumes {log.resumes}")
+        assert not problems, "\n".join(problems)
+
+    def _restarts(self, name: str) -> int | None:
+        operator = self.kube.operator
+        assert operator is not None
+        for uid, n in self.uids.items():
+            if n == name and (p := operator.progress(uid)) is not None:
+                return p.restarts
+        return None
+
+
+def _suspended(obj: dict[str, Any]) -> bool:
+    return bool(((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend", False))
+
+
+@dataclass
+class Live:
+    """A running stack; the tests start and kill controllers and bridges on it."""
+
+    nats: NatsServer
+    kube: EmulatedCluster
+    clock: ServiceClock
+    witness: Witness
+    capacity: int
+    overrides: list[str]
+    tasks: dict[str, tuple[asyncio.Task[None], asyncio.Event]] = field(default_factory=dict)
+
+    def config(self, *more: str) -> BellowsConfig:
+        return load_config(None, env={}, overrides=[*self.overrides, *more])
+
+    def start_controller(self, name: str, *more: str, client: k8s.ApiClient | None = None) -> None:
+        stop = asyncio.Event()
+        coro = run_controller(
+            self.config(*more),
+            stop=stop,
+            api_client=client or self.kube.api_client(),
+            clock=self.clock,
+        )
+        self.tasks[name] = (asyncio.create_task(coro, name=name), stop)
+
+    def start_bridge(self, name: str = "bridge") -> None:
+        stop = asyncio.Event()
+        coro = run_bridge(self.config(), stop=stop, api_client=self.kube.api_client())
+        self.tasks[name] = (asyncio.create_task(coro, name=name), stop)
+
+    async def kill(self, name: str) -> None:
+        """Cancel the task without a graceful stop (its lease, its deliveries stay behind).
+
+        Cancelled again until it ends: on Python 3.11 ``asyncio.wait_for`` (inside nats-py's
+        fetch) can swallow a cancellation that lands as its wait completes.
+        """
+        task, _ = self.tasks.pop(name)
+        started = time.monotonic()
+        while not task.done():
+            assert time.monotonic() - started < 10, f"{name} does not end when cancelled"
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.2)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def stop(self, name: str) -> None:
+        task, stop = self.tasks.pop(name)
+        stop.set()
+        await asyncio.wait_for(task, 15)
+
+    def alive(self) -> None:
+        """Fail if a controller or bridge died with an error."""
+        for name, (task, _) in self.tasks.items():
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise AssertionError(f"{name} died") from task.exception()
+
+    async def submit(self, trace: Sequence[TraceJob], *, first: int = 0) -> list[str]:
+        custom = k8s.CustomObjectsApi(self.kube.api_client())
+        names = []
+        for i, job in enumerate(trace, start=first):
+            ref, body = job_manifest(job, i, namespace=NS)
+            group, version = body["apiVersion"].split("/")
+            await asyncio.to_thread(
+                custom.create_namespaced_custom_object,
+                group,
+                version,
+                NS,
+                ref.kind.lower() + "s",
+                body,
+            )
+            names.append(manifest_name(job))
+        return names
+
+    def objects(self) -> dict[str, dict[str, Any]]:
+        store = self.kube.store
+        out = {}
+        for key in JOB_KEYS:
+            for obj in store.list_objects(store.resources[key], NS)[0]:
+                out[obj["metadata"]["name"]] = obj
+        return out
+
+    def states(self) -> dict[str, str]:
+        """Each job's state: Succeeded/Failed, else its phase (or "new")."""
+        out = {}
+        for name, obj in self.objects().items():
+            notes = obj["metadata"].get("annotations") or {}
+            out[name] = finished_state(obj) or notes.get(keys.PHASE) or "new"
+        return out
+
+    async def until(
+        self, what: str, predicate: Callable[[], bool], timeout_s: float = 30.0
+    ) -> float:
+        """Wait (bounded) until ``predicate()``; returns the seconds it took."""
+        started = time.monotonic()
+        while not predicate():
+            self.alive()
+            if time.monotonic() - started > timeout_s:
+                raise AssertionError(f"not {what} within {timeout_s} s; jobs: {self.states()}")
+            await asyncio.sleep(0.02)
+        return time.monotonic() - started
+
+    async def all_done(self, names: Sequence[str], timeout_s: float = 30.0) -> float:
+        """Wait until every job in ``names`` finished and the witness saw it all."""
+
+        def done() -> bool:
+            states = self.states()
+            return all(states.get(n) in ("Succeeded", "Failed") for n in names)
+
+        took = await self.until("all jobs finished", done, timeout_s)
+        await self.witness.settle()
+        return took
+
+
+@contextlib.asynccontextmanager
+async def live(
+    *, capacity: int = 8, delta_s: float = 600.0, extra: Sequence[str] = ()
+) -> AsyncIterator[Live]:
+    """The stack with no controller or bridge started yet; everything stopped on exit.
+
+    ``delta_s`` is the controller's Δ in cluster seconds (600 s pass in half a real second).
+    """
+    async with (
+        running_nats_server() as nats_server,
+        EmulatedCluster(
+            crds=crds(), compression=SPEEDUP, restart_cost_s=0.0, namespaces=(NS, LEASES)
+        ) as kube,
+    ):
+        witness = Witness(kube, capacity)
+        witness.start()
+        overrides = [
+            f"nats.servers={nats_server.url}",
+            "nats.ackWaitSeconds=1",
+            f"controller.capacity.gpus={capacity}",
+            f"controller.deltaSeconds={delta_s}",
+            "controller.haltTimeoutSeconds=20",
+            "leaderElection.enabled=false",
+            "metrics.host=127.0.0.1",
+            "metrics.port=0",
+            f"namespaces={NS}",
+            "logging.level=warning",
+            *extra,
+        ]
+        stack = Live(nats_server, kube, ServiceClock(speedup=SPEEDUP), witness, capacity, overrides)
+        try:
+            yield stack
+        finally:
+            for name in list(stack.tasks):
+                await stack.kill(name)
+            await witness.close()
