@@ -211,7 +211,7 @@ def test_calibrate_command_times_gloo_allreduce_and_writes_a_cluster_profile(
             "--processes",
             "2",
             "--sizes",
-            "1e3,1e6",
+            "1e3,1e7",
             "--iterations",
             "3",
             "--warmup",
@@ -230,9 +230,10 @@ def test_calibrate_command_times_gloo_allreduce_and_writes_a_cluster_profile(
     assert cluster.inter_node == cluster.intra_node
     assert "copied from intra-node" in cluster.source
     rows = list(csv.DictReader(raw.open()))
-    assert [(r["processes"], r["weights"]) for r in rows] == [("2", "1000"), ("2", "1000000")]
+    assert [(r["processes"], r["weights"]) for r in rows] == [("2", "1000"), ("2", "10000000")]
     assert all(float(r["seconds"]) > 0 for r in rows)
-    # A thousand times more data takes longer to all-reduce, and the fit says so.
+    # Ten thousand times more data (40 MB against 4 kB) takes longer to all-reduce, by far
+    # more than the scheduling noise of a shared machine, and the fit says so.
     assert float(rows[1]["seconds"]) > float(rows[0]["seconds"])
     assert cluster.intra_node.per_weight > 0
 
