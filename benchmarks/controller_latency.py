@@ -1,7 +1,7 @@
-"""The live controller's speed and size: event-to-patch latency with 1,000 running jobs, and
-memory with 10,000 jobs (targets: p99 <= 1 s, <= 300 MiB).
+"""The live controller's speed: event-to-patch latency with 1,000 running jobs (target: p99
+<= 1 s), per optimizer path (``controller.optimizer``), side by side.
 
-Latency. An emulated Kubeflow cluster runs in a child process (its API server and operators
+An emulated Kubeflow cluster runs in a child process (its API server and operators
 are not the controller's CPU), holding ``--running`` jobs plus spares; the controller, the
 bridge and nats-server run here, as in a deployment. The controller starts, rebuilds its
 state from the cluster and starts the jobs (the first round). Then ``--events`` events are
@@ -9,14 +9,11 @@ made, one at a time, alternating: a new job is submitted (an arrival) or a runni
 deleted (a completion). Each goes through the bridge and NATS, waits for its Δ window to
 close, and is applied: read from the cluster, one round of the core, the decisions patched
 onto the jobs. Measured per event: from the window's close to the last patch (the apply
-call the pump makes), the core's round alone, and the decisions made.
+call the pump makes), the core's round alone, and the decisions made. The run is repeated
+from scratch for each ``--optimizer`` path. (Memory: ``benchmarks/controller_memory.py``.)
 
-Memory. A fresh interpreter (a child process, so nothing else lives in it) builds the
-controller, the core and a ledger, and rebuilds them from a cluster of ``--jobs`` queued jobs
-(another child process): ``tracemalloc``'s retained and peak Python memory, and the process's
-resident set now and at its peak (``VmRSS``/``VmHWM``, imports included).
-
-Usage: python benchmarks/controller_latency.py [--running 1000] [--events 200] [--jobs 10000]
+Usage: python benchmarks/controller_latency.py [--running 1000] [--events 200]
+                                                [--optimizer numpy,auto]
 """
 
 from __future__ import annotations
@@ -24,16 +21,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import gc
 import math
 import multiprocessing as mp
 import statistics
 import time
-import tracemalloc
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from kubernetes import client as k8s
@@ -56,11 +51,12 @@ from bellows.bus import JobKind as BusKind
 from bellows.bus.server import running_nats_server
 from bellows.kube import KINDS, Actuator, JobReader, KubeApi
 from bellows.kube.emulator import EmulatedCluster
+from bellows.optimizer import Method
+from bellows.optimizer.solving import METHODS
 from bellows.scaling import default_cluster
 from bellows.service.clock import ServiceClock
 from bellows.service.config import LoggingSettings, LogLevel
 from bellows.service.controller import Controller, ControllerObserver
-from bellows.service.ledger import Ledger
 from bellows.service.logging import configure_logging
 from bellows.service.replay import job_manifest, manifest_name
 from bellows.service.watching import kube_watch_source
@@ -143,7 +139,9 @@ class Sample:
     decisions: int
 
 
-async def _latency(running: int, events: int, seed: int) -> tuple[list[Sample], Sample, float]:
+async def _latency(
+    running: int, events: int, seed: int, optimizer: Method
+) -> tuple[list[Sample], Sample, float]:
     trace = workload(running + events, seed)
     # capacity: every running job at its least, plus a quarter more to share elastically
     rigid = sum(1 for j in trace[:running] if not j.spec.elastic)
@@ -165,7 +163,9 @@ async def _latency(running: int, events: int, seed: int) -> tuple[list[Sample], 
             controller = Controller(
                 api=api,
                 autoscaler=Autoscaler(
-                    AutoscalerConfig(delta_s=0.0, queue=True, restart_cost_s=30.0),
+                    AutoscalerConfig(
+                        delta_s=0.0, queue=True, restart_cost_s=30.0, optimizer=optimizer
+                    ),
                     capacity=capacity,
                     cluster=default_cluster(),
                 ),
@@ -267,84 +267,6 @@ async def _make_event(custom: Any, trace: Sequence[Any], running: int, i: int) -
     return "completion"
 
 
-# ----------------------------------------------------------------------------- memory
-def _rss_mib() -> tuple[float, float]:
-    """(VmRSS, VmHWM) of this process in MiB."""
-    values = _status()
-    return values["VmRSS"], values["VmHWM"]
-
-
-def _status() -> dict[str, float]:
-    """The memory lines of ``/proc/self/status``, in MiB."""
-    values = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
-            values[key] = int(rest.split()[0]) / 1024
-    return values
-
-
-def _measure_memory(conn: Connection, url: str, capacity: int, traced: bool) -> None:
-    conn.send(asyncio.run(_memory_main(url, capacity, traced)))
-
-
-async def _memory_main(url: str, capacity: int, traced: bool) -> dict[str, float]:
-    configure_logging(LoggingSettings(level=LogLevel.ERROR))
-    api = KubeApi(_client(url))
-    await api.get_job(KINDS[0], NS, "warm-up")  # the client's code paths, loaded before
-    gc.collect()
-    rss_before, _ = _rss_mib()
-    if traced:
-        tracemalloc.start()
-    clock = ServiceClock()
-    cluster = default_cluster()
-    controller = Controller(
-        api=api,
-        autoscaler=Autoscaler(
-            AutoscalerConfig(delta_s=0.0, queue=True), capacity=capacity, cluster=cluster
-        ),
-        actuator=Actuator(api),
-        reader=JobReader(api, namespace=NS),
-        now=clock.now,
-        wall_to_clock=clock.at,
-        ledger=Ledger(cluster),
-    )
-    await controller.rebuild()
-    gc.collect()
-    retained, peak = tracemalloc.get_traced_memory() if traced else (0, 0)
-    tracemalloc.stop()
-    rss, hwm = _rss_mib()
-    auto = controller.autoscaler
-    return {
-        "jobs": float(len(auto.allocations) + len(auto.queued)),
-        "running": float(len(auto.allocations)),
-        "queued": float(len(auto.queued)),
-        "retained_mib": retained / 2**20,
-        "peak_mib": peak / 2**20,
-        "rss_before_mib": rss_before,
-        "rss_mib": rss,
-        "rss_peak_mib": hwm,
-        "rss_anon_mib": _status()["RssAnon"],
-    }
-
-
-def memory(n_jobs: int, capacity: int, seed: int) -> dict[str, float]:
-    """Two fresh controllers rebuilt from one cluster: one traced (Python heap), one not
-    (resident set: ``tracemalloc``'s own records would inflate it)."""
-    ctx = mp.get_context("spawn")
-    result: dict[str, float] = {}
-    with ClusterProcess(n_jobs, n_jobs, seed) as url:
-        for traced in (False, True):
-            parent, child = ctx.Pipe()
-            process = ctx.Process(target=_measure_memory, args=(child, url, capacity, traced))
-            process.start()
-            got: dict[str, float] = parent.recv()
-            process.join(30)
-            keys = ("retained_mib", "peak_mib") if traced else tuple(got)
-            result.update({k: got[k] for k in keys})
-    return result
-
-
 # ----------------------------------------------------------------------------- report
 def _p(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
@@ -354,55 +276,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--running", type=int, default=1000)
     parser.add_argument("--events", type=int, default=200)
-    parser.add_argument("--jobs", type=int, default=10_000)
-    parser.add_argument("--memory-capacity", type=int, default=64)
+    parser.add_argument("--optimizer", default="numpy,auto", help="paths, comma-separated")
     parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--only", choices=("latency", "memory"), default=None)
     args = parser.parse_args()
-
+    paths = [p for p in args.optimizer.split(",") if p]
+    bad = [p for p in paths if p not in METHODS]
+    if bad:
+        parser.error(f"--optimizer {bad[0]!r}: expected one of {', '.join(METHODS)}")
     configure_logging(LoggingSettings(level=LogLevel.ERROR))
-    if args.only in (None, "latency"):
-        report_latency(args.running, args.events, args.seed)
-    if args.only in (None, "memory"):
-        report_memory(args.jobs, args.memory_capacity, args.seed)
-
-
-def report_latency(running: int, events: int, seed: int) -> None:
-    samples, _, capacity = asyncio.run(_latency(running, events, seed))
-    print(f"\nevent-to-patch latency, {running} jobs running, capacity {capacity} GPUs, "
-          f"{len(samples)} events (seconds from the window's close to the last patch)")  # fmt: skip
-    print(f"{'events':<12} {'n':>4} {'median':>8} {'p99':>8} {'max':>8} {'core p99':>9} "
-          f"{'decisions':>10} {'target':>7} {'p99/target':>11}")  # fmt: skip
-    for label in ("arrival", "completion", "all"):
-        chosen = [s for s in samples if label in ("all", s.kind)]
-        secs = [s.seconds for s in chosen]
-        p99 = _p(secs, 99)
-        print(
-            f"{label:<12} {len(chosen):>4} {statistics.median(secs):>8.3f} {p99:>8.3f} "
-            f"{max(secs):>8.3f} {_p([s.core_s for s in chosen], 99):>9.4f} "
-            f"{statistics.median([s.decisions for s in chosen]):>5.0f}/"
-            f"{max(s.decisions for s in chosen):<4d} "
-            f"{LATENCY_TARGET_S:>7.1f} {p99 / LATENCY_TARGET_S:>11.2f}"
-        )  # fmt: skip
-
-
-def report_memory(jobs: int, capacity: int, seed: int) -> None:
-    mem = memory(jobs, capacity, seed)
-    print(f"\ncontroller memory holding {mem['jobs']:.0f} jobs ({mem['running']:.0f} running, "
-          f"{mem['queued']:.0f} queued), rebuilt from the cluster, MiB")  # fmt: skip
-    print(f"{'measure':<34} {'MiB':>8} {'target':>7} {'ratio':>6}")
-    for label, key in (
-        ("python heap retained (tracemalloc)", "retained_mib"),
-        ("python heap peak (tracemalloc)", "peak_mib"),
-        ("process RSS before the jobs", "rss_before_mib"),
-        ("process RSS holding the jobs", "rss_mib"),
-        ("process RSS peak (VmHWM)", "rss_peak_mib"),
-        ("process RSS anonymous (heap, stacks)", "rss_anon_mib"),
-    ):
-        value = mem[key]
-        print(
-            f"{label:<34} {value:>8.1f} {MEMORY_TARGET_MIB:>7.0f} {value / MEMORY_TARGET_MIB:>6.2f}"
-        )
+    runs = {}
+    for path in paths:
+        runs[path] = asyncio.run(_latency(args.running, args.events, args.seed, cast(Method, path)))
+    capacity = next(iter(runs.values()))[2]
+    print(f"\nevent-to-patch latency, {args.running} jobs running, capacity {capacity} GPUs, "
+          f"{args.events} events per path (seconds from window close to last patch)")  # fmt: skip
+    print(f"{'optimizer':<9} {'events':<12} {'n':>4} {'median':>8} {'p99':>8} {'max':>8} "
+          f"{'core p99':>9} {'decisions':>10} {'target':>7} {'p99/target':>11}")  # fmt: skip
+    for path, (samples, _, _) in runs.items():
+        for label in ("arrival", "completion", "all"):
+            chosen = [s for s in samples if label in ("all", s.kind)]
+            secs = [s.seconds for s in chosen]
+            p99 = _p(secs, 99)
+            print(
+                f"{path:<9} {label:<12} {len(chosen):>4} {statistics.median(secs):>8.3f} "
+                f"{p99:>8.3f} {max(secs):>8.3f} {_p([s.core_s for s in chosen], 99):>9.4f} "
+                f"{statistics.median([s.decisions for s in chosen]):>5.0f}/"
+                f"{max(s.decisions for s in chosen):<4d} "
+                f"{LATENCY_TARGET_S:>7.1f} {p99 / LATENCY_TARGET_S:>11.2f}"
+            )  # fmt: skip
 
 
 if __name__ == "__main__":

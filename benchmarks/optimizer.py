@@ -1,38 +1,47 @@
-"""Optimizer benchmark: JAX vs the NumPy reference vs an exact MILP (HiGHS via SciPy).
+"""Optimizer benchmark: NumPy engine vs JAX vs the NumPy reference vs an exact MILP (HiGHS).
 
-    python benchmarks/optimizer.py            # the table in docs/optimizer.md
+    python benchmarks/optimizer.py            # the tables in docs/optimizer.md
     python benchmarks/optimizer.py --quick    # tiny sizes, a few repeats (used by the tests)
 
-Prints, from one run, median wall time per call and the ratios side by side, the objective
-each method found (all must agree), peak traced NumPy memory and the process's max RSS, and
-``admit()`` timings at simulator-like sizes with the path "auto" picks.
+Prints, from one run: the median wall time per call of every method side by side, with
+ratios; whether they all found the same allocation and objective; the peak memory
+``tracemalloc`` saw in the NumPy methods; ``admit()`` timings at simulator-like sizes; and
+the max RSS of this process (JAX loaded) beside that of fresh processes that run only
+``method="numpy"`` (what the live controller pays) or that import JAX.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import resource
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-import jax
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import csr_matrix
+import numpy.typing as npt
 
 from bellows.optimizer import admit, allocate, allocate_reference
-from bellows.optimizer.solving import solve_rows
+from bellows.optimizer.solving import Method, solve_rows
+
+Table = npt.NDArray[np.float64]
+Gpus = npt.NDArray[np.int64]
 
 SIZES = [(50, 40, 8), (500, 2048, 32), (1000, 10000, 64)]
 QUICK_SIZES = [(12, 10, 4), (40, 64, 8)]
 ADMIT_SIZES = [(20, 40, 8), (50, 40, 16), (100, 400, 16), (100, 400, 64)]
 MILP_LIMIT_S = 60.0
+SLOW_CELLS = 5_000_000  # jobs*GPUs*k_max from which the dense methods run fewer repeats
 
 
-def tsf_table(jobs: int, k_max: int, rng: np.random.Generator) -> np.ndarray:
+def tsf_table(jobs: int, k_max: int, rng: np.random.Generator) -> Table:
     """TSF-like rows: sublinear speedup up to a per-job k_max, holes, noise, some rigid.
 
     Rows past 40 % of the table may get 0 GPUs (column 0 = 0, a queued job); the first
@@ -53,16 +62,16 @@ def tsf_table(jobs: int, k_max: int, rng: np.random.Generator) -> np.ndarray:
     return values
 
 
-def uniform_table(jobs: int, k_max: int, rng: np.random.Generator) -> np.ndarray:
+def uniform_table(jobs: int, k_max: int, rng: np.random.Generator) -> Table:
     """Independent uniform values in [0, 1): no structure at all; column 0 as tsf_table."""
     values = rng.random((jobs, k_max + 1))
     values[:, 0] = np.where(np.arange(jobs) < 0.4 * jobs, -np.inf, 0.0)
     return values
 
 
-def identical_table(jobs: int, k_max: int, rng: np.random.Generator) -> np.ndarray:
+def identical_table(jobs: int, k_max: int, rng: np.random.Generator) -> Table:
     """One TSF row for every job (one model, one profile): ties everywhere, the worst case
-    for the band bounds, which then cannot narrow the DP (the dense path runs)."""
+    for the band bounds, which then cannot narrow the DP much."""
     row = tsf_table(1, k_max, rng)[0]
     row[1] = 1.0
     values = np.tile(row, (jobs, 1))
@@ -70,8 +79,18 @@ def identical_table(jobs: int, k_max: int, rng: np.random.Generator) -> np.ndarr
     return values
 
 
-def solve_milp(values: np.ndarray, capacity: int, time_limit: float) -> tuple[float, bool]:
+FAMILIES: tuple[tuple[str, Callable[[int, int, np.random.Generator], Table]], ...] = (
+    ("tsf", tsf_table),
+    ("uniform", uniform_table),
+    ("identical", identical_table),
+)
+
+
+def solve_milp(values: Table, capacity: int, time_limit: float) -> tuple[float, bool]:
     """Exact MILP (mip_rel_gap 0): one binary per finite (job, k), one choice per job."""
+    from scipy.optimize import Bounds, LinearConstraint, milp  # noqa: PLC0415
+    from scipy.sparse import csr_matrix  # noqa: PLC0415
+
     jobs = values.shape[0]
     j, k = np.nonzero(np.isfinite(values))
     m = j.size
@@ -102,52 +121,72 @@ def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
     return statistics.median(times), out
 
 
-def numpy_peak(fn: Callable[[], Any]) -> float:
-    """Peak MiB NumPy allocated during one call (tracemalloc)."""
+def traced_peak(fn: Callable[[], Any]) -> float:
+    """Peak MiB that Python allocations (NumPy arrays included) reached during one call."""
     tracemalloc.start()
-    fn()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return peak / 2**20
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
 
 
-def objective(values: np.ndarray, gpus: np.ndarray) -> float:
-    return float(values[np.arange(values.shape[0]), gpus].sum())
+def objective(values: Table, gpus: Gpus) -> float:
+    """The sum in row order, as the DP forms it."""
+    total = 0.0
+    for j, k in enumerate(gpus.tolist()):
+        total += float(values[j, k])
+    return total
 
 
 def bench_allocate(sizes: list[tuple[int, int, int]], repeats: int, milp_limit: float) -> None:
-    print("allocate(values, capacity): median ms per call; ratios = other / JAX (auto path)")
+    print("allocate(values, capacity): median ms per call, all methods in this one run")
+    print(
+        "  auto: allocate() as shipped (path: what it ran); dense/band: the JAX paths;"
+        " numpy: the NumPy engine;\n  reference: the plain NumPy DP (every float layer);"
+        " MILP: SciPy milp/HiGHS, exact; agree: same allocation, same objective"
+    )
     header = (
-        f"{'table':9} {'jobs':>5} {'GPUs':>6} {'k_max':>5} | {'JAX':>8} {'path':>5}"
-        f" {'dense':>8} {'NumPy':>9} {'MILP':>9} | {'NumPy/JAX':>9} {'MILP/JAX':>9}"
-        f" | objective agree | NumPy peak MiB"
+        f"{'table':9} {'jobs':>5} {'GPUs':>6} {'k_max':>5} | {'auto':>7} {'path':>5}"
+        f" | {'dense':>8} {'band':>7} | {'numpy':>7} {'reference':>9} {'MILP':>8}"
+        f" | {'numpy/band':>10} {'ref/numpy':>9} {'MILP/auto':>9} | agree"
+        f" | {'peak MiB numpy':>14} {'ref':>6}"
     )
     print(header)
     print("-" * len(header))
-    families = (("tsf", tsf_table), ("uniform", uniform_table), ("identical", identical_table))
-    for family, make in families:
+    for family, make in FAMILIES:
         for jobs, gpus, k_max in sizes:
-            rng = np.random.default_rng(jobs * 7919 + gpus)
-            values = make(jobs, k_max, rng)
-            t_jax, got = timed(lambda v=values, g=gpus: allocate(v, g), repeats)
-            slow = jobs * gpus * k_max > 5_000_000
-            reps = max(1, repeats // 5) if slow else repeats
-            t_dense, _ = timed(lambda v=values, g=gpus: allocate(v, g, method="dense"), reps)
-            t_np, ref = timed(lambda v=values, g=gpus: allocate_reference(v, g), reps)
-            peak = numpy_peak(lambda v=values, g=gpus: allocate_reference(v, g))
+            values = make(jobs, k_max, np.random.default_rng(jobs * 7919 + gpus))
+            slow = jobs * gpus * k_max > SLOW_CELLS
+            few = max(1, repeats // 5) if slow else repeats
+
+            def run(method: Method, v: Table = values, g: int = gpus) -> Gpus:
+                return allocate(v, g, method=method)
+
+            t_auto, got = timed(functools.partial(run, "auto"), repeats)
+            t_dense, dense = timed(functools.partial(run, "dense"), few)
+            t_band, band = timed(functools.partial(run, "band"), repeats)
+            t_numpy, lean = timed(functools.partial(run, "numpy"), repeats)
+            reference = functools.partial(allocate_reference, values, gpus)
+            t_ref, ref = timed(reference, few)
+            peak_numpy = traced_peak(functools.partial(run, "numpy"))
+            peak_ref = traced_peak(reference)
             t_milp, (best, exact) = timed(
-                lambda v=values, g=gpus: solve_milp(v, g, milp_limit), 1 if slow else reps
+                functools.partial(solve_milp, values, gpus, milp_limit), 1 if slow else few
             )
-            agree = objective(values, got) == objective(values, ref) and (
-                abs(best - objective(values, got)) <= 1e-9 * (1 + abs(best))
-            )
+            expected = objective(values, ref)
+            agree = all(
+                np.array_equal(other, ref) and objective(values, other) == expected
+                for other in (got, dense, band, lean)
+            ) and abs(best - expected) <= 1e-9 * (1 + abs(best))
             path = solve_rows(values, gpus).path
-            milp_note = f"{t_milp * 1e3:9.1f}" if exact else f"{'>limit':>9}"
+            milp_note = f"{t_milp * 1e3:8.1f}" if exact else f"{'>limit':>8}"
             print(
-                f"{family:9} {jobs:5d} {gpus:6d} {k_max:5d} | {t_jax * 1e3:8.2f} {path:>5}"
-                f" {t_dense * 1e3:8.2f} {t_np * 1e3:9.1f} {milp_note}"
-                f" | {t_np / t_jax:9.1f} {t_milp / t_jax:9.1f}"
-                f" | {'yes' if agree else 'NO':>15} | {peak:14.1f}"
+                f"{family:9} {jobs:5d} {gpus:6d} {k_max:5d} | {t_auto * 1e3:7.2f} {path:>5}"
+                f" | {t_dense * 1e3:8.2f} {t_band * 1e3:7.2f}"
+                f" | {t_numpy * 1e3:7.2f} {t_ref * 1e3:9.1f} {milp_note}"
+                f" | {t_numpy / t_band:10.1f} {t_ref / t_numpy:9.1f} {t_milp / t_auto:9.1f}"
+                f" | {'yes' if agree else 'NO':>5} | {peak_numpy:14.2f} {peak_ref:6.1f}"
             )
 
 
@@ -155,39 +194,95 @@ def bench_admit(sizes: list[tuple[int, int, int]], repeats: int) -> None:
     print()
     print("admit(values, capacity, required=n//4): median ms per call, simulator-like sizes")
     header = (
-        f"{'jobs':>5} {'GPUs':>5} {'k_max':>5} | {'auto':>7} {'numpy':>7} {'dense':>7}"
-        f" {'band':>7} | admitted"
+        f"{'jobs':>5} {'GPUs':>5} {'k_max':>5} | {'auto':>7} {'path':>5} | {'numpy':>7}"
+        f" {'dense':>7} {'band':>7} | admitted"
     )
     print(header)
     print("-" * len(header))
     for jobs, gpus, k_max in sizes:
-        rng = np.random.default_rng(jobs + gpus + k_max)
-        values = tsf_table(jobs, k_max, rng)
+        values = tsf_table(jobs, k_max, np.random.default_rng(jobs + gpus + k_max))
         values[:, 0] = -np.inf  # every candidate must run to be admitted
         required = jobs // 4
         cells = []
         admitted = 0
         for method in ("auto", "numpy", "dense", "band"):
-            seconds, result = timed(
-                lambda m=method, v=values, g=gpus, r=required: admit(v, g, required=r, method=m),
-                repeats,
-            )
+            call = functools.partial(admit, values, gpus, required=required, method=method)
+            seconds, result = timed(call, repeats)
             cells.append(f"{seconds * 1e3:7.2f}")
             admitted = len(result.admitted)
-        print(f"{jobs:5d} {gpus:5d} {k_max:5d} | {' '.join(cells)} | {admitted}/{jobs}")
+        path = solve_rows(values[:admitted], gpus).path
+        print(
+            f"{jobs:5d} {gpus:5d} {k_max:5d} | {cells[0]} {path:>5} | {' '.join(cells[1:])}"
+            f" | {admitted}/{jobs}"
+        )
+
+
+# Children report VmHWM (peak RSS of their own address space): ru_maxrss would carry over
+# the peak of this process, which they were forked from.
+PEAK_RSS = """
+def peak_mib():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+"""
+
+NUMPY_ONLY = """
+import sys
+import numpy as np
+from bellows.optimizer import allocate
+values = np.load(sys.argv[1])
+before = peak_mib()
+allocate(values, int(sys.argv[2]), method="numpy")
+print(before, peak_mib(), "jax" in sys.modules)
+"""
+
+WITH_JAX = """
+import sys
+import numpy as np
+from bellows.optimizer import allocate
+values = np.load(sys.argv[1])
+allocate(values, int(sys.argv[2]), method="band")
+print(peak_mib())
+"""
+
+
+def bench_rss(jobs: int, gpus: int, k_max: int) -> None:
+    """Max RSS of fresh processes: the NumPy engine alone, and the JAX band path."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"\nprocess max RSS: {rss:.0f} MiB (this process: JAX buffers, every method)")
+    values = tsf_table(jobs, k_max, np.random.default_rng(jobs * 7919 + gpus))
+    with tempfile.TemporaryDirectory() as folder:
+        table = Path(folder) / "values.npy"
+        np.save(table, values)
+        argv = [str(table), str(gpus)]
+        run = functools.partial(subprocess.run, capture_output=True, text=True, check=True)
+        before, after, jax_loaded = run(
+            [sys.executable, "-c", PEAK_RSS + NUMPY_ONLY, *argv]
+        ).stdout.split()
+        with_jax = float(run([sys.executable, "-c", PEAK_RSS + WITH_JAX, *argv]).stdout)
+    print(
+        f"fresh process, tsf {jobs}x{gpus}x{k_max}, method='numpy': max RSS"
+        f" {float(after):.0f} MiB ({float(before):.0f} after imports), JAX imported: {jax_loaded}"
+    )
+    print(f"fresh process, same table, method='band' (imports JAX, compiles): {with_jax:.0f} MiB")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the tests")
     parser.add_argument("--repeats", type=int, default=None)
     args = parser.parse_args()
     repeats = args.repeats or (3 if args.quick else 15)
+    import jax  # noqa: PLC0415 - only to name the version; the methods load it themselves
+
     print(f"jax {jax.__version__}, numpy {np.__version__}, {jax.devices()[0].platform}")
-    bench_allocate(QUICK_SIZES if args.quick else SIZES, repeats, MILP_LIMIT_S)
+    sizes = QUICK_SIZES if args.quick else SIZES
+    bench_allocate(sizes, repeats, MILP_LIMIT_S)
     bench_admit(QUICK_SIZES if args.quick else ADMIT_SIZES, repeats)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"\nprocess max RSS: {rss:.0f} MiB (JAX buffers included)")
+    bench_rss(*sizes[-1])
 
 
 if __name__ == "__main__":

@@ -312,3 +312,58 @@ def test_leases_events_configmaps_and_owner_garbage_collection(on_cluster, examp
         assert await api.get_batch_job("default", "launcher") is None
 
     on_cluster(scenario, operator=False)
+
+
+def test_lists_page_from_one_version_and_an_old_continue_token_is_gone(on_cluster, examples):
+    async def scenario(cluster, api):
+        custom = k8s.CustomObjectsApi(api.api_client)
+        job = examples["PyTorchJob"]
+        for i in range(5):
+            job["metadata"]["name"] = f"job-{i}"
+            await call(custom.create_namespaced_custom_object, G, V, "default", P, job)
+        first = await call(custom.list_namespaced_custom_object, G, V, "default", P, limit=2)
+        assert [o["metadata"]["name"] for o in first["items"]] == ["job-0", "job-1"]
+        assert first["metadata"]["remainingItemCount"] == 3
+        version = first["metadata"]["resourceVersion"]
+        # changes while paging: the later pages still report the first page's version, so a
+        # watch from it sees these changes; a job created past the cursor is listed too
+        await call(custom.delete_namespaced_custom_object, G, V, "default", P, "job-2")
+        job["metadata"]["name"] = "job-9"
+        await call(custom.create_namespaced_custom_object, G, V, "default", P, job)
+        token, names = first["metadata"]["continue"], []
+        while token:
+            page = await call(
+                custom.list_namespaced_custom_object, G, V, "default", P, limit=2, _continue=token
+            )
+            assert page["metadata"]["resourceVersion"] == version
+            names += [o["metadata"]["name"] for o in page["items"]]
+            token = page["metadata"].get("continue")
+        assert names == ["job-3", "job-4", "job-9"]
+        stream = watch.Watch().stream(
+            custom.list_namespaced_custom_object, G, V, "default", P,
+            resource_version=version, timeout_seconds=1,
+        )  # fmt: skip
+        seen = await call(lambda: [(e["type"], e["object"]["metadata"]["name"]) for e in stream])
+        assert seen == [("DELETED", "job-2"), ("ADDED", "job-9")]
+        # compaction: the token can no longer give a consistent list; a bad token or limit 400
+        cluster.store.compact()
+        stale = first["metadata"]["continue"]
+        list_ns = custom.list_namespaced_custom_object
+        assert await status_of(list_ns, G, V, "default", P, limit=2, _continue=stale) == 410
+        assert await status_of(list_ns, G, V, "default", P, limit=2, _continue="xyz") == 400
+        assert await status_of(list_ns, G, V, "default", P, limit=-1) == 400
+        # KubeApi pages the same way and keeps the version of the first page
+        kind = PyTorchJobKind()
+        pages = [(len(items), rv) async for items, rv in api.list_job_pages(kind, limit=3)]
+        assert [n for n, _ in pages] == [3, 2]  # job-0, 1, 3, 4, 9
+        assert len({rv for _, rv in pages}) == 1
+
+        async def list_while_compacting() -> None:
+            async for _ in api.list_job_pages(kind, "default", limit=1):
+                await call(custom.delete_namespaced_custom_object, G, V, "default", P, "job-9")
+                cluster.store.compact()
+
+        with pytest.raises(ExpiredError):  # compacted while paging: the caller lists again
+            await list_while_compacting()
+
+    on_cluster(scenario, operator=False)

@@ -18,7 +18,7 @@ def _case(rng: np.random.Generator) -> tuple[np.ndarray, int, int]:
 
 
 @pytest.mark.parametrize("backfill", [False, True])
-def test_equals_the_layer_by_layer_reference_on_every_path(backfill):
+def test_equals_the_layer_by_layer_reference_on_every_path(backfill: bool) -> None:
     rng = np.random.default_rng(21 + backfill)
     seen = 0
     for _ in range(120):
@@ -39,7 +39,7 @@ def test_equals_the_layer_by_layer_reference_on_every_path(backfill):
     assert seen > 60
 
 
-def test_fifo_admits_the_longest_fitting_prefix_and_its_optimum():
+def test_fifo_admits_the_longest_fitting_prefix_and_its_optimum() -> None:
     rng = np.random.default_rng(4)
     for _ in range(80):
         values, capacity, required = _case(rng)
@@ -60,7 +60,7 @@ def test_fifo_admits_the_longest_fitting_prefix_and_its_optimum():
         assert result.gpus.sum() <= capacity
 
 
-def test_backfill_skips_what_does_not_fit_and_goes_on():
+def test_backfill_skips_what_does_not_fit_and_goes_on() -> None:
     inf = -np.inf
     values = np.array(
         [
@@ -85,7 +85,7 @@ def test_backfill_skips_what_does_not_fit_and_goes_on():
     assert reference.gpus.tolist() == filled.gpus.tolist()
 
 
-def test_required_rows_that_cannot_all_run_raise():
+def test_required_rows_that_cannot_all_run_raise() -> None:
     values = np.array([[-np.inf, 1.0, 2.0], [-np.inf, -np.inf, 2.0], [-np.inf, 1.0, 1.0]])
     with pytest.raises(Infeasible, match=r"required rows need at least 3 GPUs.*capacity=2"):
         admit(values, 2, required=2)
@@ -94,7 +94,7 @@ def test_required_rows_that_cannot_all_run_raise():
     assert admit(values, 2, required=0).admitted == (0,)
 
 
-def test_nothing_to_admit():
+def test_nothing_to_admit() -> None:
     empty = admit(np.zeros((0, 4)), 5, required=0)
     assert empty.admitted == ()
     assert empty.gpus.shape == (0,)
@@ -102,6 +102,6 @@ def test_nothing_to_admit():
 
 
 @pytest.mark.parametrize("required", [-1, 4, 1.5, True])
-def test_bad_required_is_a_spec_error(required):
+def test_bad_required_is_a_spec_error(required: object) -> None:
     with pytest.raises(SpecError, match="required"):
         admit(np.zeros((3, 2)), 2, required=required)

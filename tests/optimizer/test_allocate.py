@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from bellows.jobs import SpecError
-from bellows.optimizer import Infeasible, allocate, allocate_reference
+from bellows.optimizer import Infeasible, Method, allocate, allocate_reference
 from bellows.optimizer.errors import min_gpus
 from bellows.optimizer.solving import solve_rows
 from tests.optimizer.brute import brute_force, milp_objective, objective, random_table
 
-PATHS = ("numpy", "dense", "band")
+PATHS: tuple[Method, ...] = ("numpy", "dense", "band")
 
 
 def _instances(seed: int, count: int, *, dyadic: bool) -> list[tuple[np.ndarray, int]]:
@@ -26,7 +26,7 @@ def _instances(seed: int, count: int, *, dyadic: bool) -> list[tuple[np.ndarray,
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_matches_brute_force_with_its_ties_on_every_path(seed):
+def test_matches_brute_force_with_its_ties_on_every_path(seed: int) -> None:
     checked = infeasible = 0
     for values, capacity in _instances(seed, 150, dyadic=True):
         best, chosen = brute_force(values, capacity)
@@ -44,7 +44,7 @@ def test_matches_brute_force_with_its_ties_on_every_path(seed):
     assert infeasible > 5
 
 
-def test_matches_exact_milp_on_hundreds_of_random_tables():
+def test_matches_exact_milp_on_hundreds_of_random_tables() -> None:
     rng = np.random.default_rng(7)
     compared = 0
     for _ in range(300):
@@ -63,7 +63,7 @@ def test_matches_exact_milp_on_hundreds_of_random_tables():
 
 
 @pytest.mark.parametrize("method", ["dense", "band"])
-def test_jax_paths_equal_reference_on_larger_tables(method):
+def test_jax_paths_equal_reference_on_larger_tables(method: Method) -> None:
     rng = np.random.default_rng(11)
     for trial in range(6):
         jobs, k_max = 60, 16
@@ -76,7 +76,7 @@ def test_jax_paths_equal_reference_on_larger_tables(method):
         assert milp_objective(values, capacity) == pytest.approx(solution.objective, rel=1e-9)
 
 
-def test_band_path_narrows_the_window_and_stays_exact():
+def test_band_path_narrows_the_window_and_stays_exact() -> None:
     rng = np.random.default_rng(3)
     values = random_table(rng, 200, 16, holes=0.1, must_run=1.0)
     solution = solve_rows(values, 1200, method="band")
@@ -84,7 +84,7 @@ def test_band_path_narrows_the_window_and_stays_exact():
     np.testing.assert_array_equal(solution.gpus, allocate_reference(values, 1200))
 
 
-def test_identical_rows_tie_everywhere_and_fall_back_exactly():
+def test_identical_rows_tie_everywhere_and_fall_back_exactly() -> None:
     # Every allocation of all GPUs is optimal: the band cannot narrow, the result must still
     # follow the tie rule (later rows as few as possible).
     values = np.tile(np.arange(9, dtype=float), (40, 1))
@@ -97,7 +97,7 @@ def test_identical_rows_tie_everywhere_and_fall_back_exactly():
     assert gpus[-1] == 1
 
 
-def test_edge_cases():
+def test_edge_cases() -> None:
     for method in PATHS:
         assert allocate(np.zeros((0, 3)), 5, method=method).shape == (0,)
         one = np.array([[-np.inf, 1.0, 3.0, 2.0]])
@@ -115,7 +115,7 @@ def test_edge_cases():
             allocate(np.array([[-np.inf, -np.inf]]), 4, method=method)
 
 
-def test_returns_int64_and_never_exceeds_capacity():
+def test_returns_int64_and_never_exceeds_capacity() -> None:
     rng = np.random.default_rng(5)
     values = random_table(rng, 30, 8)
     capacity = int(min_gpus(values).sum()) + 7
@@ -139,7 +139,9 @@ def test_returns_int64_and_never_exceeds_capacity():
         (np.zeros((2, 2)), True, "capacity"),
     ],
 )
-def test_bad_input_is_a_spec_error_naming_the_argument(values, capacity, field):
+def test_bad_input_is_a_spec_error_naming_the_argument(
+    values: object, capacity: object, field: str
+) -> None:
     for fn in (allocate, allocate_reference):
         with pytest.raises(SpecError) as caught:
             fn(values, capacity)
@@ -149,6 +151,6 @@ def test_bad_input_is_a_spec_error_naming_the_argument(values, capacity, field):
         assert field in str(caught.value)
 
 
-def test_unknown_method_is_refused():
+def test_unknown_method_is_refused() -> None:
     with pytest.raises(SpecError, match="method"):
         allocate(np.zeros((1, 2)), 1, method="fast")  # type: ignore[arg-type]

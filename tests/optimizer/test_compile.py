@@ -9,7 +9,7 @@ from bellows.optimizer.kernels import trace_counts
 from bellows.optimizer.solving import bucket
 
 
-def test_bucket_steps_are_quarter_octaves():
+def test_bucket_steps_are_quarter_octaves() -> None:
     assert [bucket(x, minimum=8) for x in (1, 8, 9, 11, 17, 20, 21, 100, 1000)] == [
         8, 8, 10, 12, 20, 20, 24, 112, 1024,
     ]  # fmt: skip
@@ -17,7 +17,7 @@ def test_bucket_steps_are_quarter_octaves():
         assert size <= bucket(size, minimum=1) <= max(size * 1.25, 8)
 
 
-def test_same_padded_shape_does_not_retrace():
+def test_same_padded_shape_does_not_retrace() -> None:
     rng = np.random.default_rng(0)
 
     def table(jobs: int) -> np.ndarray:
@@ -34,7 +34,7 @@ def test_same_padded_shape_does_not_retrace():
     assert trace_counts() == before
 
 
-def test_band_path_reuses_its_kernel_for_the_same_shape():
+def test_band_path_reuses_its_kernel_for_the_same_shape() -> None:
     rng = np.random.default_rng(1)
     values = rng.random((100, 13))
     values[:, 0] = -np.inf

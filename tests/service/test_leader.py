@@ -39,6 +39,7 @@ class Term:
     start: float
     lost: asyncio.Event
     end: float | None = None
+    finished: bool = False  # the lead returned by itself (was not cancelled)
 
 
 @dataclass
@@ -89,6 +90,7 @@ class Harness:
             lease_duration_s=timing.get("lease", L),
             renew_deadline_s=timing.get("deadline", D),
             retry_period_s=timing.get("retry", R),
+            stop_grace_s=timing.get("grace", 10.0),
             on_change=changes.append,
             clock=clock or (lambda: datetime.now(UTC)),
         )
@@ -101,13 +103,20 @@ class Harness:
             replica.elector.run(lead or self.working(replica), replica.stop)
         )
 
-    def working(self, replica: Replica) -> Callable[[asyncio.Event], Any]:
+    def working(
+        self, replica: Replica, *, drain_s: float = 0.0, obey: bool = True
+    ) -> Callable[[asyncio.Event], Any]:
+        """A lead that works until its term ends (``lost``), then takes ``drain_s`` to finish
+        the work in hand and returns; with ``obey=False`` it works until cancelled."""
+
         async def lead(lost: asyncio.Event) -> None:
             term = Term(time.monotonic(), lost)
             replica.terms.append(term)
             self.ledger.enter(replica.name)
             try:
-                await asyncio.Event().wait()  # the component's work, until cancelled
+                await (lost.wait() if obey else asyncio.Event().wait())
+                await asyncio.sleep(drain_s)  # the batch in hand
+                term.finished = True
             finally:
                 term.end = time.monotonic()
                 self.ledger.leave(replica.name)
@@ -208,9 +217,10 @@ async def test_a_graceful_stop_hands_over_within_a_retry_period(harness: Harness
     a.stop.set()
     t0 = time.monotonic()
     assert a.task is not None
-    await asyncio.wait_for(a.task, SLACK)  # cancels its work, releases, returns
+    await asyncio.wait_for(a.task, SLACK)  # its work returns, it releases, returns
     released = time.monotonic() - t0
     assert a.terms[0].lost.is_set()
+    assert a.terms[0].finished
     assert a.changes == [True, False]
     await until(lambda: b.elector.is_leader, R + SLACK)
     takeover = time.monotonic() - t0
@@ -219,6 +229,46 @@ async def test_a_graceful_stop_hands_over_within_a_retry_period(harness: Harness
     lease = await harness.lease()
     assert lease.spec.holder_identity == "b"
     assert lease.spec.lease_transitions == 1  # a release is no transition; b's acquire is
+
+
+async def _stop_a_leader(
+    harness: Harness, *, grace: float, limit_s: float, **work: Any
+) -> tuple[Replica, Replica, float]:
+    """``a`` leads (doing ``working(a, **work)``), ``b`` stands by; ``a`` is told to stop.
+    Returns both and how long ``a`` took to end (failing past ``limit_s``)."""
+    a, b = harness.replica("a", grace=grace), harness.replica("b")
+    harness.start(a, harness.working(a, **work))
+    await until(lambda: a.elector.is_leader, R + SLACK)
+    harness.start(b)
+    await asyncio.sleep(2 * R)
+    a.stop.set()
+    t0 = time.monotonic()
+    assert a.task is not None
+    await asyncio.wait_for(a.task, limit_s)
+    return a, b, time.monotonic() - t0
+
+
+async def test_a_stopping_leader_finishes_its_work_and_keeps_the_lease_meanwhile(
+    harness: Harness,
+) -> None:
+    drain = 2 * L  # longer than a lease: only renewals during the drain keep b out
+    a, b, ended = await _stop_a_leader(harness, grace=5 * L, limit_s=drain + SLACK, drain_s=drain)
+    assert ended >= drain
+    assert a.terms[0].finished  # not cancelled mid-work
+    assert harness.ledger.overlaps == []  # b did not lead while a drained
+    await until(lambda: bool(b.terms), R + SLACK)  # b's lead task has started
+    assert b.terms[0].start >= (a.terms[0].end or math.inf)
+
+
+async def test_a_leader_that_does_not_finish_within_the_grace_is_cancelled(
+    harness: Harness,
+) -> None:
+    grace = 2 * R
+    a, b, ended = await _stop_a_leader(harness, grace=grace, limit_s=grace + SLACK, obey=False)
+    assert ended >= grace - 0.05
+    assert not a.terms[0].finished  # cancelled
+    await until(lambda: b.elector.is_leader, R + SLACK)
+    assert harness.ledger.overlaps == []
 
 
 async def test_a_dead_leader_is_replaced_within_lease_duration_plus_retry(
@@ -414,10 +464,12 @@ async def test_a_lead_that_finishes_releases_and_returns(harness: Harness) -> No
         ((0.0, 0.6, 0.2), "lease_duration_s"),
         ((math.nan, 0.6, 0.2), "lease_duration_s"),
         ((1.0, 0.6, -0.1), "retry_period_s"),
+        ((1.0, 0.6, 0.2, -1.0), "stop_grace_s"),
+        ((1.0, 0.6, 0.2, math.inf), "stop_grace_s"),
     ],
 )
-def test_bad_timing_names_the_key(timing: tuple[float, float, float], key: str) -> None:
-    lease, deadline, retry = timing
+def test_bad_timing_names_the_key(timing: tuple[float, ...], key: str) -> None:
+    lease, deadline, retry, *grace = timing
     with pytest.raises(SpecError) as caught:
         LeaderElector(
             k8s.ApiClient(k8s.Configuration()),
@@ -427,6 +479,7 @@ def test_bad_timing_names_the_key(timing: tuple[float, float, float], key: str) 
             lease_duration_s=lease,
             renew_deadline_s=deadline,
             retry_period_s=retry,
+            stop_grace_s=grace[0] if grace else 10.0,
         )
     assert caught.value.field == key
     assert key in str(caught.value)

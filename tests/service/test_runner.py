@@ -96,9 +96,9 @@ async def test_one_replica_acts_and_the_other_takes_over(crash: bool) -> None:
         acted = writes[standby].times[0] - ended
         await stack.all_done(names)
         stack.alive()
-        # the elector cancels the lead task even on a graceful stop: ended between a patch and
-        # its Event, the old leader leaves that Event unrecorded (the resumes still add up)
-        stack.witness.check(names, events_exact=False)
+        # a stopped leader finishes the batch in hand, so every Event is recorded; a killed
+        # one may end between a patch and its Event (the resumes still add up)
+        stack.witness.check(names, events_exact=not crash)
         print(f"\ntakeover ({'crash' if crash else 'graceful stop'}): lease {took:.2f} s, "
               f"first job write {acted:.2f} s")  # fmt: skip
         # a crashed leader's lease expires after L (seen from the standby's clock); a released
@@ -135,14 +135,29 @@ async def test_a_decision_the_cluster_refused_is_retried_without_a_new_event() -
         stack.witness.check(names)
 
 
-def test_the_latency_and_memory_benchmark_runs_end_to_end() -> None:
+def test_the_latency_benchmark_runs_end_to_end() -> None:
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "controller_latency.py"
     done = subprocess.run(
-        [sys.executable, str(script), "--running", "20", "--events", "4", "--jobs", "200",
-         "--memory-capacity", "8"],
+        [sys.executable, str(script), "--running", "20", "--events", "4",
+         "--optimizer", "numpy,dense"],
         capture_output=True, text=True, timeout=240, check=True,
     )  # fmt: skip
     assert "20 jobs running" in done.stdout
-    for row in ("arrival ", "completion ", "all ", "process RSS holding the jobs"):
-        assert row in done.stdout, done.stdout
-    assert "holding 200 jobs" in done.stdout
+    for path in ("numpy", "dense"):
+        for row in ("arrival ", "completion ", "all "):
+            assert f"{path:<9} {row}" in done.stdout, done.stdout
+
+
+def test_the_memory_benchmark_measures_a_real_controller_process() -> None:
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "controller_memory.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--jobs", "60", "--capacity", "8", "--events", "2",
+         "--optimizer", "numpy"],
+        capture_output=True, text=True, timeout=240, check=True,
+    )  # fmt: skip
+    assert "holding 60 jobs" in done.stdout, done.stdout
+    row = next(line.split() for line in done.stdout.splitlines() if line.startswith("    8 numpy"))
+    running, queued, rss = int(row[2]), int(row[3]), float(row[5])
+    assert running > 0
+    assert running + queued == 60  # 60 jobs, one arrival, one completion
+    assert 30.0 < rss < 2000.0  # a resident set in MiB was read, not a placeholder

@@ -31,6 +31,7 @@ checksum of it so that changing any of these values rolls them.
   "hysteresis" .Values.controller.hysteresis
   "backfill" .Values.controller.backfill
   "haltTimeoutSeconds" .Values.controller.haltTimeoutSeconds
+  "optimizer" .Values.controller.optimizer
   "capacity" .Values.controller.capacity
 -}}
 {{- if .Values.controller.clusterProfile -}}
@@ -44,6 +45,7 @@ checksum of it so that changing any of these values rolls them.
   "leaseDurationSeconds" .Values.leaderElection.leaseDurationSeconds
   "renewDeadlineSeconds" .Values.leaderElection.renewDeadlineSeconds
   "retryPeriodSeconds" .Values.leaderElection.retryPeriodSeconds
+  "stopGraceSeconds" .Values.leaderElection.stopGraceSeconds
 -}}
 {{- $config := dict
   "apiVersion" "bellows.io/v1alpha1"

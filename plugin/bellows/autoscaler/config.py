@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from bellows.jobs import SpecError
+from bellows.optimizer import Method
+from bellows.optimizer.solving import METHODS
 
 __all__ = ["AutoscalerConfig", "Policy"]
 
@@ -31,6 +33,9 @@ class AutoscalerConfig:
       With ``hysteresis`` a rescale is skipped unless its estimated gain over the job's
       remaining work exceeds ``hysteresis`` times that cost.
     * ``backfill``: admit later arrivals past a head-of-queue job that does not fit.
+    * ``optimizer``: the optimizer path each round (:data:`bellows.optimizer.Method`):
+      ``"auto"`` picks the fastest by size and may load JAX; ``"numpy"`` never imports JAX
+      (the live controller's default, for its memory). Every path gives the same decisions.
     """
 
     policy: Policy = Policy.ELASTIC
@@ -40,6 +45,7 @@ class AutoscalerConfig:
     restart_cost_s: float = 0.0
     hysteresis: float = 0.0
     backfill: bool = False
+    optimizer: Method = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, Policy):
@@ -55,3 +61,5 @@ class AutoscalerConfig:
             raise SpecError("restart_cost_s", self.restart_cost_s, "a finite number >= 0")
         if not (math.isfinite(self.hysteresis) and self.hysteresis >= 0):
             raise SpecError("hysteresis", self.hysteresis, "a finite number >= 0")
+        if self.optimizer not in METHODS:
+            raise SpecError("optimizer", self.optimizer, " or ".join(map(repr, METHODS)))

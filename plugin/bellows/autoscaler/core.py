@@ -131,6 +131,10 @@ class Autoscaler:
         return self._capacity
 
     @property
+    def config(self) -> AutoscalerConfig:
+        return self._config
+
+    @property
     def allocations(self) -> Mapping[str, Allocation]:
         """Running jobs and their allocations, in start order."""
         return MappingProxyType({n: r.allocation for n, r in self._s.running.items()})
@@ -159,7 +163,11 @@ class Autoscaler:
         if names:
             values = self._values(names, now)
             admission = admit(
-                values, self._capacity, required=required, backfill=self._config.backfill
+                values,
+                self._capacity,
+                required=required,
+                backfill=self._config.backfill,
+                method=self._config.optimizer,
             )
             admitted = set(admission.admitted)
             gpus = {names[i]: int(admission.gpus[i]) for i in admission.admitted}

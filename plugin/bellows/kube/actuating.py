@@ -159,15 +159,16 @@ class Actuator:
         """Finish every scaling a previous controller left half done (journal not ``done``)."""
         outcomes: list[Outcome] = []
         for kind in self._kinds.values():
-            items, _ = await self._api.list_jobs(kind, namespace)
-            for obj in items:
-                notes = obj["metadata"].get("annotations") or {}
-                if not keys.opted_in(notes):
-                    continue  # never read past the metadata of a job that did not opt in
-                journal = Journal.read(notes)
-                if journal.phase in (Phase.SUSPENDING, Phase.PATCHED) and journal.target:
-                    ref = JobRef(kind.kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
-                    outcomes.append(await self._scale(ref, journal.target, "rescaled"))
+            async for page, _ in self._api.list_job_pages(kind, namespace):
+                for obj in page:
+                    notes = obj["metadata"].get("annotations") or {}
+                    if not keys.opted_in(notes):
+                        continue  # never read past the metadata of a job that did not opt in
+                    journal = Journal.read(notes)
+                    if journal.phase in (Phase.SUSPENDING, Phase.PATCHED) and journal.target:
+                        meta = obj["metadata"]
+                        ref = JobRef(kind.kind, meta["namespace"], meta["name"])
+                        outcomes.append(await self._scale(ref, journal.target, "rescaled"))
         return outcomes
 
     # ----- the loop ----------------------------------------------------------------------------

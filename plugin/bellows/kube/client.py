@@ -25,6 +25,7 @@ __all__ = ["ConflictError", "ExpiredError", "KubeApi", "NotFoundError"]
 
 T = TypeVar("T")
 Obj = dict[str, Any]
+PAGE = 500  # jobs per list request: about 1.5 MB of JSON
 
 
 class NotFoundError(Exception):
@@ -88,20 +89,49 @@ class KubeApi:
         return obj
 
     async def list_jobs(self, kind: JobKind, namespace: str | None = None) -> tuple[list[Obj], str]:
-        """Every job of ``kind`` (in ``namespace``, or all) and the list's resourceVersion."""
-        if namespace is None:
-            listed: Obj = await _call(
-                self._custom.list_cluster_custom_object, kind.group, kind.version, kind.plural
-            )
-        else:
-            listed = await _call(
-                self._custom.list_namespaced_custom_object,
-                kind.group,
-                kind.version,
-                namespace,
-                kind.plural,
-            )
-        return list(listed.get("items", [])), str(listed["metadata"]["resourceVersion"])
+        """Every job of ``kind`` (in ``namespace``, or all) and the list's resourceVersion.
+
+        Holds the whole collection; to look at each job once, iterate
+        :meth:`list_job_pages` instead.
+        """
+        items: list[Obj] = []
+        version = ""
+        async for page, page_version in self.list_job_pages(kind, namespace):
+            items.extend(page)
+            version = page_version
+        return items, version
+
+    async def list_job_pages(
+        self, kind: JobKind, namespace: str | None = None, *, limit: int = PAGE
+    ) -> AsyncIterator[tuple[list[Obj], str]]:
+        """The jobs of ``kind`` (in ``namespace``, or all), ``limit`` per page, each with the
+        list's resourceVersion (the last page's is the one to watch from).
+
+        The API server's ``limit`` and ``continue`` hand a large collection over in pieces,
+        so a caller that drops each page once examined never holds 10 000 raw jobs (tens of
+        megabytes of JSON, several times that as Python objects) at once. A continue token
+        the server no longer keeps raises :class:`ExpiredError`: list again.
+        """
+        token: str | None = None
+        while True:
+            options: dict[str, Any] = {"limit": limit}
+            if token:
+                options["_continue"] = token
+            if namespace is None:
+                listed: Obj = await _call(
+                    self._custom.list_cluster_custom_object,
+                    kind.group, kind.version, kind.plural, **options,
+                )  # fmt: skip
+            else:
+                listed = await _call(
+                    self._custom.list_namespaced_custom_object,
+                    kind.group, kind.version, namespace, kind.plural, **options,
+                )  # fmt: skip
+            meta = listed.get("metadata") or {}
+            yield list(listed.get("items") or []), str(meta.get("resourceVersion", ""))
+            token = meta.get("continue")
+            if not token:
+                return
 
     async def patch_job(
         self, kind: JobKind, namespace: str, name: str, patch: Mapping[str, Any]

@@ -129,11 +129,11 @@ class JobReader:
         """One observation per opted-in job now in the cluster (or in ``namespace``)."""
         out: list[Observation] = []
         for kind in self._kinds:
-            items, _ = await self._api.list_jobs(kind, namespace or self._namespace)
-            for obj in items:
-                seen = await self.examine(kind, obj)
-                if seen is not None:
-                    out.append(seen)
+            async for page, _ in self._api.list_job_pages(kind, namespace or self._namespace):
+                for obj in page:
+                    seen = await self.examine(kind, obj)
+                    if seen is not None:
+                        out.append(seen)
         return out
 
     async def observe(self) -> AsyncIterator[Observation]:
@@ -176,13 +176,14 @@ class JobReader:
 
         try:
             while True:
-                items, version = await self._api.list_jobs(kind, self._namespace)
                 present = set()
-                for obj in items:
-                    present.add(
-                        JobRef(kind.kind, obj["metadata"]["namespace"], obj["metadata"]["name"]).key
-                    )
-                    await note(obj)
+                version = ""
+                async for page, page_version in self._api.list_job_pages(kind, self._namespace):
+                    version = page_version
+                    for obj in page:
+                        meta = obj["metadata"]
+                        present.add(JobRef(kind.kind, meta["namespace"], meta["name"]).key)
+                        await note(obj)
                 for key in [k for k in last if k not in present]:
                     del last[key]
                     await out.put(Deleted(key))

@@ -2,8 +2,10 @@
 
 Works on value tables only (``values[j, k]``: worth of ``k`` GPUs for job ``j``), so it knows
 nothing of jobs, batches or the autoscaler. ``allocate`` is the contract of DESIGN.md §5;
-``admit`` is what the autoscaler calls each round. ``*_reference`` are the NumPy float64
-versions the tests check the JAX kernels against.
+``admit`` is what the autoscaler calls each round. ``method="numpy"`` runs the lean NumPy
+engine (:mod:`bellows.optimizer.windowed`) and never imports JAX; the JAX paths import it
+when they first run. ``*_reference`` are the plain NumPy float64 DPs the tests check every
+path against.
 """
 
 from bellows.optimizer.admission import admit

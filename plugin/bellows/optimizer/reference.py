@@ -1,8 +1,9 @@
 """NumPy float64 reference for the allocation DP and for FIFO admission.
 
-The plain recurrence, one layer per job, kept beside the JAX kernels to check them (and used
-for tiny instances where it is the faster of the two). It follows the same arithmetic, in the
-same order, as :mod:`bellows.optimizer.kernels`, so both return the very same allocation.
+The plain recurrence, one layer per job, every float layer kept: what the tests hold every
+path to (nothing in production runs it; ``method="numpy"`` is the lean engine of
+:mod:`bellows.optimizer.windowed`). It follows the same arithmetic, in the same order, as
+:mod:`bellows.optimizer.kernels` and the engine, so all return the very same allocation.
 
 DP over jobs and GPUs used *exactly* (``E_j(g)``; ``E_0(0) = 0``, ``-inf`` elsewhere):
 ``E_j(g) = max_k E_{j-1}(g - k) + values[j, k]``. The optimum is ``max_{g <= capacity}

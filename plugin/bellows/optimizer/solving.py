@@ -5,28 +5,33 @@ similar sizes reuse one compiled kernel: rows to a bucket of ``n`` (padding rows
 at value 0), columns to a bucket of ``k_max`` (``-inf``), the DP window to a bucket of its
 width. Capacity is a traced scalar, never a shape.
 
-Paths (``method``): ``"numpy"`` (the reference DP), ``"dense"`` (the JAX DP over every GPU
-count), ``"band"`` (the JAX DP confined to the provably optimal band, see
-:func:`bellows.optimizer.kernels.make_bands`; bounds and DP run in one dispatch at a width
-guessed from the last call, and again, wider, if the guess was short; it falls back to dense
-when the band is no narrower), and ``"auto"``, which picks by size from the measurements in
-``docs/optimizer.md``. All return the same allocation.
+Paths (``method``): ``"numpy"`` (the lean NumPy engine of :mod:`bellows.optimizer.windowed`:
+the same band bounds, a windowed DP that keeps one small choice per state; it never imports
+JAX), ``"dense"`` (the JAX DP over every GPU count), ``"band"`` (the JAX DP confined to the
+provably optimal band, see :func:`bellows.optimizer.kernels.make_bands`; bounds and DP run in
+one dispatch at a width guessed from the last call, and again, wider, if the guess was short;
+it falls back to dense when the band is no narrower), and ``"auto"``, which picks by size from
+the measurements in ``docs/optimizer.md``. All return the same allocation.
+
+JAX (and :mod:`bellows.optimizer.kernels`) is imported the first time a JAX path runs, not
+before: importing it costs ~125 MiB of RSS, which the live controller (``"numpy"``) never pays.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import jax
 import numpy as np
 import numpy.typing as npt
 
 from bellows.jobs import SpecError
-from bellows.optimizer import kernels
 from bellows.optimizer.errors import Infeasible, Values, check_capacity, check_values, min_gpus
-from bellows.optimizer.reference import solve_reference
+from bellows.optimizer.windowed import solve_windowed
+
+if TYPE_CHECKING:
+    from bellows.optimizer import kernels
 
 __all__ = ["Method", "Solution", "allocate", "bucket", "solve_rows"]
 
@@ -34,7 +39,9 @@ Method = Literal["auto", "numpy", "dense", "band"]
 METHODS: tuple[str, ...] = ("auto", "numpy", "dense", "band")
 
 # "auto" thresholds, in DP cells n*(capacity+1)*(k_max+1) (see docs/optimizer.md).
-NUMPY_BELOW = 400  # below this the reference's few NumPy calls beat a JAX dispatch
+# Below NUMPY_BELOW the NumPy engine (~0.1 ms) beats a JAX dispatch; above, the compiled JAX
+# paths win at every size measured (the engine's per-row NumPy calls cost ~5 us a row).
+NUMPY_BELOW = 800
 BAND_FROM = 8_000_000  # from here the band pass (about 1 ms) pays for itself
 Gpus = npt.NDArray[np.int64]
 
@@ -57,12 +64,20 @@ def bucket(size: int, *, minimum: int) -> int:
 
 @functools.lru_cache(maxsize=128)
 def _dp(jobs: int, k_max: int, width: int) -> kernels.DpFn:
+    import jax  # noqa: PLC0415 - lazy: only the JAX paths pay for it
+
+    from bellows.optimizer import kernels  # noqa: PLC0415
+
     fn: kernels.DpFn = jax.jit(kernels.make_dp(jobs=jobs, k_max=k_max, width=width))
     return fn
 
 
 @functools.lru_cache(maxsize=64)
 def _banded(jobs: int, k_max: int, width: int) -> kernels.BandedFn:
+    import jax  # noqa: PLC0415 - lazy: only the JAX paths pay for it
+
+    from bellows.optimizer import kernels  # noqa: PLC0415
+
     fn: kernels.BandedFn = jax.jit(kernels.make_banded(jobs=jobs, k_max=k_max, width=width))
     return fn
 
@@ -93,11 +108,21 @@ def solve_rows(rows: Values, capacity: int, *, method: Method = "auto") -> Solut
     capacity = min(capacity, most_total)
     cells = n * (capacity + 1) * cols
     if method == "numpy" or (method == "auto" and cells < NUMPY_BELOW):
-        return Solution(*solve_reference(rows, capacity), "numpy")
+        return Solution(*solve_windowed(rows, capacity), "numpy")
+    return _solve_jax(
+        rows, capacity, band=method == "band" or (method == "auto" and cells >= BAND_FROM)
+    )
+
+
+def _solve_jax(rows: Values, capacity: int, *, band: bool) -> Solution:
+    """The JAX paths on validated, feasible ``rows`` (capacity already cut to what fits)."""
+    import jax  # noqa: PLC0415 - lazy: only the JAX paths pay for it
+
+    n, cols = rows.shape
     padded = _pad(rows, bucket(n, minimum=8), bucket(cols - 1, minimum=1))
     dense = bucket(capacity + 1, minimum=8)
     with jax.enable_x64(True):
-        if method == "band" or (method == "auto" and cells >= BAND_FROM):
+        if band:
             banded = _banded_solve(padded, capacity, dense)
             if banded is not None:
                 return Solution(banded[0][:n], banded[1], "band")

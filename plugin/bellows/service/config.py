@@ -50,6 +50,7 @@ __all__ = [
     "LogFormat",
     "LoggingSettings",
     "MetricsSettings",
+    "OptimizerPath",
     "config_json_schema",
     "config_markdown",
     "load_config",
@@ -67,6 +68,15 @@ def _seconds(name: str, value: float, *, allow_zero: bool = False) -> None:
         raise SpecError(
             name, value, "a finite number of seconds " + (">= 0" if allow_zero else "> 0")
         )
+
+
+class OptimizerPath(StrEnum):
+    """Where the controller's optimizer runs (:data:`bellows.optimizer.Method`)."""
+
+    NUMPY = "numpy"  # NumPy only: JAX is never imported (the controller's memory target)
+    AUTO = "auto"  # the fastest path by size; loads JAX on large rounds
+    DENSE = "dense"  # JAX, the DP over every GPU count
+    BAND = "band"  # JAX, the DP confined to the provably optimal band
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,10 @@ class ControllerSettings:
     halt_timeout_s: float = field(
         default=300.0, metadata=doc("seconds to wait for a suspended job's pods to go")
     )
+    optimizer: OptimizerPath = field(
+        default=OptimizerPath.NUMPY,
+        metadata=doc("numpy (no JAX, least memory) or auto, dense, band (JAX); same decisions"),
+    )
     capacity: CapacitySettings = field(default_factory=CapacitySettings)
     cluster_profile_file: Path | None = field(
         default=None, metadata=doc("the cluster's measured Allreduce profile (JSON)")
@@ -129,6 +143,7 @@ class ControllerSettings:
             restart_cost_s=self.restart_cost_s,
             hysteresis=self.hysteresis,
             backfill=self.backfill,
+            optimizer=self.optimizer.value,
         )
 
 
@@ -166,10 +181,14 @@ class LeaderElectionSettings:
     lease_duration_s: float = field(default=15.0, metadata=doc("seconds a lease is held"))
     renew_deadline_s: float = field(default=10.0, metadata=doc("seconds the leader has to renew"))
     retry_period_s: float = field(default=2.0, metadata=doc("seconds between attempts"))
+    stop_grace_s: float = field(
+        default=10.0, metadata=doc("seconds a stopping leader may finish its work before it ends")
+    )
 
     def __post_init__(self) -> None:
         for name in ("lease_duration_s", "renew_deadline_s", "retry_period_s"):
             _seconds(name, getattr(self, name))
+        _seconds("stop_grace_s", self.stop_grace_s, allow_zero=True)
         if self.renew_deadline_s >= self.lease_duration_s:
             raise SpecError(
                 "renew_deadline_s",

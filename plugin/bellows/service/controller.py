@@ -52,7 +52,6 @@ from bellows.kube import (
 from bellows.kube.journal import Journal, Phase
 from bellows.kube.kinds import finished_state
 from bellows.service.ledger import Ledger
-from bellows.service.paging import job_pages
 
 __all__ = ["Controller", "ControllerObserver", "EventsNotTakenError", "NullControllerObserver"]
 
@@ -163,7 +162,7 @@ class Controller:
             waiting: list[tuple[str, Arrived]] = []
             for namespace in self._namespaces:
                 for kind in KINDS:
-                    async for page in job_pages(self._api, kind, namespace):
+                    async for page, _ in self._api.list_job_pages(kind, namespace):
                         for obj in page:
                             found = await self._recovered(kind, obj, now)
                             if found is not None:
@@ -220,8 +219,11 @@ class Controller:
         The optimizer compiles a kernel for each new problem shape it meets, once per
         process, which takes a second or more; meeting the likely shapes now, before events
         are consumed, keeps those seconds out of the first windows' latency. The copies'
-        decisions are thrown away.
+        decisions are thrown away. The NumPy path compiles nothing, so it skips this (and the
+        copies of a state that may hold 10 000 jobs).
         """
+        if self._auto.config.optimizer == "numpy":
+            return
         names = [*self._auto.allocations, *self._auto.queued]
         kinds = {self._auto.job(name).category: name for name in names}
         started = self._timer()

@@ -132,6 +132,7 @@ class LeaderElector:
         lease_duration_s: float,
         renew_deadline_s: float,
         retry_period_s: float,
+        stop_grace_s: float = 10.0,
         clock: Callable[[], datetime] = _utcnow,
         monotonic: Callable[[], float] = time.monotonic,
         on_change: Callable[[bool], None] | None = None,
@@ -147,6 +148,8 @@ class LeaderElector:
             raise SpecError(
                 "renew_deadline_s", renew_deadline_s, f"< lease_duration_s ({lease_duration_s})"
             )
+        if not (math.isfinite(stop_grace_s) and stop_grace_s >= 0):
+            raise SpecError("stop_grace_s", stop_grace_s, "a finite number of seconds >= 0")
         if retry_period_s >= renew_deadline_s:
             raise SpecError(
                 "retry_period_s", retry_period_s, f"< renew_deadline_s ({renew_deadline_s})"
@@ -161,6 +164,7 @@ class LeaderElector:
         self.lease_duration_s = lease_duration_s
         self.renew_deadline_s = renew_deadline_s
         self.retry_period_s = retry_period_s
+        self.stop_grace_s = stop_grace_s
         self._clock = clock
         self._monotonic = monotonic
         self._on_change = on_change
@@ -188,6 +192,7 @@ class LeaderElector:
             lease_duration_s=settings.lease_duration_s,
             renew_deadline_s=settings.renew_deadline_s,
             retry_period_s=settings.retry_period_s,
+            stop_grace_s=settings.stop_grace_s,
             on_change=on_change,
         )
 
@@ -206,8 +211,11 @@ class LeaderElector:
 
         A term ends when renewal fails for ``renew_deadline_s`` or the Lease is found held
         by someone else or deleted: ``lost`` is set, the task cancelled and awaited, and the
-        campaign starts again. When ``stop`` is set the task is cancelled and the Lease
-        released, so another replica takes over within one ``retry_period_s``. If ``lead``
+        campaign starts again. When ``stop`` is set, ``lost`` is set too and the task gets
+        ``stop_grace_s`` to finish what it is doing and return (the Lease is still renewed
+        meanwhile, so no other replica acts yet); it is cancelled after that, or at once if
+        the Lease is lost while it drains. Then the Lease is released, so another replica
+        takes over within one ``retry_period_s``. If ``lead``
         returns the Lease is released and ``run`` returns; if it raises, the Lease is released
         and the error propagates. Cancelling ``run`` is a crash: the lead task is cancelled
         but the Lease is not released (it expires after ``lease_duration_s``).
@@ -219,7 +227,7 @@ class LeaderElector:
             task = asyncio.create_task(_await(lead(lost)), name=f"lead-{self.name}")
             self._set_leading(True)
             try:
-                ended_by = await self._hold(task, stop)
+                ended_by = await self._hold(task, stop, lost)
             finally:
                 if not task.done():
                     lost.set()
@@ -254,18 +262,31 @@ class LeaderElector:
                 await asyncio.wait_for(stop.wait(), wait)
         return False
 
-    async def _hold(self, task: asyncio.Task[None], stop: asyncio.Event) -> str:
-        """Renew every retry period until the term ends: ``"lost"``, ``"stop"`` or ``"done"``."""
+    async def _hold(
+        self, task: asyncio.Task[None], stop: asyncio.Event, ending: asyncio.Event
+    ) -> str:
+        """Renew every retry period until the term ends: ``"lost"``, ``"stop"`` or ``"done"``.
+
+        Once ``stop`` is set, ``ending`` is set and renewal goes on until the task returns
+        (``"stop"``) or ``stop_grace_s`` has passed (``"stop"``: the caller cancels it).
+        """
         stopping = asyncio.create_task(stop.wait(), name=f"stop-{self.name}")
+        drain_until: float | None = None
         try:
             while True:
                 deadline = self._renewed_at + self.renew_deadline_s
                 wait = min(self.retry_period_s, deadline - self._monotonic())
+                if drain_until is not None:
+                    wait = min(wait, drain_until - self._monotonic())
                 if wait > 0:
-                    await asyncio.wait(
-                        {task, stopping}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
-                    )
-                if stopping.done():
+                    waits = {task} if drain_until is not None else {task, stopping}
+                    await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                if stopping.done() and drain_until is None:
+                    drain_until = self._monotonic() + self.stop_grace_s
+                    ending.set()  # finish up: the task sees its term end and returns
+                    _log.info("draining", lease=self.name, grace_s=self.stop_grace_s)
+                    continue
+                if drain_until is not None and (task.done() or self._monotonic() >= drain_until):
                     return "stop"
                 if task.done():
                     return "done"

@@ -158,6 +158,7 @@ async def _led(
         lease_duration_s=settings.lease_duration_s,
         renew_deadline_s=settings.renew_deadline_s,
         retry_period_s=settings.retry_period_s,
+        stop_grace_s=settings.stop_grace_s,
         on_change=lambda leading: health.set_ready(
             "leader", True, "leading" if leading else "standby"
         ),

@@ -85,11 +85,13 @@ def kube_watch_source(
         while True:
             try:
                 if version is None:
-                    items, listed = await api.list_jobs(kind, namespace)
-                    for obj in items:
-                        seen = observed(kind, obj, now=now)
-                        if seen is not None:
-                            yield seen
+                    listed = ""
+                    async for page, page_version in api.list_job_pages(kind, namespace):
+                        listed = page_version
+                        for obj in page:
+                            seen = observed(kind, obj, now=now)
+                            if seen is not None:
+                                yield seen
                     version = listed
                     yield Bookmark(version)
                 async for event, obj in api.watch_jobs(

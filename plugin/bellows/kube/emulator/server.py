@@ -12,6 +12,7 @@ Errors are ``Status`` bodies with the real reasons and codes.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -191,27 +192,46 @@ def _patcher(res: ResourceType, content_type: str, body: Any) -> Any:
     )
 
 
+def _encode_continue(revision: int, after: tuple[str, str]) -> str:
+    raw = json.dumps({"rv": revision, "after": list(after)}).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        ns, name = data["after"]
+        return int(data["rv"]), (str(ns), str(name))
+    except (ValueError, KeyError, TypeError):
+        raise ApiError(400, "BadRequest", "the continue token is invalid") from None
+
+
 def _list(store: Store, request: web.Request, t: _Target) -> dict[str, Any]:
+    """A list, paged as the API server pages it: every page carries the first page's
+    resourceVersion (a watch from it misses nothing changed while paging), the continue
+    token names where the next page starts, and one older than a compaction is 410."""
     matchers = [
         label_selector(request.query.get("labelSelector")),
         field_selector(request.query.get("fieldSelector")),
     ]
-    items, revision = store.list_objects(t.res, t.namespace, matchers)
-    meta: dict[str, Any] = {"resourceVersion": str(revision)}
-    start = 0
-    if request.query.get("continue"):
-        try:
-            start = int(request.query["continue"])
-        except ValueError:
-            raise ApiError(400, "BadRequest", "the continue token is invalid") from None
-    limit = int(request.query.get("limit") or 0)
-    if limit > 0:
-        if start + limit < len(items):
-            meta["continue"] = str(start + limit)
-            meta["remainingItemCount"] = len(items) - start - limit
-        items = items[start : start + limit]
+    token = request.query.get("continue")
+    after: tuple[str, str] | None = None
+    if token:
+        revision, after = _decode_continue(token)
+        store.check_continue(revision)
     else:
-        items = items[start:]
+        revision = store.revision
+    raw_limit = request.query.get("limit") or "0"
+    if not raw_limit.isdigit():
+        raise ApiError(400, "BadRequest", f"limit={raw_limit!r}: expected an integer >= 0")
+    items, remaining = store.list_page(
+        t.res, t.namespace, matchers, after=after, limit=int(raw_limit)
+    )
+    meta: dict[str, Any] = {"resourceVersion": str(revision)}
+    if remaining and items:
+        last = items[-1]["metadata"]
+        meta["continue"] = _encode_continue(revision, (last.get("namespace") or "", last["name"]))
+        meta["remainingItemCount"] = remaining
     return {
         "apiVersion": t.res.api_version,
         "kind": f"{t.res.kind}List",

@@ -107,6 +107,40 @@ class Store:
         ]
         return items, self._revision
 
+    def list_page(
+        self,
+        res: ResourceType,
+        namespace: str | None,
+        matchers: Iterable[Matcher] = (),
+        *,
+        after: tuple[str, str] | None = None,
+        limit: int = 0,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Up to ``limit`` (0: all) objects in (namespace, name) order after ``after``, and
+        how many more match; only the page is copied."""
+        checks = list(matchers)
+        keys = [
+            (ns, name)
+            for (key, ns, name), obj in sorted(self._objects.items())
+            if key == res.key
+            and (namespace is None or ns == namespace)
+            and (after is None or (ns, name) > after)
+            and all(m(obj) for m in checks)
+        ]
+        page = keys[:limit] if limit > 0 else keys
+        items = [copy.deepcopy(self._objects[(res.key, ns, name)]) for ns, name in page]
+        return items, len(keys) - len(page)
+
+    def check_continue(self, rv: int) -> None:
+        """410 when a list continued from version ``rv`` can no longer be consistent."""
+        if rv < self._compacted or rv > self._revision:
+            raise ApiError(
+                410,
+                "Expired",
+                "The provided continue parameter is too old to display a consistent list "
+                "result. You can start a new list without the continue parameter.",
+            )
+
     def changes_since(self, res: ResourceType, rv: int) -> list[Change]:
         """History entries of ``res`` after version ``rv``; 410 when ``rv`` is compacted."""
         if rv < self._compacted or (self._history and rv < self._history[0].rv - 1):

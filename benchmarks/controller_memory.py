@@ -1,0 +1,231 @@
+"""The live controller's memory: a real ``bellows controller`` process holding 10,000 jobs
+(target: <= 300 MiB resident), per optimizer path, side by side.
+
+For each capacity and each optimizer path (``controller.optimizer``), from scratch: an
+emulated Kubeflow cluster in a child process holds ``--jobs`` opted-in jobs, suspended; a
+real nats-server runs; ``bellows bridge`` and ``bellows controller`` run as processes, as
+in a deployment (the controller's config: that capacity, that path, Δ = 0.25 s, no leader
+election). The controller rebuilds its state from the cluster and starts what fits; then
+``--events`` events (alternately a new job and a deleted running one) go through the
+bridge and NATS, each waited for until the controller has run its round. Then the
+controller's ``/proc/<pid>/status`` is read: the resident set now (``VmRSS``) and at its
+peak (``VmHWM``), and how much of it is anonymous memory (heap, stacks) and how much file
+pages (shared libraries' code, which the kernel can drop and reload).
+
+Usage: python benchmarks/controller_memory.py [--jobs 10000] [--capacity 64,1250]
+                                               [--optimizer numpy,auto] [--events 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+
+from bellows.bus.server import running_nats_server
+from bellows.optimizer.solving import METHODS
+from bellows.service.config import LoggingSettings, LogLevel
+from bellows.service.logging import configure_logging
+from controller_latency import NS, ClusterProcess, _client, _make_event, workload
+
+MEMORY_TARGET_MIB = 300.0
+READY_TIMEOUT_S = 900.0  # 10,000 jobs listed, 1,000 of them started: minutes on 2 cores
+EVENT_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Run:
+    """One controller process's memory after its start-up and ``events`` rounds."""
+
+    capacity: int
+    optimizer: str
+    running: int
+    queued: int
+    rounds: int
+    startup_s: float
+    status: dict[str, float]  # MiB: VmRSS, VmHWM, RssAnon, RssFile
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _kubeconfig(path: Path, url: str) -> Path:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: emulated\n"
+        f"clusters: [{{name: emulated, cluster: {{server: '{url}'}}}}]\n"
+        "users: [{name: anonymous, user: {}}]\n"
+        "contexts: [{name: emulated, context: {cluster: emulated, user: anonymous}}]\n"
+    )
+    return path
+
+
+def _bellows() -> str:
+    """The ``bellows`` console script of this interpreter's environment."""
+    script = Path(sys.executable).parent / "bellows"
+    return str(script) if script.exists() else "bellows"
+
+
+@contextlib.contextmanager
+def _process(args: Sequence[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as out:
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            yield process
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _metrics(port: int) -> dict[str, float]:
+    """The controller's Prometheus samples (names without labels), or {} if not serving."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+    except OSError:
+        return {}
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        match = re.fullmatch(r"([a-z_]+)(?:\{[^}]*\})? ([-+0-9.eEinfa]+)", line)
+        if match:
+            values[match[1]] = values.get(match[1], 0.0) + float(match[2])
+    return values
+
+
+def _proc_status(pid: int) -> dict[str, float]:
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+            values[key] = int(rest.split()[0]) / 1024
+    return values
+
+
+def _wait(what: str, ready: Any, process: subprocess.Popen[bytes], log: Path, limit: float) -> None:
+    deadline = time.monotonic() + limit
+    while not ready():
+        if process.poll() is not None:
+            raise RuntimeError(f"the controller exited ({process.returncode}):\n{log.read_text()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} after {limit:.0f} s; the log:\n{log.read_text()[-4000:]}")
+        time.sleep(0.2)
+
+
+async def _measure(jobs: int, capacity: int, optimizer: str, events: int, seed: int) -> Run:
+    trace = workload(jobs + events, seed)
+    with ClusterProcess(jobs, jobs + events, seed) as url, tempfile.TemporaryDirectory() as tmp:
+        async with running_nats_server() as nats:
+            port = _free_port()
+            settings = [
+                f"nats.servers={nats.url}",
+                f"kubernetes.kubeconfig={_kubeconfig(Path(tmp) / 'kubeconfig', url)}",
+                "kubernetes.inCluster=false",
+                "leaderElection.enabled=false",
+                f"namespaces={NS}",
+                "logging.level=warning",
+                f"controller.capacity.gpus={capacity}",
+                f"controller.optimizer={optimizer}",
+                "controller.deltaSeconds=0.25",
+                "controller.queue=true",
+            ]
+            flags = [arg for s in settings for arg in ("--set", s)]
+            bridge = [_bellows(), "bridge", *flags, "--set", f"metrics.port={_free_port()}"]
+            controller = [_bellows(), "controller", *flags, "--set", f"metrics.port={port}"]
+            log = Path(tmp) / "controller.log"
+            with (
+                _process(bridge, Path(tmp) / "bridge.log"),
+                _process(controller, log) as process,
+            ):
+                started = time.monotonic()
+
+                def rounds() -> float:
+                    return _metrics(port).get("bellows_rounds_total", 0.0)
+
+                await asyncio.to_thread(
+                    _wait, "no first round", lambda: rounds() >= 1, process, log, READY_TIMEOUT_S
+                )
+                startup_s = time.monotonic() - started
+                custom = k8s.CustomObjectsApi(_client(url))
+                for i in range(events):
+                    before = rounds()
+                    await _make_event(custom, trace, jobs, i)
+                    await asyncio.to_thread(
+                        _wait, f"event {i} not applied", lambda b=before: rounds() > b,  # type: ignore[misc]
+                        process, log, EVENT_TIMEOUT_S,
+                    )  # fmt: skip
+                await asyncio.sleep(1.0)
+                seen = _metrics(port)
+                status = _proc_status(process.pid)
+    return Run(
+        capacity=capacity,
+        optimizer=optimizer,
+        running=int(seen.get("bellows_running_jobs", 0)),
+        queued=int(seen.get("bellows_queue_length", 0)),
+        rounds=int(seen.get("bellows_rounds_total", 0)),
+        startup_s=startup_s,
+        status=status,
+    )
+
+
+def _csv(kind: Any) -> Any:
+    def parse(text: str) -> list[Any]:
+        return [kind(part) for part in text.split(",") if part]
+
+    return parse
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--capacity", type=_csv(int), default=[64, 1250])
+    parser.add_argument("--optimizer", type=_csv(str), default=["numpy", "auto"])
+    parser.add_argument("--events", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=11)
+    args = parser.parse_args()
+    bad = [o for o in args.optimizer if o not in METHODS]
+    if bad:
+        parser.error(f"--optimizer {bad[0]!r}: expected one of {', '.join(METHODS)}")
+    configure_logging(LoggingSettings(level=LogLevel.ERROR))
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    runs = [
+        asyncio.run(_measure(args.jobs, capacity, optimizer, args.events, args.seed))
+        for capacity in args.capacity
+        for optimizer in args.optimizer
+    ]
+    print(f"\nbellows controller process holding {args.jobs} jobs, after start-up and "
+          f"{args.events} events; MiB (target {MEMORY_TARGET_MIB:.0f} MiB resident)")  # fmt: skip
+    print(f"{'GPUs':>5} {'optimizer':<9} {'running':>7} {'queued':>6} {'start s':>7} "
+          f"{'RSS':>7} {'peak':>7} {'anon':>7} {'file':>7} {'peak/target':>11}")  # fmt: skip
+    for run in runs:
+        s = run.status
+        print(
+            f"{run.capacity:>5} {run.optimizer:<9} {run.running:>7} {run.queued:>6} "
+            f"{run.startup_s:>7.1f} {s['VmRSS']:>7.1f} {s['VmHWM']:>7.1f} {s['RssAnon']:>7.1f} "
+            f"{s['RssFile']:>7.1f} {s['VmHWM'] / MEMORY_TARGET_MIB:>11.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
