@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from bellows.bus import Batcher, EventConsumer, EventPublisher, EventPump
 from bellows.bus.consuming import CODE_HEADER, REASON_HEADER
@@ -85,10 +86,9 @@ async def test_a_failed_apply_is_redelivered_and_applied_once_it_succeeds(client
 
     await publish(client, settings, arrived("a"))
     _, pump = await pump_for(client, settings, apply, delta_s=0.0, clock=clock)
-    for _ in range(20):
+    deadline = time.monotonic() + 15.0  # the redelivery comes after nak_delay_s, ~0.01 s
+    while len(calls) < 2 and time.monotonic() < deadline:
         await pump.cycle()
-        if len(calls) == 2:
-            break
     assert calls == ["a", "a"]
     await client.flush()
     assert await ack_pending(client, settings) == 0
@@ -158,3 +158,54 @@ async def test_stopping_hands_held_events_back_at_once(client, settings):
     successor = await EventConsumer.open(client.jetstream(), with_changes(settings))
     got = await successor.fetch(timeout_s=0.5)
     assert [d.num_delivered for d in got] == [2]
+
+
+async def test_the_early_trigger_closes_a_window_before_delta(client, settings):
+    clock = FakeClock()
+    applied: list[tuple[str, ...]] = []
+    asked: list[int] = []
+
+    async def apply(events):
+        applied.append(tuple(f"{e.job.name}:{e.type.value}" for e in events))
+
+    def two_completions(events) -> bool:
+        asked.append(len(events))
+        return sum(e.type.value == "job.completed" for e in events) >= 2
+
+    _, pump = await pump_for(
+        client, settings, apply, delta_s=10.0, clock=clock, early=two_completions
+    )
+    await publish(client, settings, arrived("a"), completed("b"))
+    await pump.cycle()
+    assert applied == []  # one completion: the window waits for Δ
+    await publish(client, settings, completed("c"))
+    clock.now = 3.0
+    await pump.cycle()
+    assert applied == [("a:job.arrived", "b:job.completed", "c:job.completed")]
+    await pump.cycle()  # nothing new: the trigger is not even asked
+    assert asked == [2, 3]
+    # the grid does not move: a later event waits for the next multiple of Δ, not 3 + Δ
+    await publish(client, settings, arrived("d"))
+    await pump.cycle()
+    clock.now = 10.0
+    await pump.cycle()
+    assert applied[-1] == ("d:job.arrived",)
+
+
+async def test_a_failing_early_trigger_leaves_the_window_to_delta(client, settings):
+    clock = FakeClock()
+    applied: list[int] = []
+
+    async def apply(events):
+        applied.append(len(events))
+
+    def broken(_events) -> bool:
+        raise RuntimeError("bug in a trigger")
+
+    _, pump = await pump_for(client, settings, apply, delta_s=10.0, clock=clock, early=broken)
+    await publish(client, settings, completed("a"))
+    await pump.cycle()
+    assert applied == []
+    clock.now = 10.0
+    await pump.cycle()
+    assert applied == [1]

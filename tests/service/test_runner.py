@@ -19,7 +19,7 @@ import pytest
 from kubernetes import client as k8s
 
 from bellows.kube.emulator.errors import ApiError
-from tests.service.livecluster import LEASES, Live, jobs, live
+from tests.service.livecluster import LEASES, SPEEDUP, Live, jobs, live
 
 pytestmark = pytest.mark.slow
 
@@ -83,11 +83,12 @@ async def test_one_replica_acts_and_the_other_takes_over(crash: bool) -> None:
         leader, standby = acting[0], "b" if acting[0] == "a" else "a"
         old_holder = _holder(stack)
         assert old_holder
-        ended = time.monotonic()
         if crash:
+            ended = time.monotonic()
             await stack.kill(leader)  # no release: the standby waits for the lease to expire
         else:
-            await stack.stop(leader)  # released: the standby takes it at its next try
+            await stack.stop(leader)  # drains the window in hand, then releases the lease
+            ended = time.monotonic()
         names += await stack.submit(trace[3:], first=3)
         took = await stack.until(
             "the lease taken over", lambda: _holder(stack) not in ("", old_holder), timeout_s=10
@@ -107,8 +108,9 @@ async def test_one_replica_acts_and_the_other_takes_over(crash: bool) -> None:
         assert took <= bound
         if crash:
             assert took >= L - R  # it did wait for the expiry: no second leader meanwhile
-        # nothing was written by the old leader after it ended
+        # nothing was written by the old leader after it ended, nor after the standby began
         assert all(t <= ended for t in writes[leader].times)
+        assert max(writes[leader].times) < writes[standby].times[0]
 
 
 async def test_the_controller_outlasts_an_api_outage_at_start() -> None:
@@ -161,3 +163,21 @@ def test_the_memory_benchmark_measures_a_real_controller_process() -> None:
     assert running > 0
     assert running + queued == 60  # 60 jobs, one arrival, one completion
     assert 30.0 < rss < 2000.0  # a resident set in MiB was read, not a placeholder
+
+
+async def test_the_early_trigger_starts_a_queued_job_before_delta() -> None:
+    """Δ is two real minutes; with ``earlyShare`` 0.5 the first completion of the two running
+    jobs closes its window at once, and the queued job starts without waiting for Δ."""
+    delta_s = 120 * SPEEDUP  # cluster seconds: 120 real seconds
+    async with live(capacity=2, delta_s=delta_s, extra=("controller.earlyShare=0.5",)) as stack:
+        names = await stack.submit(jobs(3, seed=9, categories=(1,)))
+        stack.start_controller("controller")  # its rebuild round starts two, queues one
+        await stack.until(
+            "two jobs started",
+            lambda: sum(s in ("done", "Succeeded") for s in stack.states().values()) >= 2,
+        )
+        stack.start_bridge()
+        took = await stack.all_done(names, timeout_s=60.0)
+        stack.alive()
+        stack.witness.check(names)
+        assert took < 60.0  # far from Δ: the early close did it, not the grid

@@ -78,6 +78,10 @@ class Batcher(Generic[H]):
             return None
         return self._start if self._delta == 0 else self._next_close
 
+    def waiting(self) -> tuple[Event, ...]:
+        """The facts in the open window, in arrival order."""
+        return tuple(event for event, _ in self._pending.values())
+
     def held(self) -> list[H]:
         """Every handle waiting in the open window (to keep their deliveries alive)."""
         return [h for _, hs in self._pending.values() for h in hs]

@@ -239,6 +239,23 @@ class Controller:
         if kinds:
             _log.info("rebuild.rehearsed", seconds=round(self._timer() - started, 3))
 
+    def closes_window(self, events: Sequence[Event]) -> bool:
+        """The paper's hybrid trigger, live: whether the open window's completions of running
+        jobs reach ``early_share`` of the jobs running now, so its round should not wait
+        for Δ (the pump asks; the round still checks each completion against the cluster).
+        """
+        share = self._auto.config.early_share
+        running = self._auto.allocations
+        if share is None or not running:
+            return False
+        finished = {
+            key
+            for e in events
+            if isinstance(e, JobCompleted)
+            and (key := JobRef(e.job.kind.value, e.job.namespace, e.job.name).key) in running
+        }
+        return len(finished) >= share * len(running)
+
     # ------------------------------------------------------------------ the pump's callback
     async def apply(self, events: tuple[Event, ...]) -> None:
         """Take one closed window's facts, run the round, drive the cluster to it.

@@ -40,6 +40,7 @@ from bellows.bus import JobKind as BusKind
 from bellows.bus.server import running_nats_server
 from bellows.kube import KINDS, Actuator, JobReader, KubeApi
 from bellows.kube.emulator import EmulatedCluster
+from bellows.optimizer import Method
 from bellows.scaling import ClusterProfile, default_cluster
 from bellows.service.clock import ServiceClock
 from bellows.service.controller import Controller
@@ -127,12 +128,13 @@ def workload(options: DemoOptions, cluster: ClusterProfile) -> tuple[TraceJob, .
     return trace
 
 
-def _config(options: DemoOptions, *, delta_s: float) -> AutoscalerConfig:
+def _config(options: DemoOptions, *, delta_s: float, optimizer: Method) -> AutoscalerConfig:
     return AutoscalerConfig(
         policy=options.policy,
         queue=options.queue,
         delta_s=delta_s,
         restart_cost_s=options.restart_cost_s,
+        optimizer=optimizer,
     )
 
 
@@ -204,7 +206,10 @@ async def run_demo(
         controller = Controller(
             api=api,
             autoscaler=Autoscaler(
-                _config(options, delta_s=0.0), capacity=options.gpus, cluster=cluster
+                # the deployed controller's default path (no JAX); the simulator uses "auto"
+                _config(options, delta_s=0.0, optimizer="numpy"),
+                capacity=options.gpus,
+                cluster=cluster,
             ),
             actuator=Actuator(api),
             reader=JobReader(api, namespace=NAMESPACE),
@@ -234,6 +239,7 @@ async def run_demo(
             max_deliver=settings.max_deliver,
             ack_wait_s=settings.ack_wait_s,
             poll_s=0.05,
+            early=controller.closes_window,
         )
         tasks = [asyncio.create_task(b.run(stop)) for b in bridges]
         tasks.append(asyncio.create_task(pump.run(stop)))
@@ -252,9 +258,12 @@ async def run_demo(
         records = ledger.records()
     live = summarize(records, gpus=options.gpus, horizon_s=horizon_s, span_s=horizon_s)
     sim = simulate(
-        trace, gpus=options.gpus, config=_config(options, delta_s=delta_s), cluster=cluster,
+        trace,
+        gpus=options.gpus,
+        config=_config(options, delta_s=delta_s, optimizer="auto"),
+        cluster=cluster,
         horizon_s=horizon_s,
-    )  # fmt: skip
+    )
     simulated = sim.summary()
     mismatches = final_state_mismatches(records, sim.jobs, trace)
     bounds = (*compare(live, simulated), _exact("jobs_in_a_different_final_state", mismatches))

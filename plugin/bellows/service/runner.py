@@ -301,6 +301,7 @@ async def run_controller(
                         ack_wait_s=config.nats.ack_wait_s,
                         observer=metrics,
                         heartbeat=health.register_loop("consume"),
+                        early=controller.closes_window,
                     )
                     retrier = asyncio.create_task(_retry_pending(controller, either))
                     try:
