@@ -36,7 +36,6 @@ from kubernetes import client as k8s
 from bellows.autoscaler import Autoscaler, AutoscalerConfig, Decision
 from bellows.bus import (
     Batcher,
-    Bridge,
     EventConsumer,
     EventPublisher,
     EventPump,
@@ -45,11 +44,9 @@ from bellows.bus import (
     connect,
     ensure_kv,
     ensure_streams,
-    watch_key,
 )
-from bellows.bus import JobKind as BusKind
 from bellows.bus.server import running_nats_server
-from bellows.kube import KINDS, Actuator, JobReader, KubeApi
+from bellows.kube import Actuator, JobReader, KubeApi
 from bellows.kube.emulator import EmulatedCluster
 from bellows.optimizer import Method
 from bellows.optimizer.solving import METHODS
@@ -59,7 +56,7 @@ from bellows.service.config import LoggingSettings, LogLevel
 from bellows.service.controller import Controller, ControllerObserver
 from bellows.service.logging import configure_logging
 from bellows.service.replay import job_manifest, manifest_name
-from bellows.service.watching import kube_watch_source
+from bellows.service.watching import kube_bridges
 from bellows.sim.workloads.generating import WorkloadSpec, generate
 
 NS = "default"
@@ -224,17 +221,8 @@ async def _start_loop(
     """The bridge (one watch per kind) and the pump (Δ = 0.25 s) feeding ``apply``."""
     publisher = EventPublisher(js, prefix=settings.subject_prefix, stream=settings.stream)
     store = KvResumeStore(await ensure_kv(js, settings))
-    tasks = [
-        asyncio.create_task(
-            Bridge(
-                publisher=publisher,
-                store=store,
-                source=kube_watch_source(api, kind, NS),
-                key=watch_key(BusKind(kind.kind), NS),
-            ).run(stop)
-        )
-        for kind in KINDS
-    ]
+    bridges = kube_bridges(api, publisher=publisher, store=store, namespaces=(NS,))
+    tasks = [asyncio.create_task(bridge.run(stop)) for bridge in bridges]
     consumer = await EventConsumer.open(js, settings)
     pump = EventPump(
         consumer,

@@ -88,19 +88,6 @@ class KubeApi:
             return None
         return obj
 
-    async def list_jobs(self, kind: JobKind, namespace: str | None = None) -> tuple[list[Obj], str]:
-        """Every job of ``kind`` (in ``namespace``, or all) and the list's resourceVersion.
-
-        Holds the whole collection; to look at each job once, iterate
-        :meth:`list_job_pages` instead.
-        """
-        items: list[Obj] = []
-        version = ""
-        async for page, page_version in self.list_job_pages(kind, namespace):
-            items.extend(page)
-            version = page_version
-        return items, version
-
     async def list_job_pages(
         self, kind: JobKind, namespace: str | None = None, *, limit: int = PAGE
     ) -> AsyncIterator[tuple[list[Obj], str]]:

@@ -25,7 +25,6 @@ from kubernetes import client as k8s
 from bellows.autoscaler import Autoscaler, AutoscalerConfig, Policy
 from bellows.bus import (
     Batcher,
-    Bridge,
     EventConsumer,
     EventPublisher,
     EventPump,
@@ -34,11 +33,9 @@ from bellows.bus import (
     connect,
     ensure_kv,
     ensure_streams,
-    watch_key,
 )
-from bellows.bus import JobKind as BusKind
 from bellows.bus.server import running_nats_server
-from bellows.kube import KINDS, Actuator, JobReader, KubeApi
+from bellows.kube import Actuator, JobReader, KubeApi
 from bellows.kube.emulator import EmulatedCluster
 from bellows.optimizer import Method
 from bellows.scaling import ClusterProfile, default_cluster
@@ -46,7 +43,7 @@ from bellows.service.clock import ServiceClock
 from bellows.service.controller import Controller
 from bellows.service.ledger import Ledger
 from bellows.service.replay import job_manifest, manifest_name, unique_names
-from bellows.service.watching import kube_watch_source
+from bellows.service.watching import kube_bridges
 from bellows.sim import run as simulate
 from bellows.sim.metrics import JobRecord, summarize
 from bellows.sim.workloads import TraceJob
@@ -221,15 +218,7 @@ async def run_demo(
         stop = asyncio.Event()
         publisher = EventPublisher(js, prefix=settings.subject_prefix, stream=settings.stream)
         store = KvResumeStore(parts["kv"])
-        bridges = [
-            Bridge(
-                publisher=publisher,
-                store=store,
-                source=kube_watch_source(api, kind, NAMESPACE),
-                key=watch_key(BusKind(kind.kind), NAMESPACE),
-            )
-            for kind in KINDS
-        ]
+        bridges = kube_bridges(api, publisher=publisher, store=store, namespaces=(NAMESPACE,))
         consumer = await EventConsumer.open(js, settings)
         pump = EventPump(
             consumer,

@@ -11,17 +11,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 
 import structlog
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from nats.js import JetStreamContext
 
 from bellows.autoscaler import Autoscaler, Decision
 from bellows.bus import (
     Batcher,
-    Bridge,
     EventConsumer,
     EventPublisher,
     EventPump,
@@ -29,11 +29,9 @@ from bellows.bus import (
     connect,
     ensure_kv,
     ensure_streams,
-    watch_key,
 )
-from bellows.bus import JobKind as BusKind
 from bellows.jobs import SpecError
-from bellows.kube import KINDS, Actuator, JobReader, KubeApi, Outcome
+from bellows.kube import Actuator, JobReader, KubeApi, Outcome
 from bellows.scaling import ClusterProfile, default_cluster, load_cluster_profile
 from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig, CapacitySettings, KubernetesSettings
@@ -42,7 +40,7 @@ from bellows.service.health import Health, serving
 from bellows.service.leader import LeaderElector, default_identity
 from bellows.service.logging import configure_logging
 from bellows.service.metrics import Metrics
-from bellows.service.watching import kube_watch_source
+from bellows.service.watching import kube_bridges
 
 __all__ = ["kube_api_client", "read_capacity", "run_bridge", "run_controller"]
 
@@ -256,6 +254,27 @@ async def _retry_pending(controller: Controller, stop: asyncio.Event) -> None:
                 _log.warning("controller.retry_failed", error=_brief(err))
 
 
+@contextlib.asynccontextmanager
+async def _component(
+    config: BellowsConfig, name: str, api_client: k8s.ApiClient | None
+) -> AsyncIterator[tuple[KubeApi, JetStreamContext, Metrics, Health]]:
+    """What both processes run on: logging, ``/metrics`` and the probes (expecting "nats"
+    and "leader"), the Kubernetes client, and NATS with the streams ensured."""
+    configure_logging(config.logging)
+    metrics, health = Metrics(), Health(asyncio.get_running_loop().time)
+    health.expect("nats", "leader")
+    api = KubeApi(api_client or kube_api_client(config.kubernetes))
+    async with serving(health, metrics, host=config.metrics.host, port=config.metrics.port) as url:
+        _log.info(f"{name}.serving", url=url)
+        nc = await connect(config.nats)
+        try:
+            js = nc.jetstream()
+            await ensure_streams(js, config.nats)
+            yield api, js, metrics, health
+        finally:
+            await nc.close()
+
+
 async def run_controller(
     config: BellowsConfig,
     *,
@@ -264,112 +283,79 @@ async def run_controller(
     clock: ServiceClock | None = None,
 ) -> None:
     """The controller process: consume events, decide, act — while holding its Lease."""
-    configure_logging(config.logging)
-    loop = asyncio.get_running_loop()
     clock = clock or ServiceClock()
-    metrics, health = Metrics(), Health(loop.time)
-    health.expect("nats", "leader")
-    api_client = api_client or kube_api_client(config.kubernetes)
-    api = KubeApi(api_client)
-    async with serving(health, metrics, host=config.metrics.host, port=config.metrics.port) as url:
-        _log.info("controller.serving", url=url)
-        nc = await connect(config.nats)
-        try:
-            js = nc.jetstream()
-            await ensure_streams(js, config.nats)
-            health.set_ready("nats", True)
-            cluster = _cluster(config)
+    async with _component(config, "controller", api_client) as (api, js, metrics, health):
+        health.set_ready("nats", True)
+        cluster = _cluster(config)
 
-            async def lead(lost: asyncio.Event) -> None:
-                either, watcher = _either(stop, lost)
+        async def lead(lost: asyncio.Event) -> None:
+            either, watcher = _either(stop, lost)
+            try:
+                controller = await _started_controller(
+                    config, api_client=api.api_client, api=api, clock=clock, cluster=cluster,
+                    metrics=metrics, stop=either,
+                )  # fmt: skip
+                if controller is None:
+                    return  # stopped (or the lease lost) before the state was rebuilt
+                consumer = await EventConsumer.open(
+                    js, config.nats, namespaces=tuple(config.namespaces), observer=metrics
+                )
+                pump = EventPump(
+                    consumer,
+                    Batcher(delta_s=config.controller.delta_s, start=clock.now()),
+                    controller.apply,
+                    clock=clock.now,
+                    max_deliver=config.nats.max_deliver,
+                    ack_wait_s=config.nats.ack_wait_s,
+                    observer=metrics,
+                    heartbeat=health.register_loop("consume"),
+                    early=controller.closes_window,
+                )
+                retrier = asyncio.create_task(_retry_pending(controller, either))
                 try:
-                    controller = await _started_controller(
-                        config, api_client=api_client, api=api, clock=clock, cluster=cluster,
-                        metrics=metrics, stop=either,
-                    )  # fmt: skip
-                    if controller is None:
-                        return  # stopped (or the lease lost) before the state was rebuilt
-                    consumer = await EventConsumer.open(
-                        js, config.nats, namespaces=tuple(config.namespaces), observer=metrics
-                    )
-                    pump = EventPump(
-                        consumer,
-                        Batcher(delta_s=config.controller.delta_s, start=clock.now()),
-                        controller.apply,
-                        clock=clock.now,
-                        max_deliver=config.nats.max_deliver,
-                        ack_wait_s=config.nats.ack_wait_s,
-                        observer=metrics,
-                        heartbeat=health.register_loop("consume"),
-                        early=controller.closes_window,
-                    )
-                    retrier = asyncio.create_task(_retry_pending(controller, either))
-                    try:
-                        await pump.run(either)
-                    finally:
-                        retrier.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await retrier
-                        await consumer.close()
+                    await pump.run(either)
                 finally:
-                    watcher.cancel()
+                    retrier.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await retrier
+                    await consumer.close()
+            finally:
+                watcher.cancel()
 
-            await _led(
-                config, api_client, lease=config.leader_election.controller_lease, lead=lead,
-                stop=stop, health=health,
-            )  # fmt: skip
-        finally:
-            await nc.close()
+        await _led(
+            config, api.api_client, lease=config.leader_election.controller_lease, lead=lead,
+            stop=stop, health=health,
+        )  # fmt: skip
 
 
 async def run_bridge(
     config: BellowsConfig, *, stop: asyncio.Event, api_client: k8s.ApiClient | None = None
 ) -> None:
     """The bridge process: watch opted-in jobs, publish their facts — while holding its Lease."""
-    configure_logging(config.logging)
-    loop = asyncio.get_running_loop()
-    metrics, health = Metrics(), Health(loop.time)
-    health.expect("nats", "leader")
-    api_client = api_client or kube_api_client(config.kubernetes)
-    api = KubeApi(api_client)
-    async with serving(health, metrics, host=config.metrics.host, port=config.metrics.port) as url:
-        _log.info("bridge.serving", url=url)
-        nc = await connect(config.nats)
-        try:
-            js = nc.jetstream()
-            await ensure_streams(js, config.nats)
-            store = KvResumeStore(await ensure_kv(js, config.nats))
-            publisher = EventPublisher(
-                js, prefix=config.nats.subject_prefix, stream=config.nats.stream, observer=metrics
+    async with _component(config, "bridge", api_client) as (api, js, metrics, health):
+        store = KvResumeStore(await ensure_kv(js, config.nats))
+        publisher = EventPublisher(
+            js, prefix=config.nats.subject_prefix, stream=config.nats.stream, observer=metrics
+        )
+        health.set_ready("nats", True)
+
+        async def lead(lost: asyncio.Event) -> None:
+            either, watcher = _either(stop, lost)
+            bridges = kube_bridges(
+                api, publisher=publisher, store=store, namespaces=_namespaces(config)
             )
-            health.set_ready("nats", True)
+            tasks = [asyncio.create_task(b.run(either)) for b in bridges]
+            try:
+                await either.wait()
+            finally:
+                watcher.cancel()
+                for task in tasks:
+                    task.cancel()
+                for task in tasks:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
 
-            async def lead(lost: asyncio.Event) -> None:
-                either, watcher = _either(stop, lost)
-                bridges = [
-                    Bridge(
-                        publisher=publisher,
-                        store=store,
-                        source=kube_watch_source(api, kind, namespace),
-                        key=watch_key(BusKind(kind.kind), namespace),
-                    )
-                    for kind in KINDS
-                    for namespace in _namespaces(config)
-                ]
-                tasks = [asyncio.create_task(b.run(either)) for b in bridges]
-                try:
-                    await either.wait()
-                finally:
-                    watcher.cancel()
-                    for task in tasks:
-                        task.cancel()
-                    for task in tasks:
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await task
-
-            await _led(
-                config, api_client, lease=config.leader_election.bridge_lease, lead=lead,
-                stop=stop, health=health,
-            )  # fmt: skip
-        finally:
-            await nc.close()
+        await _led(
+            config, api.api_client, lease=config.leader_election.bridge_lease, lead=lead,
+            stop=stop, health=health,
+        )  # fmt: skip

@@ -11,7 +11,7 @@ resourceVersion seen, so the bridge outlives an API server outage.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,14 +19,24 @@ import structlog
 import urllib3
 from kubernetes.client.rest import ApiException
 
-from bellows.bus import Bookmark, JobObserved, JobRef, Outcome, WatchSource
+from bellows.bus import (
+    Bookmark,
+    Bridge,
+    EventPublisher,
+    JobObserved,
+    JobRef,
+    Outcome,
+    ResumeStore,
+    WatchSource,
+    watch_key,
+)
 from bellows.bus import JobKind as BusKind
 from bellows.bus import Observation as BusObservation
-from bellows.kube import ExpiredError, JobKind, KubeApi
+from bellows.kube import KINDS, ExpiredError, JobKind, KubeApi
 from bellows.kube.keys import opted_in
 from bellows.kube.kinds import finished_state, parse_time
 
-__all__ = ["kube_watch_source", "observed"]
+__all__ = ["kube_bridges", "kube_watch_source", "observed"]
 
 _FRESH = timedelta(seconds=2)
 # What a failed request may raise besides the translated 404/409/410.
@@ -120,3 +130,24 @@ def kube_watch_source(
                 await asyncio.sleep(retry_s)
 
     return source
+
+
+def kube_bridges(
+    api: KubeApi,
+    *,
+    publisher: EventPublisher,
+    store: ResumeStore,
+    namespaces: Iterable[str | None],
+) -> list[Bridge]:
+    """One :class:`~bellows.bus.Bridge` per job kind and namespace (``None``: all), each
+    resuming from the resourceVersion stored under its own watch key."""
+    return [
+        Bridge(
+            publisher=publisher,
+            store=store,
+            source=kube_watch_source(api, kind, namespace),
+            key=watch_key(BusKind(kind.kind), namespace),
+        )
+        for kind in KINDS
+        for namespace in namespaces
+    ]
