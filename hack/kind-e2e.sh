@@ -105,7 +105,8 @@ spec:
   runPolicy:
     suspend: true
   pytorchReplicaSpecs:
-    Master:
+    # Master and Worker run the same pod: the Worker is a YAML alias of the Master.
+    Master: &replica
       replicas: 1
       restartPolicy: OnFailure
       template:
@@ -120,21 +121,7 @@ spec:
               resources: {limits: {nvidia.com/gpu: 1}}
               volumeMounts: [{name: ckpt, mountPath: /ckpt}]
           volumes: [{name: ckpt, persistentVolumeClaim: {claimName: checkpoints}}]
-    Worker:
-      replicas: 1
-      restartPolicy: OnFailure
-      template:
-        spec:
-          securityContext: {fsGroup: 65532}
-          containers:
-            - name: pytorch
-              image: bellows-train:e2e
-              imagePullPolicy: Never
-              command: [python, pytorch_ddp.py, --checkpoint-dir, /ckpt, --total-samples, "200000"]
-              env: [{name: BELLOWS_GLOBAL_BATCH_SIZE, value: "32"}]
-              resources: {limits: {nvidia.com/gpu: 1}}
-              volumeMounts: [{name: ckpt, mountPath: /ckpt}]
-          volumes: [{name: ckpt, persistentVolumeClaim: {claimName: checkpoints}}]
+    Worker: *replica
 YAML
 
 echo "== waiting up to ${TIMEOUT}s for Bellows to start the job and for it to succeed"

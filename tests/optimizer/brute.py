@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import itertools
+import math
+from pathlib import Path
+from typing import Any
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import csr_matrix
 
 
 def brute_force(values: np.ndarray, capacity: int) -> tuple[float, tuple[int, ...] | None]:
@@ -35,27 +38,28 @@ def _key(gpus: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
     return sum(gpus), gpus[::-1]
 
 
+@functools.cache
+def benchmark() -> Any:
+    """benchmarks/optimizer.py, loaded by path (it is a script, not a package): its table
+    generators and its MILP."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "optimizer.py"
+    spec = importlib.util.spec_from_file_location("optimizer_benchmark", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def milp_objective(values: np.ndarray, capacity: int) -> float | None:
-    """Exact optimum by HiGHS (mip_rel_gap 0), None when infeasible."""
+    """Exact optimum by HiGHS (the benchmark's MILP, mip_rel_gap 0), None when infeasible."""
     jobs = values.shape[0]
-    j, k = np.nonzero(np.isfinite(values))
-    m = j.size
-    if m == 0 or jobs == 0:
-        return 0.0 if jobs == 0 else None
-    rows = np.concatenate([j, np.full(m, jobs)])
-    cols = np.concatenate([np.arange(m), np.arange(m)])
-    data = np.concatenate([np.ones(m), k.astype(float)])
-    matrix = csr_matrix((data, (rows, cols)), shape=(jobs + 1, m))
-    lower = np.concatenate([np.ones(jobs), [-np.inf]])
-    upper = np.concatenate([np.ones(jobs), [capacity]])
-    result = milp(
-        -values[j, k],
-        constraints=LinearConstraint(matrix, lower, upper),
-        integrality=np.ones(m),
-        bounds=Bounds(0, 1),
-        options={"mip_rel_gap": 0.0},
-    )
-    return None if result.x is None else -float(result.fun)
+    if jobs == 0:
+        return 0.0
+    if not np.isfinite(values).any():
+        return None
+    value, _ = benchmark().solve_milp(values, capacity, time_limit=math.inf)
+    return None if math.isnan(value) else float(value)
 
 
 def random_table(

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 import tracemalloc
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -22,23 +19,12 @@ from bellows.optimizer.errors import NO_FIT, min_gpus
 from bellows.optimizer.reference import solve_reference
 from bellows.optimizer.solving import solve_rows
 from bellows.optimizer.windowed import Windows, choice_dtype, solve_windowed, windows
-from tests.optimizer.brute import random_table
+from tests.optimizer.brute import benchmark, random_table
 
 Table = np.ndarray
 
 
-def _benchmark() -> Any:
-    """benchmarks/optimizer.py, loaded by path (it is a script, not a package)."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "optimizer.py"
-    spec = importlib.util.spec_from_file_location("optimizer_benchmark", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCHMARK = _benchmark()
+BENCHMARK = benchmark()
 tsf_table = BENCHMARK.tsf_table  # the benchmark's tables: TSF-like, uniform, all rows alike
 uniform_table = BENCHMARK.uniform_table
 identical_table = BENCHMARK.identical_table

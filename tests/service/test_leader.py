@@ -103,6 +103,18 @@ class Harness:
             replica.elector.run(lead or self.working(replica), replica.stop)
         )
 
+    async def leader_and_standby(
+        self, *, wait: float = 2 * R, grace: float = 10.0, **work: Any
+    ) -> tuple[Replica, Replica]:
+        """``a`` leading (doing ``working(a, **work)``, stop grace ``grace``), then ``b``
+        campaigning too for ``wait`` seconds."""
+        a, b = self.replica("a", grace=grace), self.replica("b")
+        self.start(a, self.working(a, **work))
+        await until(lambda: a.elector.is_leader, R + SLACK)
+        self.start(b)
+        await asyncio.sleep(wait)
+        return a, b
+
     def working(
         self, replica: Replica, *, drain_s: float = 0.0, obey: bool = True
     ) -> Callable[[asyncio.Event], Any]:
@@ -208,11 +220,8 @@ async def test_of_two_replicas_exactly_one_leads_and_keeps_renewing(harness: Har
 
 
 async def test_a_graceful_stop_hands_over_within_a_retry_period(harness: Harness) -> None:
-    a, b = harness.replica("a"), harness.replica("b")
-    harness.start(a)
-    await until(lambda: a.elector.is_leader, R + SLACK)
-    harness.start(b)
-    await asyncio.sleep(2.5 * R)  # b has seen a's lease; out of phase with its polls
+    # b has seen a's lease; out of phase with its polls
+    a, b = await harness.leader_and_standby(wait=2.5 * R)
     assert harness.leaders() == ["a"]
     a.stop.set()
     t0 = time.monotonic()
@@ -236,11 +245,7 @@ async def _stop_a_leader(
 ) -> tuple[Replica, Replica, float]:
     """``a`` leads (doing ``working(a, **work)``), ``b`` stands by; ``a`` is told to stop.
     Returns both and how long ``a`` took to end (failing past ``limit_s``)."""
-    a, b = harness.replica("a", grace=grace), harness.replica("b")
-    harness.start(a, harness.working(a, **work))
-    await until(lambda: a.elector.is_leader, R + SLACK)
-    harness.start(b)
-    await asyncio.sleep(2 * R)
+    a, b = await harness.leader_and_standby(grace=grace, **work)
     a.stop.set()
     t0 = time.monotonic()
     assert a.task is not None
@@ -274,11 +279,7 @@ async def test_a_leader_that_does_not_finish_within_the_grace_is_cancelled(
 async def test_a_dead_leader_is_replaced_within_lease_duration_plus_retry(
     harness: Harness,
 ) -> None:
-    a, b = harness.replica("a"), harness.replica("b")
-    harness.start(a)
-    await until(lambda: a.elector.is_leader, R + SLACK)
-    harness.start(b)
-    await asyncio.sleep(3 * R)
+    a, b = await harness.leader_and_standby(wait=3 * R)
     assert a.task is not None
     a.task.cancel()  # a crash: no release
     with contextlib.suppress(asyncio.CancelledError):
@@ -372,11 +373,7 @@ async def test_a_leader_whose_lease_is_taken_steps_down_at_once(harness: Harness
 async def test_a_leader_whose_lease_is_deleted_steps_down_and_a_new_election_runs(
     harness: Harness,
 ) -> None:
-    a, b = harness.replica("a"), harness.replica("b")
-    harness.start(a)
-    await until(lambda: a.elector.is_leader, R + SLACK)
-    harness.start(b)
-    await asyncio.sleep(2 * R)
+    a, _ = await harness.leader_and_standby()
     await asyncio.to_thread(harness.admin.delete_namespaced_lease, LEASE, NS)
     await until(a.terms[0].lost.is_set, R + SLACK)
     await until(lambda: a.terms[0].end is not None, SLACK)  # its work is cancelled after
@@ -398,11 +395,7 @@ async def test_a_leader_whose_lease_is_deleted_steps_down_and_a_new_election_run
 async def test_a_leader_cut_off_from_the_api_stops_before_another_takes_over(
     harness: Harness,
 ) -> None:
-    a, b = harness.replica("a"), harness.replica("b")
-    harness.start(a)
-    await until(lambda: a.elector.is_leader, R + SLACK)
-    harness.start(b)
-    await asyncio.sleep(2 * R)
+    a, b = await harness.leader_and_standby()
     with socket.socket() as s:  # a port where nothing listens: connection refused
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"

@@ -17,12 +17,29 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from bellows.sim.engine import SimResult
 
 __all__ = ["plot_batches", "plot_completed", "plot_gpus_in_use", "plot_run"]
 
 _GRID_POINTS = 1500
+
+
+def _save(fig: Figure, ax: Axes, path: Path, *, ylabel: str, title: str) -> Path:
+    """Label, title and grid the axis over time in minutes, add a legend if anything is
+    labelled, and write the figure to ``path``."""
+    ax.set_xlabel("time (min)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def plot_completed(
@@ -33,15 +50,7 @@ def plot_completed(
     for label, curve in curves.items():
         points = np.asarray(curve, dtype=float)
         ax.step(points[:, 0], points[:, 1], where="post", label=label)
-    ax.set_xlabel("time (min)")
-    ax.set_ylabel("jobs completed")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, ylabel="jobs completed", title=title)
 
 
 def plot_gpus_in_use(results: Mapping[str, SimResult], path: Path, *, title: str) -> Path:
@@ -59,15 +68,7 @@ def plot_gpus_in_use(results: Mapping[str, SimResult], path: Path, *, title: str
             [g for _, g in caps] + [caps[-1][1]],
             where="post", color="black", linestyle=":", label="capacity",
         )  # fmt: skip
-    ax.set_xlabel("time (min)")
-    ax.set_ylabel("GPUs in use")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, ylabel="GPUs in use", title=title)
 
 
 def mean_batch_by_category(result: SimResult) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -95,17 +96,8 @@ def plot_batches(result: SimResult, path: Path, *, title: str) -> Path:
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for cat, values in means.items():
         ax.plot(minutes, values, label=f"category {cat}" if cat else "jobs")
-    ax.set_xlabel("time (min)")
-    ax.set_ylabel("mean global batch (samples)")
     ax.set_yscale("log")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    if means:
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, ylabel="mean global batch (samples)", title=title)
 
 
 def plot_run(result: SimResult, out: Path, *, label: str) -> list[Path]:

@@ -148,61 +148,38 @@ class EmulatedOperator:
         state = self._training.get(uid)
         running = uid in self._running
         status = copy.deepcopy(obj.get("status") or {})
-        _condition(
-            status,
-            "Created",
-            "True",
-            reason=f"{kind.kind}Created",
-            message=f"{kind.kind} {name} is created.",
-            now=self._now(),
-        )
+
+        def mark(condition: str, value: str, reason: str, verb: str) -> None:
+            """Set a condition as the operator words it: ``<Kind><reason>``, "is <verb>"."""
+            _condition(
+                status,
+                condition,
+                value,
+                reason=f"{kind.kind}{reason}",
+                message=f"{kind.kind} {name} is {verb}.",
+                now=self._now(),
+            )
+
+        mark("Created", "True", "Created", "created")
         now = self.emulated_now()
         if suspended and running:
             self._running.discard(uid)
             if state is not None:
                 self._training[uid] = stop(state, now)
-            _condition(
-                status,
-                "Running",
-                "False",
-                reason=f"{kind.kind}Suspended",
-                message=f"{kind.kind} {name} is suspended.",
-                now=self._now(),
-            )
+            mark("Running", "False", "Suspended", "suspended")
         if suspended:
-            _condition(
-                status,
-                "Suspended",
-                "True",
-                reason=f"{kind.kind}Suspended",
-                message=f"{kind.kind} {name} is suspended.",
-                now=self._now(),
-            )
+            mark("Suspended", "True", "Suspended", "suspended")
             status["replicaStatuses"] = {t: {"active": 0} for t in _replica_types(kind, obj)}
         elif not running:
             failure = self._start(kind, obj, launcher, now)
             if "Suspended" in conditions({"status": status}):
-                _condition(
-                    status,
-                    "Suspended",
-                    "False",
-                    reason=f"{kind.kind}Resumed",
-                    message=f"{kind.kind} {name} is resumed.",
-                    now=self._now(),
-                )
+                mark("Suspended", "False", "Resumed", "resumed")
             status["startTime"] = rfc3339(self._now())
             if failure:
                 self._finish(status, kind, name, "Failed", failure)
             else:
                 self._running.add(uid)
-                _condition(
-                    status,
-                    "Running",
-                    "True",
-                    reason=f"{kind.kind}Running",
-                    message=f"{kind.kind} {name} is running.",
-                    now=self._now(),
-                )
+                mark("Running", "True", "Running", "running")
                 status["replicaStatuses"] = {
                     t: {"active": _count(kind, obj, t)} for t in _replica_types(kind, obj)
                 }
