@@ -1,9 +1,10 @@
 """Domain types for training jobs, their profiles and their allocations.
 
-The innermost layer: plain frozen dataclasses, validated on construction, with no I/O and
-no dependency on any other part of Bellows. Every invalid value raises :class:`SpecError`,
-which names the field, the value and what would be valid, so that a bad job can be reported
-to its owner and skipped without touching anything else.
+Plain frozen dataclasses, validated on construction, with no I/O and no dependency on any
+other part of Bellows but :mod:`bellows.inputs` (the bounded parser and its error). Every
+invalid value raises :class:`SpecError`, which names the field, the value and what would be
+valid, so that a bad job can be reported to its owner and skipped without touching anything
+else.
 
 Units: seconds for time, samples for batches and work, parameters for ``weights``.
 """
@@ -12,53 +13,42 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from bellows.inputs import SpecError, check_float, check_int
 
 __all__ = [
+    "MAX_BATCH",
+    "MAX_GPUS",
+    "MAX_LOCAL_BATCH",
+    "MAX_PROFILE_POINTS",
+    "MAX_STEP_SECONDS",
+    "MAX_WEIGHTS",
+    "MAX_WORK",
     "Allocation",
     "JobSpec",
     "SpecError",
     "StepProfile",
     "check_names_unique",
     "feasible_allocations",
+    "fit_to_cluster",
     "is_feasible",
 ]
 
 
-class SpecError(ValueError):
-    """A value in a job, profile or allocation is outside its valid range.
-
-    ``field`` is the dotted name of the offending field, ``value`` the value given and
-    ``valid`` a short description of what would have been accepted.
-    """
-
-    def __init__(self, field: str, value: object, valid: str) -> None:
-        self.field = field
-        self.value = value
-        self.valid = valid
-        super().__init__(f"{field}={value!r} is invalid: expected {valid}")
-
-    def within(self, prefix: str) -> SpecError:
-        """The same error with ``prefix.`` in front of the field (for nested specs)."""
-        return SpecError(f"{prefix}.{self.field}", self.value, self.valid)
+# Documented bounds (docs/user-guide-annotations.md, docs/simulator.md): past them a value is
+# a mistake or an attack, and tables sized by it would exhaust memory.
+MAX_GPUS = 65_536  # k_max and gpus of one job
+MAX_BATCH = 1 << 30  # global batch sizes, samples per iteration
+MAX_LOCAL_BATCH = 1 << 20  # m_max and the profile's per-GPU batches
+MAX_WEIGHTS = 10**13  # model parameters
+MAX_WORK = 1e15  # samples to process
+MAX_STEP_SECONDS = 1e5  # one profiled iteration on one GPU
+MAX_PROFILE_POINTS = 256
 
 
-def _require_int(name: str, value: object, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(name, value, f"an integer >= {minimum}")
-    if value < minimum:
-        raise SpecError(name, value, f"an integer >= {minimum}")
-    return value
-
-
-def _require_positive_float(name: str, value: object, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SpecError(name, value, "a finite number " + (">= 0" if allow_zero else "> 0"))
-    number = float(value)
-    bad = not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero)
-    if bad:
-        raise SpecError(name, value, "a finite number " + (">= 0" if allow_zero else "> 0"))
-    return number
+def _require_positive_float(name: str, value: object, *, maximum: float) -> float:
+    return check_float(name, value, minimum=0.0, maximum=maximum, open_min=True)
 
 
 @dataclass(frozen=True)
@@ -75,8 +65,12 @@ class StepProfile:
     def __post_init__(self) -> None:
         object.__setattr__(self, "local_batches", tuple(self.local_batches))
         object.__setattr__(self, "seconds", tuple(self.seconds))
-        if not self.local_batches:
-            raise SpecError("profile.local_batches", self.local_batches, "at least one point")
+        if not 1 <= len(self.local_batches) <= MAX_PROFILE_POINTS:
+            raise SpecError(
+                "profile.local_batches",
+                f"{len(self.local_batches)} points",
+                f"at least one point and at most {MAX_PROFILE_POINTS}",
+            )
         if len(self.seconds) != len(self.local_batches):
             raise SpecError(
                 "profile.seconds",
@@ -85,14 +79,14 @@ class StepProfile:
             )
         previous = 0
         for i, m in enumerate(self.local_batches):
-            _require_int(f"profile.local_batches[{i}]", m, minimum=1)
+            check_int(f"profile.local_batches[{i}]", m, minimum=1, maximum=MAX_LOCAL_BATCH)
             if m <= previous:
                 raise SpecError(
                     f"profile.local_batches[{i}]", m, f"strictly increasing (> {previous})"
                 )
             previous = m
         for i, s in enumerate(self.seconds):
-            _require_positive_float(f"profile.seconds[{i}]", s)
+            _require_positive_float(f"profile.seconds[{i}]", s, maximum=MAX_STEP_SECONDS)
 
     @classmethod
     def from_points(cls, points: Iterable[tuple[int, float]]) -> StepProfile:
@@ -132,25 +126,25 @@ class JobSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise SpecError("name", self.name, "a non-empty string")
-        _require_int("b_min", self.b_min, minimum=1)
-        _require_int("b_max", self.b_max, minimum=1)
+        check_int("b_min", self.b_min, minimum=1, maximum=MAX_BATCH)
+        check_int("b_max", self.b_max, minimum=1, maximum=MAX_BATCH)
         if self.b_min > self.b_max:
             raise SpecError("b_min", self.b_min, f"<= b_max ({self.b_max})")
-        _require_int("batch_size", self.batch_size, minimum=1)
+        check_int("batch_size", self.batch_size, minimum=1, maximum=MAX_BATCH)
         if not self.b_min <= self.batch_size <= self.b_max:
             raise SpecError(
                 "batch_size", self.batch_size, f"in [b_min, b_max] = [{self.b_min}, {self.b_max}]"
             )
-        _require_int("k_max", self.k_max, minimum=1)
-        _require_int("m_max", self.m_max, minimum=1)
-        _require_int("weights", self.weights, minimum=1)
-        work = _require_positive_float("work", self.work)
+        check_int("k_max", self.k_max, minimum=1, maximum=MAX_GPUS)
+        check_int("m_max", self.m_max, minimum=1, maximum=MAX_LOCAL_BATCH)
+        check_int("weights", self.weights, minimum=1, maximum=MAX_WEIGHTS)
+        work = _require_positive_float("work", self.work, maximum=MAX_WORK)
         object.__setattr__(self, "work", work)
         if not isinstance(self.profile, StepProfile):
             raise SpecError("profile", self.profile, "a StepProfile")
         if not isinstance(self.elastic, bool):
             raise SpecError("elastic", self.elastic, "true or false")
-        _require_int("gpus", self.gpus, minimum=1)
+        check_int("gpus", self.gpus, minimum=1, maximum=MAX_GPUS)
         if self.gpus > self.k_max:
             raise SpecError("gpus", self.gpus, f"<= k_max ({self.k_max})")
         if self.elastic:
@@ -182,8 +176,8 @@ class Allocation:
     batch: int
 
     def __post_init__(self) -> None:
-        _require_int("gpus", self.gpus, minimum=1)
-        _require_int("batch", self.batch, minimum=1)
+        check_int("gpus", self.gpus, minimum=1, maximum=MAX_GPUS)
+        check_int("batch", self.batch, minimum=1, maximum=MAX_BATCH)
 
     @property
     def local_batch(self) -> int:
@@ -244,3 +238,22 @@ def check_names_unique(jobs: Sequence[JobSpec]) -> None:
         if job.name in seen:
             raise SpecError(f"jobs[{i}].name", job.name, "a name not used by an earlier job")
         seen.add(job.name)
+
+
+def fit_to_cluster(job: JobSpec, gpus: int) -> JobSpec:
+    """``job`` with ``k_max`` no larger than a cluster of ``gpus`` GPUs (``job`` if it fits).
+
+    GPU tables are sized by ``k_max``, so an owner's ``k_max`` of a million must not reach
+    them. A rigid job keeps its GPU count (it either fits or waits); an elastic one asks for
+    at most the cluster. :class:`SpecError` when no batch stays feasible on that many GPUs.
+    ``gpus <= 0`` (capacity not known yet) changes nothing.
+    """
+    if gpus <= 0 or job.k_max <= gpus:
+        return job
+    k_max = max(gpus, job.gpus) if not job.elastic else gpus
+    try:
+        return replace(job, k_max=k_max, gpus=min(job.gpus, k_max))
+    except SpecError as err:
+        raise SpecError(
+            "k_max", job.k_max, f"a size whose batches fit the cluster's {gpus} GPUs ({err.valid})"
+        ) from None

@@ -83,7 +83,7 @@ def test_specs_from_the_examples(examples):
     ("change", "field", "valid"),
     [
         ({keys.MIN_BATCH: "1024"}, keys.MIN_BATCH, "<= bellows.io/max-batch-size"),
-        ({keys.MAX_GPUS: "zero"}, keys.MAX_GPUS, "integer >= 1"),
+        ({keys.MAX_GPUS: "zero"}, keys.MAX_GPUS, "integer in [1, 65536]"),
         ({keys.WORK: None}, keys.WORK, "required"),
         ({keys.BATCH_ENV: "1BAD"}, keys.BATCH_ENV, "environment variable name"),
         ({keys.PROFILE: '{"kind": "JobProfile"}'}, keys.PROFILE + ".apiVersion", "required"),

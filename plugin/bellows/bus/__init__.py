@@ -37,7 +37,7 @@ from bellows.bus.events import (
 )
 from bellows.bus.observers import BusObserver, NullObserver
 from bellows.bus.publishing import EventPublisher, Published, publish_events
-from bellows.bus.pumping import Apply, EventPump
+from bellows.bus.pumping import Apply, EventPump, PartlyAppliedError
 from bellows.bus.settings import NatsSettings, Secret, TlsSettings
 from bellows.bus.streams import ensure_consumer, ensure_kv, ensure_streams
 
@@ -68,6 +68,7 @@ __all__ = [
     "Observation",
     "Offered",
     "Outcome",
+    "PartlyAppliedError",
     "Published",
     "ResumeStore",
     "Secret",

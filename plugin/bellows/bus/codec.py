@@ -23,7 +23,7 @@ from importlib import resources
 from typing import Any, Final
 
 from bellows.bus.events import Event, EventType, JobArrived, JobCompleted, JobRef
-from bellows.jobs import SpecError
+from bellows.inputs import SpecError, parse_json, parse_time, shown
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -46,6 +46,8 @@ _FIELDS: dict[EventType, frozenset[str]] = {
     EventType.COMPLETED: _COMMON | {"outcome"},
 }
 _JOB_FIELDS = frozenset({"kind", "namespace", "name", "uid", "resourceVersion"})
+MAX_EVENT_BYTES: Final = 256 * 1024
+MAX_EVENT_DEPTH: Final = 16
 
 
 class EventError(ValueError):
@@ -104,26 +106,39 @@ def encode(event: Event) -> bytes:
 def decode(data: bytes) -> Event:
     """The event in ``data``, or :class:`EventError` saying why it is not one."""
     try:
-        raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EventError(MALFORMED_JSON, f"not UTF-8 JSON: {exc}") from None
+        raw = parse_json(
+            "message", data, max_bytes=MAX_EVENT_BYTES, max_depth=MAX_EVENT_DEPTH, what="an event"
+        )
+    except SpecError as exc:
+        raise EventError(MALFORMED_JSON, f"not UTF-8 JSON within limits: {exc}") from None
     return from_json(raw)
 
 
 def from_json(raw: object) -> Event:
     """The event in an already parsed JSON value (see :func:`decode`)."""
+    try:
+        return _from_json(raw)
+    except EventError:
+        raise
+    except (ValueError, TypeError, LookupError, ArithmeticError, RecursionError) as exc:
+        # every check below raises SpecError; anything else is a value no check foresaw
+        raise EventError(INVALID_EVENT, f"{type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def _from_json(raw: object) -> Event:
     if not isinstance(raw, dict):
         raise EventError(INVALID_EVENT, f"expected a JSON object, got {type(raw).__name__}")
     version = raw.get("version")
     if version != SCHEMA_VERSION or isinstance(version, bool):
         raise EventError(
-            UNKNOWN_VERSION, f"version={version!r} is not supported: expected {SCHEMA_VERSION}"
+            UNKNOWN_VERSION,
+            f"version={shown(version)} is not supported: expected {SCHEMA_VERSION}",
         )
     try:
-        kind = EventType(str(raw.get("type")))
+        kind = EventType(raw["type"] if isinstance(raw.get("type"), str) else "")
     except ValueError:
         valid = " or ".join(repr(t.value) for t in EventType)
-        raise EventError(UNKNOWN_TYPE, f"type={raw.get('type')!r}: expected {valid}") from None
+        raise EventError(UNKNOWN_TYPE, f"type={shown(raw.get('type'))}: expected {valid}") from None
     _refuse_unknown(raw, _FIELDS[kind], "")
     try:
         return _build(kind, raw)
@@ -135,7 +150,9 @@ def _refuse_unknown(raw: Mapping[str, object], known: frozenset[str], prefix: st
     for key in raw:
         if key not in known:
             allowed = ", ".join(sorted(known))
-            raise EventError(INVALID_EVENT, f"unknown field '{prefix}{key}': expected {allowed}")
+            raise EventError(
+                INVALID_EVENT, f"unknown field '{prefix}{shown(key)[1:-1]}': expected {allowed}"
+            )
 
 
 def _build(kind: EventType, raw: dict[str, Any]) -> Event:
@@ -149,7 +166,7 @@ def _build(kind: EventType, raw: dict[str, Any]) -> Event:
         name=job_raw.get("name"),  # type: ignore[arg-type]
         uid=job_raw.get("uid"),  # type: ignore[arg-type]
     )
-    time = _parse_time(raw.get("time"))
+    time = parse_time("time", raw.get("time"))
     source = raw.get("source", "unknown")
     resource_version = job_raw.get("resourceVersion")
     if kind is EventType.ARRIVED:
@@ -160,18 +177,6 @@ def _build(kind: EventType, raw: dict[str, Any]) -> Event:
     if "outcome" not in raw:
         raise SpecError("outcome", None, "'Succeeded' or 'Failed' (required)")
     return JobCompleted(ref, time, raw["outcome"], resource_version, source)
-
-
-def _parse_time(value: object) -> datetime:
-    if isinstance(value, str):
-        try:
-            moment = datetime.fromisoformat(value)
-        except ValueError:
-            pass
-        else:
-            if moment.tzinfo is not None:
-                return moment
-    raise SpecError("time", value, "an RFC 3339 timestamp with a zone, e.g. 2025-05-01T12:00:00Z")
 
 
 def event_schema() -> dict[str, Any]:

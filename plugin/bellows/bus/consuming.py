@@ -18,7 +18,7 @@ import structlog
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from bellows.bus.codec import EventError, decode
+from bellows.bus.codec import INVALID_EVENT, EventError, decode
 from bellows.bus.events import Event
 from bellows.bus.observers import BusObserver, NullObserver
 from bellows.bus.publishing import MSG_ID_HEADER
@@ -138,6 +138,10 @@ class EventConsumer:
             event = decode(msg.data)
         except EventError as exc:
             await self.dead_letter(msg, exc.code, exc.reason)
+            return None
+        except Exception as exc:  # a decoder bug must cost one message, never the batch
+            _log.exception("event.decode_crashed", sequence=meta.sequence.stream)
+            await self.dead_letter(msg, INVALID_EVENT, f"{type(exc).__name__}: {str(exc)[:200]}")
             return None
         self._observer.consumed(event.type, lag_s=(now - event.time).total_seconds())
         return Delivery(event, msg.subject, meta.sequence.stream, meta.num_delivered, msg)

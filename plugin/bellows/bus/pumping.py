@@ -11,16 +11,16 @@ than ``ack_wait`` does not trigger redeliveries.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
 
 from bellows.bus.batching import Batch, Batcher, Offered
 from bellows.bus.consuming import Delivery, EventConsumer
-from bellows.bus.events import Event
+from bellows.bus.events import Event, event_key
 from bellows.bus.observers import BusObserver, NullObserver
 
-__all__ = ["APPLY_FAILED", "Apply", "Early", "EventPump"]
+__all__ = ["APPLY_FAILED", "Apply", "Early", "EventPump", "PartlyAppliedError"]
 
 APPLY_FAILED = "apply_failed"
 
@@ -28,6 +28,20 @@ Apply = Callable[[tuple[Event, ...]], Awaitable[None]]
 Early = Callable[[tuple[Event, ...]], bool]
 
 _log = structlog.get_logger("bellows.bus")
+
+
+class PartlyAppliedError(Exception):
+    """``apply`` took every event of its batch but ``failed``; those alone come back.
+
+    ``apply`` raises it (or a subclass) after the round the other events led to has been
+    applied: their deliveries are acked, and each failed one is redelivered, or
+    dead-lettered with its reason once it has been delivered ``max_deliver`` times.
+    """
+
+    def __init__(self, failed: Sequence[tuple[Event, str]]) -> None:
+        self.failed = tuple(failed)
+        listed = "; ".join(f"{e.job.name}: {reason}" for e, reason in self.failed[:5])
+        super().__init__(f"{len(self.failed)} event(s) not taken ({listed})")
 
 
 class EventPump:
@@ -111,25 +125,34 @@ class EventPump:
 
     async def _apply_batch(self, batch: Batch[Delivery]) -> None:
         started = self._clock()
+        failed: dict[object, str] = {}
         try:
             await self._apply(batch.events)
+        except PartlyAppliedError as exc:  # the others were taken: ack them, keep these
+            failed = {event_key(e): reason for e, reason in exc.failed}
+            _log.warning("batch.partly_applied", events=len(batch.events), failed=len(failed))
+            self._observer.apply_failed(len(failed))
         except Exception as exc:  # any failure of the wiring must not stop the loop
             _log.exception("batch.apply_failed", events=len(batch.events))
             self._observer.apply_failed(len(batch.events))
-            await self._hand_back(batch, f"{type(exc).__name__}: {exc}")
-            return
+            failed = dict.fromkeys(batch.keys, f"{type(exc).__name__}: {exc}")
         for delivery in batch.handles:
-            await delivery.ack()
-        self._batcher.commit(batch)
-        self._observer.batch_applied(len(batch.events), seconds=self._clock() - started)
-
-    async def _hand_back(self, batch: Batch[Delivery], reason: str) -> None:
-        for delivery in batch.handles:
-            if delivery.num_delivered >= self._max_deliver:
-                # The server would silently stop redelivering; keep the event visible.
-                await self._consumer.reject(delivery, APPLY_FAILED, reason)
+            why = failed.get(event_key(delivery.event))
+            if why is None:
+                await delivery.ack()
             else:
-                await delivery.nak(self._nak_delay_s)
+                await self._hand_back(delivery, why)
+        taken = tuple(e for e in batch.events if event_key(e) not in failed)
+        if taken:
+            self._batcher.commit(Batch(taken, (), batch.closed_at))
+            self._observer.batch_applied(len(taken), seconds=self._clock() - started)
+
+    async def _hand_back(self, delivery: Delivery, reason: str) -> None:
+        if delivery.num_delivered >= self._max_deliver:
+            # The server would silently stop redelivering; keep the event visible.
+            await self._consumer.reject(delivery, APPLY_FAILED, reason)
+        else:
+            await delivery.nak(self._nak_delay_s)
 
     async def _keep_alive(self) -> None:
         now = self._clock()

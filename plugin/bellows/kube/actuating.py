@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
+from bellows.inputs import DATA_ERRORS, brief
 from bellows.jobs import SpecError
 from bellows.kube import keys
 from bellows.kube.adapters import KINDS
@@ -155,6 +156,13 @@ class Actuator:
             return Outcome(job, "invalid" if reason == "InvalidSettings" else "refused", problem)
         raise ActuationError(f"{job}: more than {self._max_conflicts} conflicts")
 
+    async def notify(self, job: str, reason: str, message: str, *, warning: bool = False) -> None:
+        """Record an Event on the job (best effort, as every Event; nothing else is written)."""
+        ref = self.ref(job)
+        obj = await self._api.get_job(self._kinds[ref.kind.lower()], ref.namespace, ref.name)
+        if obj is not None:
+            await self._recorder.record(obj, reason, message, warning=warning)
+
     async def resume_interrupted(self, namespace: str | None = None) -> list[Outcome]:
         """Finish every scaling a previous controller left half done (journal not ``done``)."""
         outcomes: list[Outcome] = []
@@ -243,6 +251,8 @@ class Actuator:
                 step = plan(kind, obj, settings, launcher)
             except SpecError as err:
                 return await self.report_problem(job, str(err))
+            except DATA_ERRORS as err:  # a value no check foresaw: still this job's problem
+                return await self.report_problem(job, f"its spec could not be read ({brief(err)})")
             if isinstance(step, Nothing):
                 return Outcome(job, verb if wrote else "unchanged", step.reason)
             if isinstance(step, DeleteLauncher):

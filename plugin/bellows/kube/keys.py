@@ -9,13 +9,12 @@ one module owns the whole ``bellows.io/`` namespace.
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bellows.jobs import SpecError
+from bellows import jobs
+from bellows.inputs import SpecError, check_name, parse_float, parse_int, parse_json
 from bellows.scaling import JobProfile, parse_job_profile
 
 __all__ = [
@@ -68,10 +67,27 @@ ALLOCATION = PREFIX + "allocation"  # "k=4,b=128": the allocation the job runs w
 STATUS = PREFIX + "status"  # one human-readable line: what Bellows did or refused
 
 DEFAULT_PROFILE_KEY = "profile.json"
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-_PAIR = re.compile(r"^k=(\d+),b=(\d+)$")
+PROFILE_MAX_BYTES = 64 * 1024  # a profile is a few hundred bytes; annotations hold 256 KiB
+PROFILE_MAX_DEPTH = 4
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# Names the shell, the dynamic loader, Python or the launchers read for themselves: a batch
+# size written there would change how the training process starts, not its batch.
+_RESERVED_ENV = re.compile(
+    r"PATH|HOME|SHELL|IFS|ENV|BASH_ENV|HOSTNAME|USER|TMPDIR|LANG|TZ"
+    r"|LD_\w*|DYLD_\w*|PYTHON\w*|NODE_OPTIONS|KUBERNETES_\w*|NCCL_\w*|CUDA_\w*|NVIDIA_\w*"
+    r"|OMPI_\w*|PMIX_\w*|TORCHELASTIC_\w*|PET_\w*|MASTER_ADDR|MASTER_PORT|RANK|LOCAL_RANK"
+    r"|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK",
+    re.IGNORECASE,
+)
+_DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,251}[a-z0-9])?")
+_CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
+_PAIR = re.compile(r"k=([0-9]{1,9}),b=([0-9]{1,12})")
+_BOUNDS = {
+    MIN_BATCH: jobs.MAX_BATCH,
+    MAX_BATCH: jobs.MAX_BATCH,
+    MAX_GPUS: jobs.MAX_GPUS,
+    MAX_BATCH_PER_GPU: jobs.MAX_LOCAL_BATCH,
+}
 
 
 @dataclass(frozen=True)
@@ -110,23 +126,16 @@ def opted_in(annotations: Mapping[str, str] | None) -> bool:
 
 def _int(annotations: Mapping[str, str], key: str) -> int:
     if key not in annotations:
-        raise SpecError(key, None, "an integer >= 1 (the annotation is required)")
-    text = annotations[key].strip()
-    if not text.isdigit() or int(text) < 1:
-        raise SpecError(key, annotations[key], "an integer >= 1")
-    return int(text)
+        raise SpecError(
+            key, None, f"an integer in [1, {_BOUNDS[key]}] (the annotation is required)"
+        )
+    return parse_int(key, annotations[key], minimum=1, maximum=_BOUNDS[key])
 
 
 def _work(annotations: Mapping[str, str]) -> float:
     if WORK not in annotations:
         raise SpecError(WORK, None, "samples to process, a number > 0 (the annotation is required)")
-    try:
-        work = float(annotations[WORK])
-    except ValueError:
-        work = math.nan
-    if not math.isfinite(work) or work <= 0:
-        raise SpecError(WORK, annotations[WORK], "samples to process, a finite number > 0")
-    return work
+    return parse_float(WORK, annotations[WORK], minimum=0.0, maximum=jobs.MAX_WORK, open_min=True)
 
 
 def _profile(annotations: Mapping[str, str]) -> JobProfile | ConfigMapRef:
@@ -140,17 +149,20 @@ def _profile(annotations: Mapping[str, str]) -> JobProfile | ConfigMapRef:
     if ref is None:
         raise SpecError(PROFILE, None, f"a JobProfile JSON document, or set {PROFILE_CONFIGMAP}")
     name, _, key = ref.partition("/")
-    if not _DNS_NAME.match(name) or (key and not _CONFIGMAP_KEY.match(key)):
+    if not _DNS_NAME.fullmatch(name) or (key and not _CONFIGMAP_KEY.fullmatch(key)):
         raise SpecError(PROFILE_CONFIGMAP, ref, "'<configmap-name>' or '<configmap-name>/<key>'")
     return ConfigMapRef(name, key or DEFAULT_PROFILE_KEY)
 
 
 def parse_profile_text(where: str, text: str) -> JobProfile:
     """A profile from JSON text; errors name ``where`` (annotation or ConfigMap key) first."""
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise SpecError(where, text[:80], f"a JobProfile JSON document ({err.msg})") from None
+    document = parse_json(
+        where,
+        text,
+        max_bytes=PROFILE_MAX_BYTES,
+        max_depth=PROFILE_MAX_DEPTH,
+        what="a JobProfile JSON document",
+    )
     try:
         return parse_job_profile(document)
     except SpecError as err:
@@ -159,8 +171,16 @@ def parse_profile_text(where: str, text: str) -> JobProfile:
 
 def _env(annotations: Mapping[str, str], key: str) -> str | None:
     name = annotations.get(key)
-    if name is not None and not _ENV_NAME.match(name):
-        raise SpecError(key, name, "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+    if name is None:
+        return None
+    check_name(key, name, _ENV_NAME, "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+    if _RESERVED_ENV.fullmatch(name):
+        raise SpecError(
+            key,
+            name,
+            "a name of the job's own, such as BELLOWS_GLOBAL_BATCH_SIZE (not one the shell, "
+            "the loader, Python, CUDA/NCCL or the launchers read: PATH, LD_*, PYTHON*, RANK…)",
+        )
     return name
 
 
@@ -205,7 +225,12 @@ def parse_pair(key: str, text: str | None) -> tuple[int, int] | None:
     """``(gpus, batch)`` from ``k=…,b=…``; ``None`` when absent; SpecError when malformed."""
     if text is None:
         return None
-    match = _PAIR.match(text)
-    if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
-        raise SpecError(key, text, "'k=<gpus>,b=<batch>' with integers >= 1")
-    return int(match.group(1)), int(match.group(2))
+    top_k, top_b = jobs.MAX_GPUS, jobs.MAX_BATCH
+    valid = f"'k=<gpus>,b=<batch>' with 1 <= gpus <= {top_k} and 1 <= batch <= {top_b}"
+    match = _PAIR.fullmatch(text) if isinstance(text, str) else None
+    if not match:
+        raise SpecError(key, text, valid)
+    gpus, batch = int(match.group(1)), int(match.group(2))
+    if not (1 <= gpus <= top_k and 1 <= batch <= top_b):
+        raise SpecError(key, text, valid)
+    return gpus, batch

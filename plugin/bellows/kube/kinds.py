@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from bellows.jobs import SpecError
+from bellows import inputs
+from bellows.inputs import check_int, parse_int
+from bellows.jobs import MAX_GPUS, SpecError
 
 __all__ = ["JobKind", "JobRef", "JobView", "conditions", "finished_state", "parse_time"]
 
@@ -115,12 +117,12 @@ def finished_state(obj: Mapping[str, Any]) -> str | None:
 
 
 def parse_time(text: object) -> datetime | None:
-    """An RFC 3339 timestamp, or ``None`` when absent or malformed."""
-    if not isinstance(text, str):
+    """An RFC 3339 timestamp with a zone (in UTC), or ``None`` when absent or malformed."""
+    if text is None:
         return None
     try:
-        return datetime.fromisoformat(text)
-    except ValueError:
+        return inputs.parse_time("time", text)
+    except SpecError:
         return None
 
 
@@ -146,10 +148,10 @@ def gpu_limit(container: Mapping[str, Any], where: str) -> int:
     """The container's ``nvidia.com/gpu`` limit (0 when absent)."""
     limits = (container.get("resources") or {}).get("limits") or {}
     value = limits.get(GPU, 0)
-    text = str(value)
-    if not text.isdigit():
-        raise SpecError(f"{where}.resources.limits.{GPU}", value, "a whole number of GPUs")
-    return int(text)
+    path = f"{where}.resources.limits.{GPU}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return check_int(path, value, minimum=0, maximum=MAX_GPUS)
+    return parse_int(path, value, minimum=0, maximum=MAX_GPUS)
 
 
 def env_values(containers: list[Mapping[str, Any]], name: str, where: str) -> list[str | None]:

@@ -16,6 +16,9 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
+from bellows.inputs import DATA_ERRORS, brief
 from bellows.jobs import Allocation, JobSpec, SpecError
 from bellows.kube import keys
 from bellows.kube.adapters import KINDS
@@ -26,6 +29,8 @@ from bellows.kube.specs import build_spec
 from bellows.scaling import JobProfile
 
 __all__ = ["Arrived", "Deleted", "Finished", "Invalid", "JobReader", "Observation"]
+
+_log = structlog.get_logger("bellows.reader")
 
 
 @dataclass(frozen=True)
@@ -89,24 +94,37 @@ class JobReader:
         self._watch_timeout_s = watch_timeout_s
 
     async def examine(self, kind: JobKind, obj: Mapping[str, Any]) -> Observation | None:
-        """What ``obj`` means to Bellows; ``None`` for a job that did not opt in."""
+        """What ``obj`` means to Bellows; ``None`` for a job that did not opt in.
+
+        Whatever a job carries, the answer is an observation: a value no check foresaw makes
+        the job :class:`Invalid` too (one bad object is that object's problem). Only API
+        errors (reading its profile ConfigMap) propagate, to be retried.
+        """
         meta = obj.get("metadata") or {}
         notes = meta.get("annotations") or {}
         if not keys.opted_in(notes):
             return None
         key = JobRef(kind.kind, meta.get("namespace", ""), meta.get("name", "")).key
         try:
-            view = kind.view(obj, ())
-            if view.finished is not None:
-                return Finished(key, view.finished)
-            if view.blocker is not None:
-                return Invalid(key, view.blocker, refused=True)
-            settings = keys.parse_settings(notes)
-            view = kind.view(obj, settings.env_names)
-            profile = await self._profile(view.ref.namespace, settings.profile)
-            spec = build_spec(view, settings, profile)
+            return await self._examine(kind, obj, notes)
         except SpecError as err:
             return Invalid(key, str(err))
+        except DATA_ERRORS as err:
+            _log.exception("job.unreadable", job=key)
+            return Invalid(key, f"its spec could not be read ({brief(err)})")
+
+    async def _examine(
+        self, kind: JobKind, obj: Mapping[str, Any], notes: Mapping[str, str]
+    ) -> Observation:
+        view = kind.view(obj, ())
+        if view.finished is not None:
+            return Finished(view.ref.key, view.finished)
+        if view.blocker is not None:
+            return Invalid(view.ref.key, view.blocker, refused=True)
+        settings = keys.parse_settings(notes)
+        view = kind.view(obj, settings.env_names)
+        profile = await self._profile(view.ref.namespace, settings.profile)
+        spec = build_spec(view, settings, profile)
         journal = Journal.read(notes)
         running = None
         if journal.phase is Phase.DONE and journal.allocation and not view.suspended:

@@ -7,7 +7,8 @@ an env var of the training containers, or a spec field.
 
 from __future__ import annotations
 
-from bellows.jobs import JobSpec, SpecError
+from bellows.inputs import parse_int
+from bellows.jobs import MAX_BATCH, JobSpec, SpecError
 from bellows.kube import keys
 from bellows.kube.kinds import JobView
 from bellows.scaling import JobProfile
@@ -32,10 +33,7 @@ def _env_value(view: JobView, name: str) -> int | None:
         return None
     if len(values) > 1:
         raise SpecError(f"env {name}", sorted(values), "the same value in every training container")
-    text = values.pop()
-    if not text.isdigit() or int(text) < 1:
-        raise SpecError(f"env {name}", text, "an integer >= 1")
-    return int(text)
+    return parse_int(f"env {name}", values.pop(), minimum=1, maximum=MAX_BATCH)
 
 
 def requested_allocation(view: JobView, settings: keys.Settings) -> tuple[int, int]:

@@ -23,7 +23,8 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-from bellows.jobs import SpecError, StepProfile
+from bellows.inputs import check_float, check_int
+from bellows.jobs import MAX_LOCAL_BATCH, MAX_STEP_SECONDS, MAX_WEIGHTS, SpecError, StepProfile
 from bellows.scaling.profiles import MAX_OVERLAP, ClusterProfile, JobProfile, LinkCost
 
 __all__ = [
@@ -65,19 +66,12 @@ def _header(obj: Mapping[str, object], kind: str) -> None:
         raise SpecError("kind", obj["kind"], repr(kind))
 
 
-def _int(path: str, value: object, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SpecError(path, value, f"an integer >= {minimum}")
-    return value
+def _int(path: str, value: object, *, minimum: int, maximum: int | None = None) -> int:
+    return check_int(path, value, minimum=minimum, maximum=maximum)
 
 
 def _number(path: str, value: object, *, minimum: float, maximum: float = math.inf) -> float:
-    valid = f"a finite number in [{minimum:g}, {maximum:g}]"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SpecError(path, value, valid)
-    if not math.isfinite(value) or not minimum <= value <= maximum:
-        raise SpecError(path, value, valid)
-    return float(value)
+    return check_float(path, value, minimum=minimum, maximum=maximum)
 
 
 def _string(path: str, value: object) -> str:
@@ -95,12 +89,16 @@ def _step(value: object) -> StepProfile:
         here = f"step[{i}]"
         point = _mapping(here, item)
         _keys(here, point, {"localBatch", "seconds"}, set())
-        m = _int(f"{here}.localBatch", point["localBatch"], minimum=1)
+        m = _int(f"{here}.localBatch", point["localBatch"], minimum=1, maximum=MAX_LOCAL_BATCH)
         if batches and m <= batches[-1]:
             raise SpecError(f"{here}.localBatch", m, f"strictly increasing (> {batches[-1]})")
-        s = _number(f"{here}.seconds", point["seconds"], minimum=0.0)
-        if s <= 0:
-            raise SpecError(f"{here}.seconds", point["seconds"], "a finite number > 0")
+        s = check_float(
+            f"{here}.seconds",
+            point["seconds"],
+            minimum=0.0,
+            maximum=MAX_STEP_SECONDS,
+            open_min=True,
+        )
         batches.append(m)
         seconds.append(s)
     return StepProfile(tuple(batches), tuple(seconds))
@@ -113,10 +111,12 @@ def parse_job_profile(obj: Mapping[str, object]) -> JobProfile:
     _header(obj, "JobProfile")
     comm = obj.get("commWeights")
     return JobProfile(
-        weights=_int("weights", obj["weights"], minimum=1),
+        weights=_int("weights", obj["weights"], minimum=1, maximum=MAX_WEIGHTS),
         step=_step(obj["step"]),
         source=_string("source", obj.get("source", "")),
-        comm_weights=None if comm is None else _int("commWeights", comm, minimum=1),
+        comm_weights=(
+            None if comm is None else _int("commWeights", comm, minimum=1, maximum=MAX_WEIGHTS)
+        ),
     )
 
 

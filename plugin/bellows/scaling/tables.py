@@ -33,6 +33,8 @@ __all__ = [
     "tsf_tables",
 ]
 
+_CHUNK_ELEMENTS = 1 << 21  # candidate evaluations held in memory at once (~16 MiB each array)
+
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
@@ -187,25 +189,57 @@ def tsf_tables(
     lo = np.maximum(1, -(-b_min // kk))  # [n, width+1]
     hi = np.minimum(m_max, b_max // kk)
     feasible = (col >= 1) & (col <= k_max) & (lo <= hi)
-    lists = [_candidates(job.profile, min(job.m_max, job.b_max)) for job in jobs]
-    size = max(len(c) for c in lists)
-    cand = np.zeros((n, size), dtype=np.int64)
-    for j, c in enumerate(lists):
-        cand[j, : len(c)] = c
-    m = np.concatenate(
-        [np.broadcast_to(cand[:, None, :], (n, width + 1, size)), hi[:, :, None]], axis=-1
-    )  # [n, width+1, size+1]
-    usable = (m >= lo[:, :, None]) & (m <= hi[:, :, None]) & (m >= 1) & feasible[:, :, None]
-    m_safe = np.where(usable, m, 1).astype(np.float64)
-    t_proc = processing_seconds_rows(knots, m_safe.reshape(n, -1)).reshape(m_safe.shape)
-    t_iter = _combine(cluster, t_proc, np.broadcast_to(tar[:, :, None], t_proc.shape))
-    x = np.where(usable, col[:, :, None] * m_safe / t_iter, -np.inf)
-    best = np.argmax(x, axis=-1)[:, :, None]
-    x_best = np.take_along_axis(x, best, axis=-1)[:, :, 0]
-    b_best = col * np.take_along_axis(m, best, axis=-1)[:, :, 0]
+    x_best, m_best = _best_local_batches(
+        jobs, cluster, knots, tar=tar, lo=lo, hi=hi, feasible=feasible
+    )
+    b_best = col * m_best
     x_el = np.where(rigid, x_fixed, np.where(feasible, x_best, 0.0))
     b_el = np.where(rigid, b_fixed, np.where(feasible, b_best, 0))
     return _finish(x_el, b_el, np.where(rigid, ok_fixed, feasible), x1)
+
+
+def _best_local_batches(
+    jobs: Sequence[JobSpec],
+    cluster: ClusterProfile,
+    knots: _Knots,
+    *,
+    tar: F64,
+    lo: I64,
+    hi: I64,
+    feasible: npt.NDArray[np.bool_],
+) -> tuple[F64, I64]:
+    """Per job and k, the highest throughput over the candidate per-GPU batches and the
+    batch that gives it (the first maximum, as one argmax over every candidate).
+
+    Candidates are evaluated in chunks, so that memory stays bounded whatever a profile
+    holds; the largest feasible ``m`` (``hi``, per k) is the last candidate.
+    """
+    n, columns = lo.shape
+    col = np.arange(columns, dtype=np.int64)[None, :]
+    lists = [_candidates(job.profile, min(job.m_max, job.b_max)) for job in jobs]
+    size = max(len(c) for c in lists)
+    cand = np.zeros((n, size + 1), dtype=np.int64)
+    for j, c in enumerate(lists):
+        cand[j, : len(c)] = c
+    x_best = np.full((n, columns), -np.inf)
+    m_best = np.zeros((n, columns), dtype=np.int64)
+    chunk = max(1, _CHUNK_ELEMENTS // (n * columns))
+    for first in range(0, size + 1, chunk):
+        part = cand[:, first : first + chunk]  # [n, c]
+        m = np.broadcast_to(part[:, None, :], (n, columns, part.shape[1])).copy()
+        if first + part.shape[1] == size + 1:
+            m[:, :, -1] = hi
+        usable = (m >= lo[:, :, None]) & (m <= hi[:, :, None]) & (m >= 1) & feasible[:, :, None]
+        m_safe = np.where(usable, m, 1).astype(np.float64)
+        t_proc = processing_seconds_rows(knots, m_safe.reshape(n, -1)).reshape(m_safe.shape)
+        t_iter = _combine(cluster, t_proc, np.broadcast_to(tar[:, :, None], t_proc.shape))
+        x = np.where(usable, col[:, :, None] * m_safe / t_iter, -np.inf)
+        best = np.argmax(x, axis=-1)[:, :, None]
+        x_part = np.take_along_axis(x, best, axis=-1)[:, :, 0]
+        better = x_part > x_best
+        x_best = np.where(better, x_part, x_best)
+        m_best = np.where(better, np.take_along_axis(m, best, axis=-1)[:, :, 0], m_best)
+    return x_best, m_best
 
 
 def _finish(x: F64, b: I64, ok: npt.NDArray[np.bool_], x1: F64) -> TsfTables:

@@ -23,16 +23,17 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
 from bellows.autoscaler import Autoscaler, Decision, Preempt, Reject, Rescale, Start
-from bellows.bus import Event, JobArrived, JobCompleted
-from bellows.jobs import Allocation
+from bellows.bus import Event, JobArrived, JobCompleted, PartlyAppliedError
+from bellows.inputs import DATA_ERRORS, SpecError, brief
+from bellows.jobs import Allocation, fit_to_cluster
 from bellows.kube import (
     KINDS,
     ActuationError,
@@ -56,6 +57,7 @@ from bellows.service.ledger import Ledger
 __all__ = ["Controller", "ControllerObserver", "EventsNotTakenError", "NullControllerObserver"]
 
 _log = structlog.get_logger("bellows.controller")
+_T = TypeVar("_T")
 
 
 class ControllerObserver:
@@ -76,23 +78,23 @@ class ControllerObserver:
     def applied(self, decision: Decision, outcome: Outcome) -> None:
         """One decision was driven to ``outcome`` on the cluster."""
 
+    def invalid_jobs(self, count: int) -> None:
+        """``count`` opted-in jobs are left alone now because their data is invalid."""
+
 
 NullControllerObserver = ControllerObserver
 
 
-class EventsNotTakenError(RuntimeError):
+class EventsNotTakenError(PartlyAppliedError):
     """Some events of a window could not be read (API errors); the pump redelivers them.
 
-    The window's other events were taken and its round ran before this was raised.
+    The window's other events were taken and its round ran before this was raised; the
+    pump acks those.
     """
 
-    def __init__(self, failures: Sequence[tuple[str, BaseException]]) -> None:
+    def __init__(self, failures: Sequence[tuple[Event, BaseException]]) -> None:
         self.failures = tuple(failures)
-        listed = "; ".join(
-            f"{job}: {type(e).__name__}: {str(e).strip().splitlines()[0]}"
-            for job, e in failures[:5]
-        )
-        super().__init__(f"{len(failures)} event(s) not taken ({listed})")
+        super().__init__([(event, brief(err)) for event, err in failures])
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,7 @@ class Controller:
         # or, while a decision is unsettled, the larger of before and after (an upper bound)
         self._held: dict[str, int] = {}
         self._active: set[str] = set()  # jobs the core runs or queues (not finished)
+        self._invalid: set[str] = set()  # opted-in jobs left alone for their data
         self._lock = asyncio.Lock()  # one window, retry or rebuild at a time
 
     @property
@@ -164,17 +167,28 @@ class Controller:
                 for kind in KINDS:
                     async for page, _ in self._api.list_job_pages(kind, namespace):
                         for obj in page:
-                            found = await self._recovered(kind, obj, now)
+                            key = _key(kind, obj)
+                            found = await self._isolated(key, self._recovered(kind, obj, now))
                             if found is not None:
                                 waiting.append(found)
             waiting.sort(key=lambda item: item[0])
             for _, job in waiting:
-                await self._admit(job, now, arrived_at=now)
+                await self._isolated(job.spec.name, self._admit(job, now, arrived_at=now))
             _log.info(
                 "rebuild.done", running=len(self._auto.allocations), queued=len(self._auto.queued)
             )
             await self._round(now)
             self._rehearse(now)
+
+    async def _isolated(self, job: str, work: Awaitable[_T]) -> _T | None:
+        """``work`` for one job; a value in that job that no check foresaw marks the job
+        invalid and the caller goes on (API errors propagate, to be retried)."""
+        try:
+            return await work
+        except DATA_ERRORS as err:
+            _log.exception("job.failed", job=job)
+            await self._report(Invalid(job, f"Bellows could not take the job ({brief(err)})"))
+            return None
 
     async def _recovered(
         self, kind: JobKind, obj: dict[str, Any], now: float
@@ -183,7 +197,7 @@ class Controller:
         seen = await self._reader.examine(kind, obj)
         if isinstance(seen, Invalid):
             await self._report(seen)
-        if not isinstance(seen, Arrived):
+        if not isinstance(seen, Arrived) or (seen := await self._fit(seen)) is None:
             return None
         journal = Journal.read(seen.view.annotations)
         running = seen.running
@@ -266,12 +280,12 @@ class Controller:
         """
         async with self._lock:
             now = self._clock.now()
-            failures: list[tuple[str, BaseException]] = []
+            failures: list[tuple[Event, BaseException]] = []
             for event in events:
                 try:
                     await self._take(event, now)
                 except Exception as err:  # an API error: the event comes back later
-                    failures.append((event.job.name, err))
+                    failures.append((event, err))
             await self._round(now)
         if failures:
             raise EventsNotTakenError(failures)
@@ -286,6 +300,7 @@ class Controller:
         ref = JobRef(event.job.kind.value, event.job.namespace, event.job.name)
         kind = kind_named(ref.kind)
         if isinstance(event, JobCompleted) and ref.key not in self._active:
+            self._set_invalid(ref.key, False)
             return  # never arrived here, or already finished: nothing to free
         obj = await self._api.get_job(kind, ref.namespace, ref.name)
         gone = obj is None or obj["metadata"].get("uid") != event.job.uid
@@ -311,6 +326,8 @@ class Controller:
             await self._report(seen)
         elif isinstance(seen, Finished | Deleted):
             self._finish(seen.job, now, now)
+        elif (seen := await self._fit(seen)) is None:
+            return
         elif seen.running is not None:
             if self._auto.adopt(seen.spec, seen.running, now):
                 self._held[seen.spec.name] = seen.running.gpus
@@ -330,7 +347,38 @@ class Controller:
             if self.ledger is not None:
                 self.ledger.arrived(seen.spec, arrived_at)
 
+    async def _fit(self, seen: Arrived) -> Arrived | None:
+        """The job sized for this cluster: a ``max-gpus`` above the capacity is clamped to it,
+        and an Event says so; ``None`` (the job reported) when it cannot run on the cluster."""
+        name, capacity = seen.spec.name, self._auto.capacity
+        try:
+            spec = fit_to_cluster(seen.spec, capacity)
+        except SpecError as err:
+            await self._report(Invalid(name, f"{err} (bellows.io/max-gpus)"))
+            return None
+        self._set_invalid(name, False)
+        if spec is seen.spec:
+            return seen
+        if name not in self._active:
+            message = (
+                f"bellows.io/max-gpus={seen.spec.k_max} is more than the cluster's {capacity} "
+                f"GPUs; Bellows gives the job at most {spec.k_max}"
+            )
+            await self._actuator.notify(name, "Clamped", message, warning=True)
+            _log.info("job.clamped", job=name, k_max=seen.spec.k_max, to=spec.k_max)
+        return dataclasses.replace(seen, spec=spec)
+
+    def _set_invalid(self, job: str, invalid: bool) -> None:
+        before = len(self._invalid)
+        if invalid:
+            self._invalid.add(job)
+        else:
+            self._invalid.discard(job)
+        if len(self._invalid) != before:
+            self._observer.invalid_jobs(len(self._invalid))
+
     def _finish(self, job: str, now: float, at: float) -> None:
+        self._set_invalid(job, False)
         if self._auto.finish(job, now):
             _log.info("job.finished", job=job)
             self._retry.pop(job, None)
@@ -340,6 +388,7 @@ class Controller:
                 self.ledger.finished(job, at)
 
     async def _report(self, seen: Invalid) -> None:
+        self._set_invalid(seen.job, not seen.refused)
         reason = "Refused" if seen.refused else "InvalidSettings"
         try:
             await self._actuator.report_problem(seen.job, seen.problem, reason=reason)
@@ -398,9 +447,7 @@ class Controller:
         try:
             outcome = await self._actuator.apply(decision)
         except Exception as err:  # one job must not stop the loop: retry it next round
-            lines = str(err).strip().splitlines()  # an ApiException goes on with headers
-            error = f"{type(err).__name__}: {lines[0] if lines else ''}"
-            _log.warning("decision.failed", job=decision.job, error=error)
+            _log.warning("decision.failed", job=decision.job, error=brief(err))
             self._retry[decision.job] = decision
             return
         self._observer.applied(decision, outcome)
@@ -422,6 +469,11 @@ class Controller:
         if self.ledger is not None:
             # GPUs are held from when the pods run again, not from when the round decided
             self.ledger.applied(decision, max(now, self._clock.now()))
+
+
+def _key(kind: JobKind, obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return JobRef(kind.kind, str(meta.get("namespace", "")), str(meta.get("name", ""))).key
 
 
 def _frees(decision: Decision) -> bool:

@@ -46,6 +46,11 @@ class Metrics:
         self.gpus_allocated = Gauge(
             "bellows_gpus_allocated", "GPUs given to running jobs", registry=r
         )
+        self.jobs_invalid = Gauge(
+            "bellows_jobs_invalid",
+            "Opted-in jobs Bellows leaves alone because their settings or spec are invalid",
+            registry=r,
+        )
         self.gpus_capacity = Gauge("bellows_gpus_capacity", "GPUs Bellows may hand out", registry=r)
         self.optimizer_seconds = Histogram(
             "bellows_optimizer_seconds",

@@ -30,6 +30,7 @@ from bellows.bus import (
     ensure_kv,
     ensure_streams,
 )
+from bellows.inputs import brief
 from bellows.jobs import SpecError
 from bellows.kube import Actuator, JobReader, KubeApi, Outcome
 from bellows.scaling import ClusterProfile, default_cluster, load_cluster_profile
@@ -76,6 +77,9 @@ class MetricsObserver(ControllerObserver):
 
     def applied(self, decision: Decision, outcome: Outcome) -> None:
         _log.debug("decision.outcome", job=decision.job, result=outcome.result)
+
+    def invalid_jobs(self, count: int) -> None:
+        self._metrics.jobs_invalid.set(count)
 
 
 def kube_api_client(settings: KubernetesSettings) -> k8s.ApiClient:
@@ -184,12 +188,6 @@ RETRY_S = 1.0  # seconds between retries of decisions the cluster did not take
 REBUILD_BACKOFF_S = (0.5, 30.0)  # first and longest wait between failed rebuilds
 
 
-def _brief(err: BaseException) -> str:
-    """``Type: first line`` (an ApiException's text goes on with headers and body)."""
-    lines = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {lines[0] if lines else ''}"
-
-
 async def _wait(stop: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), seconds)
@@ -215,27 +213,33 @@ async def _started_controller(
     while not stop.is_set():
         try:
             capacity = await read_capacity(api_client, config.controller.capacity)
-            controller = Controller(
-                api=api,
-                # the pump's window is Δ: the core decides at every window with news
-                autoscaler=Autoscaler(
-                    replace(config.controller.autoscaler_config(), delta_s=0.0),
-                    capacity=capacity,
-                    cluster=cluster,
-                ),
-                actuator=Actuator(api, halt_timeout_s=config.controller.halt_timeout_s),
-                reader=JobReader(api, namespace=namespaces[0] if len(namespaces) == 1 else None),
-                namespaces=namespaces,
-                now=clock.now,
-                wall_to_clock=clock.at,
-                observer=MetricsObserver(metrics),
-            )
-            _log.info("controller.leading", capacity=capacity)
-            await controller.rebuild()
         except SpecError:
             raise  # a configuration error does not heal by waiting
         except Exception as err:
-            _log.warning("controller.rebuild_failed", error=_brief(err))
+            _log.warning("controller.capacity_failed", error=brief(err))
+            await _wait(stop, wait)
+            wait = min(wait * 2, longest)
+            continue
+        controller = Controller(
+            api=api,
+            # the pump's window is Δ: the core decides at every window with news
+            autoscaler=Autoscaler(
+                replace(config.controller.autoscaler_config(), delta_s=0.0),
+                capacity=capacity,
+                cluster=cluster,
+            ),
+            actuator=Actuator(api, halt_timeout_s=config.controller.halt_timeout_s),
+            reader=JobReader(api, namespace=namespaces[0] if len(namespaces) == 1 else None),
+            namespaces=namespaces,
+            now=clock.now,
+            wall_to_clock=clock.at,
+            observer=MetricsObserver(metrics),
+        )
+        _log.info("controller.leading", capacity=capacity)
+        try:
+            await controller.rebuild()
+        except Exception as err:  # the API server unreachable or answering errors
+            _log.warning("controller.rebuild_failed", error=brief(err))
             await _wait(stop, wait)
             wait = min(wait * 2, longest)
             continue
@@ -251,7 +255,7 @@ async def _retry_pending(controller: Controller, stop: asyncio.Event) -> None:
             try:
                 await controller.retry_pending()
             except Exception as err:  # the next attempt comes in RETRY_S
-                _log.warning("controller.retry_failed", error=_brief(err))
+                _log.warning("controller.retry_failed", error=brief(err))
 
 
 @contextlib.asynccontextmanager

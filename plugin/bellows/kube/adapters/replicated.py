@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from bellows.jobs import SpecError
+from bellows.inputs import check_int
+from bellows.jobs import MAX_GPUS, SpecError
 from bellows.kube.kinds import (
     JobRef,
     JobView,
@@ -70,11 +71,8 @@ class ReplicatedKind:
         spec = self.specs(obj).get(rtype)
         if spec is None:
             return 0
-        count = spec.get("replicas", 1)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            where = f"spec.{self.specs_field}.{rtype}.replicas"
-            raise SpecError(where, count, "an integer >= 0")
-        return count
+        where = f"spec.{self.specs_field}.{rtype}.replicas"
+        return check_int(where, spec.get("replicas", 1), minimum=0, maximum=MAX_GPUS)
 
     def containers(self, obj: Mapping[str, Any], rtype: str) -> list[Mapping[str, Any]]:
         pod = ((self.specs(obj)[rtype].get("template") or {}).get("spec")) or {}
