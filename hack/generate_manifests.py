@@ -8,9 +8,14 @@ The chart is the one source of truth: this script renders it with Helm's own eng
   kustomize resources, with the configuration as a ``configMapGenerator`` so that its hash
   suffix rolls the pods when it changes (the chart does the same with a checksum);
 * ``manifests/overlays/quickstart``: the base plus a single-node NATS, one replica of each
-  component and a one-minute scheduling round, for trying Bellows on a laptop cluster.
+  component and a one-minute scheduling round, for trying Bellows on a laptop cluster. The
+  objects the quickstart renders differently (the Deployments, the NetworkPolicies) are
+  patched to exactly the chart's quickstart rendering; those it does not render (the
+  PodDisruptionBudgets) are deleted.
 
-Helm-only labels and annotations are dropped. Usage::
+The chart's Secret of NATS passwords is random, so it is not written here: the overlay's
+``secretGenerator`` reads ``nats-auth.env``, which ``hack/quickstart-credentials.sh`` makes
+with random passwords and git ignores. Helm-only labels and annotations are dropped. Usage::
 
     python hack/generate_manifests.py            # rewrite manifests/base and the overlay
     python hack/generate_manifests.py --check    # exit 1 if they differ from the chart
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +48,16 @@ QUICKSTART_VALUES: dict[str, Any] = {
 }
 
 # Templates whose objects the overlay adds on top of the base.
-OVERLAY_ONLY = ("nats-configmap.yaml", "nats-deployment.yaml", "nats-service.yaml")
+OVERLAY_ONLY = (
+    "nats-configmap.yaml",
+    "nats-deployment.yaml",
+    "nats-service.yaml",
+    "networkpolicy-nats.yaml",
+)
+# Random on every render (Helm keeps it through `lookup`); kustomize generates it instead.
+SECRET_TEMPLATE = "nats-secret.yaml"
+SECRET_NAME = f"{RELEASE}-nats-auth"
+CREDENTIALS_FILE = "nats-auth.env"
 
 
 def render(values: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -54,7 +69,7 @@ def render(values: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
         if not path.endswith(".yaml"):
             continue
         docs = [doc for doc in yaml.safe_load_all(text) if doc]
-        if docs:
+        if docs and Path(path).name != SECRET_TEMPLATE:
             out[Path(path).name] = [_plain(doc) for doc in docs]
     return out
 
@@ -127,6 +142,9 @@ def generate() -> dict[str, str]:
     files["overlays/quickstart/config.yaml"] = _config_file(quick)
     for name in OVERLAY_ONLY:
         files[f"overlays/quickstart/{name}"] = _dump(quick[name])
+    patches = _quickstart_patches({n: base[n] for n in names}, quick)
+    for path, text in patches.files.items():
+        files[f"overlays/quickstart/{path}"] = text
     files["overlays/quickstart/kustomization.yaml"] = _kustomization(
         ["../../base", *OVERLAY_ONLY],
         {
@@ -134,8 +152,13 @@ def generate() -> dict[str, str]:
             "configMapGenerator": [
                 {"name": f"{RELEASE}-config", "behavior": "replace", "files": ["config.yaml"]},
             ],
-            "patches": _quickstart_patches(),
+            "secretGenerator": [{"name": SECRET_NAME, "envs": [CREDENTIALS_FILE]}],
+            "patches": patches.entries,
         },
+    )
+    files["overlays/quickstart/.gitignore"] = (
+        f"# Made by hack/quickstart-credentials.sh: random passwords, never committed.\n"
+        f"/{CREDENTIALS_FILE}\n"
     )
     return files
 
@@ -156,25 +179,46 @@ def _namespace() -> dict[str, Any]:
     }
 
 
-def _quickstart_patches() -> list[dict[str, Any]]:
-    patches: list[dict[str, Any]] = []
-    for component in ("controller", "bridge"):
-        patches.append(
-            {
-                "target": {"kind": "Deployment", "name": f"{RELEASE}-{component}"},
-                "patch": "- op: replace\n  path: /spec/replicas\n  value: 1\n",
-            }
-        )
-        patches.append(
-            {
-                "target": {"kind": "PodDisruptionBudget", "name": f"{RELEASE}-{component}"},
-                "patch": (
-                    "$patch: delete\napiVersion: policy/v1\nkind: PodDisruptionBudget\n"
-                    f"metadata:\n  name: {RELEASE}-{component}\n"
-                ),
-            }
-        )
-    return patches
+@dataclass
+class _Patches:
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+
+
+def _quickstart_patches(
+    base: dict[str, list[dict[str, Any]]], quick: dict[str, list[dict[str, Any]]]
+) -> _Patches:
+    """Patches that turn the base into the chart's quickstart rendering, object by object."""
+    rendered = {_key(o): o for objs in quick.values() for o in objs}
+    out = _Patches()
+    for objs in base.values():
+        for obj in objs:
+            kind, name = _key(obj)
+            target = {"kind": kind, "name": name}
+            other = rendered.get((kind, name))
+            if other is None:
+                api = obj["apiVersion"]
+                out.entries.append(
+                    {
+                        "target": target,
+                        "patch": f"$patch: delete\napiVersion: {api}\nkind: {kind}\n"
+                        f"metadata:\n  name: {name}\n",
+                    }
+                )
+            elif other != obj:
+                if {k: v for k, v in other.items() if k != "spec"} != {
+                    k: v for k, v in obj.items() if k != "spec"
+                }:
+                    raise ValueError(f"{kind}/{name}: the quickstart changes more than its spec")
+                path = f"patch-{kind.lower()}-{name}.yaml"
+                ops = [{"op": "replace", "path": "/spec", "value": other["spec"]}]
+                out.files[path] = HEADER + yaml.safe_dump(ops, sort_keys=False)
+                out.entries.append({"target": target, "path": path})
+    return out
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    return obj["kind"], obj["metadata"]["name"]
 
 
 def main(argv: list[str] | None = None) -> int:

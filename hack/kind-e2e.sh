@@ -58,6 +58,7 @@ docker build -t bellows-train:e2e "$WORK"
 kind load docker-image --name "$CLUSTER" bellows:0.1.0 bellows-train:e2e
 
 echo "== bellows (quickstart overlay, 4-GPU budget)"
+hack/quickstart-credentials.sh  # the bundled NATS users' passwords (kept if present)
 mkdir -p "$WORK/overlay"
 cp manifests/overlays/quickstart/config.yaml "$WORK/overlay/config.yaml"
 sed -i 's/^    gpus: 0$/    gpus: 4/' "$WORK/overlay/config.yaml"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import nats.errors
 import nkeys
@@ -74,3 +75,28 @@ async def test_tls_with_a_private_ca(tmp_path):
                 initial_attempts=1,
                 reconnect_wait_s=0.1,
             )
+
+
+async def test_own_reply_subjects_let_the_server_keep_replies_private(tmp_path):
+    # The user may subscribe only under its own prefix: NATS's default _INBOX is refused.
+    auth = tmp_path / "auth.conf"
+    auth.write_text(
+        "authorization { users = [ { user: bellows, password: "
+        f'"{PASSWORD}", permissions: {{ subscribe: {{ allow: ["_INBOX_bellows.me.>"] }} }} }}'
+        " ] }\n"
+    )
+    async with running_nats_server(tmp_path / "srv", include=auth) as server:
+        own = NatsSettings(
+            servers=(server.url,),
+            user="bellows",
+            password=Secret(PASSWORD),
+            inbox_prefix="_INBOX_bellows.me",
+        )
+        await round_trip(own)
+        client = await connect(replace(own, inbox_prefix="_INBOX"))
+        try:
+            with capture_logs() as logs, pytest.raises((nats.errors.Error, TimeoutError)):
+                await ensure_streams(client.jetstream(timeout=1.0), own)
+        finally:
+            await client.close()
+        assert any("permissions violation" in str(e.get("error", "")).lower() for e in logs)

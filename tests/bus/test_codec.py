@@ -40,7 +40,9 @@ times = st.datetimes(
     min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
 )
 versions = st.none() | st.integers(1, 10**12).map(str)
-specs = st.none() | st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5))
+# JSON numbers in events are 64-bit (decode refuses larger ones, see test_int64_bound)
+INT64 = st.integers(-(2**63), 2**63 - 1)
+specs = st.none() | st.dictionaries(st.text(max_size=5), INT64 | st.text(max_size=5))
 events = st.builds(JobArrived, refs, times, versions, st.just("bridge"), specs) | st.builds(
     JobCompleted, refs, times, st.sampled_from(Outcome), versions, st.just("pipeline/run-1")
 )
@@ -147,3 +149,12 @@ def test_name_tokens_are_reversible_and_hold_no_dots(name):
     token = name_token(name)
     assert "." not in token
     assert name_from_token(token) == name
+
+
+def test_int64_bound() -> None:
+    event = arrived(spec={"big": 2**63})
+    with pytest.raises(EventError) as info:
+        decode(encode(event))
+    assert info.value.code == "malformed_json"
+    assert "64-bit" in info.value.reason
+    assert decode(encode(arrived(spec={"big": 2**63 - 1}))).spec == {"big": 2**63 - 1}

@@ -6,7 +6,8 @@ import asyncio
 
 from nats.js.api import ConsumerConfig
 
-from bellows.bus import EventConsumer, EventPublisher, connect
+from bellows.bus import EventConsumer, EventPublisher, JobArrived, JobRef, connect
+from bellows.bus.codec import encode
 from bellows.bus.consuming import CODE_HEADER, REASON_HEADER, SUBJECT_HEADER, Delivery
 from bellows.bus.subjects import dead_letter_wildcard
 
@@ -144,3 +145,36 @@ async def test_a_server_restart_keeps_the_stream_and_the_durable_consumer(
     assert await reopened.fetch(timeout_s=1.5) == []  # longer than ack_wait
     # Publishing after the restart still dedupes against what was stored before it.
     assert (await publisher.publish(arrived("a"))).duplicate
+
+
+async def test_an_event_whose_subject_names_another_job_is_dead_lettered(client, settings):
+    """A payload for team-b on a team-a subject would pass a filter meant to keep it out."""
+    js = client.jetstream()
+    real = arrived("x")
+    forged = JobArrived(JobRef(real.job.kind, "team-b", "x", "uid-x"), real.time)
+    await js.publish("bellows.events.v1.team-a.pytorchjob.x.arrived", encode(forged))
+    # the right namespace, but another name, kind, event type or version
+    await js.publish("bellows.events.v1.team-a.pytorchjob.y.arrived", encode(arrived("x")))
+    await js.publish("bellows.events.v1.team-a.mpijob.x.arrived", encode(arrived("x", uid="u2")))
+    await js.publish("bellows.events.v1.team-a.pytorchjob.x.completed", encode(arrived("x", "u3")))
+    await js.publish("bellows.events.v2.team-a.pytorchjob.x.arrived", encode(arrived("x", "u4")))
+    await publisher_for(client, settings).publish(arrived("after"))
+    consumer = await EventConsumer.open(js, settings)
+    got = await collect(consumer, 1)
+    assert [d.event.job.name for d in got] == ["after"]
+    await got[0].ack()
+
+    letters = await dead_letters(js, settings, 5)
+    assert [m.headers[CODE_HEADER] for m in letters] == ["invalid_event"] * 5
+    reasons = [m.headers[REASON_HEADER] for m in letters]
+    assert reasons[0] == (
+        "subject and payload name different jobs: "
+        "namespace 'team-a' in the subject but 'team-b' in the payload"
+    )
+    assert "name 'y' in the subject but 'x' in the payload" in reasons[1]
+    assert "kind 'mpijob' in the subject but 'pytorchjob' in the payload" in reasons[2]
+    assert "event 'completed' in the subject but 'arrived' in the payload" in reasons[3]
+    assert "version 'v2' in the subject but 'v1' in the payload" in reasons[4]
+    assert letters[0].headers[SUBJECT_HEADER] == "bellows.events.v1.team-a.pytorchjob.x.arrived"
+    assert await consumer.fetch(timeout_s=1.2) == []
+    assert await consumer.pending() == 0

@@ -61,6 +61,9 @@ def test_the_example_is_read_as_arrived():
     seen = examine(torch_job())
     assert isinstance(seen, Arrived)
     assert seen.spec.k_max == 8
+    assert seen.spec.restart_s is None  # the cluster's default applies
+    timed = examine(with_annotation(keys.RESTART_SECONDS, "42.5"))
+    assert timed.spec.restart_s == 42.5
 
 
 @pytest.mark.parametrize(
@@ -83,6 +86,8 @@ def test_the_example_is_read_as_arrived():
         (with_annotation(keys.BATCH_ENV, "LD_PRELOAD"), keys.BATCH_ENV),
         (with_annotation(keys.BATCH_ENV, "PYTHONPATH"), keys.BATCH_ENV),
         (with_annotation(keys.PROFILE_CONFIGMAP, "name\n"), keys.PROFILE_CONFIGMAP),
+        (with_annotation(keys.RESTART_SECONDS, "nan"), keys.RESTART_SECONDS),
+        (with_annotation(keys.RESTART_SECONDS, "1e9"), keys.RESTART_SECONDS),
         (with_env("²"), "env GLOBAL_BATCH_SIZE"),
         (with_env("9" * 5000), "env GLOBAL_BATCH_SIZE"),
     ],

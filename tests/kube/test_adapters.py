@@ -13,6 +13,7 @@ from bellows.kube.emulator.patching import merge_patch
 from bellows.kube.emulator.resources import crd_resources
 from bellows.kube.journal import (
     AwaitHalt,
+    Blocked,
     DeleteLauncher,
     Nothing,
     Phase,
@@ -201,6 +202,53 @@ def test_planner_walks_suspend_patch_resume(schemas, examples):
     assert isinstance(plan_scale(kind, obj, **args), Nothing)
 
 
+OWNED_BY_U1 = {
+    "apiVersion": "kubeflow.org/v2beta1",
+    "kind": "MPIJob",
+    "name": "cifar10-horovod",
+    "uid": "u-1",
+    "controller": True,
+    "blockOwnerDeletion": True,
+}
+
+
+@pytest.mark.parametrize(
+    "owners",
+    [
+        [],  # a Job someone created by hand
+        [dict(OWNED_BY_U1, uid="u-2")],  # another MPIJob's (deleted and created again)
+        [dict(OWNED_BY_U1, controller=False)],  # owned, but not controlled
+        [dict(OWNED_BY_U1, controller="true")],  # a string is not true
+        [{"kind": "CronJob", "name": "nightly", "uid": "c-1", "controller": True}],
+    ],
+    ids=["no-owner", "other-uid", "not-controller", "string-true", "cronjob"],
+)
+def test_planner_never_deletes_a_launcher_the_mpijob_does_not_control(examples, owners):
+    kind = MPIJobKind()
+    obj = placed(examples["MPIJob"])
+    env = {"GLOBAL_BATCH_SIZE": "512"}
+    args = {"target": (4, 512), "env": env, "requested": (2, 256), "now": NOW}
+    obj = merge_patch(obj, plan_scale(kind, obj, launcher=None, **args).body)  # patched
+    foreign = {
+        "metadata": {
+            "name": "cifar10-horovod-launcher",
+            "uid": "j-1",
+            "resourceVersion": "3",
+            "ownerReferences": owners,
+        },
+        "spec": {"template": {"spec": {"containers": [{"name": "other", "image": "x"}]}}},
+    }
+    step = plan_scale(kind, obj, launcher=foreign, **args)
+    assert isinstance(step, Blocked)
+    assert step.reason == "LauncherNotOwned"
+    assert step.problem.startswith(
+        "batch Job 'cifar10-horovod-launcher' exists and is not controlled by this MPIJob"
+    )
+    # before any write, too: a job that is not running yet is not started beside it
+    fresh = placed(examples["MPIJob"])
+    assert isinstance(plan_scale(kind, fresh, launcher=foreign, **args), Blocked)
+
+
 def test_planner_refreshes_a_stale_mpi_launcher_and_halts_idempotently(examples):
     kind = MPIJobKind()
     obj = placed(examples["MPIJob"])
@@ -211,7 +259,12 @@ def test_planner_refreshes_a_stale_mpi_launcher_and_halts_idempotently(examples)
     assert step.phase is Phase.PATCHED
     obj = merge_patch(obj, step.body)
     launcher = {
-        "metadata": {"name": "cifar10-horovod-launcher", "uid": "l-1"},
+        "metadata": {
+            "name": "cifar10-horovod-launcher",
+            "uid": "l-1",
+            "resourceVersion": "9",
+            "ownerReferences": [OWNED_BY_U1],
+        },
         "spec": {"template": obj["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]},
     }
     stale = merge_patch(
@@ -232,7 +285,7 @@ def test_planner_refreshes_a_stale_mpi_launcher_and_halts_idempotently(examples)
         },
     )
     assert plan_scale(kind, obj, launcher=stale, **args) == DeleteLauncher(
-        "cifar10-horovod-launcher", "l-1"
+        "cifar10-horovod-launcher", "l-1", "9"
     )
     step = plan_scale(kind, obj, launcher=launcher, **args)
     assert isinstance(step, SendPatch)

@@ -179,7 +179,8 @@ def test_profile_command_can_write_the_configmap_a_job_points_to(
     [
         (["--model", "json"], "--model='json'"),
         (["--model-kwargs", "[1]"], "a JSON object"),
-        (["--batches", "0,4"], "whole numbers >= 1"),
+        (["--batches", "0,4"], "item 1 is '0', expected an integer in [1, 1048576]"),
+        (["--batches", "8,nan"], "item 2 is 'nan'"),
         (["--input-shape", "x"], "--input-shape"),
     ],
 )
@@ -241,4 +242,4 @@ def test_calibrate_command_times_gloo_allreduce_and_writes_a_cluster_profile(
 def test_calibrate_refuses_one_process() -> None:
     result = CliRunner().invoke(main, ["calibrate", "--backend", "gloo", "--processes", "1"])
     assert result.exit_code == 2
-    assert "processes[0]=1" in result.output
+    assert "item 1 is '1', expected an integer in [2, 1024]" in result.output

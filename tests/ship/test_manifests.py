@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,9 @@ from tests.ship import kube_schemas
 from tests.ship.chart import NAMESPACE, render
 
 MANIFESTS = REPO / "manifests"
+CREDENTIALS = "nats-auth.env"
+CREDENTIALS_SCRIPT = REPO / "hack" / "quickstart-credentials.sh"
+GENERATOR = REPO / "hack" / "generate_manifests.py"
 KUBECTL = shutil.which("kubectl")
 needs_kustomize = pytest.mark.skipif(
     KUBECTL is None, reason="kubectl (with built-in kustomize) is not installed"
@@ -23,11 +30,29 @@ needs_kustomize = pytest.mark.skipif(
 
 
 def kustomize(folder: Path) -> list[dict[str, Any]]:
-    """``kubectl kustomize folder``: the real kustomize engine built into kubectl."""
+    """``kubectl kustomize folder``: the real kustomize engine built into kubectl.
+
+    The manifests are built from a copy with throw-away NATS passwords, made by the script
+    the admin guide tells users to run (the overlay's secretGenerator reads them).
+    """
     assert KUBECTL is not None
-    done = subprocess.run(
-        [KUBECTL, "kustomize", str(folder)], capture_output=True, text=True, check=False
-    )
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) / "manifests"
+        shutil.copytree(MANIFESTS, copy, ignore=shutil.ignore_patterns(CREDENTIALS))
+        made = subprocess.run(
+            [str(CREDENTIALS_SCRIPT), str(copy / "overlays" / "quickstart" / CREDENTIALS)],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHON": sys.executable},
+        )
+        assert made.returncode == 0, made.stderr
+        done = subprocess.run(
+            [KUBECTL, "kustomize", str(copy / folder.relative_to(MANIFESTS))],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     assert done.returncode == 0, done.stderr
     return kube_schemas.load_all([done.stdout])
 
@@ -90,6 +115,7 @@ def test_base_is_the_charts_default_install() -> None:
         (kind, "bellows-config" if kind == "ConfigMap" else name) for kind, name in _keys(base)
     }
     assert unhashed == _keys(chart) | {("Namespace", NAMESPACE)}
+    assert ("NetworkPolicy", "bellows-controller") in unhashed
     chart_config = next(o for o in chart if o["kind"] == "ConfigMap")
     assert yaml.safe_load(config_map["data"]["config.yaml"]) == yaml.safe_load(
         chart_config["data"]["config.yaml"]
@@ -102,12 +128,28 @@ def test_base_is_the_charts_default_install() -> None:
             assert config["configMap"]["name"] == config_map["metadata"]["name"]
 
 
+def _generator() -> Any:
+    """hack/generate_manifests.py as a module (its quickstart values and plain rendering)."""
+    spec = importlib.util.spec_from_file_location("generate_manifests", GENERATOR)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)  # its dataclasses look themselves up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _unhashed(name: str) -> str:
+    return name.rsplit("-", 1)[0]
+
+
 @needs_kustomize
 def test_quickstart_adds_nats_and_drops_what_a_laptop_cannot_honour() -> None:
     quick = kustomize(MANIFESTS / "overlays" / "quickstart")
     keys = _keys(quick)
     assert ("Deployment", "bellows-nats") in keys
     assert ("Service", "bellows-nats") in keys
+    assert ("NetworkPolicy", "bellows-nats") in keys
     assert not any(kind == "PodDisruptionBudget" for kind, _ in keys)
     for obj in quick:
         if obj["kind"] == "Deployment":
@@ -116,6 +158,30 @@ def test_quickstart_adds_nats_and_drops_what_a_laptop_cannot_honour() -> None:
             config = yaml.safe_load(obj["data"]["config.yaml"])
             assert config["nats"]["servers"] == [f"nats://bellows-nats.{NAMESPACE}.svc:4222"]
             assert config["controller"]["deltaSeconds"] == 60
+
+
+@needs_kustomize
+def test_quickstart_objects_are_the_charts_quickstart_and_refer_to_the_generated_names() -> None:
+    quick = {
+        (o["kind"], o["metadata"]["name"]): o
+        for o in kustomize(MANIFESTS / "overlays" / "quickstart")
+    }
+    (secret_name,) = [name for kind, name in quick if kind == "Secret"]
+    (config_name,) = [name for kind, name in quick if name.startswith("bellows-config")]
+    assert _unhashed(secret_name) == "bellows-nats-auth"
+    secret = quick[("Secret", secret_name)]
+    assert set(secret["data"]) == {"controller-password", "bridge-password"}
+    generator = _generator()
+    chart = [o for objs in generator.render(generator.QUICKSTART_VALUES).values() for o in objs]
+    for obj in chart:
+        if obj["kind"] in {"Deployment", "NetworkPolicy"}:
+            built = quick[(obj["kind"], obj["metadata"]["name"])]
+            text = json.dumps(built["spec"])
+            # the names kustomize made (hash suffixes) wherever the chart names them
+            text = text.replace(secret_name, "bellows-nats-auth").replace(
+                config_name, "bellows-config"
+            )
+            assert json.loads(text) == obj["spec"], obj["metadata"]["name"]
 
 
 def test_namespace_enforces_the_restricted_pod_security_standard() -> None:

@@ -8,7 +8,18 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from bellows.jobs import (
+    MAX_BATCH,
+    MAX_GPUS,
+    MAX_LOCAL_BATCH,
+    MAX_PROFILE_POINTS,
+    MAX_STEP_SECONDS,
+    MAX_WEIGHTS,
+    MAX_WORK,
+    SpecError,
+)
 from bellows.sim.workloads.traces import (
+    MAX_ARRIVAL_S,
     TraceError,
     TraceJob,
     read_trace,
@@ -71,3 +82,33 @@ def test_missing_field_is_named() -> None:
     del record["work"]
     with pytest.raises(TraceError, match=r"line 1: work=None .*required"):
         read_trace([json.dumps(record)])
+
+
+def test_schema_maxima_are_the_documented_job_bounds() -> None:
+    fields = schema()["properties"]
+    profile = fields["profile"]["properties"]
+    assert fields["arrival_s"]["maximum"] == MAX_ARRIVAL_S
+    assert fields["k_max"]["maximum"] == fields["gpus"]["maximum"] == MAX_GPUS
+    for name in ("b_min", "b_max", "batch_size"):
+        assert fields[name]["maximum"] == MAX_BATCH
+    assert fields["m_max"]["maximum"] == profile["local_batches"]["items"]["maximum"]
+    assert fields["m_max"]["maximum"] == MAX_LOCAL_BATCH
+    assert fields["weights"]["maximum"] == MAX_WEIGHTS
+    assert fields["work"]["maximum"] == MAX_WORK
+    assert profile["seconds"]["items"]["maximum"] == MAX_STEP_SECONDS
+    assert profile["seconds"]["maxItems"] == profile["local_batches"]["maxItems"]
+    assert profile["seconds"]["maxItems"] == MAX_PROFILE_POINTS
+
+
+def test_a_file_error_names_the_file_and_an_in_memory_one_does_not(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(_line() + "\n" + _line(name="b", arrival_s=1e9) + "\n")
+    with pytest.raises(
+        TraceError,
+        match=rf"^{path}: line 2: arrival_s=1000000000.0 is invalid: expected a number <= 1e\+08",
+    ):
+        read_trace(path)
+    with pytest.raises(TraceError, match=r"^line 1: <line>="):
+        read_trace(["[1, 2]"])
+    with pytest.raises(SpecError, match=rf"^{tmp_path}=.* expected a readable trace file"):
+        read_trace(tmp_path)

@@ -123,7 +123,7 @@ def test_bursty_arrivals_alternate_high_and_low() -> None:
 def test_bad_specs_name_the_field() -> None:
     with pytest.raises(SpecError, match="pattern"):
         WorkloadSpec("sometimes", 60, (1,), 40)
-    with pytest.raises(SpecError, match="category"):
+    with pytest.raises(SpecError, match=r"categories\[0\]=5"):
         WorkloadSpec("high", 60, (5,), 40)
     with pytest.raises(SpecError, match="categories"):
         WorkloadSpec("high", 60, (), 40)

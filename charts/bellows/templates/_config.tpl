@@ -1,7 +1,8 @@
 {{/*
 The configuration file both components read (`--config /etc/bellows/config/config.yaml`).
 Its schema is the controller's own (plugin/bellows/service/config.py); the pods carry a
-checksum of it so that changing any of these values rolls them.
+checksum of it so that changing any of these values rolls them. What differs per component
+(its NATS user, password and reply prefix) comes as BELLOWS_NATS_* env instead.
 */}}
 {{- define "bellows.config" -}}
 {{- $fullname := include "bellows.fullname" . -}}
@@ -10,9 +11,17 @@ checksum of it so that changing any of these values rolls them.
   "stream" .Values.nats.stream
   "subjectPrefix" .Values.nats.subjectPrefix
   "durable" .Values.nats.durable
+  "maxBytes" (int64 .Values.nats.limits.maxBytes)
+  "maxMessages" (int64 .Values.nats.limits.maxMessages)
+  "maxAgeSeconds" .Values.nats.limits.maxAgeSeconds
+  "deadLetterMaxBytes" (int64 .Values.nats.limits.deadLetterMaxBytes)
+  "deadLetterMaxMessages" (int64 .Values.nats.limits.deadLetterMaxMessages)
 -}}
-{{- if .Values.nats.credentials.existingSecret -}}
-{{- $_ := set $nats "credentialsFile" (printf "/etc/bellows/nats-credentials/%s" .Values.nats.credentials.key) -}}
+{{- /* With the bundled server each component logs in with its own user and password, given
+     as env from the Secret; the file both read holds no secret. */ -}}
+{{- if and .Values.nats.credentials.existingSecret (not .Values.nats.bundled.enabled) -}}
+{{- /* each component's own key is mounted under this one name */ -}}
+{{- $_ := set $nats "credentialsFile" "/etc/bellows/nats-credentials/nats.creds" -}}
 {{- end -}}
 {{- if .Values.nats.tls.existingSecret -}}
 {{- $tls := dict "caFile" "/etc/bellows/nats-tls/ca.crt" -}}
@@ -23,6 +32,7 @@ checksum of it so that changing any of these values rolls them.
 {{- $_ := set $nats "tls" $tls -}}
 {{- end -}}
 {{- $controller := dict
+  "mode" .Values.controller.mode
   "policy" .Values.controller.policy
   "deltaSeconds" .Values.controller.deltaSeconds
   "queue" .Values.controller.queue

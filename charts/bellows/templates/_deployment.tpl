@@ -1,7 +1,7 @@
 {{/*
 The Deployment of one component; call with (dict "root" $ "component" "controller").
 Both components run the same image, the same config file and the same hardening; they
-differ in their sub-command, ServiceAccount and the secrets they mount.
+differ in their sub-command, ServiceAccount, NATS user and the secrets they mount.
 */}}
 {{- define "bellows.deployment" -}}
 {{- $root := .root -}}
@@ -72,6 +72,18 @@ spec:
               valueFrom:
                 fieldRef:
                   fieldPath: metadata.namespace
+            # Replies to this component only; its NATS permissions may allow no other.
+            - name: BELLOWS_NATS_INBOX_PREFIX
+              value: {{ include "bellows.inboxPrefix" $ctx | quote }}
+            {{- if $root.Values.nats.bundled.enabled }}
+            - name: BELLOWS_NATS_USER
+              value: {{ include "bellows.natsUser" $ctx | quote }}
+            - name: BELLOWS_NATS_PASSWORD
+              valueFrom:
+                secretKeyRef:
+                  name: {{ include "bellows.natsAuthSecretName" $root }}
+                  key: {{ $component }}-password
+            {{- end }}
             {{- with $values.extraEnv }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
@@ -124,8 +136,9 @@ spec:
             secretName: {{ $root.Values.nats.credentials.existingSecret }}
             defaultMode: 0400
             items:
-              - key: {{ $root.Values.nats.credentials.key }}
-                path: {{ $root.Values.nats.credentials.key }}
+              # This component's own file, under the one name the shared config gives.
+              - key: {{ include "bellows.credentialsKey" $ctx }}
+                path: nats.creds
         {{- end }}
         {{- if $root.Values.nats.tls.existingSecret }}
         - name: nats-tls

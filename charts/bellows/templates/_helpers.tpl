@@ -75,6 +75,43 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-nats" (include "bellows.fullname" .) -}}
 {{- end -}}
 
+{{/* The Secret with the bundled NATS users' passwords: the admin's, or the generated one. */}}
+{{- define "bellows.natsAuthSecretName" -}}
+{{- default (printf "%s-nats-auth" (include "bellows.fullname" .)) .Values.nats.bundled.auth.existingSecret -}}
+{{- end -}}
+
+{{/* The NATS user of one component on the bundled server; call with (dict "root" $ "component" "x"). */}}
+{{- define "bellows.natsUser" -}}
+{{- printf "bellows-%s" .component -}}
+{{- end -}}
+
+{{/* The reply-subject prefix of one component (its NATS permissions allow only its own). */}}
+{{- define "bellows.inboxPrefix" -}}
+{{- printf "%s.%s" .root.Values.nats.inboxPrefix .component -}}
+{{- end -}}
+
+{{/* The key of one component's `.creds` file in nats.credentials.existingSecret. */}}
+{{- define "bellows.credentialsKey" -}}
+{{- $credentials := .root.Values.nats.credentials -}}
+{{- default $credentials.key (index $credentials (printf "%sKey" .component)) -}}
+{{- end -}}
+
+{{/* The port of a NATS URL: the one written, else the scheme's default. */}}
+{{- define "bellows.urlPort" -}}
+{{- $hostport := regexReplaceAll "^[a-z]+://([^/]*).*$" . "${1}" -}}
+{{- if regexMatch ":[0-9]+$" $hostport -}}
+{{- regexFind "[0-9]+$" $hostport -}}
+{{- else -}}
+{{- get (dict "nats" "4222" "tls" "4222" "ws" "80" "wss" "443") (regexFind "^[a-z]+" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A NATS size ("1G", "512M": powers of 1000, as nats-server reads them) in bytes. */}}
+{{- define "bellows.natsSizeBytes" -}}
+{{- $unit := get (dict "K" 1000 "M" 1000000 "G" 1000000000) (regexFind "[KMG]$" .) -}}
+{{- mul (trimSuffix (regexFind "[KMG]$" .) . | int64) $unit -}}
+{{- end -}}
+
 {{/* NATS URLs the components connect to: the bundled server when enabled. */}}
 {{- define "bellows.natsServers" -}}
 {{- if .Values.nats.bundled.enabled -}}
@@ -99,6 +136,30 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- if and (not .Values.nats.bundled.enabled) (empty .Values.nats.servers) -}}
 {{- fail "nats.servers is empty: list your NATS URLs or set nats.bundled.enabled=true" -}}
+{{- end -}}
+{{- if and .Values.nats.bundled.enabled .Values.nats.credentials.existingSecret -}}
+{{- fail "nats.credentials.existingSecret is for your own NATS: the bundled server has its own users (nats.bundled.auth)" -}}
+{{- end -}}
+{{- if and .Values.networkPolicy.enabled (not .Values.nats.bundled.enabled) -}}
+{{- $allowed := list -}}
+{{- range .Values.networkPolicy.nats.ports -}}
+{{- $allowed = append $allowed (int . | toString) -}}
+{{- end -}}
+{{- range .Values.nats.servers -}}
+{{- $port := include "bellows.urlPort" . -}}
+{{- if not (has $port $allowed) -}}
+{{- fail (printf "nats.servers has %s, whose port %s is not in networkPolicy.nats.ports %v: the NetworkPolicy would block it" . $port $allowed) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.nats.bundled.enabled -}}
+{{- $limits := .Values.nats.limits -}}
+{{- /* the bridge's KV bucket takes up to 16 MiB (bellows.bus.streams.KV_MAX_BYTES) */ -}}
+{{- $needed := add (int64 $limits.maxBytes) (int64 $limits.deadLetterMaxBytes) 16777216 -}}
+{{- $store := include "bellows.natsSizeBytes" .Values.nats.bundled.maxFileStore | int64 -}}
+{{- if gt $needed $store -}}
+{{- fail (printf "nats.limits.maxBytes + deadLetterMaxBytes + 16 MiB for the bridge's bucket = %d bytes do not fit in nats.bundled.maxFileStore=%s (%d bytes): JetStream would refuse the streams" $needed .Values.nats.bundled.maxFileStore $store) -}}
+{{- end -}}
 {{- end -}}
 {{- if ge (int .Values.leaderElection.renewDeadlineSeconds) (int .Values.leaderElection.leaseDurationSeconds) -}}
 {{- fail (printf "leaderElection.renewDeadlineSeconds=%d must be less than leaseDurationSeconds=%d" (int .Values.leaderElection.renewDeadlineSeconds) (int .Values.leaderElection.leaseDurationSeconds)) -}}

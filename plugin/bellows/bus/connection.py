@@ -14,7 +14,7 @@ import nats
 import structlog
 from nats.aio.client import Client
 
-from bellows.bus.settings import NatsSettings, TlsSettings
+from bellows.bus.settings import NatsSettings, TlsSettings, userinfo_free
 
 __all__ = ["connect", "connect_options", "tls_context"]
 
@@ -41,6 +41,9 @@ def connect_options(settings: NatsSettings, *, reconnect_wait_s: float = 1.0) ->
         # A controller outlives any one server restart: keep trying, never give up.
         "max_reconnect_attempts": -1,
         "reconnect_time_wait": reconnect_wait_s,
+        # Replies (JetStream acks, fetched messages, API answers) come to this prefix; one
+        # per NATS user lets the server's permissions keep them from every other user.
+        "inbox_prefix": settings.inbox_prefix,
     }
     if settings.user is not None and settings.password is not None:
         options["user"] = settings.user
@@ -56,6 +59,12 @@ def connect_options(settings: NatsSettings, *, reconnect_wait_s: float = 1.0) ->
     if settings.tls.hostname is not None:
         options["tls_hostname"] = settings.tls.hostname
     return options
+
+
+def _shown_servers(settings: NatsSettings) -> list[str]:
+    # NatsSettings refuses userinfo in URLs; masking here too keeps a secret out of the logs
+    # should a URL ever reach this point by another way.
+    return [userinfo_free(url) for url in settings.servers]
 
 
 async def _on_error(exc: Exception) -> None:
@@ -113,7 +122,8 @@ async def connect(
     except TimeoutError:
         cause = f"{type(errors[-1]).__name__}: {errors[-1]}" if errors else "no answer"
         raise ConnectionError(
-            f"could not connect to NATS at {', '.join(settings.servers)} within {budget:.0f} s "
+            f"could not connect to NATS at {', '.join(_shown_servers(settings))} within "
+            f"{budget:.0f} s "
             f"({cause})"
         ) from None
     # nats-py reads this option on every reconnect; -1 would also make the first connect
@@ -122,7 +132,7 @@ async def connect(
     clients.append(client)
     _log.info(
         "nats.connected",
-        servers=list(settings.servers),
+        servers=_shown_servers(settings),
         auth=settings.auth_method,
         tls=settings.tls.enabled or any(url.startswith("tls://") for url in settings.servers),
     )

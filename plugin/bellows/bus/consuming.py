@@ -1,9 +1,11 @@
 """The controller's side of the bus: a durable pull consumer that yields decoded events.
 
 Each :class:`Delivery` carries its event and the handle to ack it. A message that does not
-decode is published to the dead-letter subject with its reason and then acked, so it never
-stops the loop and never comes back. Acks are the caller's: the controller acks only after
-the decisions an event led to have been applied (at-least-once).
+decode, or whose subject names another job than its payload (a forgery past the namespace
+filter), is published to the dead-letter subject with its reason and then acked, so it never
+stops the loop, never reaches the controller and never comes back. Acks are the caller's:
+the controller acks only after the decisions an event led to have been applied
+(at-least-once).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from bellows.bus.observers import BusObserver, NullObserver
 from bellows.bus.publishing import MSG_ID_HEADER
 from bellows.bus.settings import NatsSettings
 from bellows.bus.streams import ensure_consumer
-from bellows.bus.subjects import dead_letter_subject
+from bellows.bus.subjects import dead_letter_subject, subject_mismatch
 
 __all__ = [
     "CODE_HEADER",
@@ -142,6 +144,12 @@ class EventConsumer:
         except Exception as exc:  # a decoder bug must cost one message, never the batch
             _log.exception("event.decode_crashed", sequence=meta.sequence.stream)
             await self.dead_letter(msg, INVALID_EVENT, f"{type(exc).__name__}: {str(exc)[:200]}")
+            return None
+        # the stream's permissions and the consumer's namespace filter act on the subject,
+        # the controller on the payload: both must name the same job
+        mismatch = subject_mismatch(self._settings.subject_prefix, msg.subject, event)
+        if mismatch is not None:
+            await self.dead_letter(msg, INVALID_EVENT, mismatch)
             return None
         self._observer.consumed(event.type, lag_s=(now - event.time).total_seconds())
         return Delivery(event, msg.subject, meta.sequence.stream, meta.num_delivered, msg)

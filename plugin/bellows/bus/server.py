@@ -4,7 +4,9 @@
 package on a free port with its JetStream store in a temporary folder, waits until it
 accepts connections, yields the running :class:`NatsServer` and stops it. The server can be
 stopped (gracefully or killed) and started again on the same port and store, which is what
-fault tests do; it can require a user/password, a token or NKeys, and serve TLS.
+fault tests do; it can require a user/password, a token or NKeys, and serve TLS. It can also
+include a NATS configuration file verbatim (the Helm chart's ``auth.conf``, whose users and
+permissions tests check), with environment variables for the ``$NAME`` references in it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -93,6 +95,8 @@ class NatsServer:
     port: int = 0
     auth: ServerAuth | None = None
     tls: ServerTls | None = None
+    include: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
     binary: Path = field(default_factory=nats_server_binary)
     start_timeout_s: float = 20.0
     _process: asyncio.subprocess.Process | None = field(default=None, repr=False)
@@ -129,8 +133,13 @@ class NatsServer:
         if self.tls is not None:
             config["tls"] = self.tls.config()
         path = self.workdir / "nats.conf"
-        # nats-server's configuration language accepts JSON.
-        path.write_text(json.dumps(config, indent=2))
+        # nats-server's configuration language accepts JSON values after each key.
+        lines = [f"{json.dumps(key)}: {json.dumps(value)}" for key, value in config.items()]
+        if self.include is not None:
+            # ``include`` paths are relative to the including file: copy it beside.
+            shutil.copyfile(self.include, self.workdir / "included.conf")
+            lines.append("include ./included.conf")
+        path.write_text("\n".join(lines) + "\n")
         return path
 
     async def start(self) -> None:
@@ -152,6 +161,7 @@ class NatsServer:
                 str(ports_dir),
                 stdout=log,
                 stderr=log,
+                env={**os.environ, **self.env} if self.env else None,
             )
         finally:
             log.close()
@@ -218,12 +228,20 @@ async def running_nats_server(
     auth: ServerAuth | None = None,
     tls: ServerTls | None = None,
     host: str = "127.0.0.1",
+    include: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[NatsServer]:
-    """A started :class:`NatsServer`; stopped (and its temporary folder removed) on exit."""
+    """A started :class:`NatsServer`; stopped (and its temporary folder removed) on exit.
+
+    ``include`` is a NATS configuration file added verbatim (e.g. an ``authorization``
+    block); ``env`` adds environment variables for the ``$NAME`` references in it.
+    """
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bellows-nats-")))
-        server = NatsServer(workdir=workdir, host=host, auth=auth, tls=tls)
+        server = NatsServer(
+            workdir=workdir, host=host, auth=auth, tls=tls, include=include, env=dict(env or {})
+        )
         await server.start()
         try:
             yield server

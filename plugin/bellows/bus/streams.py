@@ -2,15 +2,27 @@
 
 Idempotent: each call creates what is missing and updates what differs, so every process
 (bridge, controller, pipeline helper) may call it at start and the order does not matter.
+An existing stream keeps whatever Bellows does not set (replicas, placement, an admin's
+own tuning); only the fields below are brought in line, and an up-to-date stream is not
+written at all, so a NATS user allowed only to read stream info can start too.
+
+Every stream is bounded (age, bytes, messages, message size), so that a flood of events
+fills at most what the configuration allows, never the server's disk.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from typing import Any, Final
+
+import structlog
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
     DeliverPolicy,
+    DiscardPolicy,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -18,21 +30,35 @@ from nats.js.api import (
 from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
+from bellows.bus.codec import MAX_EVENT_BYTES
 from bellows.bus.settings import NatsSettings
 from bellows.bus.subjects import dead_letter_wildcard, events_wildcard, namespace_filter
 
 __all__ = [
+    "DEAD_LETTER_MAX_MSG_BYTES",
+    "KV_MAX_BYTES",
+    "KV_MAX_VALUE_BYTES",
     "consumer_config",
     "dead_letter_stream_config",
     "ensure_consumer",
     "ensure_kv",
     "ensure_streams",
     "events_stream_config",
+    "stream_differences",
 ]
+
+_log = structlog.get_logger("bellows.bus")
+
+# A dead letter is the refused event (at most MAX_EVENT_BYTES, what the events stream takes)
+# plus the headers that say why (the reason is cut at 1 KiB).
+DEAD_LETTER_MAX_MSG_BYTES: Final = MAX_EVENT_BYTES + 16 * 1024
+# The bridge keeps one short resourceVersion per watch: a few keys of a few bytes.
+KV_MAX_BYTES: Final = 16 << 20
+KV_MAX_VALUE_BYTES: Final = 1024
 
 
 def events_stream_config(settings: NatsSettings) -> StreamConfig:
-    """The events stream: file-backed, kept ``max_age_s``, repeats dropped by message id."""
+    """The events stream: file-backed, bounded, repeats dropped by message id."""
     return StreamConfig(
         name=settings.stream,
         description="Bellows job arrival and completion events",
@@ -40,6 +66,14 @@ def events_stream_config(settings: NatsSettings) -> StreamConfig:
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         max_age=settings.max_age_s,
+        max_bytes=settings.max_bytes,
+        max_msgs=settings.max_messages,
+        # The decoder refuses anything larger; the server need not store it first.
+        max_msg_size=MAX_EVENT_BYTES,
+        # Past a limit the oldest events go (long consumed in normal operation; a controller
+        # that was down that long rebuilds its state from the API anyway), and publishing
+        # never stops.
+        discard=DiscardPolicy.OLD,
         duplicate_window=settings.duplicate_window_s,
     )
 
@@ -53,6 +87,10 @@ def dead_letter_stream_config(settings: NatsSettings) -> StreamConfig:
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         max_age=settings.max_age_s,
+        max_bytes=settings.dead_letter_max_bytes,
+        max_msgs=settings.dead_letter_max_messages,
+        max_msg_size=DEAD_LETTER_MAX_MSG_BYTES,
+        discard=DiscardPolicy.OLD,
         # Dead-lettering the same delivery twice (a crash between publish and ack) is
         # dropped by message id, like the events themselves.
         duplicate_window=settings.duplicate_window_s,
@@ -79,18 +117,41 @@ def consumer_config(settings: NatsSettings, namespaces: tuple[str, ...] = ()) ->
     )
 
 
+def _same(have: Any, want: Any) -> bool:
+    if isinstance(have, float | int) and isinstance(want, float | int):
+        # durations travel as nanoseconds and come back as float seconds
+        return math.isclose(have, want, rel_tol=1e-9, abs_tol=1e-6)
+    return bool(have == want)
+
+
+def stream_differences(existing: StreamConfig, desired: StreamConfig) -> list[str]:
+    """The fields Bellows sets (those not ``None`` in ``desired``) that ``existing`` lacks."""
+    return [
+        f.name
+        for f in dataclasses.fields(desired)
+        if (want := getattr(desired, f.name)) is not None
+        and not _same(getattr(existing, f.name), want)
+    ]
+
+
 async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
     assert config.name is not None
     try:
-        await js.stream_info(config.name)
+        info = await js.stream_info(config.name)
     except NotFoundError:
         await js.add_stream(config)
-    else:
-        await js.update_stream(config)
+        _log.info("stream.created", stream=config.name)
+        return
+    changed = stream_differences(info.config, config)
+    if changed:
+        # What Bellows does not set (replicas, placement...) stays as the admin left it.
+        wanted = {name: getattr(config, name) for name in changed}
+        await js.update_stream(dataclasses.replace(info.config, **wanted))
+        _log.info("stream.updated", stream=config.name, fields=changed)
 
 
 async def ensure_streams(js: JetStreamContext, settings: NatsSettings) -> None:
-    """Create or update the events and dead-letter streams."""
+    """Create or update the events and dead-letter streams (with their limits)."""
     await _ensure_stream(js, events_stream_config(settings))
     await _ensure_stream(js, dead_letter_stream_config(settings))
 
@@ -103,7 +164,7 @@ async def ensure_consumer(
 
 
 async def ensure_kv(js: JetStreamContext, settings: NatsSettings) -> KeyValue:
-    """The bridge's key-value bucket (created if missing), one revision kept per key."""
+    """The bridge's key-value bucket (created if missing, bounded), one revision per key."""
     try:
         return await js.key_value(settings.kv_bucket)
     except NotFoundError:
@@ -111,4 +172,6 @@ async def ensure_kv(js: JetStreamContext, settings: NatsSettings) -> KeyValue:
             bucket=settings.kv_bucket,
             description="Bellows bridge: last resourceVersion seen per watch",
             history=1,
+            max_bytes=KV_MAX_BYTES,
+            max_value_size=KV_MAX_VALUE_BYTES,
         )

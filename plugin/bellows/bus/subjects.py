@@ -8,7 +8,11 @@ Pure string functions, documented in ``docs/events.md``::
 ``<kind>`` is ``pytorchjob`` or ``mpijob`` and ``<event>`` is ``arrived`` or ``completed``.
 A job name may contain dots (a DNS-1123 subdomain) but a subject token may not, so dots in
 names become underscores, which a Kubernetes name never holds: the mapping is reversible.
-Subjects route and filter; the payload, not the subject, is what the consumer trusts.
+
+Subjects route and filter, and the stream's permissions and the controller's namespace
+filter act on them; the payload is what the controller acts on. So the consumer accepts an
+event only where both name the same job (:func:`subject_mismatch`): a payload for ``team-b``
+published on a ``team-a`` subject would otherwise pass a filter meant to keep it out.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import re
 
 from bellows.bus.codec import SCHEMA_VERSION
 from bellows.bus.events import Event, EventType, JobKind
-from bellows.jobs import SpecError
+from bellows.inputs import SpecError, shown
 
 __all__ = [
     "EVENT_TOKENS",
@@ -28,6 +32,7 @@ __all__ = [
     "name_from_token",
     "name_token",
     "namespace_filter",
+    "subject_mismatch",
     "validate_prefix",
 ]
 
@@ -73,6 +78,34 @@ def event_subject(prefix: str, event: Event, *, version: int = SCHEMA_VERSION) -
             EVENT_TOKENS[event.type],
         )
     )
+
+
+def subject_mismatch(prefix: str, subject: str, event: Event) -> str | None:
+    """Why ``subject`` is not where ``event`` belongs (``None`` when it is).
+
+    The reason names each part (version, namespace, kind, name, event type) that the subject
+    and the payload disagree on, with both values, truncated.
+    """
+    expected = event_subject(prefix, event)
+    if subject == expected:
+        return None
+    head = f"{prefix}.events."
+    tokens = subject[len(head) :].split(".") if subject.startswith(head) else []
+    if len(tokens) != len(_PARTS):
+        return (
+            f"subject {shown(subject)} is not an event subject: expected "
+            f"{head}v<N>.<namespace>.<kind>.<name>.<event>, here {shown(expected)}"
+        )
+    wanted = expected[len(head) :].split(".")
+    differences = [
+        f"{part} {shown(got)} in the subject but {shown(want)} in the payload"
+        for part, got, want in zip(_PARTS, tokens, wanted, strict=True)
+        if got != want
+    ]
+    return f"subject and payload name different jobs: {'; '.join(differences)}"
+
+
+_PARTS = ("version", "namespace", "kind", "name", "event")
 
 
 def events_wildcard(prefix: str) -> str:

@@ -22,6 +22,7 @@ from bellows.bus import (
 )
 from bellows.bus.codec import event_schema
 from bellows.cli.config import config_options, load_from_cli
+from bellows.cli.params import JsonFile
 from bellows.jobs import SpecError
 
 __all__ = ["events"]
@@ -75,7 +76,8 @@ def _build(
 @click.option("--source", default="pipeline", show_default=True, help="who publishes")
 @click.option(
     "--spec-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    "spec",
+    type=JsonFile(max_bytes=64 * 1024, max_depth=8, mapping=True),
     default=None,
     help="JSON object with the job's Bellows settings (job.arrived only)",
 )
@@ -91,13 +93,12 @@ def publish(  # click passes every option by keyword
     outcome: str | None,
     when: datetime | None,
     source: str,
-    spec_file: Path | None,
+    spec: dict[str, Any] | None,
     config_file: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
     """Publish one event; a repeat of the same fact (uid, type) is dropped by the stream."""
     settings = load_from_cli(config_file, overrides)
-    spec = json.loads(spec_file.read_text()) if spec_file is not None else None
     try:
         ref = JobRef(JobKind(kind), namespace, name, uid)
         event = _build(

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from bellows.jobs import SpecError
+from bellows.cli.params import BoundedInt, ClusterFile, JobProfileFile, OutputFile, output_errors
+from bellows.jobs import MAX_WEIGHTS, SpecError
 from bellows.scaling import (
     ClusterProfile,
+    JobProfile,
     default_cluster,
     fit_job_profile,
-    load_cluster_profile,
-    load_job_profile,
     load_measurements,
     predict_step_time,
     save_job_profile,
@@ -24,8 +24,8 @@ __all__ = ["jsa"]
 _CLUSTER_HELP = "Cluster profile JSON (default: the fitted Pollux T4 cluster, see docs/jsa.md)."
 
 
-def _cluster(path: Path | None) -> ClusterProfile:
-    return default_cluster() if path is None else load_cluster_profile(path)
+def _cluster(profile: ClusterProfile | None) -> ClusterProfile:
+    return default_cluster() if profile is None else profile
 
 
 @click.group("jsa")
@@ -35,11 +35,13 @@ def jsa() -> None:
 
 @jsa.command("fit")
 @click.argument("train", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--weights", type=click.IntRange(min=1), required=True, help="Model parameters.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True)
-@click.option("--cluster", type=click.Path(dir_okay=False, path_type=Path), help=_CLUSTER_HELP)
+@click.option("--weights", type=BoundedInt(1, MAX_WEIGHTS), required=True, help="Model parameters.")
+@click.option("--out", type=OutputFile(), required=True)
+@click.option("--cluster", type=ClusterFile(), help=_CLUSTER_HELP)
 @click.option("--source", default=None, help="Provenance text stored in the profile.")
-def fit(train: Path, weights: int, out: Path, cluster: Path | None, source: str | None) -> None:
+def fit(
+    train: Path, weights: int, out: Path, cluster: ClusterProfile | None, source: str | None
+) -> None:
     """Fit PROFILE.json from TRAIN.csv (placement,local_bsz,step_time,sync_time rows).
 
     Single-GPU rows give t_proc(m); multi-GPU rows, if any, fit commWeights.
@@ -53,8 +55,9 @@ def fit(train: Path, weights: int, out: Path, cluster: Path | None, source: str 
             source=source if source is not None else f"bellows jsa fit {train.name}",
         )
     except SpecError as error:
-        raise click.ClickException(str(error)) from error
-    save_job_profile(out, profile)
+        raise click.ClickException(str(error)) from None
+    with output_errors(out):
+        save_job_profile(out, profile)
     comm = "" if profile.comm_weights is None else f", commWeights {profile.comm_weights}"
     click.echo(
         f"{out}: {len(profile.step.local_batches)} step points from "
@@ -63,24 +66,23 @@ def fit(train: Path, weights: int, out: Path, cluster: Path | None, source: str 
 
 
 @jsa.command("predict")
-@click.argument("profile", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("profile", type=JobProfileFile())
 @click.argument("rows", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True)
-@click.option("--cluster", type=click.Path(dir_okay=False, path_type=Path), help=_CLUSTER_HELP)
-def predict(profile: Path, rows: Path, out: Path, cluster: Path | None) -> None:
+@click.option("--out", type=OutputFile(), required=True)
+@click.option("--cluster", type=ClusterFile(), help=_CLUSTER_HELP)
+def predict(profile: JobProfile, rows: Path, out: Path, cluster: ClusterProfile | None) -> None:
     """Write PRED.csv: each row of ROWS.csv plus its predicted_step_time.
 
     ROWS.csv is in the placements.csv or the scalability.csv layout (the header decides).
     Prints the mean absolute percentage error against the rows' measured step_time.
     """
     try:
-        job = load_job_profile(profile)
         table = load_measurements(rows)
-        model = _cluster(cluster)
     except SpecError as error:
-        raise click.ClickException(str(error)) from error
-    predicted = [predict_step_time(job, model, row) for row in table.rows]
-    with out.open("w", newline="", encoding="utf-8") as handle:
+        raise click.ClickException(str(error)) from None
+    model = _cluster(cluster)
+    predicted = [predict_step_time(profile, model, row) for row in table.rows]
+    with output_errors(out), out.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow([*table.header, "predicted_step_time"])
         for cells, seconds in zip(table.cells, predicted, strict=True):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from bellows import __version__
@@ -14,9 +16,22 @@ from bellows.cli.profiling import calibrate, profile
 from bellows.cli.reproduce import reproduce
 from bellows.cli.simulate import simulate
 from bellows.cli.workload import workload
+from bellows.inputs import SpecError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Bellows(click.Group):
+    """The top-level group: a :class:`SpecError` that a command did not turn into its own
+    message still ends as one clean ``Error:`` line (exit 1), never a traceback: it is
+    always about a value from outside, and says which and what would be valid."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SpecError as error:
+            raise click.ClickException(str(error)) from None
+
+
+@click.group(cls=_Bellows, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="bellows")
 def main() -> None:
     """Bellows: give each training job GPUs and a batch size, inside what its owner allows."""
@@ -34,3 +49,7 @@ main.add_command(events)
 main.add_command(demo)
 main.add_command(controller)
 main.add_command(bridge)
+
+
+if __name__ == "__main__":  # python -m bellows.cli.main
+    main()

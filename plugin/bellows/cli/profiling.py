@@ -16,7 +16,17 @@ from typing import Any
 import click
 import yaml
 
-from bellows.jobs import SpecError
+from bellows.cli.params import (
+    MAX_ITERATIONS,
+    BoundedInt,
+    FiniteFloat,
+    IntList,
+    JsonText,
+    Name,
+    OutputFile,
+    output_errors,
+)
+from bellows.jobs import MAX_GPUS, MAX_LOCAL_BATCH, MAX_PROFILE_POINTS, SpecError
 from bellows.profiling import (
     SyntheticBatch,
     TorchWorkload,
@@ -27,35 +37,31 @@ from bellows.profiling import (
     parse_shape,
     profile_job,
 )
-from bellows.scaling import (
-    cluster_profile_to_json,
-    job_profile_to_json,
-    load_cluster_profile,
-)
+from bellows.profiling.workloads import MAX_CLASSES
+from bellows.scaling import cluster_profile_to_json, job_profile_to_json, load_cluster_profile
+from bellows.scaling.profiles import MAX_OVERLAP
 
 __all__ = ["COMMANDS", "calibrate", "profile"]
 
 PROFILE_KEY = "profile.json"  # the key bellows.io/profile-configmap reads by default
 
 
-def _int_list(text: str, option: str) -> list[int]:
-    """``"8,16,32"`` or ``"1e5,1e6"`` → integers."""
-    try:
-        values = [float(p) for p in text.split(",") if p.strip()]
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r}: numbers separated by commas", param_hint=option
-        ) from None
-    if not values or any(v < 1 or v != int(v) for v in values):
-        raise click.BadParameter(f"{text!r}: whole numbers >= 1", param_hint=option)
-    return [int(v) for v in values]
+MAX_PROCESSES = 1_024  # Allreduce ranks on one node
+MAX_BUFFER = 1 << 30  # float32 values in one Allreduce buffer (4 GiB)
+MAX_THREADS = 1_024
+MAX_MODEL_KWARGS = 64 * 1024  # bytes of --model-kwargs JSON
+_CONFIGMAP = Name(
+    r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?",
+    "a Kubernetes object name (lowercase letters, digits, '-' and '.', at most 253)",
+)
 
 
-def _write(output: str, text: str) -> None:
+def _write(output: Path | str, text: str) -> None:
     if output == "-":
         sys.stdout.write(text)
     else:
-        Path(output).write_text(text, "utf-8")
+        with output_errors(output):
+            Path(output).write_text(text, "utf-8")
 
 
 def _default_device() -> str:
@@ -75,52 +81,73 @@ def _default_device() -> str:
     "--model-kwargs",
     default="{}",
     show_default=True,
+    type=JsonText(max_bytes=MAX_MODEL_KWARGS, mapping=True),
     help="JSON object of keyword arguments for the factory.",
 )
 @click.option("--input-shape", required=True, help="Shape of one sample, e.g. 3,224,224.")
-@click.option("--classes", type=int, help="Cross-entropy over this many classes (else MSE).")
-@click.option("--vocab", type=int, help="Inputs are token ids below this (e.g. 30522).")
+@click.option(
+    "--classes",
+    type=BoundedInt(2, MAX_CLASSES),
+    help="Cross-entropy over this many classes (else MSE).",
+)
+@click.option(
+    "--vocab", type=BoundedInt(1, MAX_CLASSES), help="Inputs are token ids below this (e.g. 30522)."
+)
 @click.option("--optimizer", type=click.Choice(["sgd", "adam"]), default="sgd", show_default=True)
-@click.option("--batches", required=True, help="Per-GPU batch sizes to time, e.g. 8,16,32,64.")
+@click.option(
+    "--batches",
+    type=IntList(1, MAX_LOCAL_BATCH, max_items=MAX_PROFILE_POINTS),
+    required=True,
+    help="Per-GPU batch sizes to time, e.g. 8,16,32,64.",
+)
 @click.option(
     "--iterations",
-    type=int,
+    type=BoundedInt(1, MAX_ITERATIONS),
     default=10,
     show_default=True,
     help="Timed iterations per batch size (the median is kept).",
 )
 @click.option(
     "--warmup",
-    type=int,
+    type=BoundedInt(0, MAX_ITERATIONS),
     default=3,
     show_default=True,
     help="Untimed iterations first (allocator, autotuning, caches).",
 )
 @click.option("--device", help="torch device; default: cuda if present, else cpu.")
-@click.option("--threads", type=int, help="CPU threads torch may use (steadier CPU timings).")
+@click.option(
+    "--threads",
+    type=BoundedInt(1, MAX_THREADS),
+    help="CPU threads torch may use (steadier CPU timings).",
+)
 @click.option(
     "--output",
     "-o",
+    type=OutputFile(dash=True),
     default="profile.json",
     show_default=True,
     help="Where to write; '-' for standard output.",
 )
-@click.option("--configmap", help="Write a ConfigMap of this name holding the profile instead.")
+@click.option(
+    "--configmap",
+    type=_CONFIGMAP,
+    help="Write a ConfigMap of this name holding the profile instead.",
+)
 @click.option("--source", help="Provenance text stored in the profile (default: what ran).")
 def profile(
     *,
     model_ref: str,
-    model_kwargs: str,
+    model_kwargs: dict[str, Any],
     input_shape: str,
     classes: int | None,
     vocab: int | None,
     optimizer: str,
-    batches: str,
+    batches: list[int],
     iterations: int,
     warmup: int,
     device: str | None,
     threads: int | None,
-    output: str,
+    output: Path | str,
     configmap: str | None,
     source: str | None,
 ) -> None:
@@ -135,22 +162,16 @@ def profile(
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        kwargs = json.loads(model_kwargs)
-    except json.JSONDecodeError as error:
-        raise click.BadParameter(f"not JSON ({error})", param_hint="--model-kwargs") from None
-    if not isinstance(kwargs, dict):
-        raise click.BadParameter("a JSON object", param_hint="--model-kwargs")
-    try:
         workload = TorchWorkload(
             load_object(model_ref),
             SyntheticBatch(parse_shape(input_shape), classes=classes, vocab=vocab),
             device=device or _default_device(),
             optimizer=optimizer,
-            factory_kwargs=kwargs,
+            factory_kwargs=model_kwargs,
         )
         run = profile_job(
             workload.make_step,
-            _int_list(batches, "--batches"),
+            batches,
             weights=workload.weights,
             iterations=iterations,
             warmup=warmup,
@@ -197,10 +218,12 @@ def _config_map(name: str, document: dict[str, object]) -> dict[str, Any]:
 @click.command()
 @click.option(
     "--processes",
+    type=IntList(2, MAX_PROCESSES),
     help="Process counts to time, e.g. 2,4,8 (default: 2 up to the GPUs, or up to 4 on CPU).",
 )
 @click.option(
     "--sizes",
+    type=IntList(1, MAX_BUFFER, exponent=True),
     default="1e4,1e5,1e6,1e7",
     show_default=True,
     help="Buffer sizes in float32 values (weights).",
@@ -210,10 +233,12 @@ def _config_map(name: str, document: dict[str, object]) -> dict[str, Any]:
     type=click.Choice(["gloo", "nccl"]),
     help="torch.distributed backend; default: nccl with GPUs, else gloo.",
 )
-@click.option("--iterations", type=int, default=10, show_default=True)
-@click.option("--warmup", type=int, default=2, show_default=True)
+@click.option("--iterations", type=BoundedInt(1, MAX_ITERATIONS), default=10, show_default=True)
+@click.option("--warmup", type=BoundedInt(0, MAX_ITERATIONS), default=2, show_default=True)
 @click.option(
-    "--gpus-per-node", type=int, help="GPUs of one node (default: the processes measured here)."
+    "--gpus-per-node",
+    type=BoundedInt(1, MAX_GPUS),
+    help="GPUs of one node (default: the processes measured here).",
 )
 @click.option(
     "--inter-node-from",
@@ -222,7 +247,7 @@ def _config_map(name: str, document: dict[str, object]) -> dict[str, Any]:
 )
 @click.option(
     "--overlap",
-    type=float,
+    type=FiniteFloat(1.0, MAX_OVERLAP),
     default=1.0,
     show_default=True,
     help="Compute/communication overlap exponent (1: additive, the paper's model).",
@@ -230,27 +255,28 @@ def _config_map(name: str, document: dict[str, object]) -> dict[str, Any]:
 @click.option(
     "--output",
     "-o",
+    type=OutputFile(dash=True),
     default="cluster-profile.json",
     show_default=True,
     help="Where to write; '-' for standard output.",
 )
 @click.option(
     "--measurements",
-    type=click.Path(dir_okay=False),
+    type=OutputFile(),
     help="Also write the raw times here as CSV (processes,weights,seconds).",
 )
 def calibrate(
     *,
-    processes: str | None,
-    sizes: str,
+    processes: list[int] | None,
+    sizes: list[int],
     backend: str | None,
     iterations: int,
     warmup: int,
     gpus_per_node: int | None,
     inter_node_from: str | None,
     overlap: float,
-    output: str,
-    measurements: str | None,
+    output: Path | str,
+    measurements: Path | None,
 ) -> None:
     """Time Allreduce for several buffer sizes and process counts on this node.
 
@@ -264,15 +290,13 @@ def calibrate(
     gpus = torch.cuda.device_count()
     chosen_backend = backend or ("nccl" if gpus > 0 else "gloo")
     counts = (
-        _int_list(processes, "--processes")
-        if processes
-        else list(range(2, (gpus if chosen_backend == "nccl" else 4) + 1))
+        processes if processes else list(range(2, (gpus if chosen_backend == "nccl" else 4) + 1))
     )
     try:
         inter = None if inter_node_from is None else load_cluster_profile(inter_node_from)
         samples = measure_allreduce(
             counts,
-            _int_list(sizes, "--sizes"),
+            sizes,
             backend=chosen_backend,
             iterations=iterations,
             warmup=warmup,
@@ -297,7 +321,7 @@ def calibrate(
         raise click.UsageError(str(error)) from None
     _write(output, json.dumps(cluster_profile_to_json(result), indent=2) + "\n")
     if measurements:
-        with Path(measurements).open("w", newline="") as out:
+        with output_errors(measurements), measurements.open("w", newline="") as out:
             writer = csv.writer(out)
             writer.writerow(["processes", "weights", "seconds"])
             writer.writerows((s.processes, s.weights, s.seconds) for s in samples)

@@ -8,15 +8,22 @@ from pathlib import Path
 import click
 import numpy as np
 
-from bellows.jobs import SpecError
-from bellows.scaling import (
-    ClusterProfile,
-    default_cluster,
-    load_cluster_profile,
-    single_gpu_throughput,
+from bellows.cli.params import (
+    MAX_SEED,
+    BoundedInt,
+    ClusterFile,
+    FiniteFloat,
+    IntList,
+    OutputFile,
+    output_errors,
 )
+from bellows.jobs import MAX_GPUS, SpecError
+from bellows.scaling import ClusterProfile, default_cluster, single_gpu_throughput
+from bellows.sim.workloads.categories import CATEGORIES
 from bellows.sim.workloads.generating import (
     DEFAULT_LOAD_HIGH,
+    MAX_LOAD_HIGH,
+    MAX_MINUTES,
     BatchChoice,
     Pattern,
     WorkloadSpec,
@@ -29,19 +36,11 @@ from bellows.sim.workloads.traces import TraceJob, read_trace, schema, write_tra
 
 __all__ = ["workload"]
 
-_PATH = click.Path(dir_okay=False, path_type=Path)
 _CLUSTER_HELP = "Cluster profile JSON (default: the fitted Pollux T4 cluster)."
 
 
-def _cluster(path: Path | None) -> ClusterProfile:
-    return default_cluster() if path is None else load_cluster_profile(path)
-
-
-def _categories(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise click.BadParameter(f"{text!r}: expected numbers 1-4 separated by commas") from None
+def _cluster(profile: ClusterProfile | None) -> ClusterProfile:
+    return default_cluster() if profile is None else profile
 
 
 @click.group("workload")
@@ -51,45 +50,50 @@ def workload() -> None:
 
 @workload.command("generate")
 @click.option("--pattern", type=click.Choice([p.value for p in Pattern]), required=True)
-@click.option("--minutes", type=click.FloatRange(min=0, min_open=True), required=True)
-@click.option("--categories", default="1,2,3,4", show_default=True, help="e.g. 1 or 1,2,3,4")
-@click.option("--gpus", type=click.IntRange(min=1), required=True, help="Cluster size.")
-@click.option("--seed", type=int, required=True)
+@click.option("--minutes", type=FiniteFloat(0, MAX_MINUTES, open_min=True), required=True,
+              help="Arrival window (a workload of at most 1,000,000 jobs).")  # fmt: skip
+@click.option(
+    "--categories", type=IntList(1, len(CATEGORIES), max_items=len(CATEGORIES)),
+    default="1,2,3,4", show_default=True, help="e.g. 1 or 1,2,3,4",
+)  # fmt: skip
+@click.option("--gpus", type=BoundedInt(1, MAX_GPUS), required=True, help="Cluster size.")
+@click.option("--seed", type=BoundedInt(0, MAX_SEED), required=True)
 @click.option(
     "--baseline-batch", type=click.Choice([b.value for b in BatchChoice]), default="random",
     show_default=True, help="Batch the fixed-batch baseline runs each job with.",
 )  # fmt: skip
-@click.option("--period-min", type=click.FloatRange(min=0, min_open=True), default=60.0)
+@click.option("--period-min", type=FiniteFloat(0, MAX_MINUTES, open_min=True), default=60.0)
 @click.option(
-    "--load-high", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_LOAD_HIGH,
+    "--load-high", type=FiniteFloat(0, MAX_LOAD_HIGH, open_min=True), default=DEFAULT_LOAD_HIGH,
     show_default=True, help="Offered load of the high rate (low = 1/4 of it).",
 )  # fmt: skip
-@click.option("--cluster", type=_PATH, help=_CLUSTER_HELP)
-@click.option("--out", type=_PATH, required=True)
+@click.option("--cluster", type=ClusterFile(), help=_CLUSTER_HELP)
+@click.option("--out", type=OutputFile(), required=True)
 def generate_cmd(
     *,
     pattern: str,
     minutes: float,
-    categories: str,
+    categories: list[int],
     gpus: int,
     seed: int,
     baseline_batch: str,
     period_min: float,
     load_high: float,
-    cluster: Path | None,
+    cluster: ClusterProfile | None,
     out: Path,
 ) -> None:
     """Poisson arrivals of the paper's job categories, written as JSON Lines to OUT."""
     try:
         spec = WorkloadSpec(
-            Pattern(pattern), minutes, _categories(categories), gpus,
+            Pattern(pattern), minutes, tuple(categories), gpus,
             baseline_batch=BatchChoice(baseline_batch), period_min=period_min,
             load_high=load_high,
         )  # fmt: skip
         jobs = generate(spec, np.random.default_rng(seed), cluster=_cluster(cluster))
     except SpecError as error:
-        raise click.ClickException(str(error)) from error
-    write_trace(jobs, out)
+        raise click.ClickException(str(error)) from None
+    with output_errors(out):
+        write_trace(jobs, out)
     high, low = arrival_rates(spec)
     click.echo(
         f"{out}: {len(jobs)} jobs over {minutes:g} min; high {high * 3600:.1f}/h, "
@@ -99,7 +103,9 @@ def generate_cmd(
     )
 
 
-def _offered(jobs: tuple[TraceJob, ...], gpus: int, span_s: float, cluster: Path | None) -> float:
+def _offered(
+    jobs: tuple[TraceJob, ...], gpus: int, span_s: float, cluster: ClusterProfile | None
+) -> float:
     profile = _cluster(cluster)
     asked = sum(j.spec.work / single_gpu_throughput(j.spec, profile) for j in jobs)
     return asked / (gpus * span_s)
@@ -108,9 +114,9 @@ def _offered(jobs: tuple[TraceJob, ...], gpus: int, span_s: float, cluster: Path
 @workload.command("import")
 @click.argument("kind", type=click.Choice(["itp", "pollux"]))
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--cluster", type=_PATH, help=_CLUSTER_HELP)
-@click.option("--out", type=_PATH, required=True)
-def import_cmd(kind: str, source: Path, cluster: Path | None, out: Path) -> None:
+@click.option("--cluster", type=ClusterFile(), help=_CLUSTER_HELP)
+@click.option("--out", type=OutputFile(), required=True)
+def import_cmd(kind: str, source: Path, cluster: ClusterProfile | None, out: Path) -> None:
     """Convert a real trace (ITP cluster CSV or Pollux workload CSV) to JSON Lines.
 
     The mapping of models to measured profiles and of durations to work is documented in
@@ -120,8 +126,9 @@ def import_cmd(kind: str, source: Path, cluster: Path | None, out: Path) -> None
     try:
         jobs = import_itp(source, cluster=profile) if kind == "itp" else import_pollux(source)
     except SpecError as error:
-        raise click.ClickException(str(error)) from error
-    write_trace(jobs, out)
+        raise click.ClickException(str(error)) from None
+    with output_errors(out):
+        write_trace(jobs, out)
     click.echo(
         f"{out}: {len(jobs)} jobs; a cluster of "
         f"{gpus_for_load(jobs, load=1.0, cluster=profile)} GPUs sees offered load 1"
@@ -135,7 +142,7 @@ def validate_cmd(trace: Path) -> None:
     try:
         jobs = read_trace(trace)
     except SpecError as error:
-        raise click.ClickException(f"{trace}: {error}") from error
+        raise click.ClickException(str(error)) from None
     click.echo(f"{trace}: {len(jobs)} jobs, valid")
 
 

@@ -11,18 +11,28 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import math
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bellows.inputs import check_int, parse_int
 from bellows.jobs import SpecError
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["SyntheticBatch", "TorchWorkload", "load_object", "parse_shape"]
+__all__ = [
+    "MAX_CLASSES",
+    "MAX_SAMPLE_VALUES",
+    "MAX_SHAPE_DIMS",
+    "SyntheticBatch",
+    "TorchWorkload",
+    "load_object",
+    "parse_shape",
+]
 
 
 def load_object(reference: str, *, option: str = "--model") -> Any:
@@ -49,12 +59,33 @@ def load_object(reference: str, *, option: str = "--model") -> Any:
         raise SpecError(option, reference, f"a name defined in {module_name}") from None
 
 
+MAX_SHAPE_DIMS = 8
+MAX_CLASSES = 1 << 24  # output classes or vocabulary size (16 Mi)
+MAX_SAMPLE_VALUES = 1 << 28  # one sample of at most 256 Mi values (1 GiB of float32)
+
+
 def parse_shape(text: str, *, option: str = "--input-shape") -> tuple[int, ...]:
-    """``"3,224,224"`` → ``(3, 224, 224)``: the shape of one sample, without the batch."""
-    parts = [p.strip() for p in text.replace("x", ",").split(",") if p.strip()]
-    if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise SpecError(option, text, "positive integers separated by commas, e.g. 3,224,224")
-    return tuple(int(p) for p in parts)
+    """``"3,224,224"`` → ``(3, 224, 224)``: the shape of one sample, without the batch.
+
+    At most :data:`MAX_SHAPE_DIMS` dimensions of at most :data:`MAX_SAMPLE_VALUES` values in
+    all (a larger sample would not fit one GPU at any batch).
+    """
+    valid = (
+        f"at most {MAX_SHAPE_DIMS} positive integers separated by commas, e.g. 3,224,224, "
+        f"with at most {MAX_SAMPLE_VALUES} values in all"
+    )
+    if not isinstance(text, str):
+        raise SpecError(option, text, valid)
+    parts = [p.strip() for p in text.replace("x", ",").split(",", MAX_SHAPE_DIMS) if p.strip()]
+    if not parts or len(parts) > MAX_SHAPE_DIMS:
+        raise SpecError(option, text, valid)
+    try:
+        shape = tuple(parse_int(option, p, minimum=1, maximum=MAX_SAMPLE_VALUES) for p in parts)
+    except SpecError:
+        raise SpecError(option, text, valid) from None
+    if math.prod(shape) > MAX_SAMPLE_VALUES:
+        raise SpecError(option, text, valid)
+    return shape
 
 
 @dataclass(frozen=True)
@@ -70,10 +101,10 @@ class SyntheticBatch:
     vocab: int | None = None
 
     def __post_init__(self) -> None:
-        if self.classes is not None and self.classes < 2:
-            raise SpecError("--classes", self.classes, "an integer >= 2")
-        if self.vocab is not None and self.vocab < 1:
-            raise SpecError("--vocab", self.vocab, "an integer >= 1")
+        if self.classes is not None:
+            check_int("--classes", self.classes, minimum=2, maximum=MAX_CLASSES)
+        if self.vocab is not None:
+            check_int("--vocab", self.vocab, minimum=1, maximum=MAX_CLASSES)
 
 
 @dataclass

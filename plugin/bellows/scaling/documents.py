@@ -23,7 +23,7 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-from bellows.inputs import check_float, check_int
+from bellows.inputs import check_float, check_int, parse_json
 from bellows.jobs import MAX_LOCAL_BATCH, MAX_STEP_SECONDS, MAX_WEIGHTS, SpecError, StepProfile
 from bellows.scaling.profiles import MAX_OVERLAP, ClusterProfile, JobProfile, LinkCost
 
@@ -137,13 +137,24 @@ def job_profile_to_json(profile: JobProfile) -> dict[str, object]:
     return out
 
 
+# Far beyond any network (a ring step of 1 ms, a weight per ns are slow ones), and small
+# enough that the overlap combination (values to the power 16) stays a finite float.
+MAX_LINK_LATENCY_S = 1e3
+MAX_SECONDS_PER_WEIGHT = 1e-3
+
+
 def _link(path: str, value: object) -> LinkCost:
     link = _mapping(path, value)
     _keys(path, link, {"latency", "secondsPerWeight"}, set())
     return LinkCost(
-        latency=_number(f"{path}.latency", link["latency"], minimum=0.0),
-        per_weight=_number(f"{path}.secondsPerWeight", link["secondsPerWeight"], minimum=0.0),
-    )
+        latency=_number(
+            f"{path}.latency", link["latency"], minimum=0.0, maximum=MAX_LINK_LATENCY_S
+        ),
+        per_weight=_number(
+            f"{path}.secondsPerWeight", link["secondsPerWeight"], minimum=0.0,
+            maximum=MAX_SECONDS_PER_WEIGHT,
+        ),
+    )  # fmt: skip
 
 
 def parse_cluster_profile(obj: Mapping[str, object]) -> ClusterProfile:
@@ -178,17 +189,22 @@ def cluster_profile_to_json(profile: ClusterProfile) -> dict[str, object]:
     }
 
 
+MAX_DOCUMENT_BYTES = 1 << 20  # a 256-point job profile takes about 15 KiB
+_DOCUMENT_DEPTH = 4  # {"allreduce": {"intraNode": {...}}}, {"step": [{...}]}, and one spare
+
+
 def _read(path: str | Path) -> Mapping[str, object]:
+    """The JSON object in ``path``, read with :func:`bellows.inputs.parse_json`'s limits
+    (size, nesting, UTF-8, finite numbers): every failure is a :class:`SpecError`."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as handle:
+            data = handle.read(MAX_DOCUMENT_BYTES + 1)  # never more, whatever the file
     except OSError as exc:
-        raise SpecError(str(path), exc.strerror, "a readable file") from exc
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(
-            str(path), f"line {exc.lineno} column {exc.colno}: {exc.msg}", "valid JSON"
-        ) from exc
+        raise SpecError(str(path), exc.strerror or type(exc).__name__, "a readable file") from None
+    obj = parse_json(
+        str(path), data, max_bytes=MAX_DOCUMENT_BYTES, max_depth=_DOCUMENT_DEPTH,
+        what="a JSON document",
+    )  # fmt: skip
     return _mapping(str(path), obj)
 
 

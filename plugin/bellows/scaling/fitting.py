@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from bellows.jobs import SpecError, StepProfile
+from bellows.inputs import check_int
+from bellows.jobs import MAX_WEIGHTS, SpecError, StepProfile
 from bellows.scaling.measurements import StepMeasurement
 from bellows.scaling.profiles import MAX_OVERLAP, ClusterProfile, JobProfile, LinkCost
 from bellows.scaling.timing import processing_seconds
@@ -170,6 +171,7 @@ def fit_job_profile(
     over four decades around ``weights``). It absorbs what the generic model cannot know about
     the job: gradient bucketing, fp16 gradients, extra collectives.
     """
+    check_int("weights", weights, minimum=1, maximum=MAX_WEIGHTS)
     step = fit_step_profile(rows)
     profile = JobProfile(weights=weights, step=step, source=source)
     multi = [r for r in rows if r.gpus > 1]
@@ -182,8 +184,11 @@ def fit_job_profile(
         predicted = [predict_step_time(trial, cluster, r, generic=True) for r in multi]
         return float(np.sum((np.log(predicted) - measured) ** 2))
 
+    # the fitted count stays a valid profile value: at most MAX_WEIGHTS, at least 1
     grid = np.linspace(
-        math.log(weights) - 2 * math.log(10), math.log(weights) + 2 * math.log(10), 81
+        max(math.log(weights) - 2 * math.log(10), 0.0),
+        min(math.log(weights) + 2 * math.log(10), math.log(MAX_WEIGHTS)),
+        81,
     )
     best = int(np.argmin([loss(g) for g in grid]))
     lo, hi = grid[max(best - 1, 0)], grid[min(best + 1, grid.size - 1)]
@@ -195,5 +200,5 @@ def fit_job_profile(
             hi = b
         else:
             lo = a
-    fitted = max(1, round(math.exp((lo + hi) / 2.0)))
+    fitted = min(MAX_WEIGHTS, max(1, round(math.exp((lo + hi) / 2.0))))
     return JobProfile(weights=weights, step=step, source=source, comm_weights=fitted)

@@ -6,22 +6,27 @@ Two layouts (header line decides which):
   GPUs used on that node (``"22"`` = two nodes with two GPUs each);
 * ``num_nodes,num_replicas,local_bsz,step_time,sync_time`` — GPUs spread over many nodes.
 
-Both become :class:`StepMeasurement` rows. A bad cell raises :class:`MeasurementError`
-naming the file, the line, the column and the value.
+Both become :class:`StepMeasurement` rows. Every cell goes through :mod:`bellows.inputs`
+with the bounds of :mod:`bellows.jobs` (GPUs and nodes at most ``MAX_GPUS``, per-GPU batches
+at most ``MAX_LOCAL_BATCH``, times at most ``MAX_STEP_SECONDS``); a file holds at most
+:data:`MAX_ROWS` rows. A bad cell raises :class:`MeasurementError` naming the file, the
+line, the column and the value.
 """
 
 from __future__ import annotations
 
 import csv
-import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
-from bellows.jobs import SpecError
+from bellows.inputs import brief, check_float, check_int, parse_float, parse_int
+from bellows.jobs import MAX_GPUS, MAX_LOCAL_BATCH, MAX_STEP_SECONDS, SpecError
 
 __all__ = [
+    "MAX_ROWS",
     "PLACEMENTS_HEADER",
     "SCALABILITY_HEADER",
     "MeasurementError",
@@ -35,6 +40,10 @@ __all__ = [
 PLACEMENTS_HEADER = ("placement", "local_bsz", "step_time", "sync_time")
 SCALABILITY_HEADER = ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")
 Layout = Literal["placements", "scalability"]
+MAX_ROWS: Final = 1_000_000  # Pollux's files have a few hundred
+_MAX_NODES: Final = 1024  # digits of one placement
+_PLACEMENT = re.compile(rf"[1-9]{{1,{_MAX_NODES}}}")
+_PLACEMENT_VALID = f"digits 1-9, one per node, at most {_MAX_NODES} (e.g. 22)"
 
 
 class MeasurementError(SpecError):
@@ -64,18 +73,19 @@ class StepMeasurement:
     line: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("nodes", "gpus", "local_batch"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SpecError(name, value, "an integer >= 1")
+        check_int("nodes", self.nodes, minimum=1, maximum=MAX_GPUS)
+        check_int("gpus", self.gpus, minimum=1, maximum=MAX_GPUS)
+        check_int("local_batch", self.local_batch, minimum=1, maximum=MAX_LOCAL_BATCH)
         if self.gpus < self.nodes:
             raise SpecError("gpus", self.gpus, f">= nodes ({self.nodes})")
-        if not math.isfinite(self.step_time) or self.step_time <= 0:
-            raise SpecError("step_time", self.step_time, "a finite number > 0")
-        if not math.isfinite(self.sync_time) or self.sync_time < 0:
-            raise SpecError("sync_time", self.sync_time, "a finite number >= 0")
+        seconds = MAX_STEP_SECONDS
+        check_float("step_time", self.step_time, minimum=0.0, maximum=seconds, open_min=True)
+        check_float("sync_time", self.sync_time, minimum=0.0, maximum=seconds)
         if self.placement and (
-            len(self.placement) != self.nodes or sum(map(int, self.placement)) != self.gpus
+            not isinstance(self.placement, str)
+            or not _PLACEMENT.fullmatch(self.placement)
+            or len(self.placement) != self.nodes
+            or sum(map(int, self.placement)) != self.gpus
         ):
             raise SpecError("placement", self.placement, f"{self.nodes} digits summing to gpus")
 
@@ -91,37 +101,28 @@ class MeasurementTable:
     rows: tuple[StepMeasurement, ...]
 
 
-def _int_cell(path: str | Path, line: int, column: str, text: str) -> int:
+def _int_cell(path: str | Path, line: int, column: str, text: str, maximum: int) -> int:
     try:
-        value = int(text.strip())
-    except ValueError:
-        raise MeasurementError(path, line, column, text, "an integer >= 1") from None
-    if value < 1:
-        raise MeasurementError(path, line, column, text, "an integer >= 1")
-    return value
+        return parse_int(column, text, minimum=1, maximum=maximum)
+    except SpecError as err:
+        raise MeasurementError(path, line, column, text, err.valid) from None
 
 
 def _float_cell(path: str | Path, line: int, column: str, text: str, *, positive: bool) -> float:
-    valid = "a finite number " + ("> 0" if positive else ">= 0")
     try:
-        value = float(text.strip())
-    except ValueError:
-        raise MeasurementError(path, line, column, text, valid) from None
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise MeasurementError(path, line, column, text, valid)
-    return value
+        return parse_float(column, text, minimum=0.0, maximum=MAX_STEP_SECONDS, open_min=positive)
+    except SpecError as err:
+        raise MeasurementError(path, line, column, text, err.valid) from None
 
 
 def _placement_row(path: str | Path, line: int, cells: Sequence[str]) -> StepMeasurement:
     placement = cells[0].strip()
-    if not placement or not placement.isdigit() or "0" in placement:
-        raise MeasurementError(
-            path, line, "placement", cells[0], "digits 1-9, one per node (e.g. 22)"
-        )
+    if not _PLACEMENT.fullmatch(placement):
+        raise MeasurementError(path, line, "placement", cells[0], _PLACEMENT_VALID)
     return StepMeasurement(
         nodes=len(placement),
         gpus=sum(int(d) for d in placement),
-        local_batch=_int_cell(path, line, "local_bsz", cells[1]),
+        local_batch=_int_cell(path, line, "local_bsz", cells[1], MAX_LOCAL_BATCH),
         step_time=_float_cell(path, line, "step_time", cells[2], positive=True),
         sync_time=_float_cell(path, line, "sync_time", cells[3], positive=False),
         placement=placement,
@@ -130,14 +131,14 @@ def _placement_row(path: str | Path, line: int, cells: Sequence[str]) -> StepMea
 
 
 def _scalability_row(path: str | Path, line: int, cells: Sequence[str]) -> StepMeasurement:
-    nodes = _int_cell(path, line, "num_nodes", cells[0])
-    gpus = _int_cell(path, line, "num_replicas", cells[1])
+    nodes = _int_cell(path, line, "num_nodes", cells[0], MAX_GPUS)
+    gpus = _int_cell(path, line, "num_replicas", cells[1], MAX_GPUS)
     if gpus < nodes:
         raise MeasurementError(path, line, "num_replicas", cells[1], f">= num_nodes ({nodes})")
     return StepMeasurement(
         nodes=nodes,
         gpus=gpus,
-        local_batch=_int_cell(path, line, "local_bsz", cells[2]),
+        local_batch=_int_cell(path, line, "local_bsz", cells[2], MAX_LOCAL_BATCH),
         step_time=_float_cell(path, line, "step_time", cells[3], positive=True),
         sync_time=_float_cell(path, line, "sync_time", cells[4], positive=False),
         line=line,
@@ -146,13 +147,21 @@ def _scalability_row(path: str | Path, line: int, cells: Sequence[str]) -> StepM
 
 def load_measurements(path: str | Path, *, layout: Layout | None = None) -> MeasurementTable:
     """Read a measurement CSV; the header picks the layout unless ``layout`` insists on one."""
+    lines: list[list[str]] = []
     try:
         with Path(path).open(newline="", encoding="utf-8") as handle:
-            lines = list(csv.reader(handle))
+            for record in csv.reader(handle):
+                if len(lines) > MAX_ROWS:
+                    raise MeasurementError(
+                        path, len(lines) + 1, "(file)", f"more than {MAX_ROWS} rows",
+                        f"a CSV file of at most {MAX_ROWS} rows",
+                    )  # fmt: skip
+                lines.append(record)
     except OSError as exc:
-        raise MeasurementError(path, 0, "(file)", exc.strerror, "a readable CSV file") from exc
+        reason = exc.strerror or type(exc).__name__
+        raise MeasurementError(path, 0, "(file)", reason, "a readable CSV file") from None
     except (UnicodeDecodeError, csv.Error) as exc:
-        raise MeasurementError(path, 0, "(file)", str(exc), "a UTF-8 CSV file") from exc
+        raise MeasurementError(path, 0, "(file)", brief(exc), "a UTF-8 CSV file") from None
     if not lines:
         raise MeasurementError(path, 1, "(header)", "", "a header line")
     header = tuple(cell.strip() for cell in lines[0])

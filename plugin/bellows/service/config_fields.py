@@ -3,7 +3,11 @@
 A section is a frozen dataclass; a field whose type is another dataclass is a nested
 section. File keys are the camelCase of the field names (``ack_wait_s`` →
 ``ackWaitSeconds``), env names the upper-case words behind ``BELLOWS_``
-(``BELLOWS_NATS_ACK_WAIT_SECONDS``). ``field(metadata={"doc": ...})`` is the description.
+(``BELLOWS_NATS_ACK_WAIT_SECONDS``). ``field(metadata={"doc": ...})`` is the description;
+a number's ``minimum``/``maximum`` there are its bounds (see ``bellows.bus.settings.bounded``).
+
+Every value is converted through :mod:`bellows.inputs`: integers in ASCII digits within their
+bounds, finite numbers, strings of bounded length without control characters.
 """
 
 from __future__ import annotations
@@ -20,7 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from bellows.bus.settings import Secret
-from bellows.jobs import SpecError
+from bellows.inputs import (
+    SpecError,
+    check_float,
+    check_int,
+    parse_float,
+    parse_int,
+    shown,
+)
 
 __all__ = [
     "ENV_PREFIX",
@@ -38,6 +49,8 @@ __all__ = [
 ENV_PREFIX = "BELLOWS_"
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
+_INT64_MAX = (1 << 63) - 1
+MAX_TEXT_CHARS = 4096  # a path, a name, a URL, a password: none is longer
 
 
 class ConfigError(ValueError):
@@ -49,7 +62,8 @@ class ConfigError(ValueError):
         self.valid = valid
         self.source = source
         where = f" (from {source})" if source else ""
-        super().__init__(f"{key}={value!r}{where} is invalid: expected {valid}")
+        # shown(): a hostile value (a 1 MiB string, a 5000-digit int) stays one short line
+        super().__init__(f"{key}={shown(value)}{where} is invalid: expected {valid}")
 
 
 class InvalidValueError(ValueError):
@@ -72,13 +86,14 @@ def _env_word(key: str) -> str:
 
 @dataclass(frozen=True)
 class Leaf:
-    """One settable value: its path of file keys, of attribute names, type and default."""
+    """One settable value: its path of file keys, of attribute names, type, default, bounds."""
 
     keys: tuple[str, ...]
     attrs: tuple[str, ...]
     hint: Any
     default: Any
     doc: str
+    bounds: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
     @property
     def dotted(self) -> str:
@@ -91,6 +106,13 @@ class Leaf:
     @property
     def secret(self) -> bool:
         return Secret in _options(self.hint)
+
+
+_BOUND_KEYS = ("minimum", "maximum", "open_min")
+
+
+def _bounds(f: dataclasses.Field[Any]) -> dict[str, Any]:
+    return {k: f.metadata[k] for k in _BOUND_KEYS if k in f.metadata}
 
 
 def _options(hint: Any) -> tuple[Any, ...]:
@@ -129,12 +151,17 @@ def leaves(cls: type, keys: tuple[str, ...] = (), attrs: tuple[str, ...] = ()) -
             out += leaves(hint, (*keys, key), (*attrs, attr))
         else:
             doc = str(f.metadata.get("doc", ""))
-            out.append(Leaf((*keys, key), (*attrs, attr), hint, _default(f), doc))
+            out.append(Leaf((*keys, key), (*attrs, attr), hint, _default(f), doc, _bounds(f)))
     return out
 
 
-def convert(hint: Any, raw: object, *, from_text: bool) -> Any:
-    """``raw`` as a value of ``hint``; text (env, flags) is parsed, YAML values are checked."""
+def convert(
+    hint: Any, raw: object, *, from_text: bool, bounds: Mapping[str, Any] | None = None
+) -> Any:
+    """``raw`` as a value of ``hint``; text (env, flags) is parsed, YAML values are checked.
+
+    ``bounds`` (a leaf's ``minimum``, ``maximum``, ``open_min``) limit a number.
+    """
     options = _options(hint)
     if type(None) in options:
         if raw is None or (from_text and isinstance(raw, str) and raw in ("", "null")):
@@ -142,10 +169,10 @@ def convert(hint: Any, raw: object, *, from_text: bool) -> Any:
         (hint,) = [o for o in options if o is not type(None)]
     elif raw is None:
         raise InvalidValueError(_describe(hint))
-    return _convert_one(hint, raw, from_text=from_text)
+    return _convert_one(hint, raw, from_text=from_text, bounds=bounds or {})
 
 
-def _convert_one(hint: Any, raw: object, *, from_text: bool) -> Any:
+def _convert_one(hint: Any, raw: object, *, from_text: bool, bounds: Mapping[str, Any]) -> Any:
     origin = typing.get_origin(hint)
     if hint is bool:
         if isinstance(raw, bool):
@@ -154,44 +181,61 @@ def _convert_one(hint: Any, raw: object, *, from_text: bool) -> Any:
             return raw.lower() in _TRUE
         raise InvalidValueError("true or false")
     if hint is int or hint is float:
-        return _number(hint, raw, from_text=from_text)
+        return _number(hint, raw, from_text=from_text, bounds=bounds)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         values = [m.value for m in hint]
-        if raw in values:
+        if isinstance(raw, str) and raw in values:
             return hint(raw)
         raise InvalidValueError("one of " + ", ".join(repr(v) for v in values))
     if hint in (str, Path, Secret):
-        if not isinstance(raw, str) or not raw:
-            raise InvalidValueError("a non-empty string")
-        return hint(raw)
+        return hint(_text(raw))
     if origin is tuple:
         items = raw.split(",") if from_text and isinstance(raw, str) else raw
         if not isinstance(items, list | tuple):
             raise InvalidValueError("a list of strings")
         items = [i.strip() if isinstance(i, str) else i for i in items if i != ""]
-        if not all(isinstance(i, str) and i for i in items):
-            raise InvalidValueError("a list of non-empty strings")
-        return tuple(items)
+        if len(items) > _MAX_ITEMS:
+            raise InvalidValueError(f"a list of at most {_MAX_ITEMS} strings")
+        return tuple(_text(i, what="a list of non-empty strings") for i in items)
     if origin in (dict, Mapping):
         return _mapping(raw, from_text=from_text)
     raise TypeError(f"unsupported configuration type {hint!r}")
 
 
-def _number(hint: type, raw: object, *, from_text: bool) -> int | float:
-    if from_text and isinstance(raw, str):
-        try:
-            raw = int(raw) if hint is int else float(raw)
-        except ValueError:
-            raise InvalidValueError(_describe(hint)) from None
-    if isinstance(raw, bool) or not isinstance(raw, int | float):
-        raise InvalidValueError(_describe(hint))
-    if hint is int:
-        if isinstance(raw, float) and not raw.is_integer():
-            raise InvalidValueError("an integer")
-        return int(raw)
-    if not math.isfinite(raw):
-        raise InvalidValueError("a finite number")
-    return float(raw)
+_MAX_ITEMS = 1000
+
+
+def _text(raw: object, *, what: str = "a non-empty string") -> str:
+    """A non-empty string of at most MAX_TEXT_CHARS without control characters.
+
+    A NUL in a path would surface later as a ``ValueError`` from ``open``, a newline in a
+    name as a broken log line or header: refuse them here, where the key is known.
+    """
+    valid = f"{what} of at most {MAX_TEXT_CHARS} characters, without control characters"
+    if not isinstance(raw, str) or not raw or len(raw) > MAX_TEXT_CHARS:
+        raise InvalidValueError(valid)
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in raw):
+        raise InvalidValueError(valid)
+    return raw
+
+
+def _number(hint: type, raw: object, *, from_text: bool, bounds: Mapping[str, Any]) -> int | float:
+    """An int or float through bellows.inputs, within ``bounds`` (int64 at most)."""
+    low = bounds.get("minimum", 0 if hint is int else -math.inf)
+    high = bounds.get("maximum", _INT64_MAX if hint is int else math.inf)
+    open_min = bool(bounds.get("open_min", False))
+    try:
+        if hint is int:
+            if from_text and isinstance(raw, str):
+                return parse_int("value", raw, minimum=int(low), maximum=int(high))
+            if isinstance(raw, float) and raw.is_integer() and abs(raw) < 2**53:
+                raw = int(raw)  # YAML written by a tool: 20.0 is 20
+            return check_int("value", raw, minimum=int(low), maximum=int(high))
+        if from_text and isinstance(raw, str):
+            return parse_float("value", raw, minimum=low, maximum=high, open_min=open_min)
+        return check_float("value", raw, minimum=low, maximum=high, open_min=open_min)
+    except SpecError as exc:
+        raise InvalidValueError(exc.valid) from None
 
 
 def _mapping(raw: object, *, from_text: bool) -> dict[str, str]:
@@ -200,11 +244,10 @@ def _mapping(raw: object, *, from_text: bool) -> dict[str, str]:
         if not all("=" in p for p in pairs):
             raise InvalidValueError("key=value pairs separated by commas")
         raw = dict(p.split("=", 1) for p in pairs)
-    if not isinstance(raw, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
-    ):
-        raise InvalidValueError("a mapping of strings to strings")
-    return dict(raw)
+    what = "a mapping of strings to strings"
+    if not isinstance(raw, dict) or len(raw) > _MAX_ITEMS:
+        raise InvalidValueError(what)
+    return {_text(k, what=what): _text(v, what=what) for k, v in raw.items()}
 
 
 def _describe(hint: Any) -> str:
@@ -233,8 +276,8 @@ def build(cls: type, values: Values, keys: tuple[str, ...] = (), at: tuple[str, 
         attr = base.split(".")[0]
         key = ".".join((*keys, key_of.get(attr, base))) + bracket + rest
         source = values.get((*at, attr), (None, "default"))[1]
-        shown = Secret.MASK if isinstance(exc.value, Secret) else exc.value
-        raise ConfigError(key, shown, exc.valid, source) from None
+        masked = Secret.MASK if isinstance(exc.value, Secret) else exc.value
+        raise ConfigError(key, masked, exc.valid, source) from None
 
 
 def json_schema(cls: type) -> dict[str, Any]:
@@ -245,6 +288,7 @@ def json_schema(cls: type) -> dict[str, Any]:
             sub = json_schema(hint)
         else:
             sub = _leaf_schema(hint)
+            _bound_schema(sub, _bounds(f))
             default = _default(f)
             if default is not dataclasses.MISSING:
                 sub["default"] = jsonable(default)
@@ -287,6 +331,27 @@ def _leaf_schema(hint: Any) -> dict[str, Any]:
     return schema
 
 
+def _bound_schema(schema: dict[str, Any], bounds: Mapping[str, Any]) -> None:
+    if "minimum" in bounds:
+        key = "exclusiveMinimum" if bounds.get("open_min") else "minimum"
+        schema[key] = bounds["minimum"]
+    if "maximum" in bounds:
+        schema["maximum"] = bounds["maximum"]
+
+
+def _range_text(bounds: Mapping[str, Any]) -> str:
+    if "minimum" not in bounds:
+        return ""
+    low = "(" if bounds.get("open_min") else "["
+    return f" {low}{_number_text(bounds['minimum'])}, {_number_text(bounds['maximum'])}]"
+
+
+def _number_text(value: float) -> str:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
 def jsonable(value: Any) -> Any:
     """A default or configured value as plain JSON data (enums, tuples, paths, mappings)."""
     if isinstance(value, enum.Enum):
@@ -305,10 +370,9 @@ def markdown_table(cls: type) -> str:
     rows = ["| key | type | default | env | description |", "|---|---|---|---|---|"]
     for leaf in leaves(cls):
         default = None if leaf.default is dataclasses.MISSING else jsonable(leaf.default)
-        shown = f"`{json.dumps(default, ensure_ascii=False)}`"
-        rows.append(
-            f"| `{leaf.dotted}` | {_type_name(leaf.hint)} | {shown} | `{leaf.env}` | {leaf.doc} |"
-        )
+        given = f"`{json.dumps(default, ensure_ascii=False)}`"
+        kind = _type_name(leaf.hint) + _range_text(leaf.bounds)
+        rows.append(f"| `{leaf.dotted}` | {kind} | {given} | `{leaf.env}` | {leaf.doc} |")
     return "\n".join(rows) + "\n"
 
 

@@ -4,7 +4,9 @@ GPUs = ``Worker.replicas x slotsPerWorker`` (the workers' ``nvidia.com/gpu`` lim
 set, must agree with ``slotsPerWorker``). Every container of the Launcher and the Workers
 gets the batch env vars: ``mpirun`` forwards the launcher's environment to the ranks. On
 resume the operator does not refresh the launcher batch Job's command or env, so the
-actuator deletes ``<name>-launcher`` while the job is suspended (:meth:`launcher`).
+actuator deletes ``<name>-launcher`` while the job is suspended (:meth:`launcher`), and only
+when the MPIJob controls that Job (``journal.foreign_launcher``): the name alone proves
+nothing, since anyone who may create a batch Job in the namespace may take it.
 """
 
 from __future__ import annotations

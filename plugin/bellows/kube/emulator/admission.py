@@ -17,7 +17,7 @@ from bellows.kube.emulator.schemas import FieldProblem
 
 __all__ = ["admit"]
 
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # matched whole: "$" passes "x\n"
 _RULES = {
     "PyTorchJob": ("pytorchReplicaSpecs", ("Master", "Worker"), "Master", "pytorch"),
     "MPIJob": ("mpiReplicaSpecs", ("Launcher", "Worker"), "Launcher", None),
@@ -31,7 +31,7 @@ def admit(res: ResourceType, obj: Mapping[str, Any]) -> list[FieldProblem]:
     field, allowed, single, container = _RULES[res.kind]
     found: list[FieldProblem] = []
     name = obj["metadata"].get("name", "")
-    if len(name) > 63 or not _DNS1035.match(name):
+    if not isinstance(name, str) or len(name) > 63 or not _DNS1035.fullmatch(name):
         found.append(FieldProblem("metadata.name", name, "a DNS-1035 label (<= 63, [a-z0-9-])"))
     specs = (obj.get("spec") or {}).get(field) or {}
     for rtype, spec in specs.items():
@@ -39,24 +39,32 @@ def admit(res: ResourceType, obj: Mapping[str, Any]) -> list[FieldProblem]:
         if rtype not in allowed:
             found.append(FieldProblem(where, rtype, f"a replica type in {allowed}"))
             continue
+        if not isinstance(spec, Mapping):
+            found.append(FieldProblem(where, spec, "a replica spec object"))
+            continue
         if rtype == single and spec.get("replicas", 1) != 1:
             found.append(FieldProblem(f"{where}.replicas", spec.get("replicas"), "exactly 1"))
         containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
         if not containers:
             found.append(FieldProblem(f"{where}.template.spec.containers", [], "at least one"))
-        if container and not any(c.get("name") == container for c in containers):
+        if container and not any(
+            isinstance(c, Mapping) and c.get("name") == container for c in containers
+        ):
             found.append(
                 FieldProblem(
                     f"{where}.template.spec.containers",
-                    [c.get("name") for c in containers],
+                    [c.get("name") for c in containers if isinstance(c, Mapping)],
                     f"a container named {container!r}",
                 )
             )
         for i, c in enumerate(containers):
-            if not c.get("image"):
+            if not isinstance(c, Mapping) or not c.get("image"):
                 found.append(
                     FieldProblem(f"{where}.template.spec.containers[{i}].image", None, "an image")
                 )
     if "Worker" not in specs:
         found.append(FieldProblem(f"spec.{field}.Worker", None, "a Worker replica spec"))
+    if res.kind == "MPIJob" and single not in specs:
+        # mpi-operator's ValidateMPIJob: "must have replica type Launcher"
+        found.append(FieldProblem(f"spec.{field}.{single}", None, "a Launcher replica spec"))
     return found

@@ -7,7 +7,10 @@ from the spec *as it is then*; a running job's spec edits reach nothing (no pod 
 an MPIJob's launcher batch Job (``<name>-launcher``) is created from the spec, suspended
 and resumed with it, and on resume gets only its labels and annotations synced, so a stale
 launcher keeps its old env unless it was deleted while suspended (then it is recreated from
-the current spec). Finished jobs ignore suspend.
+the current spec). A batch Job of that name the MPIJob does not control is never touched:
+the MPIJob gets a Warning Event ``ErrResourceExists`` and waits, as mpi-operator's
+``getLauncherJob`` does. Finished jobs ignore suspend. One job's bad data fails that job
+(or is logged), never the operator.
 
 Training itself is the twin in ``training.py``: speed from the JSA for the running
 ``(k, b)``, read from the job's ``bellows.io/`` settings and its batch env var (for an
@@ -25,7 +28,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from bellows.jobs import SpecError
+import structlog
+
+from bellows.inputs import DATA_ERRORS, SpecError, parse_int
 from bellows.kube import keys
 from bellows.kube.adapters import KINDS
 from bellows.kube.emulator.store import ApiError, Store, rfc3339
@@ -37,6 +42,8 @@ from bellows.scaling import ClusterProfile, JobProfile, default_cluster
 __all__ = ["EmulatedOperator", "Progress"]
 
 _BATCH_JOBS = "batch/v1/jobs"
+_LAUNCHER = "-launcher"
+_log = structlog.get_logger("bellows.emulator")
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,7 @@ class EmulatedOperator:
         self._training: dict[str, Training] = {}  # by uid, for jobs with a speed model
         self._running: set[str] = set()  # uids whose (emulated) pods run
         self._timers: dict[str, asyncio.TimerHandle] = {}  # uid -> its completion check
+        self._reported: set[tuple[str, str]] = set()  # (MPIJob uid, foreign launcher uid)
         self._dirty: asyncio.Queue[tuple[str, str, str]] = asyncio.Queue()
         self._origin = 0.0
 
@@ -112,8 +120,12 @@ class EmulatedOperator:
         try:
             while True:
                 key, ns, name = await self._dirty.get()
-                with contextlib.suppress(ApiError):  # deleted or changed meanwhile: next event
+                try:
                     self._reconcile(self._kinds[key], self._store.resources[key], ns, name)
+                except ApiError:
+                    continue  # deleted or changed meanwhile, or blocked: the next event retries
+                except DATA_ERRORS:  # one job's data no check foresaw: that job's problem
+                    _log.exception("emulator.reconcile_failed", job=f"{ns}/{name}")
         finally:
             for timer in self._timers.values():
                 timer.cancel()
@@ -130,8 +142,13 @@ class EmulatedOperator:
                 self._running.discard(meta["uid"])
             elif change.resource == _BATCH_JOBS:
                 for ref in meta.get("ownerReferences") or []:
-                    if ref.get("kind") == "MPIJob":
+                    if ref.get("kind") == "MPIJob" and ref.get("controller") is True:
                         self._dirty.put_nowait((self._mpi_key(), meta["namespace"], ref["name"]))
+                if change.kind == "DELETED" and meta["name"].endswith(_LAUNCHER):
+                    # a Job that held an MPIJob's launcher name is gone: mpi-operator's
+                    # failed sync of that MPIJob is retried (its rate-limited requeue)
+                    owner = meta["name"].removesuffix(_LAUNCHER)
+                    self._dirty.put_nowait((self._mpi_key(), meta["namespace"], owner))
 
     def _mpi_key(self) -> str:
         return next(k for k, kind in self._kinds.items() if kind.kind == "MPIJob")
@@ -239,7 +256,7 @@ class EmulatedOperator:
             view = kind.view(obj, settings.env_names)
             job = build_spec(view, settings, self._profile(obj, settings.profile))
             batch = _batch(view.env, settings, view.gpus, launcher)
-        except SpecError as err:
+        except DATA_ERRORS as err:  # SpecError, or a value no check foresaw
             return f"the training script cannot start: {err}"
         if -(-batch // view.gpus) > settings.m_max:
             return (
@@ -269,6 +286,9 @@ class EmulatedOperator:
     def _sync_launcher(
         self, kind: JobKind, obj: Mapping[str, Any], suspended: bool
     ) -> dict[str, Any]:
+        """The MPIJob's launcher, created or synced. When a batch Job the MPIJob does not
+        control holds its name, the sync ends there with an error (:class:`ApiError`) and
+        nothing is written but a Warning Event, as in mpi-operator."""
         res = self._store.resources[_BATCH_JOBS]
         meta = obj["metadata"]
         name = kind.launcher(obj) or ""
@@ -301,6 +321,8 @@ class EmulatedOperator:
                 "spec": {"suspend": suspended, "backoffLimit": 6, "template": template},
             }
             return self._store.create(res, meta["namespace"], body)
+        if not _controlled_by(current, meta["uid"]):
+            raise self._resource_exists(obj, current)
         if current["spec"].get("suspend", False) == suspended:
             return current
         # On resume mpi-operator syncs only these launcher fields (mpi-operator#687).
@@ -310,6 +332,37 @@ class EmulatedOperator:
                 pod_meta[field] = template["metadata"][field]
         current["spec"]["suspend"] = suspended
         return self._store.update_with(res, meta["namespace"], name, lambda _: current)
+
+    def _resource_exists(self, obj: Mapping[str, Any], launcher: Mapping[str, Any]) -> ApiError:
+        """mpi-operator's Warning Event for a dependent it does not control (once per pair:
+        the real recorder folds repeats into one Event's count), and the sync's error."""
+        meta, name = obj["metadata"], launcher["metadata"]["name"]
+        message = f'Resource "{name}" of Kind "Job" already exists and is not managed by MPIJob'
+        error = ApiError(409, "AlreadyExists", message)
+        pair = (meta["uid"], launcher["metadata"]["uid"])
+        if pair in self._reported:
+            return error
+        self._reported.add(pair)
+        stamp = rfc3339(self._now())
+        event = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": obj["apiVersion"],
+                "kind": obj["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "reason": "ErrResourceExists",
+            "message": message,
+            "type": "Warning",
+            "source": {"component": "mpi-job-controller"},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        self._store.create(self._store.resources["v1/events"], meta["namespace"], event)
+        return error
 
     def _complete_launcher(self, launcher: Mapping[str, Any]) -> None:
         res = self._store.resources[_BATCH_JOBS]
@@ -325,6 +378,12 @@ class EmulatedOperator:
             self._store.update_with(
                 res, meta["namespace"], meta["name"], lambda _: done, subresource="status"
             )
+
+
+def _controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
+    """``metav1.IsControlledBy``: ``obj``'s controller reference names ``uid``."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("controller") is True and r.get("uid") == uid for r in refs)
 
 
 def _replica_types(kind: JobKind, obj: Mapping[str, Any]) -> list[str]:
@@ -356,11 +415,11 @@ def _batch(
     found: dict[str, int] = {}
     for name in settings.env_names:
         values = {v for v in env.get(name, ()) if v is not None}
-        if len(values) != 1 or not next(iter(values)).isdigit():
+        if len(values) != 1:
             raise SpecError(
                 f"env {name}", sorted(values), "one integer value on every training container"
             )
-        found[name] = int(values.pop())
+        found[name] = parse_int(f"env {name}", values.pop(), minimum=1)
     glob = found.get(settings.batch_env or "")
     local = found.get(settings.local_batch_env or "")
     if glob is not None and local is not None and -(-glob // gpus) != local:

@@ -3,19 +3,65 @@
 Custom resources accept exactly these two; a strategic merge patch is answered with 415
 by the server module. Both functions return a new document and never modify their inputs;
 a patch that cannot apply raises :class:`PatchError` with the offending operation.
+
+The API server's bounds on JSON patches hold here too: at most 10 000 operations
+(:func:`check_json_patch`, 413 beyond), and ``copy`` operations that copy more than 3 MiB in
+all are refused (evanphx/json-patch's ``AccumulatedCopySizeLimit``), so that a short patch
+cannot double a document until memory runs out.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
-__all__ = ["PatchError", "json_patch", "merge_patch"]
+__all__ = [
+    "MAX_COPY_BYTES",
+    "MAX_OPERATIONS",
+    "PatchError",
+    "check_json_patch",
+    "json_patch",
+    "merge_patch",
+]
+
+MAX_OPERATIONS: Final = 10_000  # maxJSONPatchOperations in kube-apiserver
+MAX_COPY_BYTES: Final = 3 * 1024 * 1024
+_OPS = ("add", "remove", "replace", "move", "copy", "test")
+_ARRAY_INDEX = re.compile(r"0|[1-9][0-9]{0,9}")  # ASCII digits, no leading zero
 
 
 class PatchError(ValueError):
-    """A patch is malformed or does not apply to the document."""
+    """A patch is malformed or does not apply to the document (``too_large``: past a bound)."""
+
+    def __init__(self, message: str, *, too_large: bool = False) -> None:
+        super().__init__(message)
+        self.too_large = too_large
+
+
+def check_json_patch(operations: object) -> None:
+    """:class:`PatchError` unless ``operations`` is a well-formed JSON patch within bounds:
+    a list of objects, each with a known ``op``, a string ``path`` (and ``from``), and a
+    ``value`` where the op needs one."""
+    if not isinstance(operations, list):
+        raise PatchError("a JSON patch is a list of operations")
+    if len(operations) > MAX_OPERATIONS:
+        raise PatchError(
+            f"The allowed maximum operations in a JSON patch is {MAX_OPERATIONS}, "
+            f"got {len(operations)}",
+            too_large=True,
+        )
+    for i, op in enumerate(operations):
+        if not isinstance(op, Mapping) or op.get("op") not in _OPS:
+            raise PatchError(f"operation {i} needs an 'op' in {_OPS}")
+        if not isinstance(op.get("path"), str):
+            raise PatchError(f"operation {i} ({op['op']}) needs a string 'path'")
+        if op["op"] in ("move", "copy") and not isinstance(op.get("from"), str):
+            raise PatchError(f"operation {i} ({op['op']}) needs a string 'from'")
+        if op["op"] in ("add", "replace", "test") and "value" not in op:
+            raise PatchError(f"operation {i} ({op['op']}) needs 'value'")
 
 
 def merge_patch(target: object, patch: object) -> Any:
@@ -42,8 +88,8 @@ def _pointer(path: object) -> list[str]:
 def _index(container: list[Any], token: str, *, allow_end: bool) -> int:
     if token == "-" and allow_end:
         return len(container)
-    if not token.isdigit() or (token != "0" and token.startswith("0")):
-        raise PatchError(f"array index {token!r} is not a non-negative integer")
+    if not _ARRAY_INDEX.fullmatch(token):  # str.isdigit() would pass "²", which int() refuses
+        raise PatchError(f"array index {token[:40]!r} is not a non-negative integer")
     index = int(token)
     limit = len(container) if allow_end else len(container) - 1
     if index > limit:
@@ -111,9 +157,17 @@ def _remove(doc: Any, parts: list[str]) -> Any:
 
 def json_patch(target: object, operations: object) -> Any:
     """``target`` with the RFC 6902 ``operations`` applied, all or nothing."""
+    try:
+        return _apply(target, operations)
+    except RecursionError:  # adds and copies nested the document past what can be walked
+        raise PatchError("Unable to complete JSON patch: the document nests too deep") from None
+
+
+def _apply(target: object, operations: object) -> Any:
     if not isinstance(operations, Sequence) or isinstance(operations, str | bytes):
         raise PatchError("a JSON patch is a list of operations")
     doc = copy.deepcopy(target)
+    copied = 0
     for i, op in enumerate(operations):
         if not isinstance(op, Mapping) or "op" not in op or "path" not in op:
             raise PatchError(f"operation {i} needs 'op' and 'path': {op!r}")
@@ -135,6 +189,12 @@ def json_patch(target: object, operations: object) -> Any:
         elif kind in ("move", "copy"):
             source = _pointer(op.get("from"))
             value = copy.deepcopy(_get(doc, source))
+            if kind == "copy":
+                copied += len(json.dumps(value))
+                if copied > MAX_COPY_BYTES:
+                    raise PatchError(
+                        f"Unable to complete JSON patch: the copies exceed {MAX_COPY_BYTES} bytes"
+                    )
             if kind == "move":
                 doc = _remove(doc, source)
             doc = _add(doc, parts, value)

@@ -11,11 +11,15 @@ One deliberate difference: the real server *prunes* unknown fields (or rejects t
 under ``fieldValidation=Strict``); this checker always rejects them, so that a typo in a patch
 Bellows builds fails a test instead of vanishing. CEL rules (``x-kubernetes-validations``,
 one transition rule in the PyTorchJob CRD) are not evaluated.
+
+A ``pattern`` is matched as Go's ``regexp`` matches it: ``$`` is the end of the text, never
+the place before a trailing newline (Python's ``$``), so ``"1\n"`` is no quantity.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -26,7 +30,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["CustomResource", "FieldProblem", "SchemaChecker", "load_crd"]
+__all__ = ["CustomResource", "FieldProblem", "SchemaChecker", "go_regexp", "load_crd"]
 
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -156,7 +160,7 @@ def _check_string(
     schema: Mapping[str, Any], value: str, path: str, out: list[FieldProblem]
 ) -> None:
     pattern = schema.get("pattern")
-    if pattern is not None and re.search(pattern, value) is None:
+    if pattern is not None and go_regexp(pattern).search(value) is None:
         out.append(FieldProblem(path, value, f"a string matching {pattern}"))
     if schema.get("format") == "date-time":
         try:
@@ -167,6 +171,28 @@ def _check_string(
         out.append(FieldProblem(path, value, f"at most {schema['maxLength']} characters"))
     if "minLength" in schema and len(value) < schema["minLength"]:
         out.append(FieldProblem(path, value, f"at least {schema['minLength']} characters"))
+
+
+@functools.cache
+def go_regexp(pattern: str) -> re.Pattern[str]:
+    """``pattern`` (RE2 syntax, as a CRD writes it) compiled so that it matches what Go's
+    ``regexp`` matches: each ``$`` outside a character class becomes ``\\Z``."""
+    out: list[str] = []
+    escaped = in_class = False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "$":
+            out.append(r"\Z")
+            continue
+        out.append(char)
+    return re.compile("".join(out))
 
 
 def _check_number(

@@ -16,8 +16,9 @@ __all__ = ["Matcher", "SelectorError", "field_selector", "label_selector"]
 
 Matcher = Callable[[Mapping[str, Any]], bool]
 
-_SET_TERM = re.compile(r"^\s*(!?)\s*([A-Za-z0-9_./-]+)\s*(?:(notin|in)\s*\(([^)]*)\))?\s*$")
-_EQ_TERM = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s*(==|!=|=)\s*([A-Za-z0-9_.-]*)\s*$")
+# matched whole (fullmatch), never up to a trailing newline as "$" would
+_SET_TERM = re.compile(r"\s*(!?)\s*([A-Za-z0-9_./-]+)\s*(?:(notin|in)\s*\(([^)]*)\))?\s*")
+_EQ_TERM = re.compile(r"\s*([A-Za-z0-9_./-]+)\s*(==|!=|=)\s*([A-Za-z0-9_.-]*)\s*")
 _FIELDS = {"metadata.name": ("metadata", "name"), "metadata.namespace": ("metadata", "namespace")}
 
 
@@ -41,13 +42,13 @@ def _split_terms(text: str) -> list[str]:
 
 
 def _label_term(term: str) -> Callable[[Mapping[str, str]], bool]:
-    eq = _EQ_TERM.match(term)
+    eq = _EQ_TERM.fullmatch(term)
     if eq:
         key, op, value = eq.groups()
         if op == "!=":
             return lambda labels: labels.get(key) != value
         return lambda labels: labels.get(key) == value
-    match = _SET_TERM.match(term)
+    match = _SET_TERM.fullmatch(term)
     if not match:
         raise SelectorError(f"unable to parse requirement {term.strip()!r}")
     negate, key, op, values = match.groups()
@@ -78,7 +79,7 @@ def field_selector(text: str | None) -> Matcher:
     """A predicate on ``metadata.name`` / ``metadata.namespace`` for the selector ``text``."""
     checks: list[tuple[tuple[str, str], bool, str]] = []
     for term in _split_terms(text or ""):
-        eq = _EQ_TERM.match(term)
+        eq = _EQ_TERM.fullmatch(term)
         if not eq or eq.group(1) not in _FIELDS:
             raise SelectorError(
                 f"field selector {term.strip()!r} is not supported: expected "

@@ -7,6 +7,13 @@ It speaks what the ``kubernetes`` client sends: get, list (label and field selec
 merge only for types where it equals a merge patch, else 415; server-side apply is not
 emulated and answers 415), delete with preconditions, and the ``status`` subresource.
 Errors are ``Status`` bodies with the real reasons and codes.
+
+It is as strict as kube-apiserver with what it is sent: a body that is not UTF-8 JSON (or
+nests deeper than the store allows) is a 400, one over 3 MiB a 413; a body whose fields do
+not decode (``metadata.name`` a list) a 400, an object that decodes but is invalid a 422
+whose ``details.causes`` name the fields. Query parameters are integers where the server
+parses them as such (``limit``, ``timeoutSeconds``, ``resourceVersion``): anything else,
+``nan`` included, is a 400. No request makes it answer 5xx (the fuzz tests hold it to that).
 """
 
 from __future__ import annotations
@@ -20,18 +27,35 @@ from typing import Any
 
 from aiohttp import web
 
+from bellows.inputs import SpecError, check_int, parse_int, parse_json
 from bellows.kube.emulator.faults import Faults
-from bellows.kube.emulator.patching import PatchError, json_patch, merge_patch
+from bellows.kube.emulator.metadata import go_type
+from bellows.kube.emulator.patching import PatchError, check_json_patch, json_patch, merge_patch
 from bellows.kube.emulator.resources import ResourceType
 from bellows.kube.emulator.selectors import SelectorError, field_selector, label_selector
-from bellows.kube.emulator.store import ApiError, Change, Store
+from bellows.kube.emulator.store import MAX_DEPTH, ApiError, Change, Store
 
-__all__ = ["build_app"]
+__all__ = ["MAX_BODY_BYTES", "MAX_WATCH_TIMEOUT_S", "build_app"]
 
 _WATCH_TRUE = ("true", "1", "True")
 _MERGE = "application/merge-patch+json"
 _JSON_PATCH = "application/json-patch+json"
 _STRATEGIC = "application/strategic-merge-patch+json"
+MAX_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's MaxRequestBodyBytes
+_INT64_MAX = 2**63 - 1
+# timeoutSeconds is an int64 there, turned into a time.Duration (int64 nanoseconds): above
+# this it would overflow, so the emulator refuses it rather than guess what it becomes
+MAX_WATCH_TIMEOUT_S = _INT64_MAX // 1_000_000_000
+_DEFAULT_WATCH_S = 1800  # kube-apiserver's --min-request-timeout
+_DELETE_OPTIONS = {
+    "kind": str,
+    "apiVersion": str,
+    "propagationPolicy": str,
+    "gracePeriodSeconds": int,
+    "orphanDependents": bool,
+    "dryRun": list,
+    "preconditions": dict,
+}
 
 
 @dataclass(frozen=True)
@@ -70,18 +94,53 @@ def _status(error: ApiError) -> web.Response:
 
 
 async def _body(request: web.Request) -> Any:
-    text = await request.text()
-    if not text:
-        return None
+    """The request's JSON body (``None`` when empty), parsed as strictly as the API server."""
+    too_large = ApiError(
+        413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY_BYTES}"
+    )
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ApiError(400, "BadRequest", f"the request body is not JSON: {err}") from err
+        data = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise too_large from None
+    if not data:
+        return None
+    if len(data) > MAX_BODY_BYTES:
+        raise too_large
+    try:
+        value = parse_json("body", data, max_bytes=MAX_BODY_BYTES, max_depth=MAX_DEPTH)
+    except SpecError as err:
+        raise ApiError(400, "BadRequest", f"the request body is not valid: {err}") from None
+    return _valid_unicode(value) if b"\\u" in data else value
+
+
+def _valid_unicode(value: Any) -> Any:
+    """``value`` with lone UTF-16 surrogates (``"\\ud800"`` escapes) replaced by U+FFFD, as
+    Go's decoder does: no later encoding of the object may fail on them."""
+    if isinstance(value, str):
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in value)
+    if isinstance(value, list):
+        return [_valid_unicode(v) for v in value]
+    if isinstance(value, dict):
+        return {_valid_unicode(k): _valid_unicode(v) for k, v in value.items()}
+    return value
+
+
+def _query_int(request: web.Request, name: str, *, default: int, maximum: int = _INT64_MAX) -> int:
+    """An integer query parameter, as the API server's parameter codec parses it: anything
+    but digits (``nan``, ``1.5``, ``-1``, ``²``) is a 400 that names it."""
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return parse_int(name, raw, minimum=0, maximum=maximum)
+    except SpecError as err:
+        raise ApiError(400, "BadRequest", str(err)) from None
 
 
 def build_app(store: Store, *, faults: Faults | None = None) -> web.Application:
     """The aiohttp application serving ``store``, failing what ``faults`` says (fault tests)."""
-    app = web.Application()
+    # aiohttp's own limit (1 MiB) would answer a plain-text 413 before the handler runs
+    app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
 
     async def version(_: web.Request) -> web.Response:
         return web.json_response({"major": "1", "minor": "31", "gitVersion": "v1.31.0-bellows"})
@@ -112,7 +171,7 @@ def build_app(store: Store, *, faults: Faults | None = None) -> web.Application:
             return _status(ApiError(400, "BadRequest", str(err)))
 
     app.router.add_get("/version", version)
-    app.router.add_route("*", "/{tail:.*}", handle)
+    app.router.add_route("*", r"/{tail:[\s\S]*}", handle)  # any path, newlines too
     return app
 
 
@@ -136,7 +195,7 @@ async def _write(store: Store, request: web.Request, t: _Target) -> tuple[Any, i
         change = _patcher(t.res, request.content_type, body)
         return store.update_with(t.res, t.namespace, t.name, change, subresource=t.subresource), 200
     if request.method == "DELETE":
-        options = body if isinstance(body, Mapping) else {}
+        options = _delete_options(body)
         pre = options.get("preconditions") or {}
         policy = request.query.get("propagationPolicy") or options.get("propagationPolicy")
         gone = store.delete(
@@ -162,6 +221,35 @@ async def _write(store: Store, request: web.Request, t: _Target) -> tuple[Any, i
     raise ApiError(405, "MethodNotAllowed", f"{request.method} is not allowed")
 
 
+def _delete_options(body: Any) -> Mapping[str, Any]:
+    """The ``DeleteOptions`` body (may be absent), its fields of the types Go decodes."""
+    if body is None:
+        return {}
+    if not isinstance(body, Mapping):
+        raise ApiError(400, "BadRequest", "the DeleteOptions body must be a JSON object")
+    for key, kind in _DELETE_OPTIONS.items():
+        value = body.get(key)
+        if value is None:
+            continue
+        # bool is an int in Python, never in Go
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"DeleteOptions.{key}: cannot unmarshal {go_type(value)} into a "
+                f"{'string' if kind is str else kind.__name__}",
+            )
+    if body.get("dryRun"):
+        raise ApiError(400, "BadRequest", "dryRun is not emulated")
+    pre = body.get("preconditions") or {}
+    for key in ("uid", "resourceVersion"):
+        if pre.get(key) is not None and not isinstance(pre[key], str):
+            raise ApiError(
+                400, "BadRequest", f"DeleteOptions.preconditions.{key}: expected a string"
+            )
+    return body
+
+
 def _patcher(res: ResourceType, content_type: str, body: Any) -> Any:
     if content_type == _STRATEGIC and not res.strategic_merge:
         raise ApiError(
@@ -176,6 +264,11 @@ def _patcher(res: ResourceType, content_type: str, body: Any) -> Any:
             raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
         return lambda obj: merge_patch(obj, body)
     if content_type == _JSON_PATCH:
+        try:
+            check_json_patch(body)
+        except PatchError as err:
+            code, reason = (413, "RequestEntityTooLarge") if err.too_large else (400, "BadRequest")
+            raise ApiError(code, reason, str(err)) from None
 
         def apply(obj: dict[str, Any]) -> Any:
             try:
@@ -199,10 +292,13 @@ def _encode_continue(revision: int, after: tuple[str, str]) -> str:
 
 def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
     try:
-        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        raw = base64.urlsafe_b64decode(token.encode("utf-8", "surrogatepass"))
+        data = parse_json("continue", raw, max_bytes=4096, max_depth=2)
         ns, name = data["after"]
-        return int(data["rv"]), (str(ns), str(name))
-    except (ValueError, KeyError, TypeError):
+        if not isinstance(ns, str) or not isinstance(name, str):
+            raise TypeError("after")
+        return check_int("rv", data["rv"], maximum=_INT64_MAX), (ns, name)
+    except (ValueError, KeyError, TypeError):  # SpecError and binascii.Error among them
         raise ApiError(400, "BadRequest", "the continue token is invalid") from None
 
 
@@ -221,12 +317,8 @@ def _list(store: Store, request: web.Request, t: _Target) -> dict[str, Any]:
         store.check_continue(revision)
     else:
         revision = store.revision
-    raw_limit = request.query.get("limit") or "0"
-    if not raw_limit.isdigit():
-        raise ApiError(400, "BadRequest", f"limit={raw_limit!r}: expected an integer >= 0")
-    items, remaining = store.list_page(
-        t.res, t.namespace, matchers, after=after, limit=int(raw_limit)
-    )
+    limit = _query_int(request, "limit", default=0)
+    items, remaining = store.list_page(t.res, t.namespace, matchers, after=after, limit=limit)
     meta: dict[str, Any] = {"resourceVersion": str(revision)}
     if remaining and items:
         last = items[-1]["metadata"]
@@ -264,17 +356,20 @@ async def _watch(store: Store, request: web.Request, t: _Target) -> web.StreamRe
         label_selector(request.query.get("labelSelector")),
         field_selector(request.query.get("fieldSelector")),
     ]
-    since = request.query.get("resourceVersion") or "0"
+    since = _query_int(request, "resourceVersion", default=0)
+    # 0 (or none) means the server's default: kube-apiserver's minimum request timeout
+    timeout = (
+        _query_int(request, "timeoutSeconds", default=0, maximum=MAX_WATCH_TIMEOUT_S)
+        or _DEFAULT_WATCH_S
+    )
     initial: list[dict[str, Any]] = []
     error: ApiError | None = None
-    if since == "0":
+    if since == 0:
         items, _ = store.list_objects(t.res, t.namespace, matchers)
         initial = [{"type": "ADDED", "object": obj} for obj in items]
     else:
         try:
-            changes = store.changes_since(t.res, int(since))
-        except ValueError:
-            raise ApiError(400, "BadRequest", f"resourceVersion {since!r} is invalid") from None
+            changes = store.changes_since(t.res, since)
         except ApiError as err:
             error = err
             changes = []
@@ -291,7 +386,6 @@ async def _watch(store: Store, request: web.Request, t: _Target) -> web.StreamRe
             return response
         for event in initial:
             await response.write(json.dumps(event).encode() + b"\n")
-        timeout = float(request.query.get("timeoutSeconds") or 1800)
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
             remaining = deadline - asyncio.get_running_loop().time()

@@ -17,12 +17,16 @@ every job runs on one GPU at its largest batch. It was calibrated on the paper's
 picture (``docs/simulator.md``); ``load_high = k_max / G`` gives back the literal rates.
 
 Randomness comes only from the ``numpy.random.Generator`` passed in.
+
+Bounds. Every parameter that scales the work has a documented maximum (:data:`MAX_MINUTES`,
+:data:`MAX_LOAD_HIGH`, :data:`bellows.jobs.MAX_GPUS`, at most :data:`MAX_PIECES` bursty
+periods), and a workload expected to hold more than
+:data:`~bellows.sim.workloads.traces.MAX_TRACE_JOBS` jobs is refused before any is drawn.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -30,17 +34,22 @@ from typing import TypeVar
 
 import numpy as np
 
-from bellows.jobs import SpecError
+from bellows.inputs import check_float, check_int
+from bellows.jobs import MAX_GPUS, SpecError
 from bellows.scaling import ClusterProfile, single_gpu_throughput
-from bellows.sim.workloads.categories import K_MAX, Category, category
-from bellows.sim.workloads.traces import TraceJob
+from bellows.sim.workloads.categories import CATEGORIES, K_MAX, Category, category
+from bellows.sim.workloads.traces import MAX_TRACE_JOBS, TraceJob
 
 __all__ = [
     "DEFAULT_LOAD_HIGH",
+    "MAX_LOAD_HIGH",
+    "MAX_MINUTES",
+    "MAX_PIECES",
     "BatchChoice",
     "Pattern",
     "WorkloadSpec",
     "arrival_rates",
+    "expected_jobs",
     "generate",
     "literal_load_high",
     "mean_length_s",
@@ -49,6 +58,15 @@ __all__ = [
 
 DEFAULT_LOAD_HIGH = 1.0
 """Offered load of the high arrival rate (low = a quarter of it); see the module docstring."""
+
+MAX_MINUTES = 525_600.0
+"""Longest arrival window, in minutes (a year); also the longest bursty period."""
+
+MAX_LOAD_HIGH = 1_000.0
+"""Largest offered load of the high rate (the paper's clusters are busy at 1 to 4)."""
+
+MAX_PIECES = 100_000
+"""Most bursty periods in one window (``minutes / period_min``)."""
 
 
 class Pattern(StrEnum):
@@ -81,18 +99,34 @@ class WorkloadSpec:
         object.__setattr__(self, "pattern", _enum(Pattern, "pattern", self.pattern))
         choice = _enum(BatchChoice, "baseline_batch", self.baseline_batch)
         object.__setattr__(self, "baseline_batch", choice)
-        if not (math.isfinite(self.minutes) and self.minutes > 0):
-            raise SpecError("minutes", self.minutes, "a number of minutes > 0")
-        if not self.categories or len(set(self.categories)) != len(self.categories):
+        for name, maximum in (
+            ("minutes", MAX_MINUTES), ("period_min", MAX_MINUTES), ("load_high", MAX_LOAD_HIGH)
+        ):  # fmt: skip
+            value = check_float(name, getattr(self, name), minimum=0.0, maximum=maximum,
+                                open_min=True)  # fmt: skip
+            object.__setattr__(self, name, value)
+        if not isinstance(self.categories, tuple | list) or not self.categories:
             raise SpecError("categories", self.categories, "distinct numbers from 1-4")
-        for number in self.categories:
-            category(number)
-        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
-            raise SpecError("gpus", self.gpus, "an integer >= 1")
-        if not (math.isfinite(self.period_min) and self.period_min > 0):
-            raise SpecError("period_min", self.period_min, "a number of minutes > 0")
-        if not (math.isfinite(self.load_high) and self.load_high > 0):
-            raise SpecError("load_high", self.load_high, "an offered load > 0")
+        numbers = tuple(
+            check_int(f"categories[{i}]", n, minimum=1, maximum=len(CATEGORIES))
+            for i, n in enumerate(self.categories)
+        )
+        if len(set(numbers)) != len(numbers):
+            raise SpecError("categories", self.categories, "distinct numbers from 1-4")
+        object.__setattr__(self, "categories", numbers)
+        check_int("gpus", self.gpus, minimum=1, maximum=MAX_GPUS)
+        if self.pattern is Pattern.BURSTY and self.minutes / self.period_min > MAX_PIECES:
+            raise SpecError(
+                "period_min", self.period_min,
+                f"a period of at least minutes/{MAX_PIECES} = {self.minutes / MAX_PIECES:g}",
+            )  # fmt: skip
+        expected = expected_jobs(self)
+        if expected > MAX_TRACE_JOBS:
+            raise SpecError(
+                "minutes", self.minutes,
+                f"a window holding at most {MAX_TRACE_JOBS} jobs (these settings expect "
+                f"{expected:.3g}: fewer minutes, GPUs or a lower load_high)",
+            )  # fmt: skip
 
     @property
     def mixed(self) -> bool:
@@ -123,6 +157,11 @@ def arrival_rates(spec: WorkloadSpec) -> tuple[float, float]:
     """``(high, low)`` arrivals per second for ``spec``."""
     high = spec.load_high * spec.gpus / mean_length_s(spec)
     return high, high / 4.0
+
+
+def expected_jobs(spec: WorkloadSpec) -> float:
+    """How many jobs ``spec`` yields on average (Poisson arrivals over its pieces)."""
+    return sum(rate * (stop - start) for start, stop, rate in _pieces(spec))
 
 
 def literal_load_high(spec: WorkloadSpec) -> float:
@@ -156,6 +195,10 @@ def arrival_times(spec: WorkloadSpec, rng: np.random.Generator) -> list[float]:
             if t >= stop:
                 break
             times.append(t)
+            if len(times) > MAX_TRACE_JOBS:  # the expectation is bounded; a draw is not
+                raise SpecError(
+                    "minutes", spec.minutes, f"a window holding at most {MAX_TRACE_JOBS} jobs"
+                )
     return times
 
 

@@ -21,6 +21,11 @@ Every assumption made on the way is listed here (and in ``docs/simulator.md``):
   100, ncf 10, imagenet 90, deepspeech2 80, yolov3 50) and the public dataset sizes in
   :data:`POLLUX_DATASETS` (deepspeech2's CMU-ARCTIC size and NCF's samples per epoch are
   our estimates).
+* **Cells.** Every number goes through :mod:`bellows.inputs` with the documented bounds
+  (GPUs at most :data:`bellows.jobs.MAX_GPUS`, batches at most ``MAX_BATCH``, times and
+  durations at most :data:`~bellows.sim.workloads.traces.MAX_ARRIVAL_S` seconds, ``b_max``
+  clipped to ``MAX_BATCH``); names are unique; a file holds at most ``MAX_TRACE_JOBS`` rows.
+  Anything else is a :class:`~bellows.jobs.SpecError` naming ``file:line.column``.
 """
 
 from __future__ import annotations
@@ -30,11 +35,12 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-from bellows.jobs import JobSpec, SpecError
+from bellows.inputs import brief, parse_float, parse_int
+from bellows.jobs import MAX_BATCH, MAX_GPUS, JobSpec, SpecError
 from bellows.scaling import ClusterProfile, single_gpu_throughput, throughput
 from bellows.sim.workloads.categories import K_MAX
 from bellows.sim.workloads.models import ModelProfile, model
-from bellows.sim.workloads.traces import TraceJob
+from bellows.sim.workloads.traces import MAX_ARRIVAL_S, MAX_TRACE_JOBS, TraceJob
 
 __all__ = [
     "ITP_MODELS",
@@ -73,7 +79,7 @@ def _template(
 ) -> JobSpec:
     k_max = max(gpus, K_MAX)
     b_min, m_max = profile.m_min, profile.m_max
-    b_max = k_max * m_max
+    b_max = min(k_max * m_max, MAX_BATCH)
     batch_size = min(max(batch, b_min), gpus * m_max)
     return JobSpec(
         name=name,
@@ -90,50 +96,102 @@ def _template(
     )
 
 
-def _rows(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in required if c not in (reader.fieldnames or [])]
-        if missing:
-            raise SpecError(f"{path.name}.columns", reader.fieldnames, f"columns {required}")
-        return list(enumerate(reader, start=2))
+_MAX_TIMESTAMP_S = 1e12  # an absolute submission time (UNIX seconds until the year 33658)
 
 
-def _int(path: Path, line: int, row: dict[str, str], column: str, minimum: int) -> int:
+def _rows(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict[str, str | None]]]:
+    """The rows of a CSV file with ``required`` columns, each with its line number."""
+    rows: list[tuple[int, dict[str, str | None]]] = []
     try:
-        value = int(float(row[column]))
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        raise SpecError(f"{path.name}:{line}.{column}", row[column], f"an integer >= {minimum}")
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            columns = reader.fieldnames or []
+            missing = [c for c in required if c not in columns]
+            if missing:
+                raise SpecError(f"{path.name}.columns", columns, f"columns {required}")
+            for row in reader:
+                if len(rows) >= MAX_TRACE_JOBS:
+                    raise SpecError(
+                        f"{path.name}:{reader.line_num}", f"more than {MAX_TRACE_JOBS} rows",
+                        f"a trace of at most {MAX_TRACE_JOBS} jobs",
+                    )  # fmt: skip
+                rows.append((reader.line_num, row))
+    except OSError as err:
+        raise SpecError(
+            path.name, err.strerror or type(err).__name__, "a readable CSV file"
+        ) from None
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise SpecError(path.name, brief(err), "a CSV file in UTF-8") from None
+    return rows
+
+
+def _int(
+    path: Path, line: int, row: dict[str, str | None], column: str, bounds: tuple[int, int]
+) -> int:
+    low, high = bounds
+    return parse_int(f"{path.name}:{line}.{column}", row.get(column), minimum=low, maximum=high)
+
+
+def _seconds(
+    path: Path, line: int, row: dict[str, str | None], column: str, maximum: float
+) -> float:
+    return parse_float(
+        f"{path.name}:{line}.{column}", row.get(column), minimum=0.0, maximum=maximum
+    )
+
+
+def _name(
+    path: Path, line: int, row: dict[str, str | None], column: str, seen: dict[str, int]
+) -> str:
+    name = row.get(column)
+    if not isinstance(name, str) or not name:
+        raise SpecError(f"{path.name}:{line}.{column}", name, "a non-empty name")
+    first = seen.setdefault(name, line)
+    if first != line:
+        raise SpecError(
+            f"{path.name}:{line}.{column}", name, f"a name not used before (line {first})"
+        )
+    return name
+
+
+def _choice(
+    path: Path, line: int, row: dict[str, str | None], column: str, known: Mapping[str, object]
+) -> str:
+    value = row.get(column)
+    if not isinstance(value, str) or value not in known:
+        raise SpecError(f"{path.name}:{line}.{column}", value, f"one of {sorted(known)}")
     return value
+
+
+_GPUS = (1, MAX_GPUS)
+_BATCH = (1, MAX_BATCH)
 
 
 def import_itp(path: Path, *, cluster: ClusterProfile) -> tuple[TraceJob, ...]:
     """An ElasticFlow/ITP cluster CSV as a trace; arrivals shift so the first is at 0."""
     rows = _rows(path, ("job_id", "submission_time", "model_name", "batch_size", "num_gpu"))
+    submitted = [_seconds(path, n, r, "submission_time", _MAX_TIMESTAMP_S) for n, r in rows]
+    start = min(submitted, default=0.0)
     jobs: list[TraceJob] = []
-    start = min((float(r["submission_time"]) for _, r in rows), default=0.0)
-    for line, row in rows:
-        trace_model = row["model_name"]
-        if trace_model not in ITP_MODELS:
-            raise SpecError(
-                f"{path.name}:{line}.model_name", trace_model, f"one of {sorted(ITP_MODELS)}"
-            )
+    seen: dict[str, int] = {}
+    for (line, row), at in zip(rows, submitted, strict=True):
+        name = _name(path, line, row, "job_id", seen)
+        trace_model = _choice(path, line, row, "model_name", ITP_MODELS)
         profile = model(ITP_MODELS[trace_model])
-        gpus = _int(path, line, row, "num_gpu", 1)
-        duration = _int(path, line, row, "duration", 1)
-        spec = _template(
-            row["job_id"], profile, gpus=gpus, batch=_int(path, line, row, "batch_size", 1),
-            work=1.0, category=trace_model,
-        )  # fmt: skip
-        work = duration * throughput(spec, gpus, spec.batch_size, cluster)
-        spec = _template(
-            row["job_id"], profile, gpus=gpus, batch=spec.batch_size, work=work,
-            category=trace_model,
-        )  # fmt: skip
-        arrival = float(row["submission_time"]) - start
-        jobs.append(TraceJob(arrival, spec, profile.name))
+        gpus = _int(path, line, row, "num_gpu", _GPUS)
+        duration = _seconds(path, line, row, "duration", MAX_ARRIVAL_S)
+        if duration <= 0:
+            raise SpecError(f"{path.name}:{line}.duration", row.get("duration"), "seconds > 0")
+        batch = _int(path, line, row, "batch_size", _BATCH)
+        try:
+            spec = _template(name, profile, gpus=gpus, batch=batch, work=1.0, category=trace_model)
+            work = duration * throughput(spec, gpus, spec.batch_size, cluster)
+            spec = _template(
+                name, profile, gpus=gpus, batch=spec.batch_size, work=work, category=trace_model
+            )
+            jobs.append(TraceJob(at - start, spec, profile.name))
+        except SpecError as err:
+            raise err.within(f"{path.name}:{line}") from None
     return tuple(jobs)
 
 
@@ -141,20 +199,22 @@ def import_pollux(path: Path) -> tuple[TraceJob, ...]:
     """A Pollux workload CSV (``name,time,application,num_replicas,batch_size``) as a trace."""
     rows = _rows(path, ("name", "time", "application", "num_replicas", "batch_size"))
     jobs: list[TraceJob] = []
+    seen: dict[str, int] = {}
     for line, row in rows:
-        app = row["application"]
-        if app not in POLLUX_EPOCHS:
-            raise SpecError(
-                f"{path.name}:{line}.application", app, f"one of {sorted(POLLUX_EPOCHS)}"
-            )
+        name = _name(path, line, row, "name", seen)
+        app = _choice(path, line, row, "application", POLLUX_EPOCHS)
         profile = model(app)
-        spec = _template(
-            row["name"], profile, gpus=_int(path, line, row, "num_replicas", 1),
-            batch=_int(path, line, row, "batch_size", 1),
-            work=float(POLLUX_EPOCHS[app] * POLLUX_DATASETS[app]), category=app,
-        )  # fmt: skip
-        arrival = float(_int(path, line, row, "time", 0))
-        jobs.append(TraceJob(arrival, spec, profile.name))
+        gpus = _int(path, line, row, "num_replicas", _GPUS)
+        batch = _int(path, line, row, "batch_size", _BATCH)
+        arrival = _seconds(path, line, row, "time", MAX_ARRIVAL_S)
+        try:
+            spec = _template(
+                name, profile, gpus=gpus, batch=batch,
+                work=float(POLLUX_EPOCHS[app] * POLLUX_DATASETS[app]), category=app,
+            )  # fmt: skip
+            jobs.append(TraceJob(arrival, spec, profile.name))
+        except SpecError as err:
+            raise err.within(f"{path.name}:{line}") from None
     return tuple(jobs)
 
 

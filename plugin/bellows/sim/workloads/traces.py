@@ -1,34 +1,63 @@
 """Job arrival traces: JSON Lines files of jobs and their arrival times, read and written.
 
 One job per line, each line an object of the published JSON Schema (``trace.schema.json``
-beside this module). Reading is strict: the first line that breaks the schema or the job
-rules of :class:`bellows.jobs.JobSpec` is refused with its line number and field.
+beside this module). Reading is strict and bounded: each line goes through
+:func:`bellows.inputs.parse_json` (at most :data:`MAX_LINE_BYTES`, UTF-8, no ``NaN`` or
+``Infinity``, nested at most three deep), a file holds at most :data:`MAX_TRACE_JOBS` jobs,
+and the first line that breaks the schema or the job rules of :class:`bellows.jobs.JobSpec`
+is refused with its file, line number and field.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import jsonschema
 
-from bellows.jobs import JobSpec, SpecError, StepProfile
+from bellows.inputs import MAX_INT_DIGITS, check_float, parse_json
+from bellows.jobs import JobSpec, SpecError, StepProfile, fit_to_cluster
 
-__all__ = ["TraceError", "TraceJob", "read_trace", "schema", "to_record", "write_trace"]
+__all__ = [
+    "MAX_ARRIVAL_S",
+    "MAX_LINE_BYTES",
+    "MAX_TRACE_JOBS",
+    "TraceError",
+    "TraceJob",
+    "fit_trace",
+    "read_trace",
+    "schema",
+    "to_record",
+    "write_trace",
+]
+
+MAX_TRACE_JOBS: Final = 1_000_000  # jobs in one trace (ITP's largest cluster has ~16 000)
+MAX_ARRIVAL_S: Final = 1e8  # arrival times: about three years from the trace's start
+MAX_LINE_BYTES: Final = 64 * 1024  # one job (a 256-point profile takes about 10 KiB)
+_LINE_DEPTH: Final = 3  # the object, its profile, the profile's lists
+_WHAT: Final = "a JSON object (one job)"
 
 
 class TraceError(SpecError):
-    """A trace line breaks the schema or the job rules; ``line`` is 1-based."""
+    """A trace line breaks the schema or the job rules; ``line`` is 1-based.
 
-    def __init__(self, line: int, field: str, value: object, valid: str) -> None:
+    ``source`` is the file (empty for lines given in memory); the message starts with it.
+    """
+
+    def __init__(
+        self, line: int, field: str, value: object, valid: str, *, source: str = ""
+    ) -> None:
         self.line = line
+        self.source = source
         super().__init__(field, value, valid)
-        self.args = (f"line {line}: {self.args[0]}",)
+        where = f"{source}: line {line}" if source else f"line {line}"
+        self.args = (f"{where}: {self.args[0]}",)
 
 
 @dataclass(frozen=True)
@@ -38,6 +67,14 @@ class TraceJob:
     arrival_s: float
     spec: JobSpec
     model: str = ""
+
+    def __post_init__(self) -> None:
+        arrival = check_float("arrival_s", self.arrival_s, minimum=0.0, maximum=MAX_ARRIVAL_S)
+        object.__setattr__(self, "arrival_s", arrival)
+        if not isinstance(self.spec, JobSpec):
+            raise SpecError("spec", self.spec, "a JobSpec")
+        if not isinstance(self.model, str):
+            raise SpecError("model", self.model, "a string")
 
 
 @cache
@@ -74,6 +111,8 @@ def to_record(job: TraceJob) -> dict[str, Any]:
         "gpus": spec.gpus,
         "category": spec.category,
     }
+    if spec.restart_s is not None:
+        record["restart_s"] = spec.restart_s
     if job.model:
         record["model"] = job.model
     return record
@@ -90,38 +129,78 @@ def write_trace(jobs: Iterable[TraceJob], path: Path) -> int:
 
 
 def read_trace(source: Path | Sequence[str]) -> tuple[TraceJob, ...]:
-    """Parse a trace file (or its lines); raise :class:`TraceError` on the first bad line."""
+    """Parse a trace file (or its lines); raise :class:`TraceError` on the first bad line.
+
+    Only :class:`~bellows.jobs.SpecError` (a :class:`TraceError` for a line) leaves here: an
+    unreadable file is one too, naming the file and the reason.
+    """
+    where = str(source) if isinstance(source, Path) else ""
     jobs: list[TraceJob] = []
     seen: dict[str, int] = {}
-    for number, text in _numbered_lines(source):
-        job = _parse_line(number, text)
-        first = seen.setdefault(job.spec.name, number)
-        if first != number:
-            raise TraceError(
-                number, "name", job.spec.name, f"a name not used before (line {first})"
-            )
-        jobs.append(job)
+    try:
+        for number, text in _numbered_lines(source, where):
+            job = _parse_line(number, text, where)
+            first = seen.setdefault(job.spec.name, number)
+            if first != number:
+                raise TraceError(
+                    number, "name", job.spec.name, f"a name not used before (line {first})",
+                    source=where,
+                )  # fmt: skip
+            jobs.append(job)
+    except OSError as err:
+        raise SpecError(
+            where, err.strerror or type(err).__name__, "a readable trace file"
+        ) from None
     return tuple(jobs)
 
 
-def _numbered_lines(source: Path | Sequence[str]) -> Iterator[tuple[int, str]]:
+def _numbered_lines(source: Path | Sequence[str], where: str) -> Iterator[tuple[int, str | bytes]]:
+    """The lines, numbered from 1, each at most MAX_LINE_BYTES (a longer one is refused
+    before it is read whole), at most MAX_TRACE_JOBS of them."""
     if isinstance(source, Path):
-        with source.open(encoding="utf-8") as lines:
-            yield from enumerate(lines, start=1)
+        with source.open("rb") as handle:
+            number = 0
+            while raw := handle.readline(MAX_LINE_BYTES + 1):
+                number += 1
+                _check_count(number, where)
+                if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                    raise TraceError(
+                        number, "<line>", f"more than {MAX_LINE_BYTES} bytes",
+                        f"a line of at most {MAX_LINE_BYTES} bytes", source=where,
+                    )  # fmt: skip
+                yield number, raw
     else:
-        yield from enumerate(source, start=1)
+        for number, text in enumerate(source, start=1):
+            _check_count(number, where)
+            yield number, text
 
 
-def _parse_line(number: int, text: str) -> TraceJob:
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as error:
+def _check_count(number: int, where: str) -> None:
+    if number > MAX_TRACE_JOBS:
         raise TraceError(
-            number, "<line>", text.strip()[:60], f"a JSON object ({error.msg})"
-        ) from None
+            number, "<file>", f"more than {MAX_TRACE_JOBS} lines",
+            f"a trace of at most {MAX_TRACE_JOBS} jobs", source=where,
+        )  # fmt: skip
+
+
+def _parse_line(number: int, text: str | bytes, where: str = "") -> TraceJob:
+    try:
+        record = parse_json(
+            "<line>", text, max_bytes=MAX_LINE_BYTES, max_depth=_LINE_DEPTH, what=_WHAT
+        )
+    except SpecError as bad:
+        # parse_json names the line; a refused number is worth naming by its field
+        located = _locate(text) if bad.valid == _WHAT else None
+        if located is not None:
+            raise TraceError(
+                number, located[0], located[1],
+                "a finite number that JSON allows (no NaN, Infinity or overflowing value)",
+                source=where,
+            ) from None  # fmt: skip
+        raise TraceError(number, bad.field, bad.value, bad.valid, source=where) from None
     invalid = jsonschema.exceptions.best_match(_validator().iter_errors(record))
     if invalid is not None:
-        raise _schema_error(number, invalid)
+        raise _schema_error(number, invalid, where)
     try:
         spec = JobSpec(
             name=record["name"],
@@ -138,21 +217,93 @@ def _parse_line(number: int, text: str) -> TraceJob:
             elastic=record.get("elastic", True),
             gpus=record.get("gpus", 1),
             category=record.get("category", ""),
+            restart_s=record.get("restart_s"),
         )
+        return TraceJob(record["arrival_s"], spec, record.get("model", ""))
     except SpecError as bad:
-        raise TraceError(number, bad.field, bad.value, bad.valid) from None
-    return TraceJob(float(record["arrival_s"]), spec, record.get("model", ""))
+        raise TraceError(number, bad.field, bad.value, bad.valid, source=where) from None
 
 
-def _schema_error(number: int, error: jsonschema.ValidationError) -> TraceError:
+class _Refused:
+    """A number that :func:`parse_json` refuses, kept by the second, diagnostic parse."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _refused_float(text: str) -> object:
+    return _Refused(text) if not math.isfinite(float(text)) else 0.0
+
+
+def _refused_int(text: str) -> object:
+    digits = text.lstrip("-")
+    if len(digits) > MAX_INT_DIGITS or abs(int(text)) >= 1 << 63:
+        return _Refused(text[:40])
+    return 0
+
+
+def _locate(text: str | bytes) -> tuple[str, str] | None:
+    """The field (as ``profile.seconds.0``) and text of the first number JSON forbids in a
+    line ``parse_json`` refused: it only names what was refused, nothing else is taken
+    from this parse. ``None`` when the line was refused for another reason."""
+    try:
+        document = json.loads(
+            text, parse_constant=_Refused, parse_float=_refused_float, parse_int=_refused_int
+        )
+    except (ValueError, RecursionError):
+        return None
+    stack: list[tuple[str, object]] = [("", document)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, _Refused):
+            return path or "<line>", item.text
+        if isinstance(item, dict):
+            children = [(str(k), v) for k, v in item.items()]
+        elif isinstance(item, list):
+            children = [(str(i), v) for i, v in enumerate(item)]
+        else:
+            continue
+        stack.extend((f"{path}.{key}" if path else key, v) for key, v in reversed(children))
+    return None
+
+
+def fit_trace(
+    jobs: Sequence[TraceJob], gpus: int, *, source: str = ""
+) -> tuple[tuple[TraceJob, ...], int]:
+    """``jobs`` sized for a cluster of ``gpus`` GPUs, and how many of them were changed.
+
+    Each job goes through :func:`bellows.jobs.fit_to_cluster`, as in the live controller: a
+    ``k_max`` above the cluster is lowered to it (a rigid job keeps its GPU count), so that no
+    table is sized by a ``k_max`` the cluster cannot give. :class:`TraceError` (``line`` is
+    the job's position + 1, its line in ``source``) names a job no batch fits on ``gpus``
+    GPUs.
+    """
+    fitted: list[TraceJob] = []
+    changed = 0
+    for index, job in enumerate(jobs):
+        try:
+            spec = fit_to_cluster(job.spec, gpus)
+        except SpecError as bad:
+            raise TraceError(index + 1, bad.field, bad.value, bad.valid, source=source) from None
+        if spec.k_max == job.spec.k_max:
+            fitted.append(job)
+        else:
+            changed += 1
+            fitted.append(TraceJob(job.arrival_s, spec, job.model))
+    return tuple(fitted), changed
+
+
+def _schema_error(number: int, error: jsonschema.ValidationError, where: str) -> TraceError:
     path = ".".join(str(p) for p in error.absolute_path)
     if error.validator == "required":
         missing = str(error.message).split("'")[1] if "'" in error.message else "?"
         field = f"{path}.{missing}" if path else missing
-        return TraceError(number, field, None, "a value (the field is required)")
+        return TraceError(number, field, None, "a value (the field is required)", source=where)
     if error.validator == "additionalProperties":
-        return TraceError(number, path or "<line>", error.message, "only the schema's fields")
-    return TraceError(number, path or "<line>", error.instance, _expected(error))
+        return TraceError(
+            number, path or "<line>", error.message, "only the schema's fields", source=where
+        )
+    return TraceError(number, path or "<line>", error.instance, _expected(error), source=where)
 
 
 _TYPE_WORDS = {
@@ -174,6 +325,10 @@ def _expected(error: jsonschema.ValidationError) -> str:
         return f"a number >= {bound}"
     if keyword == "exclusiveMinimum":
         return f"a number > {bound}"
+    if keyword == "maximum":
+        return f"a number <= {bound if isinstance(bound, int) else f'{bound:g}'}"
+    if keyword == "maxItems":
+        return f"at most {bound} item(s)"
     if keyword == "minLength":
         return "a non-empty string"
     if keyword == "minItems":

@@ -1,0 +1,87 @@
+{{/*
+The bundled NATS server's configuration. `nats.conf` is the server; `auth.conf`, which it
+includes, holds the users and what each may do (the layout of docs/security.md, and what
+tests/hostile/test_secure_nats.py runs a real nats-server with):
+
+* bellows-bridge publishes events and keeps its place in its KV bucket;
+* bellows-controller consumes events through its durable consumer, acks them and publishes
+  dead letters;
+* both may read, create and update the two streams (each provisions them at start), and
+  receive replies only on their own inbox prefix;
+* neither may purge or delete a stream, publish what the other publishes, or read the
+  other's replies; nobody else may log in.
+
+Passwords are `$NATS_*_PASSWORD` references: nats-server reads them from its environment,
+which the Deployment fills from the Secret, so no secret is in this ConfigMap.
+*/}}
+{{- define "bellows.natsServerConfig" -}}
+port: 4222
+http_port: 8222
+# Only Bellows' two components connect; a few spare for restarts and rollouts.
+max_connections: 64
+include ./auth.conf
+jetstream {
+  store_dir: /data
+  max_memory_store: 64M
+  max_file_store: {{ .Values.nats.bundled.maxFileStore }}
+}
+{{- end -}}
+
+{{- define "bellows.natsAuthConfig" -}}
+{{- $prefix := .Values.nats.subjectPrefix -}}
+{{- $stream := .Values.nats.stream -}}
+{{- $durable := .Values.nats.durable -}}
+{{- /* NatsSettings defaults (not chart values): bellows.bus.settings */ -}}
+{{- $deadLetters := "BELLOWS_DEADLETTER" -}}
+{{- $bucket := "bellows-bridge" -}}
+{{- $bridge := dict "root" . "component" "bridge" -}}
+{{- $controller := dict "root" . "component" "controller" -}}
+authorization {
+  users = [
+    {
+      user: "{{ include "bellows.natsUser" $bridge }}"
+      password: $NATS_BRIDGE_PASSWORD
+      permissions: {
+        publish: {
+          allow: [
+            "{{ $prefix }}.events.>",
+            {{- range $name := list $stream $deadLetters }}
+            "$JS.API.STREAM.INFO.{{ $name }}", "$JS.API.STREAM.CREATE.{{ $name }}", "$JS.API.STREAM.UPDATE.{{ $name }}",
+            {{- end }}
+            "$JS.API.STREAM.INFO.KV_{{ $bucket }}", "$JS.API.STREAM.CREATE.KV_{{ $bucket }}",
+            "$JS.API.DIRECT.GET.KV_{{ $bucket }}", "$JS.API.DIRECT.GET.KV_{{ $bucket }}.>",
+            "$JS.API.STREAM.MSG.GET.KV_{{ $bucket }}",
+            "$KV.{{ $bucket }}.>"
+          ]
+        }
+        subscribe: {
+          allow: ["{{ include "bellows.inboxPrefix" $bridge }}.>"]
+        }
+      }
+    },
+    {
+      user: "{{ include "bellows.natsUser" $controller }}"
+      password: $NATS_CONTROLLER_PASSWORD
+      permissions: {
+        publish: {
+          allow: [
+            "{{ $prefix }}.deadletter.>",
+            {{- range $name := list $stream $deadLetters }}
+            "$JS.API.STREAM.INFO.{{ $name }}", "$JS.API.STREAM.CREATE.{{ $name }}", "$JS.API.STREAM.UPDATE.{{ $name }}",
+            {{- end }}
+            "$JS.API.CONSUMER.CREATE.{{ $stream }}.{{ $durable }}",
+            "$JS.API.CONSUMER.CREATE.{{ $stream }}.{{ $durable }}.>",
+            "$JS.API.CONSUMER.DURABLE.CREATE.{{ $stream }}.{{ $durable }}",
+            "$JS.API.CONSUMER.INFO.{{ $stream }}.{{ $durable }}",
+            "$JS.API.CONSUMER.MSG.NEXT.{{ $stream }}.{{ $durable }}",
+            "$JS.ACK.{{ $stream }}.{{ $durable }}.>"
+          ]
+        }
+        subscribe: {
+          allow: ["{{ include "bellows.inboxPrefix" $controller }}.>"]
+        }
+      }
+    }
+  ]
+}
+{{- end -}}
