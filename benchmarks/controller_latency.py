@@ -1,19 +1,23 @@
 """The live controller's speed: event-to-patch latency with 1,000 running jobs (target: p99
-<= 1 s), per optimizer path (``controller.optimizer``), side by side.
+<= 1 s), per mode (``controller.mode``) and optimizer path (``controller.optimizer``), side by
+side.
 
 An emulated Kubeflow cluster runs in a child process (its API server and operators
 are not the controller's CPU), holding ``--running`` jobs plus spares; the controller, the
 bridge and nats-server run here, as in a deployment. The controller starts, rebuilds its
 state from the cluster and starts the jobs (the first round). Then ``--events`` events are
 made, one at a time, alternating: a new job is submitted (an arrival) or a running one is
-deleted (a completion). Each goes through the bridge and NATS, waits for its Δ window to
-close, and is applied: read from the cluster, one round of the core, the decisions patched
-onto the jobs. Measured per event: from the window's close to the last patch (the apply
-call the pump makes), the core's round alone, and the decisions made. The run is repeated
-from scratch for each ``--optimizer`` path. (Memory: ``benchmarks/controller_memory.py``.)
+deleted (a completion). Each goes through the bridge and NATS and is applied: read from the
+cluster, one step of the core, the decisions patched onto the jobs. In paper mode (a round at
+every event, Δ = 0, restart cost 30 s) the event waits for its 0.25 s window to close; in
+Bellows mode (the defaults: restart cost 60 s, rounds every 2 min) the pump applies it at
+once and the core's step is a fill: a completion's GPUs go to the waiting jobs. Measured
+per event: from the window's close (the pump's apply call) to the last patch, the core's
+step alone, and the decisions made. The run is repeated from scratch for each mode and
+``--optimizer`` path. (Memory: ``benchmarks/controller_memory.py``.)
 
 Usage: python benchmarks/controller_latency.py [--running 1000] [--events 200]
-                                                [--optimizer numpy,auto]
+                                                [--mode bellows,paper] [--optimizer numpy,auto]
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from typing import Any, cast
 import numpy as np
 from kubernetes import client as k8s
 
-from bellows.autoscaler import Autoscaler, AutoscalerConfig, Decision
+from bellows.autoscaler import Autoscaler, AutoscalerConfig, Decision, Mode
 from bellows.bus import (
     Batcher,
     EventConsumer,
@@ -136,8 +140,16 @@ class Sample:
     decisions: int
 
 
+def _config(mode: Mode, optimizer: Method) -> AutoscalerConfig:
+    if mode is Mode.PAPER:
+        return AutoscalerConfig.paper(
+            delta_s=0.0, queue=True, restart_cost_s=30.0, optimizer=optimizer
+        )
+    return AutoscalerConfig(optimizer=optimizer)
+
+
 async def _latency(
-    running: int, events: int, seed: int, optimizer: Method
+    running: int, events: int, seed: int, mode: Mode, optimizer: Method
 ) -> tuple[list[Sample], Sample, float]:
     trace = workload(running + events, seed)
     # capacity: every running job at its least, plus a quarter more to share elastically
@@ -160,11 +172,7 @@ async def _latency(
             controller = Controller(
                 api=api,
                 autoscaler=Autoscaler(
-                    AutoscalerConfig(
-                        delta_s=0.0, queue=True, restart_cost_s=30.0, optimizer=optimizer
-                    ),
-                    capacity=capacity,
-                    cluster=default_cluster(),
+                    _config(mode, optimizer), capacity=capacity, cluster=default_cluster()
                 ),
                 actuator=Actuator(api),
                 reader=JobReader(api, namespace=NS),
@@ -190,8 +198,9 @@ async def _latency(
 
             stop = asyncio.Event()
             tasks, consumer = await _start_loop(
-                js, settings, api, clock=clock, apply=timed, stop=stop
+                js, settings, api, clock=clock, apply=timed, stop=stop, mode=mode
             )
+            tasks.append(asyncio.create_task(controller.keep_house(stop)))
             await asyncio.sleep(2.0)  # the bridge's first listing, its arrivals, repeats
             custom = k8s.CustomObjectsApi(api.api_client)
             try:
@@ -216,9 +225,18 @@ async def _latency(
 
 
 async def _start_loop(
-    js: Any, settings: NatsSettings, api: KubeApi, *, clock: ServiceClock, apply: Any, stop: Any
+    js: Any,
+    settings: NatsSettings,
+    api: KubeApi,
+    *,
+    clock: ServiceClock,
+    apply: Any,
+    stop: Any,
+    mode: Mode,
 ) -> tuple[list[asyncio.Task[None]], EventConsumer]:
-    """The bridge (one watch per kind) and the pump (Δ = 0.25 s) feeding ``apply``."""
+    """The bridge (one watch per kind) and the pump feeding ``apply``: Δ = 0.25 s windows in
+    paper mode, every fetch at once in Bellows mode (as the runner sets them)."""
+    paper = mode is Mode.PAPER
     publisher = EventPublisher(js, prefix=settings.subject_prefix, stream=settings.stream)
     store = KvResumeStore(await ensure_kv(js, settings))
     bridges = kube_bridges(api, publisher=publisher, store=store, namespaces=(NS,))
@@ -226,12 +244,13 @@ async def _start_loop(
     consumer = await EventConsumer.open(js, settings)
     pump = EventPump(
         consumer,
-        Batcher(delta_s=0.25, start=clock.now()),
+        Batcher(delta_s=0.25 if paper else 0.0, start=clock.now()),
         apply,
         clock=clock.now,
         max_deliver=settings.max_deliver,
         ack_wait_s=settings.ack_wait_s,
         poll_s=0.05,
+        immediate=not paper,
     )
     tasks.append(asyncio.create_task(pump.run(stop)))
     return tasks, consumer
@@ -264,6 +283,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--running", type=int, default=1000)
     parser.add_argument("--events", type=int, default=200)
+    parser.add_argument("--mode", default="bellows,paper", help="modes, comma-separated")
     parser.add_argument("--optimizer", default="numpy,auto", help="paths, comma-separated")
     parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_args()
@@ -271,14 +291,21 @@ def main() -> None:
     bad = [p for p in paths if p not in METHODS]
     if bad:
         parser.error(f"--optimizer {bad[0]!r}: expected one of {', '.join(METHODS)}")
+    try:
+        modes = [Mode(m) for m in args.mode.split(",") if m]
+    except ValueError:
+        parser.error(f"--mode {args.mode!r}: expected bellows and/or paper, comma-separated")
     configure_logging(LoggingSettings(level=LogLevel.ERROR))
     runs = {}
-    for path in paths:
-        runs[path] = asyncio.run(_latency(args.running, args.events, args.seed, cast(Method, path)))
+    for mode in modes:
+        for path in paths:
+            runs[f"{mode.value}/{path}"] = asyncio.run(
+                _latency(args.running, args.events, args.seed, mode, cast(Method, path))
+            )
     capacity = next(iter(runs.values()))[2]
     print(f"\nevent-to-patch latency, {args.running} jobs running, capacity {capacity} GPUs, "
-          f"{args.events} events per path (seconds from window close to last patch)")  # fmt: skip
-    print(f"{'optimizer':<9} {'events':<12} {'n':>4} {'median':>8} {'p99':>8} {'max':>8} "
+          f"{args.events} events per run (seconds from window close to last patch)")  # fmt: skip
+    print(f"{'mode/optimizer':<14} {'events':<12} {'n':>4} {'median':>8} {'p99':>8} {'max':>8} "
           f"{'core p99':>9} {'decisions':>10} {'target':>7} {'p99/target':>11}")  # fmt: skip
     for path, (samples, _, _) in runs.items():
         for label in ("arrival", "completion", "all"):
@@ -286,7 +313,7 @@ def main() -> None:
             secs = [s.seconds for s in chosen]
             p99 = _p(secs, 99)
             print(
-                f"{path:<9} {label:<12} {len(chosen):>4} {statistics.median(secs):>8.3f} "
+                f"{path:<14} {label:<12} {len(chosen):>4} {statistics.median(secs):>8.3f} "
                 f"{p99:>8.3f} {max(secs):>8.3f} {_p([s.core_s for s in chosen], 99):>9.4f} "
                 f"{statistics.median([s.decisions for s in chosen]):>5.0f}/"
                 f"{max(s.decisions for s in chosen):<4d} "

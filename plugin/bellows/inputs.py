@@ -27,6 +27,7 @@ import math
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
+from fractions import Fraction
 from typing import Any, Final
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "parse_float",
     "parse_int",
     "parse_json",
+    "parse_quantity",
     "parse_time",
     "shown",
 ]
@@ -208,6 +210,54 @@ def brief(err: BaseException) -> str:
     """``Type: first line`` of an error, cut short (an ApiException goes on with headers)."""
     lines = str(err).strip().splitlines()
     return f"{type(err).__name__}: {lines[0][: _SHOWN_CHARS * 2] if lines else ''}"
+
+
+# Kubernetes' resource.Quantity: a decimal number, then a binary-SI suffix (Ki … Ei), an
+# exponent (e3, E-2) or a decimal-SI suffix (n, u, m, k, M … E, or none)
+_QUANTITY = re.compile(
+    r"(?P<sign>[+-]?)(?P<whole>[0-9]*)(?:\.(?P<frac>[0-9]*))?"
+    r"(?:(?P<binary>[KMGTPE]i)|[eE](?P<exponent>[+-]?[0-9]{1,3})|(?P<decimal>[numkMGTPE]?))"
+)
+_QUANTITY_CHARS: Final = 64
+_DECIMAL_SI: Final = {
+    "n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18
+}  # fmt: skip
+_BINARY_SI: Final = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+
+
+def parse_quantity(
+    field: str, text: object, *, minimum: int = 0, maximum: int | None = None
+) -> Fraction:
+    """A Kubernetes quantity (``8``, ``1k``, ``500m``, ``4Gi``, ``1e3``), exactly, within bounds.
+
+    The API server writes quantities in a canonical form that is not always plain digits
+    (1 000 GPUs read ``"1k"``), so a count must not be read with ``int()``. The value is an
+    exact :class:`~fractions.Fraction`: callers that need a whole number check its
+    denominator. At most 64 characters and an exponent of three digits keep it cheap.
+    """
+    bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+    valid = f"a Kubernetes quantity (like 8, 1k, 500m or 4Gi) {bounds}"
+    if not isinstance(text, str) or len(text) > _QUANTITY_CHARS:
+        raise SpecError(field, text, valid)
+    match = _QUANTITY.fullmatch(text)
+    if match is None or not (match["whole"] or match["frac"]):
+        raise SpecError(field, text, valid)
+    frac = match["frac"] or ""
+    value = Fraction(int(f"{match['whole']}{frac}" or "0"), 10 ** len(frac))
+    if match["binary"]:
+        value *= 2 ** _BINARY_SI[match["binary"]]
+    else:
+        exponent = (
+            int(match["exponent"])
+            if match["exponent"] is not None
+            else _DECIMAL_SI[match["decimal"] or ""]
+        )
+        value *= Fraction(10) ** exponent
+    if match["sign"] == "-":
+        value = -value
+    if value < minimum or (maximum is not None and value > maximum):
+        raise SpecError(field, text, valid)
+    return value
 
 
 _TIME_VALID = "an RFC 3339 timestamp with a zone, e.g. 2025-05-01T12:00:00Z"

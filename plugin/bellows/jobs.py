@@ -22,6 +22,7 @@ __all__ = [
     "MAX_GPUS",
     "MAX_LOCAL_BATCH",
     "MAX_PROFILE_POINTS",
+    "MAX_RESTART_S",
     "MAX_STEP_SECONDS",
     "MAX_WEIGHTS",
     "MAX_WORK",
@@ -45,6 +46,7 @@ MAX_WEIGHTS = 10**13  # model parameters
 MAX_WORK = 1e15  # samples to process
 MAX_STEP_SECONDS = 1e5  # one profiled iteration on one GPU
 MAX_PROFILE_POINTS = 256
+MAX_RESTART_S = 86_400.0  # seconds one halt may cost a job
 
 
 def _require_positive_float(name: str, value: object, *, maximum: float) -> float:
@@ -108,6 +110,8 @@ class JobSpec:
     * ``weights``: model parameters (drives Allreduce time); ``work``: samples to process.
     * ``elastic=False`` marks a rigid job: it always runs on exactly ``gpus`` GPUs with
       ``batch_size``. For elastic jobs ``gpus`` is what the owner requested (informative).
+    * ``restart_s``: seconds of progress one halt costs this job (checkpoint, pods restart,
+      reload), when the owner knows it better than the cluster's default (``None``).
     """
 
     name: str
@@ -122,6 +126,7 @@ class JobSpec:
     elastic: bool = True
     gpus: int = 1
     category: str = field(default="", compare=False)
+    restart_s: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -145,6 +150,9 @@ class JobSpec:
         if not isinstance(self.elastic, bool):
             raise SpecError("elastic", self.elastic, "true or false")
         check_int("gpus", self.gpus, minimum=1, maximum=MAX_GPUS)
+        if self.restart_s is not None:
+            restart = check_float("restart_s", self.restart_s, minimum=0.0, maximum=MAX_RESTART_S)
+            object.__setattr__(self, "restart_s", restart)
         if self.gpus > self.k_max:
             raise SpecError("gpus", self.gpus, f"<= k_max ({self.k_max})")
         if self.elastic:

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+import numpy as np
 import pytest
 
 from bellows.autoscaler import (
     Autoscaler,
     AutoscalerConfig,
+    ClockError,
+    Mode,
     Policy,
     Preempt,
     Reject,
     Rescale,
     Start,
 )
-from bellows.jobs import SpecError
+from bellows.autoscaler.pricing import exact
+from bellows.jobs import Allocation, SpecError
 from bellows.scaling import default_cluster
 from tests.strategies import make_job
 
@@ -23,7 +28,8 @@ CLUSTER = default_cluster()
 
 
 def scaler(capacity: int = 8, **options: object) -> Autoscaler:
-    return Autoscaler(AutoscalerConfig(**options), capacity=capacity, cluster=CLUSTER)  # type: ignore[arg-type]
+    """A core in paper mode (the scenarios below are the paper's), with ``options``."""
+    return Autoscaler(AutoscalerConfig.paper(**options), capacity=capacity, cluster=CLUSTER)
 
 
 def test_round_waits_for_the_delta_tick() -> None:
@@ -131,7 +137,7 @@ def test_hybrid_trigger_starts_a_round_early() -> None:
     auto.finish("a", now=20.0)
     assert auto.next_round_at() == 600.0  # 1 of 4 finished: below the share
     auto.finish("b", now=30.0)
-    assert auto.next_round_at() == 10.0  # half finished: due at once
+    assert auto.next_round_at() == 30.0  # half finished: due at once, not in the past
     assert Start("e", 2, 64) in auto.step(30.0)
 
 
@@ -169,11 +175,11 @@ def test_same_inputs_give_the_same_decisions() -> None:
     def run() -> list[object]:
         auto = scaler(capacity=16, delta_s=300.0, queue=True)
         out: list[object] = []
-        for i in range(12):
-            auto.arrive(make_job(f"j{i}", b_min=16 * (1 + i % 3), k_max=2 + i % 7), now=40.0 * i)
-            due = auto.next_round_at()
-            assert due is not None
-            out.extend(auto.step(max(due, 40.0 * i)))
+        for i in range(13):
+            while (due := auto.next_round_at()) is not None and due <= 40.0 * i:
+                out.extend(auto.step(due))
+            if i < 12:
+                auto.arrive(make_job(f"j{i}", b_min=16 * (1 + i % 3), k_max=2 + i % 7), 40.0 * i)
         return out
 
     assert run() == run()
@@ -199,3 +205,173 @@ def test_bad_config_names_the_field(options: dict[str, object], field: str) -> N
 def test_bad_capacity_names_the_field() -> None:
     with pytest.raises(SpecError, match="capacity"):
         scaler(capacity=-1)
+
+
+# ---------------------------------------------------------------- fixes found in review
+
+
+def test_the_hybrid_trigger_never_runs_a_round_in_the_past() -> None:
+    # The review's repro: 8 GPUs, four rigid 2-GPU jobs at 0, a fifth at 10, completions at
+    # 100 and 200, early share 0.5, Δ = 600 s. The fifth job starts at 200, not at 10.
+    auto = scaler(capacity=8, delta_s=600.0, early_share=0.5, queue=True)
+    for name in "abcd":
+        auto.arrive(make_job(name, elastic=False, gpus=2, batch_size=64), now=0.0)
+    assert len(auto.step(0.0)) == 4
+    auto.arrive(make_job("e", elastic=False, gpus=2, batch_size=64), now=10.0)
+    auto.finish("a", now=100.0)
+    assert auto.next_round_at() == 600.0
+    auto.finish("b", now=200.0)
+    assert auto.next_round_at() == 200.0
+    assert auto.step(200.0) == [Start("e", 2, 64)]
+
+
+@pytest.mark.parametrize("fact", ["arrive", "finish", "set_capacity", "step", "adopt"])
+def test_time_going_backwards_is_refused(fact: str) -> None:
+    auto = scaler(capacity=8, delta_s=0.0)
+    auto.arrive(make_job("a"), now=100.0)
+    calls = {
+        "arrive": lambda: auto.arrive(make_job("b"), now=99.0),
+        "finish": lambda: auto.finish("a", now=99.0),
+        "set_capacity": lambda: auto.set_capacity(4, now=99.0),
+        "step": lambda: auto.step(99.0),
+        "adopt": lambda: auto.adopt(make_job("c"), Allocation(1, 32), now=99.0),
+    }
+    with pytest.raises(ClockError, match="before the last"):
+        calls[fact]()
+    assert auto.queued == ("a",)  # nothing was taken
+
+
+def test_a_capacity_drop_preempts_at_once_not_at_the_next_tick() -> None:
+    auto = scaler(capacity=8, delta_s=600.0, queue=True)
+    for name in "ab":
+        auto.arrive(make_job(name, elastic=False, gpus=4, batch_size=64), now=0.0)
+    auto.step(0.0)
+    auto.set_capacity(4, now=130.0)
+    assert auto.next_round_at() == 130.0
+    assert auto.step(130.0) == [Preempt("b", "cluster capacity fell to 4 GPUs")]
+    assert auto.in_use == 4
+    assert auto.next_round_at() == 600.0  # the round on the grid still looks at the change
+
+
+def test_identical_jobs_never_swap_on_a_tie() -> None:
+    # Two jobs of one template at 2 and 1 GPUs: an exchange is worth exactly the same, so
+    # at every later round the running jobs keep what they have.
+    auto = scaler(capacity=1, delta_s=0.0, queue=True)
+    auto.arrive(make_job("a", k_max=2), now=0.0)
+    auto.step(0.0)
+    auto.set_capacity(3, now=1.0)
+    auto.arrive(make_job("b", k_max=2), now=1.0)
+    auto.step(1.0)
+    before = dict(auto.allocations)
+    assert (before["a"].gpus, before["b"].gpus) == (1, 2)  # a kept its GPU on the tie
+    for t in range(2, 12):
+        # a round at each arrival of a job that cannot fit: nothing else changes
+        auto.arrive(make_job(f"w{t}", elastic=False, gpus=4, batch_size=64), now=float(t))
+        assert not [d for d in auto.step(float(t)) if isinstance(d, Rescale)]
+    assert dict(auto.allocations) == before
+
+
+def test_values_off_by_float_noise_are_exactly_equal_on_the_grid() -> None:
+    row = np.array([-np.inf, 1.0, 1.7, 2.2])
+    noisy = row + np.array([0.0, 2e-16, -4e-16, 8e-16])
+    keep = np.array([-1, -1], dtype=np.int64)
+    grid = exact(np.stack([row, noisy]), keep)
+    assert np.array_equal(grid[0], grid[1])
+    kept = exact(np.stack([row, noisy]), np.array([2, -1], dtype=np.int64))
+    assert kept[0, 2] == grid[0, 2] + 1  # the running job's own count wins a tie
+    assert kept[0, 2] < grid[0, 3]  # but never beats a better value
+
+
+# ---------------------------------------------------------------- Bellows mode
+
+
+def bellows(capacity: int = 8, **options: object) -> Autoscaler:
+    config = AutoscalerConfig(**options)  # type: ignore[arg-type]
+    return Autoscaler(config, capacity=capacity, cluster=CLUSTER)
+
+
+def test_bellows_mode_is_the_default_and_paper_mode_keeps_the_papers_settings() -> None:
+    default, paper = AutoscalerConfig(), AutoscalerConfig.paper()
+    assert (default.mode, default.restart_cost_s, default.queue) == (Mode.BELLOWS, 60.0, True)
+    assert (paper.mode, paper.restart_cost_s, paper.queue, paper.backfill) == (
+        Mode.PAPER, 0.0, False, False,
+    )  # fmt: skip
+    assert AutoscalerConfig.paper(queue=True).queue
+
+
+def test_an_arrival_on_free_gpus_starts_at_once_without_touching_running_jobs() -> None:
+    auto = bellows(capacity=8, delta_s=600.0)
+    auto.arrive(make_job("a", k_max=4), now=5.0)
+    assert auto.next_round_at() == 5.0
+    assert auto.step(5.0) == [Start("a", 4, auto.allocations["a"].batch)]
+    auto.arrive(make_job("b", k_max=8), now=7.0)
+    (start,) = auto.step(7.0)
+    assert start == Start("b", 4, start.batch)  # its best within the 4 free GPUs
+    auto.arrive(make_job("c"), now=9.0)
+    assert auto.step(9.0) == []  # nothing free: it waits, and a is not shrunk
+    assert auto.next_round_at() == 600.0
+    decisions = auto.step(600.0)  # the round may take GPUs from running jobs
+    assert any(isinstance(d, Rescale) for d in decisions)
+    assert "c" in auto.allocations
+
+
+def test_a_completion_hands_its_gpus_to_waiting_jobs_at_once() -> None:
+    auto = bellows(capacity=4, delta_s=600.0)
+    for name in "ab":
+        auto.arrive(make_job(name, elastic=False, gpus=4, batch_size=64), now=0.0)
+    assert auto.step(0.0) == [Start("a", 4, 64)]
+    auto.finish("a", now=50.0)
+    assert auto.next_round_at() == 50.0
+    assert auto.step(50.0) == [Start("b", 4, 64)]
+
+
+def test_backfill_fills_around_a_head_that_does_not_fit() -> None:
+    auto = bellows(capacity=8, delta_s=600.0)
+    auto.arrive(make_job("r", elastic=False, gpus=6, batch_size=64, k_max=6), now=0.0)
+    auto.step(0.0)
+    auto.arrive(make_job("big", elastic=False, gpus=4, batch_size=64), now=1.0)
+    auto.arrive(make_job("small", k_max=2), now=2.0)
+    assert [d.job for d in auto.step(2.0)] == ["small"]
+    assert auto.queued == ("big",)
+
+
+def test_a_job_halted_by_a_capacity_drop_pays_its_restart_when_it_resumes() -> None:
+    job = make_job("a", elastic=False, gpus=4, batch_size=64, k_max=4)
+    auto = bellows(capacity=4, delta_s=600.0, restart_cost_s=30.0)
+    auto.arrive(job, now=0.0)
+    auto.step(0.0)
+    auto.set_capacity(2, now=100.0)
+    assert [type(d) for d in auto.step(100.0)] == [Preempt]
+    done = auto_done = 0.0
+    auto.set_capacity(4, now=200.0)
+    assert auto.step(200.0) == [Start("a", 4, 64)]
+    auto_done = auto.estimated_done("a", 230.0)
+    done = auto.estimated_done("a", 100.0 + 0.0)  # progress kept over the halt
+    assert auto_done == pytest.approx(done)  # no progress during the 30 s restart
+
+
+def test_a_jobs_own_restart_cost_replaces_the_default() -> None:
+    auto = bellows(restart_cost_s=60.0)
+    plain, own = make_job("a"), dataclasses.replace(make_job("b"), restart_s=5.0)
+    auto.arrive(plain, now=0.0)
+    auto.arrive(own, now=0.0)
+    assert (auto.restart_cost("a"), auto.restart_cost("b")) == (60.0, 5.0)
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_a_job_that_cannot_run_on_the_whole_cluster_does_not_block_the_queue(mode: Mode) -> None:
+    # no backfill, queue on: the paper's FIFO would stop at the head forever
+    config = AutoscalerConfig(mode=mode, backfill=False, delta_s=60.0)
+    auto = Autoscaler(config, capacity=8, cluster=CLUSTER)
+    auto.arrive(make_job("huge", elastic=False, gpus=16, k_max=16, batch_size=64), now=0.0)
+    auto.arrive(make_job("small", elastic=False, gpus=2, batch_size=64), now=1.0)
+    decisions = []
+    while (due := auto.next_round_at()) is not None and due <= 60.0:
+        decisions += auto.step(due)
+    assert Start("small", 2, 64) in decisions
+    assert auto.queued == ("huge",)  # it waits for a bigger cluster, and is not dropped
+    auto.set_capacity(16, now=61.0)
+    auto.finish("small", now=62.0)
+    while (due := auto.next_round_at()) is not None:
+        decisions += auto.step(due)
+    assert Start("huge", 16, 64) in decisions

@@ -5,6 +5,11 @@ The witness subscribes to the emulated API server's store, so it sees every writ
 lands: each job's ``bellows.io/phase`` transitions, each resume (``suspend`` true → false)
 with the allocation it resumed at, each Kubernetes Event Bellows records, and — after every
 change — the GPUs held by the pods the emulated operators run, against the capacity.
+
+With ``live(nodes={...})`` the capacity is the emulated nodes' (``controller.capacity.gpus``
+0, watched by the controller) and changes while the test runs; the witness then judges each
+moment against the capacity of that moment, allowing, for ``grace_s`` after a drop, the
+capacity before it: the controller cannot halt jobs before it hears of the drop.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import contextlib
 import dataclasses
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +29,7 @@ from kubernetes import client as k8s
 from bellows.bus.server import NatsServer, running_nats_server
 from bellows.kube import keys
 from bellows.kube.emulator import EmulatedCluster
+from bellows.kube.emulator.nodes import schedulable_gpus
 from bellows.kube.emulator.store import Change
 from bellows.kube.kinds import finished_state
 from bellows.scaling import default_cluster
@@ -38,6 +44,9 @@ from tests.conftest import shared_data_dir
 NS = "default"
 LEASES = "bellows-system"
 SPEEDUP = 1200.0  # one real second is 20 cluster minutes
+# One event-to-patch latency, as a bound for a loaded 2-core machine (the benchmark's p99 is
+# 0.4 s at 1 000 jobs): how long GPUs may stay over a capacity that just dropped
+LATENCY_S = 5.0
 JOB_KEYS = {"kubeflow.org/v1/pytorchjobs": "pytorchjob", "kubeflow.org/v2beta1/mpijobs": "mpijob"}
 
 
@@ -66,20 +75,45 @@ class JobLog:
     resumes: list[str] = field(default_factory=list)  # bellows.io/allocation at each resume
     events: Counter[str] = field(default_factory=Counter)
     finished: str | None = None
+    after_preemption: set[int] = field(default_factory=set)  # resumes that followed one
+    preempted: bool = False  # halted by a capacity drop since its last resume
+
+
+@dataclass
+class Drop:
+    """The capacity fell (a node lost, cordoned, not ready): when, from what, to what, and
+    when the pods' GPUs were first back within it (``None``: not yet)."""
+
+    at: float
+    was: int
+    gpus: int
+    within_at: float | None = None
 
 
 class Witness:
     """Every write to the jobs, and the GPUs in use after each one (see the module docstring)."""
 
-    def __init__(self, kube: EmulatedCluster, capacity: int) -> None:
+    def __init__(
+        self, kube: EmulatedCluster, capacity: int, *, nodes: bool = False, grace_s: float = 0.0
+    ) -> None:
+        """``nodes``: the capacity is the nodes' and follows them (``capacity`` is ignored);
+        ``grace_s``: how long after a drop the capacity before it still holds."""
         self.kube = kube
-        self.capacity = capacity
         self.jobs: dict[str, JobLog] = defaultdict(JobLog)
         self.uids: dict[str, str] = {}  # uid -> job name
         self.peak_gpus = 0
         self.samples = 0
         self.overcommits: list[tuple[int, dict[str, int]]] = []
         self.phase_hooks: list[Callable[[str, str, dict[str, Any]], None]] = []
+        self.grace_s = grace_s
+        self.drops: list[Drop] = []
+        self._nodes: dict[str, dict[str, Any]] | None = None
+        if nodes:  # read in the same step as the subscription below: no change falls between
+            listed = kube.store.list_objects(kube.store.resources["v1/nodes"], None)[0]
+            self._nodes = {n["metadata"]["name"]: n for n in listed}
+            capacity = schedulable_gpus(self._nodes.values())
+        self.capacity = capacity  # now
+        self.max_capacity = capacity  # the most there ever was
         self._queue = kube.store.subscribe()
         self._task: asyncio.Task[None] | None = None
 
@@ -107,6 +141,9 @@ class Witness:
         await asyncio.sleep(0)  # the last change taken is noted before the next await
 
     def _note(self, change: Change) -> None:
+        if change.resource == "v1/nodes":
+            self._note_node(change)
+            return
         if change.resource == "v1/events":
             involved = change.obj.get("involvedObject") or {}
             if change.kind == "ADDED" and involved.get("namespace") == NS:
@@ -124,12 +161,39 @@ class Witness:
             log.phases.append(phase)
             for hook in self.phase_hooks:
                 hook(name, phase, change.obj)
+        if phase == "preempted":
+            log.preempted = True
         was = _suspended(change.old) if change.old is not None else True
         if was and not _suspended(change.obj):
+            if log.preempted:
+                log.after_preemption.add(len(log.resumes))
+                log.preempted = False
             log.resumes.append(notes.get(keys.ALLOCATION, "?"))
         log.finished = finished_state(change.obj)
 
-    def _sample(self) -> None:
+    def _note_node(self, change: Change) -> None:
+        if self._nodes is None:
+            return  # a fixed capacity: nodes do not count
+        name = change.obj["metadata"]["name"]
+        if change.kind == "DELETED":
+            self._nodes.pop(name, None)
+        else:
+            self._nodes[name] = change.obj
+        before, self.capacity = self.capacity, schedulable_gpus(self._nodes.values())
+        self.max_capacity = max(self.max_capacity, self.capacity)
+        if self.capacity < before:
+            self.drops.append(Drop(time.monotonic(), before, self.capacity))
+            # judge the moment the grace ends even if nothing changes then
+            loop = asyncio.get_running_loop()
+            loop.call_later(self.grace_s + 0.01, self._sample)
+
+    def _allowed(self, now: float) -> int:
+        """The capacity now, or a larger one a drop less than ``grace_s`` ago took away."""
+        recent = [d.was for d in self.drops if now - d.at < self.grace_s]
+        return max([self.capacity, *recent])
+
+    def held(self) -> dict[str, int]:
+        """The GPUs each job's running pods hold now (jobs without pods left out)."""
         operator = self.kube.operator
         assert operator is not None
         held: dict[str, int] = {}
@@ -137,31 +201,45 @@ class Witness:
             progress = operator.progress(uid)
             if progress is not None and progress.gpus is not None:
                 held[name] = progress.gpus
+        return held
+
+    def _sample(self) -> None:
+        held = self.held()
         total = sum(held.values())
         self.samples += 1
         self.peak_gpus = max(self.peak_gpus, total)
-        if total > self.capacity:
+        now = time.monotonic()
+        if total > self._allowed(now):
             self.overcommits.append((total, held))
+        for drop in self.drops:
+            if drop.within_at is None and total <= self.capacity:
+                drop.within_at = now
 
     def check(self, names: Sequence[str], *, events_exact: bool = True) -> None:
         """Every job in ``names`` succeeded; it was never stopped and resumed at the same
-        allocation twice in a row; the operator restarted it exactly as often as it was
-        resumed; the pods never held more GPUs than the capacity; and at most one Started
-        Event was recorded for it, one Started or Rescaled Event per resume.
+        allocation twice in a row (unless a capacity drop halted it between); the operator
+        restarted it exactly as often as it was resumed; the pods never held more GPUs than
+        the capacity (see the module docstring for a changing one); and at most one Started
+        Event was recorded for it (one more per preemption), one Started or Rescaled Event
+        per resume.
 
         ``events_exact=False`` (a controller killed at any moment, or an API answer lost):
         Events are best effort, so one may be missing, never one too many.
         """
         assert self.samples > 0
         assert not self.overcommits, f"GPUs over-committed: {self.overcommits[:3]}"
-        assert self.peak_gpus <= self.capacity
+        assert self.peak_gpus <= self.max_capacity
         problems = []
         for name in names:
             log = self.jobs.get(name)
             if log is None or log.finished != "Succeeded":
                 problems.append(f"{name}: finished={log and log.finished}")
                 continue
-            repeats = [a for a, b in zip(log.resumes, log.resumes[1:], strict=False) if a == b]
+            repeats = [
+                i
+                for i in range(1, len(log.resumes))
+                if log.resumes[i] == log.resumes[i - 1] and i not in log.after_preemption
+            ]
             if repeats or not log.resumes:
                 problems.append(f"{name}: resumes {log.resumes}")
             restarts = self._restarts(name)
@@ -171,11 +249,22 @@ class Witness:
                 log.events["Started"],
                 log.events["Started"] + log.events["Rescaled"],
             )
-            if started > 1 or recorded > len(log.resumes):
+            starts = 1 + len(log.after_preemption)  # a preempted job is started again
+            if started > starts or recorded > len(log.resumes):
                 problems.append(f"{name}: events {dict(log.events)} vs resumes {log.resumes}")
-            if events_exact and (started != 1 or recorded != len(log.resumes)):
+            if events_exact and (started != starts or recorded != len(log.resumes)):
                 problems.append(f"{name}: events {dict(log.events)} vs resumes {log.resumes}")
         assert not problems, "\n".join(problems)
+
+    def events_caught_up(self, names: Sequence[str]) -> bool:
+        """Every job has at least one Started or Rescaled Event per resume seen."""
+        for name in names:
+            log = self.jobs.get(name)
+            if log is not None and log.events["Started"] + log.events["Rescaled"] < len(
+                log.resumes
+            ):
+                return False
+        return True
 
     def _restarts(self, name: str) -> int | None:
         operator = self.kube.operator
@@ -300,29 +389,49 @@ class Live:
 
         took = await self.until("all jobs finished", done, timeout_s)
         await self.witness.settle()
+        # an Event is recorded right after the write it reports: give the last ones a moment
+        # (bounded, and not an error here: Events are best effort, check() judges them)
+        started = time.monotonic()
+        while not self.witness.events_caught_up(names) and time.monotonic() - started < 5.0:
+            await asyncio.sleep(0.02)
+        await self.witness.settle()
         return took
 
 
 @contextlib.asynccontextmanager
 async def live(
-    *, capacity: int = 8, delta_s: float = 600.0, extra: Sequence[str] = ()
+    *,
+    capacity: int = 8,
+    delta_s: float = 600.0,
+    extra: Sequence[str] = (),
+    namespaces: Sequence[str] = (),
+    nodes: Mapping[str, int] | None = None,
+    grace_s: float = LATENCY_S,
 ) -> AsyncIterator[Live]:
     """The stack with no controller or bridge started yet; everything stopped on exit.
 
     ``delta_s`` is the controller's Δ in cluster seconds (600 s pass in half a real second).
+    ``nodes`` (GPUs by node name): the capacity comes from these emulated nodes, which the
+    controller watches (``controller.capacity.gpus=0``), and ``capacity`` is ignored; the
+    witness allows ``grace_s`` real seconds after a drop for the controller to catch up.
     """
     async with (
         running_nats_server() as nats_server,
         EmulatedCluster(
-            crds=crds(), compression=SPEEDUP, restart_cost_s=0.0, namespaces=(NS, LEASES)
+            crds=crds(),
+            compression=SPEEDUP,
+            restart_cost_s=0.0,
+            namespaces=(NS, LEASES, *namespaces),
+            gpu_nodes=nodes,
         ) as kube,
     ):
-        witness = Witness(kube, capacity)
+        witness = Witness(kube, capacity, nodes=nodes is not None, grace_s=grace_s)
+        capacity = witness.capacity
         witness.start()
         overrides = [
             f"nats.servers={nats_server.url}",
             "nats.ackWaitSeconds=1",
-            f"controller.capacity.gpus={capacity}",
+            f"controller.capacity.gpus={0 if nodes is not None else capacity}",
             f"controller.deltaSeconds={delta_s}",
             "controller.haltTimeoutSeconds=20",
             "leaderElection.enabled=false",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import jsonschema
@@ -10,10 +11,15 @@ import pytest
 import yaml
 
 from bellows.autoscaler.config import Policy
-from bellows.bus import Secret
+from bellows.bus import NatsSettings, Secret
+from bellows.inputs import SpecError
 from bellows.service.config import (
     BellowsConfig,
+    CapacitySettings,
     ConfigError,
+    ControllerSettings,
+    LeaderElectionSettings,
+    MetricsSettings,
     config_json_schema,
     config_markdown,
     load_config,
@@ -49,7 +55,19 @@ logging: {format: json}
 def test_defaults_need_no_file():
     config = load_config(env={})
     assert config == BellowsConfig()
-    assert config.controller.autoscaler_config().delta_s == 600.0
+    core = config.controller.autoscaler_config()
+    assert (core.mode.value, core.delta_s, core.restart_cost_s, core.backfill) == (
+        "bellows", 120.0, 60.0, True,
+    )  # fmt: skip
+    paper = load_config(env={"BELLOWS_CONTROLLER_MODE": "paper"}).controller.autoscaler_config()
+    assert (paper.mode.value, paper.delta_s, paper.restart_cost_s, paper.backfill) == (
+        "paper", 600.0, 0.0, False,
+    )  # fmt: skip
+    assert paper.queue  # the live controller keeps the queue in either mode
+    mixed = load_config(
+        env={}, overrides=["controller.mode=paper", "controller.restartCostSeconds=30"]
+    )
+    assert mixed.controller.autoscaler_config().restart_cost_s == 30.0
 
 
 def test_file_then_env_then_flags(tmp_path):
@@ -172,3 +190,28 @@ def test_the_chart_and_manifest_configs_load_where_present():
     if not path.exists():
         pytest.skip("manifests not generated in this checkout")
     load_config(path, env={})
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: ControllerSettings(delta_s=math.nan), "delta_s"),
+        (lambda: ControllerSettings(restart_cost_s=1e9), "restart_cost_s"),
+        (lambda: CapacitySettings(gpus=2**40), "gpus"),
+        (lambda: MetricsSettings(port=True), "port"),
+        (lambda: NatsSettings(max_bytes=10), "max_bytes"),
+        (lambda: NatsSettings(ack_wait_s=math.inf), "ack_wait_s"),
+        (lambda: LeaderElectionSettings(controller_lease="Bad_Name"), "controller_lease"),
+    ],
+)
+def test_sections_built_in_code_check_the_same_bounds(build, field):
+    with pytest.raises(SpecError) as info:
+        build()
+    assert info.value.field == field
+
+
+def test_numbers_are_normalised_and_the_reference_shows_their_range():
+    assert isinstance(NatsSettings(ack_wait_s=3).ack_wait_s, float)
+    table = config_markdown()
+    assert "| `nats.maxDeliver` | integer [1, 10000] |" in table
+    assert "| `nats.ackWaitSeconds` | number (0, 86400] |" in table

@@ -10,6 +10,7 @@ ever held more GPUs than the cluster has.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from datetime import datetime
@@ -23,7 +24,7 @@ from bellows.bus.codec import encode
 from bellows.bus.publishing import MSG_ID_HEADER
 from bellows.bus.subjects import event_subject
 from bellows.kube import keys
-from tests.service.livecluster import NS, Live, jobs, live
+from tests.service.livecluster import LATENCY_S, NS, Live, jobs, live
 
 pytestmark = pytest.mark.slow
 
@@ -55,8 +56,9 @@ def _running_at(stack: Live, name: str) -> bool:
 
 
 async def test_a_controller_killed_mid_window_is_replaced_without_loss() -> None:
-    # Δ = 2 cluster hours = 6 real seconds: the arrivals wait in the open window
-    async with live(delta_s=7200.0) as stack:
+    # paper mode, Δ = 2 cluster hours = 6 real seconds: the arrivals wait in the open window
+    # (Bellows mode applies each at once: its kills are the other tests here)
+    async with live(delta_s=7200.0, extra=("controller.mode=paper",)) as stack:
         stack.start_bridge()
         stack.start_controller("first")
         await asyncio.sleep(0.5)
@@ -246,3 +248,81 @@ async def test_a_burst_of_10000_events_is_absorbed() -> None:
         print(f"\n10k burst: published in {published_s:.1f} s, consumed by {drained_s:.1f} s")
         stack.alive()
         stack.witness.check(names)
+
+
+def _rigid(scales: list[float]) -> list[Any]:
+    """Rigid jobs of 2 GPUs each (they cannot be resized to fit), the n-th one's work
+    ``scales[n]`` times its category's (about 0.75 real seconds per unit here)."""
+    trace = jobs(len(scales), seed=7, categories=(4,))
+    return [
+        dataclasses.replace(
+            job, spec=dataclasses.replace(job.spec, k_max=2, gpus=2, work=job.spec.work * scale)
+        )
+        for job, scale in zip(trace, scales, strict=True)
+    ]
+
+
+def _suspended(stack: Live, name: str) -> bool:
+    return bool(stack.objects()[name]["spec"]["runPolicy"].get("suspend", False))
+
+
+@pytest.mark.parametrize("mode", ["bellows", "paper"])
+async def test_a_node_lost_under_running_jobs_halts_the_newest_until_it_is_back(mode: str) -> None:
+    # two nodes of 4 GPUs; the controller watches them (capacity.gpus 0)
+    nodes = {"gpu-a": 4, "gpu-b": 4}
+    async with live(nodes=nodes, extra=(f"controller.mode={mode}",)) as stack:
+        witness = stack.witness
+        stack.start_bridge()
+        stack.start_controller("controller")
+        # four 2-GPU jobs fill the 8 GPUs, started one after another (so "newest" is clear);
+        # the two oldest outlast the outage, a fifth job waits in the queue
+        trace = _rigid([20.0, 20.0, 8.0, 8.0, 4.0])
+        names: list[str] = []
+        for i, job in enumerate(trace[:4]):
+            (name,) = await stack.submit([job], first=i)
+            names.append(name)
+            await stack.until(f"{name} running", lambda n=name: _running_at(stack, n))
+        names += await stack.submit(trace[4:], first=4)
+        oldest, newest, queued = names[:2], names[2:4], names[4]
+        assert sum(witness.held().values()) == 8
+        restarted: list[str] = []  # jobs reaching "done" again after the node is back
+        witness.phase_hooks.append(
+            lambda name, phase, _: restarted.append(name) if phase == "done" else None
+        )
+
+        stack.kube.remove_node("gpu-b")
+        await stack.until(
+            "the pods' GPUs within the 4 left",
+            lambda: bool(witness.drops) and witness.drops[0].within_at is not None,
+            timeout_s=3 * LATENCY_S,
+        )
+        drop = witness.drops[0]
+        assert (drop.was, drop.gpus) == (8, 4)
+        assert drop.within_at is not None
+        took = drop.within_at - drop.at
+        print(f"\nnode lost: GPUs back within capacity in {took:.2f} s")
+        assert took <= LATENCY_S, f"over-committed for {took:.2f} s"
+        # the newest were halted (journal phase "preempted"), the oldest kept running
+        await witness.settle()
+        assert all(witness.jobs[n].phases[-1] == "preempted" for n in newest)
+        assert all(_suspended(stack, n) for n in newest)
+        for name in oldest:
+            assert "preempted" not in witness.jobs[name].phases
+            assert not _suspended(stack, name)
+        assert set(witness.held()) == set(oldest)
+        assert witness.jobs[queued].resumes == []
+
+        restarted.clear()
+        stack.kube.add_node("gpu-b", 4)
+        await stack.until(
+            "the halted jobs running again", lambda: all(_running_at(stack, n) for n in newest)
+        )
+        # the halted jobs went first, at the head of the queue, before the one waiting
+        assert set(restarted[:2]) == set(newest), restarted
+        assert all(len(witness.jobs[n].resumes) == 2 for n in newest)
+        for name in oldest:  # never touched by the drop or the return
+            assert len(witness.jobs[name].resumes) == 1
+        await stack.all_done(names, timeout_s=90)
+        stack.alive()
+        assert witness.max_capacity == 8
+        witness.check(names)

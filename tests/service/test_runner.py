@@ -141,13 +141,13 @@ def test_the_latency_benchmark_runs_end_to_end() -> None:
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "controller_latency.py"
     done = subprocess.run(
         [sys.executable, str(script), "--running", "20", "--events", "4",
-         "--optimizer", "numpy,dense"],
+         "--mode", "bellows,paper", "--optimizer", "numpy"],
         capture_output=True, text=True, timeout=240, check=True,
     )  # fmt: skip
     assert "20 jobs running" in done.stdout
-    for path in ("numpy", "dense"):
+    for mode in ("bellows", "paper"):
         for row in ("arrival ", "completion ", "all "):
-            assert f"{path:<9} {row}" in done.stdout, done.stdout
+            assert f"{mode + '/numpy':<14} {row}" in done.stdout, done.stdout
 
 
 def test_the_memory_benchmark_measures_a_real_controller_process() -> None:

@@ -42,8 +42,26 @@ VARIANTS: dict[str, dict[str, Any]] = {
         },
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
         "logging": {"format": "console", "level": "debug"},
+        "networkPolicy": {
+            "metricsFrom": [
+                {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}
+                    }
+                }
+            ],
+            "apiServer": {"ports": [6443], "to": [{"ipBlock": {"cidr": "10.0.0.0/24"}}]},
+            "nats": {
+                "ports": [4222],
+                "to": [
+                    {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "nats"}}}
+                ],
+            },
+            "extraEgress": [{"ports": [{"port": 3128, "protocol": "TCP"}]}],
+        },
     },
     "no-leader-election": {
+        "networkPolicy": {"enabled": False},
         "leaderElection": {"enabled": False},
         "controller": {"replicas": 1},
         "bridge": {"replicas": 1},
@@ -277,7 +295,8 @@ def _config(values: dict[str, Any]) -> dict[str, Any]:
 def test_config_file_carries_the_values() -> None:
     config = _config(VARIANTS["production"])
     assert config["nats"]["servers"] == VARIANTS["production"]["nats"]["servers"]
-    assert config["nats"]["credentialsFile"] == "/etc/bellows/nats-credentials/bellows.creds"
+    # each component's own file is mounted under the one name the shared file gives
+    assert config["nats"]["credentialsFile"] == "/etc/bellows/nats-credentials/nats.creds"
     assert config["namespaces"] == ["team-a", "team-b"]
     assert config["controller"]["capacity"]["gpus"] == 64
     assert config["controller"]["earlyShare"] == 0.5
@@ -303,6 +322,9 @@ def test_nats_credentials_come_from_a_secret_and_never_the_config_map() -> None:
         secrets = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
         assert secrets["nats-credentials"]["secretName"] == "bellows-nats"
         assert secrets["nats-credentials"]["defaultMode"] == 0o400
+        assert secrets["nats-credentials"]["items"] == [
+            {"key": "bellows.creds", "path": "nats.creds"}
+        ]
         assert secrets["nats-tls"]["secretName"] == "bellows-nats-tls"
         mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
         assert mounts["nats-credentials"]["readOnly"] is True
@@ -379,10 +401,11 @@ def test_rendered_config_is_what_the_controller_loads(variant: str, tmp_path: Pa
     path.write_text(config_map["data"]["config.yaml"])
     loaded = load_config(path)
     values = VARIANTS[variant]
-    assert loaded.controller.delta_s == 600.0
+    core = loaded.controller.autoscaler_config()  # Bellows mode and its defaults
+    assert (core.mode.value, core.delta_s, core.restart_cost_s) == ("bellows", 120.0, 60.0)
     assert loaded.leader_election.namespace == NAMESPACE
     assert list(loaded.namespaces) == values.get("watchNamespaces", [])
     if "servers" in values.get("nats", {}):
         assert list(loaded.nats.servers) == values["nats"]["servers"]
-        assert str(loaded.nats.credentials_file).endswith("bellows.creds")
+        assert str(loaded.nats.credentials_file).endswith("nats.creds")
         assert loaded.nats.tls.enabled

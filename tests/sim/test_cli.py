@@ -120,9 +120,10 @@ def test_import_itp_and_schema(tmp_path: Path, shared_data: Path) -> None:
     assert json.loads(_ok(["workload", "schema"]))["type"] == "object"
 
 
-def test_reproduce_quick_writes_the_report(tmp_path: Path) -> None:
+def test_reproduce_quick_writes_the_report(tmp_path: Path, shared_data: Path) -> None:
     report = tmp_path / "reproduction.md"
-    _ok(
+    figures = tmp_path / "figures"
+    out = _ok(
         [
             "reproduce",
             "--quick",
@@ -130,15 +131,47 @@ def test_reproduce_quick_writes_the_report(tmp_path: Path) -> None:
             "fig5a",
             "--only",
             "fig7b",
+            "--only",
+            "beyond",
+            "--data",
+            str(shared_data),
             "--out",
             str(report),
             "--figures",
-            str(tmp_path / "figures"),
+            str(figures),
         ]
     )
+    assert "beyond the paper" in out
     text = report.read_text()
+    assert "`bellows reproduce --quick --only fig5a --only fig7b --only beyond`" in text
     assert "Fig. 5(a)" in text
     assert "Fig. 7(b)" in text
     assert "+82% jobs" in text
-    assert (tmp_path / "figures" / "fig5a-completed.png").exists()
-    assert (tmp_path / "figures" / "fig7b-gpus.png").exists()
+    assert (figures / "fig5a-completed.png").exists()
+    assert (figures / "fig7b-gpus.png").exists()
+    beyond = text.split("## Beyond the paper", 1)[1]
+    for title in ("### 40 GPUs, 120 min bursty", "### ITP 195job", "### Pollux workload-1"):
+        assert title in beyond
+    rows = [line for line in beyond.splitlines() if line.startswith("| ")]
+    for label in ("paper mode", "event-driven baseline", "Bellows mode"):
+        assert sum(row.startswith(f"| {label} |") for row in rows) == 3
+    assert "idle beside waiting" in beyond
+    assert beyond.count("Bellows mode's avg JCT is") == 3
+    for key in ("bursty-40-s1", "itp-195job", "pollux-workload-1-40"):
+        for kind in ("jct", "usage"):
+            figure = figures / f"beyond-{key}-{kind}.png"
+            assert figure.stat().st_size > 1000
+            assert f"(figures/{figure.name})" in beyond
+
+
+def test_reproduce_only_beyond_skips_the_paper_and_needs_the_traces(tmp_path: Path) -> None:
+    report = tmp_path / "r.md"
+    result = CliRunner().invoke(
+        main,
+        ["reproduce", "--quick", "--only", "beyond", "--data", str(tmp_path / "none"),
+         "--out", str(report), "--figures", str(tmp_path / "f")],
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert "195job.csv: not found" in result.output
+    assert "--data" in result.output
+    assert not report.exists()

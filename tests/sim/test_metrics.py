@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import csv
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from bellows.sim.metrics import JobRecord, Segment, completed_over_time, summarize, write_jobs_csv
+from bellows.sim.metrics import (
+    JobRecord,
+    Segment,
+    completed_over_time,
+    summarize,
+    usage,
+    write_jobs_csv,
+)
 
 
 def _job(
@@ -77,4 +86,47 @@ def test_jobs_csv(tmp_path: Path) -> None:
     write_jobs_csv([_job("a", 0.0, [Segment(0.0, 120.0, 2, 64)], 120.0)], path)
     header, row = path.read_text().splitlines()
     assert header.startswith("name,category,model,arrival_min,start_min,finish_min")
-    assert row.endswith(",0.00:2@64")
+    assert row.endswith(",0.0:2@64")
+
+
+def test_jobs_csv_allocations_carry_the_precision_of_start_and_finish(tmp_path: Path) -> None:
+    # 7 s and 13 s: 0.1167 and 0.2167 min; a halt by a capacity drop is written as 0@0
+    segments = [Segment(7.0, 13.0, 2, 64), Segment(13.0, 20.0, 4, 128), Segment(50.0, 70.0, 1, 32)]
+    path = tmp_path / "jobs.csv"
+    write_jobs_csv([_job("a", 7.0, segments, 70.0)], path)
+    row = next(csv.DictReader(path.open()))
+    assert row["start_min"] == "0.1167"
+    assert row["allocations"] == "0.1167:2@64;0.2167:4@128;0.3333:0@0;0.8333:1@32"
+    assert row["finish_min"] == "1.1667"
+
+
+def test_usage_rebuilds_idle_gpus_beside_waiting_jobs() -> None:
+    # 4 GPUs; a holds 2 from 0 to 100; b waits from 10 to 100 (needs 4), then holds 4 to 200
+    a = _job("a", 0.0, [Segment(0.0, 100.0, 2, 64)], 100.0)
+    b = dataclasses.replace(_job("b", 100.0, [Segment(100.0, 200.0, 4, 64)], 200.0), arrival_s=10.0)
+    spent = usage([a, b], [(0.0, 4)], end_s=200.0)
+    assert spent.capacity_s == 800.0
+    assert spent.held_s == 200.0 + 400.0
+    assert spent.idle_while_waiting_s == 2 * 90.0  # 2 idle GPUs while b waited
+    assert spent.peak_over_commit <= 0
+    over = usage([a, dataclasses.replace(b, segments=(Segment(50.0, 150.0, 4, 64),))],
+                 [(0.0, 4)], end_s=200.0)  # fmt: skip
+    assert over.peak_over_commit == 2
+
+
+def test_summary_has_the_policy_keys() -> None:
+    jobs = [
+        _job(f"j{i}", 0.0, [Segment(0.0, 60.0 * (i + 1), 1, 8)], 60.0 * (i + 1)) for i in range(100)
+    ]
+    s = summarize(jobs, gpus=200, horizon_s=None, span_s=600.0)
+    assert s["p99_jct_min"] == pytest.approx(99.01)
+    assert s["rescales_per_job"] == 0.0
+    assert s["idle_while_waiting_share"] == 0.0
+    assert s["utilization"] == pytest.approx(sum(range(1, 101)) / (200 * 100))
+
+
+def test_offered_load_of_a_zero_span_is_null_not_infinity() -> None:
+    s = summarize(
+        [_job("a", 0.0, [Segment(0.0, 1.0, 1, 8)], 1.0)], gpus=2, horizon_s=None, span_s=0.0
+    )
+    assert s["offered_load"] is None

@@ -1,13 +1,16 @@
 """The autoscaler core: a sans-I/O state machine that turns job events into decisions."""
 
-from bellows.autoscaler.config import AutoscalerConfig, Policy
-from bellows.autoscaler.core import Autoscaler, RoundStats
+from bellows.autoscaler.config import DEFAULT_RESTART_S, AutoscalerConfig, Mode, Policy
+from bellows.autoscaler.core import Autoscaler, ClockError, RoundStats
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
 
 __all__ = [
+    "DEFAULT_RESTART_S",
     "Autoscaler",
     "AutoscalerConfig",
+    "ClockError",
     "Decision",
+    "Mode",
     "Policy",
     "Preempt",
     "Reject",

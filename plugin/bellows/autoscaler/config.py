@@ -6,11 +6,27 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from bellows.jobs import SpecError
+from bellows.jobs import JobSpec, SpecError
 from bellows.optimizer import Method
 from bellows.optimizer.solving import METHODS
 
-__all__ = ["AutoscalerConfig", "Policy"]
+__all__ = [
+    "BELLOWS_DELTA_S",
+    "DEFAULT_RESTART_S",
+    "PAPER_DELTA_S",
+    "AutoscalerConfig",
+    "Mode",
+    "Policy",
+    "restart_seconds",
+]
+
+DEFAULT_RESTART_S = 60.0
+"""Seconds of progress a halt costs by default: see ``docs/autoscaler.md``, "Restart cost"."""
+PAPER_DELTA_S = 600.0
+"""The paper's Δ: 10 minutes between rounds."""
+BELLOWS_DELTA_S = 120.0
+"""Bellows mode's Δ: rounds only rebalance (starts happen at events), so they can come more
+often; ``benchmarks/policies.py`` measured 90 to 180 s alike and 600 s worse."""
 
 
 class Policy(StrEnum):
@@ -20,34 +36,67 @@ class Policy(StrEnum):
     BASELINE = "baseline"  # the owner's batch_size, spread over however many GPUs
 
 
+class Mode(StrEnum):
+    """When GPUs move: the paper's rounds only, or Bellows' work-conserving rounds."""
+
+    PAPER = "paper"  # every decision waits for a round (the Δ grid, the hybrid trigger)
+    BELLOWS = "bellows"  # free GPUs go to waiting jobs at once; rounds move the rest
+
+
 @dataclass(frozen=True)
 class AutoscalerConfig:
-    """How the autoscaler decides. Defaults follow the paper; options beyond it are off.
+    """How the autoscaler decides. The defaults are Bellows mode; :meth:`paper` gives the
+    paper's autoscaler, with every option beyond it off.
 
-    * ``delta_s``: seconds between rounds (the paper's Δ, default 10 min); 0 means a round at
-      every arrival or completion.
+    * ``mode``: :class:`Mode`. In Bellows mode an arrival, a completion or a capacity
+      change starts waiting jobs on the free GPUs at once (FIFO, with backfill when
+      ``backfill``), never touching a running job; only rounds take GPUs from running jobs.
+    * ``delta_s``: seconds between rounds (the paper's Δ: 10 min in paper mode, 2 min in
+      Bellows mode); 0 means a round at every arrival or completion.
     * ``queue``: keep jobs that do not fit for the next round (else reject them).
     * ``early_share``: the paper's hybrid trigger; a round starts before Δ has passed once
       this share of the running jobs has finished since the last round (``None``: off).
-    * ``restart_cost_s``: seconds of progress a rescale costs (checkpoint, pods restart).
-      With ``hysteresis`` a rescale is skipped unless its estimated gain over the job's
-      remaining work exceeds ``hysteresis`` times that cost.
+    * ``restart_cost_s``: seconds of progress a halt costs (checkpoint, pods restart), for
+      jobs that do not set their own (``JobSpec.restart_s``). The optimizer prices it: a
+      running job moves only when its remaining work finishes sooner by more than
+      ``max(1, hysteresis)`` times that cost.
     * ``backfill``: admit later arrivals past a head-of-queue job that does not fit.
     * ``optimizer``: the optimizer path each round (:data:`bellows.optimizer.Method`):
       ``"auto"`` picks the fastest by size and may load JAX; ``"numpy"`` never imports JAX
       (the live controller's default, for its memory). Every path gives the same decisions.
     """
 
+    mode: Mode = Mode.BELLOWS
     policy: Policy = Policy.ELASTIC
-    queue: bool = False
-    delta_s: float = 600.0
+    queue: bool = True
+    delta_s: float = BELLOWS_DELTA_S
     early_share: float | None = None
-    restart_cost_s: float = 0.0
-    hysteresis: float = 0.0
-    backfill: bool = False
+    restart_cost_s: float = DEFAULT_RESTART_S
+    hysteresis: float = 1.0
+    backfill: bool = True
     optimizer: Method = "auto"
 
+    @classmethod
+    def paper(cls, **changes: object) -> AutoscalerConfig:
+        """The paper's autoscaler: rounds only, no queue, no restart cost, no backfill;
+        ``changes`` override any of it (``bellows reproduce`` keeps the paper's own)."""
+        settings: dict[str, object] = {
+            "mode": Mode.PAPER,
+            "delta_s": PAPER_DELTA_S,
+            "queue": False,
+            "restart_cost_s": 0.0,
+            "hysteresis": 0.0,
+            "backfill": False,
+        }
+        settings.update(changes)
+        return cls(**settings)  # type: ignore[arg-type]
+
     def __post_init__(self) -> None:
+        if not isinstance(self.mode, Mode):
+            try:
+                object.__setattr__(self, "mode", Mode(self.mode))
+            except ValueError:
+                raise SpecError("mode", self.mode, "'bellows' or 'paper'") from None
         if not isinstance(self.policy, Policy):
             try:
                 object.__setattr__(self, "policy", Policy(self.policy))
@@ -63,3 +112,8 @@ class AutoscalerConfig:
             raise SpecError("hysteresis", self.hysteresis, "a finite number >= 0")
         if self.optimizer not in METHODS:
             raise SpecError("optimizer", self.optimizer, " or ".join(map(repr, METHODS)))
+
+
+def restart_seconds(job: JobSpec, config: AutoscalerConfig) -> float:
+    """Seconds of progress a halt costs ``job``: its own figure, else the configured one."""
+    return config.restart_cost_s if job.restart_s is None else job.restart_s

@@ -4,10 +4,23 @@ State: ``Arrived`` (FIFO buffer of job names), ``Executing`` (running jobs and t
 allocations), ``Finished``. The caller feeds facts — :meth:`Autoscaler.arrive`,
 :meth:`Autoscaler.finish`, :meth:`Autoscaler.set_capacity` — each with the time it happened
 on the caller's clock, asks :meth:`Autoscaler.next_round_at` when to come back, and calls
-:meth:`Autoscaler.step` then. A round runs the optimizer over ``Executing`` + ``Arrived`` (in
-arrival order, one DP layer per admitted job) and returns typed decisions, which the core
-takes as applied at that time. No I/O, no wall clock: the simulator and the live controller
-drive this very object, so identical inputs give identical decisions.
+:meth:`Autoscaler.step` then. Time never goes backwards: a fact or a step dated before the
+last one raises :class:`ClockError`, as h11 raises on an illegal transition.
+
+A step does what is due, in this order:
+
+* **Preemption**, at the moment the capacity falls below the GPUs in use: the newest jobs
+  are halted until the rest fit; they wait at the head of the queue with their progress.
+* **A round**, on the Δ grid or when the hybrid trigger fires: the optimizer over
+  ``Executing`` + ``Arrived`` (in arrival order, one DP layer per admitted job), with each
+  running job's moves priced by its restart cost (:mod:`bellows.autoscaler.pricing`).
+* **A fill** (Bellows mode only), at the moment an arrival, a completion or a capacity
+  change leaves GPUs free while jobs wait: the optimizer over the waiting jobs and the free
+  GPUs alone. No running job is touched; only rounds take GPUs from running jobs.
+
+Decisions are typed values, taken as applied at the step's time. No I/O, no wall clock: the
+simulator and the live controller drive this very object, so identical inputs give identical
+decisions.
 """
 
 from __future__ import annotations
@@ -18,15 +31,20 @@ from types import MappingProxyType
 
 import numpy as np
 
-from bellows.autoscaler.config import AutoscalerConfig, Policy
+from bellows.autoscaler.config import AutoscalerConfig, Mode, Policy, restart_seconds
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
+from bellows.autoscaler.pricing import exact, priced
 from bellows.autoscaler.progress import RunningJob
 from bellows.autoscaler.rounds import RoundClock
 from bellows.jobs import Allocation, JobSpec, SpecError
 from bellows.optimizer import admit
 from bellows.scaling import ClusterProfile, single_gpu_throughput, throughput, tsf_tables
 
-__all__ = ["Autoscaler", "RoundStats"]
+__all__ = ["Autoscaler", "ClockError", "RoundStats"]
+
+
+class ClockError(RuntimeError):
+    """A fact or a step dated before the last one: the caller's clock went backwards."""
 
 
 @dataclass(frozen=True)
@@ -37,17 +55,19 @@ class _Row:
     batch: np.ndarray  # int64 [k_max+1], best global batch per GPU count
     rate: np.ndarray  # float64 [k_max+1], samples/s at (k, batch[k])
     min_gpus: int  # smallest feasible k (k_max + 1 when none)
+    x1: float  # samples/s on one GPU at the job's largest per-GPU batch (TSF's unit)
 
 
 @dataclass(frozen=True)
 class RoundStats:
-    """What the last round looked at and decided (for metrics and logs)."""
+    """What the last round (or fill) looked at and decided (for metrics and logs)."""
 
     at: float
     candidates: int
     admitted: int
     objective: float
     decisions: int
+    kind: str = "round"  # "round", "fill" or "preempt"
 
 
 @dataclass
@@ -59,6 +79,7 @@ class _State:
     finished: set[str] = field(default_factory=set)
     rejected: set[str] = field(default_factory=set)
     carried: dict[str, float] = field(default_factory=dict)  # progress kept over a preemption
+    in_use: int = 0  # GPUs the running jobs hold
 
 
 class Autoscaler:
@@ -71,32 +92,54 @@ class Autoscaler:
         self._clock = RoundClock(config.delta_s, config.early_share)
         self._s = _State()
         self._row_cache: dict[tuple[object, ...], _Row] = {}
+        self._now = float("-inf")  # the latest time a fact or a step carried
+        self._preempt_at: float | None = None  # capacity fell below the GPUs in use
+        self._fill_at: float | None = None  # GPUs may be free while jobs wait
         self.last_round: RoundStats | None = None
 
     # ------------------------------------------------------------------ facts in
     def arrive(self, job: JobSpec, now: float) -> bool:
         """Job ``job`` arrived at ``now``; returns ``False`` if it was already known."""
+        self._advance(now)
         if job.name in self._s.jobs:
             return False
         self._s.jobs[job.name] = job
         self._s.rows[job.name] = self._row(job)
         self._s.arrived.append(job.name)
         self._clock.note_event(now)
+        self._may_fill(now)
         return True
 
-    def adopt(self, job: JobSpec, allocation: Allocation, now: float, *, done: float = 0.0) -> bool:
+    def adopt(
+        self,
+        job: JobSpec,
+        allocation: Allocation,
+        now: float,
+        *,
+        done: float = 0.0,
+        since: float | None = None,
+    ) -> bool:
         """Take over a job found running at ``allocation`` (a controller rebuilding its state).
 
-        ``done`` is the progress the caller knows of (samples); the next round reconsiders
-        the job like any running one. Returns ``False`` if the job was already known.
+        ``done`` is the progress the caller knows of (samples) as of ``since``, the time on
+        the caller's clock the job (re)started at ``allocation`` (default: ``now``); from
+        then the core counts progress at the allocation's rate, after the restart a resume
+        costs. The next round reconsiders the job like any running one. Returns ``False`` if
+        the job was already known.
         """
+        self._advance(now)
         if job.name in self._s.jobs:
             return False
         self._s.jobs[job.name] = job
         self._s.rows[job.name] = self._row(job)
         rate = throughput(job, allocation.gpus, allocation.batch, self._cluster)
-        self._s.running[job.name] = RunningJob(allocation, rate, done, now, now)
+        done = min(max(done, 0.0), job.work)
+        start = now if since is None else min(since, now)
+        pause = restart_seconds(job, self._config) if done > 0 else 0.0  # a resume, not a start
+        self._s.running[job.name] = RunningJob(allocation, rate, done, start, start + pause)
+        self._s.in_use += allocation.gpus
         self._clock.note_event(now)
+        self._check_fit(now)
         return True
 
     def finish(self, name: str, now: float) -> bool:
@@ -105,26 +148,42 @@ class Autoscaler:
         Returns ``False`` when the job is unknown or already finished (idempotent).
         A job that finishes while still queued simply leaves the queue.
         """
+        self._advance(now)
         if name not in self._s.jobs or name in self._s.finished:
             return False
         self._s.finished.add(name)
-        was_running = self._s.running.pop(name, None) is not None
+        running = self._s.running.pop(name, None)
+        if running is not None:
+            self._s.in_use -= running.allocation.gpus
         if name in self._s.arrived:
             self._s.arrived.remove(name)
-        self._clock.note_event(now, finished=was_running)
+        self._s.carried.pop(name, None)
+        self._clock.note_event(now, finished=running is not None)
+        self._may_fill(now)
         return True
 
     def set_capacity(self, gpus: int, now: float) -> None:
         """The cluster now has ``gpus`` GPUs (nodes lost or added)."""
+        self._advance(now)
         gpus = _check_capacity(gpus)
         if gpus != self._capacity:
             self._capacity = gpus
             self._clock.note_event(now)
+            self._check_fit(now)
+            self._may_fill(now)
 
     # ------------------------------------------------------------------ queries
     def next_round_at(self) -> float | None:
-        """When the next round is due (``None``: nothing pending)."""
-        return self._clock.next_round_at()
+        """When the next step has something to do (``None``: nothing pending).
+
+        Never before the latest fact: a caller that fed later facts before stepping gets the
+        overdue step at the time of the latest one, not in the past.
+        """
+        due = self._clock.next_round_at()
+        for urgent in (self._preempt_at, self._fill_at):
+            if urgent is not None:
+                due = urgent if due is None else min(due, urgent)
+        return None if due is None else max(due, self._now)
 
     @property
     def capacity(self) -> int:
@@ -144,104 +203,176 @@ class Autoscaler:
         """Arrived jobs waiting for GPUs, in arrival order."""
         return tuple(self._s.arrived)
 
+    @property
+    def in_use(self) -> int:
+        """GPUs the running jobs hold."""
+        return self._s.in_use
+
     def job(self, name: str) -> JobSpec:
         return self._s.jobs[name]
+
+    def restart_cost(self, name: str) -> float:
+        """Seconds of progress one halt costs job ``name`` (its own figure or the default)."""
+        return restart_seconds(self._s.jobs[name], self._config)
 
     def estimated_done(self, name: str, now: float) -> float:
         """Samples the core estimates job ``name`` has processed by ``now``."""
         return self._s.running[name].done_at(now)
 
-    # ------------------------------------------------------------------ the round
+    # ------------------------------------------------------------------ the step
     def step(self, now: float) -> list[Decision]:
-        """Run a round if one is due at ``now``; the decisions are taken as applied."""
-        if not self._clock.is_due(now):
-            return []
+        """Do what is due at ``now`` (see the module docstring); decisions are taken as applied."""
+        self._advance(now)
         decisions: list[Decision] = []
-        decisions.extend(self._preempt_to_fit(now))
-        names = list(self._s.running) + self._candidates()
-        required = len(self._s.running)
-        if names:
-            values = self._values(names, now)
-            admission = admit(
-                values,
-                self._capacity,
-                required=required,
-                backfill=self._config.backfill,
-                method=self._config.optimizer,
-            )
-            admitted = set(admission.admitted)
-            gpus = {names[i]: int(admission.gpus[i]) for i in admission.admitted}
-            decisions.extend(self._apply(gpus, now))
-            objective = admission.objective
-        else:
-            admitted, objective = set(), 0.0
-        decisions.extend(self._reject())
-        self._clock.round_done(now, running=len(self._s.running))
-        self.last_round = RoundStats(
-            at=now,
-            candidates=len(names),
-            admitted=len(admitted),
-            objective=objective,
-            decisions=len(decisions),
-        )
+        if self._preempt_at is not None and self._preempt_at <= now:
+            self._preempt_at = None
+            decisions.extend(self._halt_newest(now))
+        if self._clock.is_due(now):
+            self._fill_at = None
+            decisions.extend(self._round(now))
+        elif self._fill_at is not None and self._fill_at <= now:
+            self._fill_at = None
+            decisions.extend(self._fill(now))
         return decisions
 
-    def _candidates(self) -> list[str]:
-        """Arrived jobs offered to the optimizer, in FIFO order.
+    def _round(self, now: float) -> list[Decision]:
+        decisions: list[Decision] = []
+        decisions.extend(self._preempt_to_fit(now))
+        names = list(self._s.running) + self._candidates(self._capacity - len(self._s.running))
+        admitted, objective = self._optimize(names, self._capacity, now, decisions)
+        decisions.extend(self._reject())
+        self._clock.round_done(now, running=len(self._s.running))
+        self._stats(now, len(names), admitted, objective, decisions, kind="round")
+        return decisions
 
-        Each admitted job takes at least one GPU, so without backfill no more than the free
-        GPU count can be admitted; the rest of the queue is not even looked at. With
-        backfill, jobs that could not run even on an empty cluster are passed over.
+    def _fill(self, now: float) -> list[Decision]:
+        """Start waiting jobs on the free GPUs; running jobs are left as they are."""
+        free = self._capacity - self._s.in_use
+        decisions: list[Decision] = []
+        names = self._fitting(free)
+        admitted, objective = self._optimize(names, free, now, decisions)
+        self._stats(now, len(names), admitted, objective, decisions, kind="fill")
+        return decisions
+
+    def _optimize(
+        self, names: list[str], capacity: int, now: float, decisions: list[Decision]
+    ) -> tuple[int, float]:
+        """Admit and place ``names`` (running jobs first) on ``capacity`` GPUs."""
+        if not names:
+            return 0, 0.0
+        values, keep = self._values(names, capacity, now)
+        admission = admit(
+            exact(values, keep),
+            capacity,
+            required=sum(1 for n in names if n in self._s.running),
+            backfill=self._config.backfill,
+            method=self._config.optimizer,
+        )
+        gpus = {names[i]: int(admission.gpus[i]) for i in admission.admitted}
+        objective = float(sum(values[i, admission.gpus[i]] for i in admission.admitted))
+        decisions.extend(self._apply(gpus, now))
+        return len(admission.admitted), objective
+
+    def _stats(
+        self,
+        now: float,
+        candidates: int,
+        admitted: int,
+        objective: float,
+        decisions: Sequence[Decision],
+        *,
+        kind: str,
+    ) -> None:
+        self.last_round = RoundStats(
+            at=now,
+            candidates=candidates,
+            admitted=admitted,
+            objective=objective,
+            decisions=len(decisions),
+            kind=kind,
+        )
+
+    def _candidates(self, slots: int) -> list[str]:
+        """Arrived jobs offered to a round's optimizer, in FIFO order.
+
+        Jobs that could not run even on an empty cluster are passed over (they wait for the
+        cluster to grow, and never block the queue). Each admitted job takes at least one
+        GPU, so without backfill no more than ``slots`` can be admitted; the rest of the
+        queue is not even looked at.
         """
-        arrived = self._s.arrived
-        if self._config.backfill:
-            return [n for n in arrived if self._s.rows[n].min_gpus <= self._capacity]
-        return arrived[: max(0, self._capacity - len(self._s.running))]
+        fit = [n for n in self._s.arrived if self._s.rows[n].min_gpus <= self._capacity]
+        return fit if self._config.backfill else fit[: max(0, slots)]
 
-    def _values(self, names: Sequence[str], now: float) -> np.ndarray:
-        width = min(self._capacity, max(self._s.jobs[n].k_max for n in names))
+    def _fitting(self, free: int) -> list[str]:
+        """The waiting jobs a fill admits, in FIFO order: each while its smallest allocation
+        fits in what is left (past one that does not, with backfill) — the admission rule
+        of :func:`bellows.optimizer.admit`, so a long queue costs the DP nothing."""
+        out: list[str] = []
+        for name in self._s.arrived:
+            if free <= 0:
+                break
+            least = self._s.rows[name].min_gpus
+            if least > self._capacity:
+                continue  # never fits this cluster: it must not block the queue either
+            if least <= free:
+                out.append(name)
+                free -= least
+            elif not self._config.backfill:
+                break
+        return out
+
+    def _values(
+        self, names: Sequence[str], capacity: int, now: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Values ``[jobs, width+1]`` (restarts priced) and each running job's current k."""
+        width = max(1, min(capacity, max(self._s.jobs[n].k_max for n in names)))
         values = np.full((len(names), width + 1), -np.inf)  # [jobs, width+1]
+        keep = np.full(len(names), -1, dtype=np.int64)
+        hold = max(1.0, self._config.hysteresis)
         for i, name in enumerate(names):
-            row = self._s.rows[name].values[: width + 1]
-            values[i, : row.shape[0]] = row
+            row = self._s.rows[name]
+            cols = min(width + 1, row.values.shape[0])
+            values[i, :cols] = row.values[:cols]
             running = self._s.running.get(name)
-            if running is not None and self._config.restart_cost_s > 0:
-                values[i, : row.shape[0]] = self._priced(name, running, row, now)
-        return values
+            if running is None:
+                continue
+            current = running.allocation.gpus
+            if current <= width:
+                keep[i] = current
+            job = self._s.jobs[name]
+            values[i, :cols] = priced(
+                row.values[:cols],
+                row.rate[:cols],
+                current=current,
+                remaining=max(job.work - running.done_at(now), 0.0),
+                penalty_s=self.restart_cost(name) * hold,
+                x1=row.x1,
+            )
+        return values, keep
 
-    def _priced(self, name: str, running: RunningJob, row: np.ndarray, now: float) -> np.ndarray:
-        """TSF of a running job with the restart priced in (restart-cost option).
-
-        Moving to ``k`` finishes the remaining work ``W`` in ``W/X(k) + c·h`` seconds instead
-        of ``W/X(k)``, where ``c`` is the restart cost and ``h`` the hysteresis factor (at
-        least 1): the effective rate ``W / (W/X(k) + c·h)`` replaces ``X(k)``. Pricing the
-        restart inside the optimizer keeps the result exact and feasible, which skipping
-        rescales after the fact would not (a skipped scale-down could over-commit).
-        """
-        job = self._s.jobs[name]
-        rates = self._s.rows[name].rate[: row.shape[0]]
-        remaining = max(job.work - running.done_at(now), 0.0)
-        penalty = self._config.restart_cost_s * max(1.0, self._config.hysteresis)
-        priced = row.copy()
-        current = running.allocation.gpus
-        x1 = single_gpu_throughput(job, self._cluster)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            effective = remaining / (remaining / rates + penalty)
-        move = np.isfinite(row) & (np.arange(row.shape[0]) != current) & (rates > 0)
-        priced[move] = effective[move] / x1
-        return priced
+    def _halt_newest(self, now: float) -> list[Decision]:
+        """Halt the newest running jobs until the rest fit in the capacity (at its drop)."""
+        out: list[Decision] = []
+        while self._s.running and self._s.in_use > self._capacity:
+            out.append(self._preempt(next(reversed(self._s.running)), now))
+        if out:
+            self._stats(now, len(out), 0, 0.0, out, kind="preempt")
+        return out
 
     def _preempt_to_fit(self, now: float) -> list[Decision]:
-        """If the running jobs alone no longer fit (capacity shrank), halt the newest ones."""
+        """If the running jobs alone no longer fit even at their smallest, halt the newest."""
         out: list[Decision] = []
         while self._s.running and self._min_need(list(self._s.running)) > self._capacity:
-            name = next(reversed(self._s.running))
-            running = self._s.running.pop(name)
-            self._s.arrived.insert(0, name)
-            # the job resumes later from its checkpoint, with the progress it had
-            self._s.carried[name] = running.done_at(now)
-            out.append(Preempt(name, f"cluster capacity fell to {self._capacity} GPUs"))
+            out.append(self._preempt(next(reversed(self._s.running)), now))
         return out
+
+    def _preempt(self, name: str, now: float) -> Decision:
+        running = self._s.running.pop(name)
+        self._s.in_use -= running.allocation.gpus
+        self._s.arrived.insert(0, name)
+        # the job resumes later from its checkpoint, with the progress it had
+        self._s.carried[name] = running.done_at(now)
+        return Preempt(name, f"cluster capacity fell to {self._capacity} GPUs")
 
     def _min_need(self, names: Sequence[str]) -> int:
         return sum(self._s.rows[n].min_gpus for n in names)
@@ -250,20 +381,24 @@ class Autoscaler:
         downs: list[Decision] = []
         ups: list[Decision] = []
         starts: list[Decision] = []
-        cost = self._config.restart_cost_s
         for name, k in gpus.items():
             row = self._s.rows[name]
             alloc = Allocation(k, int(row.batch[k]))
             rate = float(row.rate[k])
             running = self._s.running.get(name)
+            cost = self.restart_cost(name)
             if running is None:
                 self._s.arrived.remove(name)
-                done = self._s.carried.pop(name, 0.0)
-                self._s.running[name] = RunningJob(alloc, rate, done, now, now)
+                # a job halted by a capacity drop restarts from its checkpoint: it pays again
+                done = self._s.carried.pop(name, None)
+                pause = 0.0 if done is None else cost
+                self._s.running[name] = RunningJob(alloc, rate, done or 0.0, now, now + pause)
+                self._s.in_use += k
                 starts.append(Start(name, alloc.gpus, alloc.batch))
             elif running.allocation != alloc:
                 old = running.allocation
                 self._s.running[name] = running.moved_to(alloc, rate, now, restart_cost_s=cost)
+                self._s.in_use += k - old.gpus
                 change = Rescale(name, old.gpus, old.batch, alloc.gpus, alloc.batch)
                 (downs if alloc.gpus < old.gpus else ups).append(change)
         # scale-downs free GPUs before scale-ups and starts claim them
@@ -282,6 +417,23 @@ class Autoscaler:
         self._s.arrived[:] = kept
         self._s.rejected.update(dropped)
         return [Reject(name, f"did not fit in {self._capacity} GPUs") for name in dropped]
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _advance(self, now: float) -> None:
+        if now < self._now:
+            raise ClockError(f"t={now!r} is before the last fact or step (t={self._now!r})")
+        self._now = now
+
+    def _may_fill(self, now: float) -> None:
+        """Bellows mode: a fill is due now when jobs wait and some GPU is free."""
+        if self._config.mode is not Mode.BELLOWS or self._fill_at is not None:
+            return
+        if self._s.arrived and self._s.in_use < self._capacity:
+            self._fill_at = now
+
+    def _check_fit(self, now: float) -> None:
+        if self._s.in_use > self._capacity and self._preempt_at is None:
+            self._preempt_at = now
 
     def _row(self, job: JobSpec) -> _Row:
         """The job's row; jobs from one template (all but name and work equal) share it."""
@@ -304,6 +456,7 @@ class Autoscaler:
             batch=tables.batch[0].astype(np.int64),
             rate=tables.throughput[0].astype(np.float64),
             min_gpus=int(finite[0]) + 1 if finite.size else job.k_max + 1,
+            x1=single_gpu_throughput(job, self._cluster),
         )
 
 

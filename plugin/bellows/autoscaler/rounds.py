@@ -4,7 +4,8 @@ Rounds fall on the Δ grid (multiples of ``delta_s`` on the caller's clock), and
 something happened since the last round (an arrival, a completion, a change of capacity).
 With ``delta_s == 0`` a round is due at the time of the first unprocessed event. The hybrid
 trigger makes a round due at once when a given share of the jobs that were running after the
-last round has finished since.
+last round has finished since: at the time of the completion that reached the share, never
+earlier (a round cannot decide in the past).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class RoundClock:
     first_pending_at: float | None = None
     running_after_round: int = 0
     finished_since_round: int = 0
+    fired_at: float | None = None  # when the hybrid trigger reached its share
 
     def note_event(self, now: float, *, finished: bool = False) -> None:
         """Something happened at ``now`` that the next round must look at."""
@@ -32,18 +34,20 @@ class RoundClock:
             self.first_pending_at = now
         if finished:
             self.finished_since_round += 1
+            if self.fired_at is None and self._early_trigger_fired():
+                self.fired_at = now
 
     def next_round_at(self) -> float | None:
         """The time the next round is due, or ``None`` when nothing is pending."""
         pending = self.first_pending_at
         if pending is None:
             return None
-        if self._early_trigger_fired() or self.delta_s == 0:
+        if self.delta_s == 0:
             return pending
         tick = math.ceil(pending / self.delta_s) * self.delta_s
         if self.last_round_at is not None and tick <= self.last_round_at:
             tick = (math.floor(self.last_round_at / self.delta_s) + 1) * self.delta_s
-        return tick
+        return tick if self.fired_at is None else min(tick, self.fired_at)
 
     def is_due(self, now: float) -> bool:
         due = self.next_round_at()
@@ -54,6 +58,7 @@ class RoundClock:
         self.first_pending_at = None
         self.running_after_round = running
         self.finished_since_round = 0
+        self.fired_at = None
 
     def _early_trigger_fired(self) -> bool:
         if self.early_share is None or self.running_after_round == 0:

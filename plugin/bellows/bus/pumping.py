@@ -50,7 +50,8 @@ class EventPump:
     ``clock`` is monotonic seconds (``loop.time`` in the service, a fake in tests);
     ``heartbeat`` is called once per cycle (the liveness probe watches it). ``early``, given
     the facts of the open window after new ones came in, may close it before Δ (the paper's
-    hybrid trigger); the grid of later windows does not move.
+    hybrid trigger); the grid of later windows does not move. ``immediate`` applies what each
+    fetch brought at once, as one batch (Bellows mode: the core keeps the Δ grid itself).
     """
 
     def __init__(
@@ -67,6 +68,7 @@ class EventPump:
         observer: BusObserver | None = None,
         heartbeat: Callable[[], None] | None = None,
         early: Early | None = None,
+        immediate: bool = False,
     ) -> None:
         self._consumer = consumer
         self._batcher = batcher
@@ -79,6 +81,7 @@ class EventPump:
         self._observer: BusObserver = observer or NullObserver()
         self._heartbeat = heartbeat
         self._early = early
+        self._immediate = immediate
         self._last_keepalive = clock()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -97,7 +100,7 @@ class EventPump:
             if offered is Offered.APPLIED:
                 await delivery.ack()
             news = news or offered is Offered.QUEUED
-        early = news and self._closes_early()
+        early = news and (self._immediate or self._closes_early())
         while (batch := self._batcher.poll(self._clock(), force=early)) is not None:
             early = False
             await self._apply_batch(batch)

@@ -14,11 +14,19 @@ from rich.live import Live
 from rich.table import Table
 
 from bellows.autoscaler import Policy
+from bellows.cli.params import MAX_SEED, BoundedInt, FiniteFloat, OutputFile, output_errors
+from bellows.cli.simulate import fit_note
+from bellows.scaling import default_cluster
 from bellows.service.config import LoggingSettings, LogLevel
-from bellows.service.demo import DemoOptions, DemoResult, Progress, run_demo
+from bellows.service.demo import DemoOptions, DemoResult, Progress, run_demo, workload
 from bellows.service.logging import configure_logging
 
 CRD_ENV = "BELLOWS_CRDS"
+
+# The demo runs live, in real time: its ranges keep one run within an afternoon.
+MAX_DEMO_GPUS = 1_024
+MAX_DEMO_MINUTES = 1_440.0  # a day of cluster time (also the longest Δ)
+MAX_SPEEDUP = 3_600.0  # an hour of cluster time per second
 
 
 def default_crds() -> Path:
@@ -53,29 +61,35 @@ def _result_table(result: DemoResult) -> Table:
         table.add_row(
             b.metric, f"{b.live:.4g}", f"{b.simulated:.4g}", b.tolerance, "yes" if b.ok else "NO"
         )
-    for key in ("jobs_total", "avg_jct_min", "rescales", "offered_load"):
+    for key in ("mode", "jobs_total", "avg_jct_min", "rescales", "offered_load"):
         table.add_row(key, f"{result.live.get(key)}", f"{result.simulated.get(key)}", "", "")
     return table
 
 
 @click.command()
-@click.option("--gpus", type=click.IntRange(1), default=16, show_default=True, help="Cluster GPUs.")
-@click.option("--minutes", type=click.FloatRange(min=1), default=60.0, show_default=True,
+@click.option("--gpus", type=BoundedInt(1, MAX_DEMO_GPUS), default=16, show_default=True,
+              help="Cluster GPUs.")  # fmt: skip
+@click.option("--minutes", type=FiniteFloat(1, MAX_DEMO_MINUTES), default=60.0,
+              show_default=True,
               help="Arrival window of the bursty workload (cluster minutes).")  # fmt: skip
-@click.option("--speedup", type=click.FloatRange(min=1), default=60.0, show_default=True,
+@click.option("--speedup", type=FiniteFloat(1, MAX_SPEEDUP), default=60.0, show_default=True,
               help="Time compression: cluster seconds per real second.")  # fmt: skip
-@click.option("--seed", type=int, default=7, show_default=True)
-@click.option("--delta-min", type=click.FloatRange(min=0), default=10.0, show_default=True)
+@click.option("--seed", type=BoundedInt(0, MAX_SEED), default=7, show_default=True)
+@click.option("--delta-min", type=FiniteFloat(0, MAX_DEMO_MINUTES), default=None,
+              help="Minutes between rounds. [default: 2; --paper: 10]")  # fmt: skip
+@click.option("--paper", is_flag=True,
+              help="Run both halves in the paper's mode (one round per Δ window); "
+              "default: Bellows mode.")  # fmt: skip
 @click.option("--policy", type=click.Choice([p.value for p in Policy]), default="elastic",
               show_default=True)  # fmt: skip
 @click.option("--crds", type=click.Path(path_type=Path, file_okay=False), default=None,
               help=f"CRDs folder (default: ${CRD_ENV}, else shared/data/crds).")  # fmt: skip
-@click.option("--json-out", type=click.Path(path_type=Path, dir_okay=False), default=None,
+@click.option("--json-out", type=OutputFile(), default=None,
               help="Also write both summaries and the bounds as JSON.")  # fmt: skip
 def demo(
     *,
-    gpus: int, minutes: float, speedup: float, seed: int, delta_min: float, policy: str,
-    crds: Path | None, json_out: Path | None,
+    gpus: int, minutes: float, speedup: float, seed: int, delta_min: float | None,
+    paper: bool, policy: str, crds: Path | None, json_out: Path | None,
 ) -> None:  # fmt: skip
     """Run nats-server, an emulated Kubeflow cluster, the bridge and the controller on a bursty
     workload, then the simulator on the same trace; exit 1 if they disagree beyond the paper's
@@ -87,8 +101,9 @@ def demo(
     configure_logging(LoggingSettings(level=LogLevel.WARNING), stream=sys.stderr)
     options = DemoOptions(
         crds=files, gpus=gpus, minutes=minutes, speedup=speedup, seed=seed,
-        delta_min=delta_min, policy=Policy(policy),
+        delta_min=delta_min, policy=Policy(policy), paper=paper,
     )  # fmt: skip
+    fit_note(workload(options, default_cluster()), gpus)  # the count both halves clamp
     console = Console()
     with Live(_progress_table(Progress()), console=console, refresh_per_second=4) as live:
         result = asyncio.run(
@@ -105,7 +120,8 @@ def demo(
             "bounds": [b.__dict__ for b in result.bounds],
             "ok": result.ok,
         }
-        json_out.write_text(json.dumps(payload, indent=2), encoding="utf-8")
+        with output_errors(json_out):
+            json_out.write_text(json.dumps(payload, indent=2), encoding="utf-8")
     if not result.ok:
         console.print("[red]live run and simulator disagree beyond the bounds[/red]")
         sys.exit(1)

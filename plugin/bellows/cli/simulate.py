@@ -4,22 +4,47 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
 from bellows.autoscaler import AutoscalerConfig, Policy
-from bellows.jobs import SpecError
-from bellows.scaling import ClusterProfile, default_cluster, load_cluster_profile
+from bellows.cli.params import (
+    MAX_DELTA_MIN,
+    MAX_HORIZON_MIN,
+    MAX_HYSTERESIS,
+    MAX_RESTART_COST_S,
+    BoundedInt,
+    ClusterFile,
+    FiniteFloat,
+    OutputDir,
+    output_errors,
+)
+from bellows.jobs import MAX_GPUS, SpecError
+from bellows.scaling import ClusterProfile, default_cluster
 from bellows.sim import SimResult, run
 from bellows.sim.metrics import write_jobs_csv
 from bellows.sim.plots import plot_run
-from bellows.sim.workloads.traces import read_trace
+from bellows.sim.workloads.traces import TraceJob, fit_trace, read_trace
 
-__all__ = ["describe_run", "simulate"]
+__all__ = ["describe_run", "fit_note", "simulate"]
 
 
-def _cluster(path: Path | None) -> ClusterProfile:
-    return default_cluster() if path is None else load_cluster_profile(path)
+def _cluster(profile: ClusterProfile | None) -> ClusterProfile:
+    return default_cluster() if profile is None else profile
+
+
+def fit_note(trace: tuple[TraceJob, ...], gpus: int, *, source: str = "") -> tuple[TraceJob, ...]:
+    """``trace`` with every ``k_max`` clamped to ``gpus`` (as the live controller does), and
+    one warning line on standard error saying how many jobs that changed."""
+    fitted, clamped = fit_trace(trace, gpus, source=source)
+    if clamped:
+        click.echo(
+            f"warning: {clamped} of {len(trace)} jobs ask for more GPUs (k_max) than the "
+            f"cluster's {gpus}; each is given at most {gpus}",
+            err=True,
+        )
+    return fitted
 
 
 def describe_run(result: SimResult) -> str:
@@ -27,10 +52,13 @@ def describe_run(result: SimResult) -> str:
     s = result.summary()
     st = result.stats
     share = (st.core_s / st.wall_s) if st.wall_s > 0 else 0.0
+    load = "n/a" if s["offered_load"] is None else f"{s['offered_load']:.2f}"
     return (
-        f"offered load {s['offered_load']:.2f} | {s['jobs_completed']}/{s['jobs_total']} "
-        f"completed, {s['jobs_dropped']} dropped, avg JCT {s['avg_jct_min']} min, "
-        f"SJS {s['sjs_efficiency']} | {st.events} events, {st.rounds} rounds in "
+        f"{s['mode']} mode | offered load {load} | {s['jobs_completed']}/{s['jobs_total']} "
+        f"completed, {s['jobs_dropped']} dropped, avg JCT {s['avg_jct_min']} min "
+        f"(p99 {s['p99_jct_min']}), idle beside waiting {s['idle_while_waiting_share']:.1%}, "
+        f"{s['rescales_per_job']:.2f} rescales/job, SJS {s['sjs_efficiency']} | "
+        f"{st.events} events, {st.rounds} rounds in "
         f"{st.wall_s:.2f} s ({st.events_per_s:,.0f} events/s), optimizer/core share "
         f"{share:.0%}, arrivals (TSF rows) {st.arrive_s / max(st.wall_s, 1e-9):.0%}"
     )
@@ -38,55 +66,89 @@ def describe_run(result: SimResult) -> str:
 
 @click.command("simulate")
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--gpus", type=click.IntRange(min=1), required=True, help="Cluster size.")
+@click.option("--gpus", type=BoundedInt(1, MAX_GPUS), required=True, help="Cluster size.")
 @click.option("--policy", type=click.Choice([p.value for p in Policy]), default="elastic")
-@click.option("--queue/--no-queue", default=False, help="Keep jobs that do not fit (else drop).")
-@click.option("--delta-min", type=click.FloatRange(min=0), default=10.0, show_default=True)
-@click.option("--early-share", type=click.FloatRange(min=0, max=1, min_open=True))
-@click.option("--restart-cost-s", type=click.FloatRange(min=0), default=0.0)
-@click.option("--hysteresis", type=click.FloatRange(min=0), default=0.0)
-@click.option("--backfill/--no-backfill", default=False)
-@click.option("--horizon-min", type=click.FloatRange(min=0, min_open=True),
+@click.option(
+    "--paper",
+    is_flag=True,
+    help="The paper's autoscaler: rounds only, every 10 min, no queue, no restart "
+    "cost, no backfill (each can still be set). Default: Bellows mode.",
+)
+@click.option(
+    "--queue/--no-queue",
+    default=None,
+    help="Keep jobs that do not fit, else drop them. [default: queue; --paper: drop]",
+)
+@click.option(
+    "--delta-min",
+    type=FiniteFloat(0, MAX_DELTA_MIN),
+    help="Minutes between rounds. [default: 2; --paper: 10]",
+)
+@click.option("--early-share", type=FiniteFloat(0, 1, open_min=True))
+@click.option(
+    "--restart-cost-s",
+    type=FiniteFloat(0, MAX_RESTART_COST_S),
+    help="Seconds of progress a halt costs a job without its own figure, charged "
+    "by the simulator and priced by the optimizer. [default: 60; --paper: 0]",
+)
+@click.option(
+    "--hysteresis",
+    type=FiniteFloat(0, MAX_HYSTERESIS),
+    help="A move must gain max(1, this) times its restart. [default: 1; --paper: 0]",
+)
+@click.option(
+    "--backfill/--no-backfill",
+    default=None,
+    help="Start later jobs past a head that does not fit. [default: on; --paper: off]",
+)
+@click.option("--horizon-min", type=FiniteFloat(0, MAX_HORIZON_MIN, open_min=True),
               help="Count jobs completed up to here (default: the whole run).")  # fmt: skip
-@click.option("--cluster", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default="sim-out",
-              show_default=True)  # fmt: skip
+@click.option("--cluster", type=ClusterFile(), help="Cluster profile JSON (default: Pollux T4).")
+@click.option("--out", type=OutputDir(), default="sim-out", show_default=True)
 @click.option("--plots/--no-plots", default=True)
 def simulate(
     *,
     trace: Path,
     gpus: int,
     policy: str,
-    queue: bool,
-    delta_min: float,
+    paper: bool,
+    queue: bool | None,
+    delta_min: float | None,
     early_share: float | None,
-    restart_cost_s: float,
-    hysteresis: float,
-    backfill: bool,
+    restart_cost_s: float | None,
+    hysteresis: float | None,
+    backfill: bool | None,
     horizon_min: float | None,
-    cluster: Path | None,
+    cluster: ClusterProfile | None,
     out: Path,
     plots: bool,
 ) -> None:
     """Simulate TRACE; write summary.json, jobs.csv and plots into OUT."""
     try:
         jobs = read_trace(trace)
-        config = AutoscalerConfig(
-            policy=Policy(policy), queue=queue, delta_s=delta_min * 60.0,
-            early_share=early_share, restart_cost_s=restart_cost_s, hysteresis=hysteresis,
-            backfill=backfill,
-        )  # fmt: skip
+        given = {
+            "queue": queue, "delta_s": None if delta_min is None else delta_min * 60.0,
+            "restart_cost_s": restart_cost_s, "hysteresis": hysteresis, "backfill": backfill,
+        }  # fmt: skip
+        chosen = {k: v for k, v in given.items() if v is not None}
+        settings: dict[str, Any] = {"policy": Policy(policy), "early_share": early_share}
+        settings.update(chosen)
+        config = AutoscalerConfig.paper(**settings) if paper else AutoscalerConfig(**settings)
+        jobs = fit_note(jobs, gpus, source=str(trace))
     except SpecError as error:
-        raise click.ClickException(f"{trace}: {error}") from error
+        raise click.ClickException(str(error)) from None
     horizon = None if horizon_min is None else horizon_min * 60.0
     result = run(jobs, gpus=gpus, config=config, cluster=_cluster(cluster), horizon_s=horizon)
-    out.mkdir(parents=True, exist_ok=True)
     summary = result.summary()
     summary["policy"] = policy
-    summary["queue"] = queue
-    summary["delta_min"] = delta_min
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    write_jobs_csv(result.jobs, out / "jobs.csv")
-    if plots:
-        plot_run(result, out, label=f"{trace.stem}: {policy}{' + queue' if queue else ''}")
+    summary["queue"] = config.queue
+    summary["delta_min"] = config.delta_s / 60.0
+    summary["restart_cost_s"] = config.restart_cost_s
+    with output_errors(out):
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+        write_jobs_csv(result.jobs, out / "jobs.csv")
+        if plots:
+            queued = " + queue" if config.queue else ""
+            plot_run(result, out, label=f"{trace.stem}: {config.mode} {policy}{queued}")
     click.echo(f"{out}: {describe_run(result)}")

@@ -5,7 +5,10 @@ performs it, and reads again, until the job is in the wanted state. Because the 
 lives on the job, any step may be the last one a dying controller makes: the next
 :meth:`Actuator.apply` or :meth:`Actuator.resume_interrupted` picks up where it stopped.
 A 409 means the job changed under us: read again and re-plan. A job deleted or finished
-meanwhile is dropped from the plan without error.
+meanwhile is dropped from the plan without error. A step that cannot be taken now (an
+MPIJob's launcher name held by a batch Job the MPIJob does not control) is reported on the
+job, with an Event, and the decision stays ``pending``: nothing is deleted, and a later
+call goes on once the way is clear.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from bellows.kube.adapters import KINDS
 from bellows.kube.client import ConflictError, ExpiredError, KubeApi, NotFoundError
 from bellows.kube.journal import (
     AwaitHalt,
+    Blocked,
     DeleteLauncher,
     Journal,
     Nothing,
@@ -102,11 +106,16 @@ class Actuator:
         """The job behind a core job name (``<kind>/<namespace>/<name>``)."""
         return JobRef.parse(job, {name: k.kind for name, k in self._kinds.items()})
 
-    async def apply(self, decision: Decision) -> Outcome:
-        """Drive the job to what ``decision`` says; returns what was done."""
+    async def apply(self, decision: Decision, *, done: float | None = None) -> Outcome:
+        """Drive the job to what ``decision`` says; returns what was done.
+
+        ``done``: the samples the job has processed, journaled with a start or rescale
+        (``bellows.io/progress``) for a controller that restarts later.
+        """
         if isinstance(decision, Start | Rescale):
             verb: Result = "started" if isinstance(decision, Start) else "rescaled"
-            return await self._scale(self.ref(decision.job), (decision.gpus, decision.batch), verb)
+            target = (decision.gpus, decision.batch)
+            return await self._scale(self.ref(decision.job), target, verb, done=done)
         if isinstance(decision, Reject):
             return await self._halt(
                 self.ref(decision.job), Phase.REJECTED, f"rejected: {decision.reason}"
@@ -124,15 +133,21 @@ class Actuator:
         return await self._halt(self.ref(job), Phase.QUEUED, reason)
 
     async def report_problem(
-        self, job: str, problem: str, *, reason: str = "InvalidSettings"
+        self,
+        job: str,
+        problem: str,
+        *,
+        reason: str = "InvalidSettings",
+        status: str | None = None,
     ) -> Outcome:
         """Tell the owner why Bellows leaves the job alone: a status annotation and an Event.
 
-        Idempotent: nothing is written when the status already says the same.
+        ``status`` is the annotation's line (default ``not managed: <problem>``). Idempotent:
+        nothing is written when the status already says the same.
         """
         ref = self.ref(job)
         kind = self._kinds[ref.kind.lower()]
-        status = f"not managed: {problem}"
+        status = f"not managed: {problem}" if status is None else status
         for _ in range(self._max_conflicts):
             obj = await self._api.get_job(kind, ref.namespace, ref.name)
             if obj is None:
@@ -181,7 +196,9 @@ class Actuator:
 
     # ----- the loop ----------------------------------------------------------------------------
 
-    async def _scale(self, ref: JobRef, target: tuple[int, int], verb: Result) -> Outcome:
+    async def _scale(
+        self, ref: JobRef, target: tuple[int, int], verb: Result, *, done: float | None = None
+    ) -> Outcome:
         def plan(
             kind: JobKind,
             obj: Mapping[str, Any],
@@ -197,6 +214,7 @@ class Actuator:
                 requested=requested_allocation(view, settings),
                 launcher=launcher,
                 now=self._now(),
+                done=done,
             )
 
         gpus, batch = target
@@ -255,8 +273,15 @@ class Actuator:
                 return await self.report_problem(job, f"its spec could not be read ({brief(err)})")
             if isinstance(step, Nothing):
                 return Outcome(job, verb if wrote else "unchanged", step.reason)
+            if isinstance(step, Blocked):
+                await self.report_problem(
+                    job, step.problem, reason=step.reason, status=f"waiting: {step.problem}"
+                )
+                return Outcome(job, "pending", step.problem)
             if isinstance(step, DeleteLauncher):
-                await self._api.delete_batch_job(ref.namespace, step.name, step.uid)
+                await self._api.delete_batch_job(
+                    ref.namespace, step.name, step.uid, resource_version=step.resource_version
+                )
                 continue
             if isinstance(step, AwaitHalt):
                 if not await self._await_halt(kind, ref, obj):

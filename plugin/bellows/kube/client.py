@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ __all__ = ["ConflictError", "ExpiredError", "KubeApi", "NotFoundError"]
 T = TypeVar("T")
 Obj = dict[str, Any]
 PAGE = 500  # jobs per list request: about 1.5 MB of JSON
+NODE_PAGE = 100  # nodes per list request: a node's status lists its images, often 20+ kB
 
 
 class NotFoundError(Exception):
@@ -177,25 +179,83 @@ class KubeApi:
         except NotFoundError:
             return None
 
-    async def delete_batch_job(self, namespace: str, name: str, uid: str) -> bool:
-        """Delete that batch Job (only the one with ``uid``); False when already gone."""
+    async def delete_batch_job(
+        self, namespace: str, name: str, uid: str, *, resource_version: str | None = None
+    ) -> bool:
+        """Delete that batch Job: only the one with ``uid`` (and, when given, still at
+        ``resource_version``); False when it is gone or no longer that one (409)."""
         body = k8s.V1DeleteOptions(
-            propagation_policy="Background", preconditions=k8s.V1Preconditions(uid=uid)
+            propagation_policy="Background",
+            preconditions=k8s.V1Preconditions(uid=uid, resource_version=resource_version),
         )
         try:
             await _call(self._batch.delete_namespaced_job, name, namespace, body=body)
         except (NotFoundError, ConflictError):
-            return False  # gone, or already replaced by a newer Job of the same name
+            return False  # gone, replaced by a newer Job of the same name, or changed
         return True
 
     async def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
         await _call(self._core.create_namespaced_event, namespace, dict(event))
 
+    # ----- nodes (the cluster's GPUs) ----------------------------------------------------------
+
+    async def list_nodes(
+        self, selector: str | None = None, *, limit: int = NODE_PAGE
+    ) -> AsyncIterator[tuple[list[Obj], str]]:
+        """The nodes matching the label ``selector`` (``None``: all), ``limit`` per page, each
+        page with the list's resourceVersion (watch from the last one), as plain dicts.
+
+        Nodes are read as JSON, not as the client's models: those validate on the way in,
+        so one node with an odd field would fail the whole list. A continue token the
+        server no longer keeps raises :class:`ExpiredError`: list again.
+        """
+        token: str | None = None
+        while True:
+            options: dict[str, Any] = {"limit": limit, "_preload_content": False}
+            if selector:
+                options["label_selector"] = selector
+            if token:
+                options["_continue"] = token
+            listed = await _call(self._list_node_json, **options)
+            meta = listed.get("metadata") or {}
+            yield list(listed.get("items") or []), str(meta.get("resourceVersion", ""))
+            token = meta.get("continue")
+            if not token:
+                return
+
+    def _list_node_json(self, **options: Any) -> Obj:
+        """One page of nodes, read and decoded in the calling (worker) thread."""
+        response = self._core.list_node(**options)
+        try:
+            listed: Obj = json.loads(response.data)
+        finally:
+            response.release_conn()  # back to the pool: nothing preloaded it
+        return listed
+
+    async def watch_nodes(
+        self, selector: str | None, resource_version: str, *, timeout_s: int = 300
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        """``(type, node)`` events after ``resource_version`` until the server ends the watch;
+        a node leaving the selector comes as ``DELETED``. Raises :class:`ExpiredError` when
+        that version is too old (list again, then watch)."""
+        kwargs: dict[str, Any] = {
+            "resource_version": resource_version,
+            "timeout_seconds": timeout_s,
+        }
+        if selector:
+            kwargs["label_selector"] = selector
+        async for event in _stream(self._core.list_node, (), kwargs, models=False):
+            yield event
+
 
 async def _stream(
-    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, models: bool = True
 ) -> AsyncIterator[tuple[str, Obj]]:
-    """Run ``kubernetes.watch`` in a thread; closing the generator ends the HTTP stream."""
+    """Run ``kubernetes.watch`` in a thread; closing the generator ends the HTTP stream.
+
+    ``models=False`` keeps the client from building its models of each object (the events
+    carry the raw dicts either way): a model that refuses one odd field would end the watch.
+    """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
     response: list[Any] = []
@@ -206,7 +266,8 @@ async def _stream(
         response.append(resp)
         return resp
 
-    opened.__doc__ = fn.__doc__  # Watch reads the return type from the docstring
+    # Watch reads the return type from the docstring; with none named it builds no model
+    opened.__doc__ = fn.__doc__ if models else "Raw objects: no return type."
 
     def post(item: tuple[str, Any]) -> None:
         with contextlib.suppress(RuntimeError):  # the loop closed first: nobody is listening

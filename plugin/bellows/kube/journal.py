@@ -13,6 +13,13 @@ instead of undoing it.
 Phases: ``queued`` (held by Bellows before its start), ``suspending`` (suspend written,
 waiting for the operator), ``patched`` (replicas and env rewritten while suspended),
 ``done`` (resumed at the target), ``rejected``, ``preempted``.
+
+An MPIJob's launcher is found by name (``<mpijob>-launcher``), and anyone who may create a
+batch Job in the namespace may create one of that name. So the planner deletes a launcher
+only when the MPIJob controls it (an ``ownerReferences`` entry with ``controller: true`` and
+the MPIJob's uid, as mpi-operator checks with ``metav1.IsControlledBy``), and the delete
+carries that Job's uid as a precondition. A launcher the MPIJob does not control stops the
+scaling (:class:`Blocked`): mpi-operator will not run the MPIJob beside it either.
 """
 
 from __future__ import annotations
@@ -23,18 +30,21 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from bellows.inputs import shown
 from bellows.jobs import SpecError
 from bellows.kube import keys
 from bellows.kube.kinds import JobKind, parse_time
 
 __all__ = [
     "AwaitHalt",
+    "Blocked",
     "DeleteLauncher",
     "Journal",
     "Nothing",
     "Phase",
     "SendPatch",
     "Step",
+    "foreign_launcher",
     "plan_halt",
     "plan_scale",
     "target_env",
@@ -59,12 +69,19 @@ class Journal:
     allocation: tuple[int, int] | None = None
     requested: tuple[int, int] | None = None
     suspended_at: datetime | None = None
+    progress: tuple[float, datetime] | None = None  # samples done when it last resumed, when
 
     @classmethod
     def read(cls, annotations: Mapping[str, str]) -> Journal:
         def pair(key: str) -> tuple[int, int] | None:
             try:
                 return keys.parse_pair(key, annotations.get(key))
+            except SpecError:
+                return None
+
+        def progress() -> tuple[float, datetime] | None:
+            try:
+                return keys.parse_progress(annotations.get(keys.PROGRESS))
             except SpecError:
                 return None
 
@@ -76,6 +93,7 @@ class Journal:
             allocation=pair(keys.ALLOCATION),
             requested=pair(keys.REQUESTED),
             suspended_at=parse_time(annotations.get(keys.SUSPENDED_AT)),
+            progress=progress(),
         )
 
 
@@ -94,10 +112,24 @@ class AwaitHalt:
 
 @dataclass(frozen=True)
 class DeleteLauncher:
-    """Delete the MPIJob's launcher batch Job, so that it is recreated from the new spec."""
+    """Delete the MPIJob's launcher batch Job, so that it is recreated from the new spec.
+
+    Only the Job read (``uid`` and ``resource_version`` are the delete's preconditions): one
+    replaced or edited since, its ownership perhaps with it, is read and checked again.
+    """
 
     name: str
     uid: str
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """The job cannot be driven to the target now; the Event ``reason`` and ``problem`` tell
+    its owner why."""
+
+    reason: str
+    problem: str
 
 
 @dataclass(frozen=True)
@@ -107,7 +139,7 @@ class Nothing:
     reason: str = field(default="")
 
 
-Step = SendPatch | AwaitHalt | DeleteLauncher | Nothing
+Step = SendPatch | AwaitHalt | DeleteLauncher | Blocked | Nothing
 
 
 def _stamp(moment: datetime) -> str:
@@ -161,6 +193,26 @@ def _launcher_stale(launcher: Mapping[str, Any], env: Mapping[str, str]) -> bool
     return False
 
 
+def foreign_launcher(obj: Mapping[str, Any], launcher: Mapping[str, Any]) -> str | None:
+    """Why ``launcher`` is not the MPIJob ``obj``'s own (``None`` when ``obj`` controls it)."""
+    uid = (obj.get("metadata") or {}).get("uid")
+    meta = launcher.get("metadata") or {}
+    refs = [r for r in meta.get("ownerReferences") or [] if isinstance(r, Mapping)]
+    controllers = [r for r in refs if r.get("controller") is True]
+    if uid and any(r.get("uid") == uid for r in controllers):
+        return None
+    owner = (
+        f"{shown(controllers[0].get('kind'))} {shown(controllers[0].get('name'))}"
+        if controllers
+        else "none"
+    )
+    return (
+        f"batch Job {shown(meta.get('name'))} exists and is not controlled by this MPIJob "
+        f"(its controller: {owner}); Bellows never deletes it, and the MPI operator does not "
+        "run the MPIJob beside it: delete or rename that Job, and the scaling goes on"
+    )
+
+
 def plan_scale(
     kind: JobKind,
     obj: Mapping[str, Any],
@@ -170,8 +222,13 @@ def plan_scale(
     requested: tuple[int, int],
     launcher: Mapping[str, Any] | None,
     now: datetime,
+    done: float | None = None,
 ) -> Step:
-    """The next step towards running ``obj`` on ``target = (gpus, batch)`` with ``env``."""
+    """The next step towards running ``obj`` on ``target = (gpus, batch)`` with ``env``.
+
+    ``done`` (samples the job has processed, as the caller estimates them) is written with
+    the resume, so that a restarted controller knows the job's progress (``progress``).
+    """
     view = kind.view(obj, tuple(env))
     journal = Journal.read(view.annotations)
     gpus, batch = target
@@ -180,6 +237,10 @@ def plan_scale(
     if journal.requested is None:
         notes[keys.REQUESTED] = keys.format_pair(*requested)
     suspend = {"runPolicy": {"suspend": True}}
+    if launcher is not None and (problem := foreign_launcher(obj, launcher)) is not None:
+        return Blocked(
+            "LauncherNotOwned", problem
+        )  # checked first: no step of a scaling that cannot finish
     if (
         journal.phase is Phase.DONE
         and journal.target == target == journal.allocation
@@ -204,12 +265,15 @@ def plan_scale(
         notes |= {keys.PHASE: Phase.PATCHED}
         return SendPatch(_body(obj, notes, kind.scale_patch(obj, gpus, env)), Phase.PATCHED)
     if launcher is not None and _launcher_stale(launcher, env):
-        return DeleteLauncher(launcher["metadata"]["name"], launcher["metadata"]["uid"])
+        meta = launcher["metadata"]
+        return DeleteLauncher(meta["name"], meta["uid"], meta["resourceVersion"])
     notes |= {
         keys.PHASE: Phase.DONE,
         keys.ALLOCATION: pair,
         keys.STATUS: f"running on {gpus} GPUs with global batch {batch}",
     }
+    if done is not None:
+        notes[keys.PROGRESS] = keys.format_progress(done, now)
     return SendPatch(_body(obj, notes, {"runPolicy": {"suspend": False}}), Phase.DONE)
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from bellows import jobs
-from bellows.inputs import SpecError, check_name, parse_float, parse_int, parse_json
+from bellows.inputs import SpecError, check_name, parse_float, parse_int, parse_json, parse_time
 from bellows.scaling import JobProfile, parse_job_profile
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "OWNER_KEYS",
     "PHASE",
     "PREFIX",
+    "PROGRESS",
     "REQUESTED",
     "STATUS",
     "SUSPENDED_AT",
@@ -29,8 +31,10 @@ __all__ = [
     "ConfigMapRef",
     "Settings",
     "format_pair",
+    "format_progress",
     "opted_in",
     "parse_pair",
+    "parse_progress",
     "parse_settings",
 ]
 
@@ -45,6 +49,7 @@ PROFILE_CONFIGMAP = PREFIX + "profile-configmap"
 BATCH_ENV = PREFIX + "batch-size-env"
 LOCAL_BATCH_ENV = PREFIX + "local-batch-size-env"
 ELASTIC = PREFIX + "elastic"
+RESTART_SECONDS = PREFIX + "restart-seconds"
 OWNER_KEYS = (
     MIN_BATCH,
     MAX_BATCH,
@@ -56,6 +61,7 @@ OWNER_KEYS = (
     BATCH_ENV,
     LOCAL_BATCH_ENV,
     ELASTIC,
+    RESTART_SECONDS,
 )
 
 # Written by Bellows (never read as owner settings).
@@ -64,6 +70,7 @@ TARGET = PREFIX + "target"  # "k=4,b=128": the allocation being applied
 PHASE = PREFIX + "phase"  # step journal, see bellows.kube.journal
 SUSPENDED_AT = PREFIX + "suspended-at"  # when Bellows last set suspend=true (RFC 3339)
 ALLOCATION = PREFIX + "allocation"  # "k=4,b=128": the allocation the job runs with
+PROGRESS = PREFIX + "progress"  # "samples=1.2e6,at=<RFC 3339>": done when last resumed
 STATUS = PREFIX + "status"  # one human-readable line: what Bellows did or refused
 
 DEFAULT_PROFILE_KEY = "profile.json"
@@ -82,6 +89,7 @@ _RESERVED_ENV = re.compile(
 _DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,251}[a-z0-9])?")
 _CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 _PAIR = re.compile(r"k=([0-9]{1,9}),b=([0-9]{1,12})")
+_PROGRESS = re.compile(r"samples=([0-9.eE+-]{1,32}),at=([0-9T:.+Z-]{1,40})")
 _BOUNDS = {
     MIN_BATCH: jobs.MAX_BATCH,
     MAX_BATCH: jobs.MAX_BATCH,
@@ -111,6 +119,7 @@ class Settings:
     batch_env: str | None
     local_batch_env: str | None
     elastic: bool = True
+    restart_s: float | None = None  # seconds one halt costs the job; None: the cluster default
 
     @property
     def env_names(self) -> tuple[str, ...]:
@@ -203,6 +212,12 @@ def parse_settings(annotations: Mapping[str, str]) -> Settings:
     elastic_text = annotations.get(ELASTIC, "true")
     if elastic_text not in ("true", "false"):
         raise SpecError(ELASTIC, elastic_text, "'true' or 'false'")
+    restart = annotations.get(RESTART_SECONDS)
+    restart_s = (
+        None
+        if restart is None
+        else parse_float(RESTART_SECONDS, restart, minimum=0.0, maximum=jobs.MAX_RESTART_S)
+    )
     return Settings(
         b_min=b_min,
         b_max=b_max,
@@ -213,6 +228,7 @@ def parse_settings(annotations: Mapping[str, str]) -> Settings:
         batch_env=batch_env,
         local_batch_env=local_env,
         elastic=elastic_text == "true",
+        restart_s=restart_s,
     )
 
 
@@ -234,3 +250,21 @@ def parse_pair(key: str, text: str | None) -> tuple[int, int] | None:
     if not (1 <= gpus <= top_k and 1 <= batch <= top_b):
         raise SpecError(key, text, valid)
     return gpus, batch
+
+
+def format_progress(samples: float, at: datetime) -> str:
+    """``samples=<n>,at=<RFC 3339>``: the samples a job had done when it resumed at ``at``."""
+    stamp = at.astimezone(UTC).isoformat(timespec="milliseconds").removesuffix("+00:00")
+    return f"samples={samples:.6g},at={stamp}Z"
+
+
+def parse_progress(text: str | None) -> tuple[float, datetime] | None:
+    """``(samples, at)`` from :func:`format_progress`; ``None`` when absent; SpecError when not
+    in that form (a bounded count of samples and an RFC 3339 time)."""
+    if text is None:
+        return None
+    match = _PROGRESS.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise SpecError(PROGRESS, text, "'samples=<number>,at=<RFC 3339 time>'")
+    samples = parse_float(PROGRESS, match.group(1), minimum=0.0, maximum=jobs.MAX_WORK)
+    return samples, parse_time(PROGRESS, match.group(2))

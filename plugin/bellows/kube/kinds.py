@@ -18,7 +18,15 @@ from bellows import inputs
 from bellows.inputs import check_int, parse_int
 from bellows.jobs import MAX_GPUS, SpecError
 
-__all__ = ["JobKind", "JobRef", "JobView", "conditions", "finished_state", "parse_time"]
+__all__ = [
+    "JobKind",
+    "JobRef",
+    "JobView",
+    "conditions",
+    "finished_state",
+    "parse_time",
+    "running_since",
+]
 
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 GPU = "nvidia.com/gpu"
@@ -105,6 +113,15 @@ def conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     """The job's status conditions by type."""
     found = (obj.get("status") or {}).get("conditions") or []
     return {c["type"]: c for c in found if isinstance(c, Mapping) and "type" in c}
+
+
+def running_since(obj: Mapping[str, Any]) -> datetime | None:
+    """When the operator last saw the job's pods start running (its ``Running`` condition
+    turning ``True``), or ``None`` when it is not running."""
+    running = conditions(obj).get("Running", {})
+    if running.get("status") != "True":
+        return None
+    return parse_time(running.get("lastTransitionTime"))
 
 
 def finished_state(obj: Mapping[str, Any]) -> str | None:

@@ -95,6 +95,7 @@ def build_spec(view: JobView, settings: keys.Settings, profile: JobProfile) -> J
             profile=profile.step,
             elastic=settings.elastic,
             gpus=gpus,
+            restart_s=settings.restart_s,
         )
     except SpecError as err:
         if err.field == "batch_size":

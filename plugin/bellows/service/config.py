@@ -10,7 +10,6 @@ names the key and where it came from; secrets are masked in every message and ``
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,11 +17,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from bellows.autoscaler.config import AutoscalerConfig, Policy
-from bellows.bus.settings import NatsSettings, doc
-from bellows.jobs import SpecError
+from bellows.autoscaler.config import AutoscalerConfig, Mode, Policy
+from bellows.bus.settings import NatsSettings, bounded, check_bounds, doc
+from bellows.inputs import SpecError, check_name
+from bellows.jobs import MAX_RESTART_S
 from bellows.service.config_fields import (
     ENV_PREFIX,
     ConfigError,
@@ -36,10 +34,12 @@ from bellows.service.config_fields import (
     markdown_table,
     sections,
 )
+from bellows.service.config_files import read_config_file
 
 __all__ = [
     "API_VERSION",
     "CONFIG_ENV",
+    "MAX_CLUSTER_GPUS",
     "BellowsConfig",
     "BridgeSettings",
     "CapacitySettings",
@@ -60,14 +60,13 @@ API_VERSION = "bellows.io/v1alpha1"
 KIND = "BellowsConfig"
 CONFIG_ENV = "BELLOWS_CONFIG"  # path of the config file when --config is not given
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_RESOURCE_NAME = re.compile(r"([a-z0-9.-]{1,253}/)?[A-Za-z0-9._-]{1,63}")
+_DAY = 86_400.0
 
-
-def _seconds(name: str, value: float, *, allow_zero: bool = False) -> None:
-    if not (math.isfinite(value) and (value >= 0 if allow_zero else value > 0)):
-        raise SpecError(
-            name, value, "a finite number of seconds " + (">= 0" if allow_zero else "> 0")
-        )
+MAX_CLUSTER_GPUS = 1 << 20
+"""The most GPUs the controller may share: its tables are sized by the cluster."""
 
 
 class OptimizerPath(StrEnum):
@@ -83,7 +82,14 @@ class OptimizerPath(StrEnum):
 class CapacitySettings:
     """How many GPUs the controller may hand out."""
 
-    gpus: int = field(default=0, metadata=doc("GPUs to share; 0 reads them from the nodes"))
+    gpus: int = field(
+        default=0,
+        metadata=bounded(
+            "GPUs to share; 0 watches the nodes' allocatable GPUs",
+            minimum=0,
+            maximum=MAX_CLUSTER_GPUS,
+        ),
+    )
     resource_name: str = field(
         default="nvidia.com/gpu", metadata=doc("node resource counted when gpus is 0")
     )
@@ -92,33 +98,78 @@ class CapacitySettings:
     )
 
     def __post_init__(self) -> None:
-        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 0:
-            raise SpecError("gpus", self.gpus, "an integer >= 0 (0: read from the nodes)")
+        check_bounds(self)
+        check_name(
+            "resource_name",
+            self.resource_name,
+            _RESOURCE_NAME,
+            "an extended resource name like nvidia.com/gpu",
+        )
 
 
 @dataclass(frozen=True)
 class ControllerSettings:
     """How the controller decides (the autoscaler core's options) and what it may use."""
 
+    mode: Mode = field(
+        default=Mode.BELLOWS,
+        metadata=doc(
+            "bellows (starts at events, rounds move running jobs, restarts priced) "
+            "or paper (the paper's Δ-batched rounds)"
+        ),
+    )
     policy: Policy = field(default=Policy.ELASTIC, metadata=doc("elastic or baseline"))
-    delta_s: float = field(
-        default=600.0, metadata=doc("seconds between rounds (Δ); 0: every event")
+    delta_s: float | None = field(
+        default=None,
+        metadata=bounded(
+            "seconds between rounds (Δ); 0: every event; null: the mode's (120 bellows, 600 paper)",
+            minimum=0.0,
+            maximum=7 * _DAY,
+        ),
     )
     queue: bool = field(
         default=True, metadata=doc("keep jobs that do not fit for the next round (else reject)")
     )
     early_share: float | None = field(
-        default=None, metadata=doc("start a round early once this share of jobs finished")
+        default=None,
+        metadata=bounded(
+            "start a round early once this share of jobs finished",
+            minimum=0.0,
+            maximum=1.0,
+            open_min=True,
+        ),
     )
-    restart_cost_s: float = field(default=0.0, metadata=doc("seconds of progress a rescale costs"))
-    hysteresis: float = field(
-        default=0.0, metadata=doc("rescale only if the gain exceeds this many restart costs")
+    restart_cost_s: float | None = field(
+        default=None,
+        metadata=bounded(
+            "seconds of progress one halt costs a job without bellows.io/restart-seconds; "
+            "null: the mode's (60 bellows, 0 paper)",
+            minimum=0.0,
+            maximum=MAX_RESTART_S,
+        ),
     )
-    backfill: bool = field(
-        default=False, metadata=doc("admit later jobs past one that does not fit")
+    hysteresis: float | None = field(
+        default=None,
+        metadata=bounded(
+            "a move must gain max(1, this) times its restart cost; null: the mode's (1, 0)",
+            minimum=0.0,
+            maximum=1e3,
+        ),
+    )
+    backfill: bool | None = field(
+        default=None,
+        metadata=doc(
+            "admit later jobs past one that does not fit; null: the mode's (on bellows, off paper)"
+        ),
     )
     halt_timeout_s: float = field(
-        default=300.0, metadata=doc("seconds to wait for a suspended job's pods to go")
+        default=300.0,
+        metadata=bounded(
+            "seconds to wait for a suspended job's pods to go",
+            minimum=0.0,
+            maximum=_DAY,
+            open_min=True,
+        ),
     )
     optimizer: OptimizerPath = field(
         default=OptimizerPath.NUMPY,
@@ -130,21 +181,27 @@ class ControllerSettings:
     )
 
     def __post_init__(self) -> None:
-        _seconds("halt_timeout_s", self.halt_timeout_s)
+        check_bounds(self)
         self.autoscaler_config()  # the core validates its own options
 
     def autoscaler_config(self) -> AutoscalerConfig:
-        """The core's settings from this section."""
-        return AutoscalerConfig(
+        """The core's settings from this section (null keys: the mode's defaults)."""
+        given = {
+            "delta_s": self.delta_s,
+            "restart_cost_s": self.restart_cost_s,
+            "hysteresis": self.hysteresis,
+            "backfill": self.backfill,
+        }
+        settings: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        settings.update(
             policy=self.policy,
             queue=self.queue,
-            delta_s=self.delta_s,
             early_share=self.early_share,
-            restart_cost_s=self.restart_cost_s,
-            hysteresis=self.hysteresis,
-            backfill=self.backfill,
             optimizer=self.optimizer.value,
         )
+        if self.mode is Mode.PAPER:
+            return AutoscalerConfig.paper(**settings)
+        return AutoscalerConfig(**settings)
 
 
 @dataclass(frozen=True)
@@ -152,11 +209,17 @@ class BridgeSettings:
     """The bridge that turns job changes into events."""
 
     resync_s: float = field(
-        default=300.0, metadata=doc("seconds between full re-lists of the watched jobs")
+        default=300.0,
+        metadata=bounded(
+            "seconds between full re-lists of the watched jobs",
+            minimum=0.0,
+            maximum=7 * _DAY,
+            open_min=True,
+        ),
     )
 
     def __post_init__(self) -> None:
-        _seconds("resync_s", self.resync_s)
+        check_bounds(self)
 
 
 @dataclass(frozen=True)
@@ -178,17 +241,34 @@ class LeaderElectionSettings:
     namespace: str = field(default="bellows-system", metadata=doc("namespace of the Leases"))
     controller_lease: str = field(default="bellows-controller", metadata=doc("controller's Lease"))
     bridge_lease: str = field(default="bellows-bridge", metadata=doc("bridge's Lease"))
-    lease_duration_s: float = field(default=15.0, metadata=doc("seconds a lease is held"))
-    renew_deadline_s: float = field(default=10.0, metadata=doc("seconds the leader has to renew"))
-    retry_period_s: float = field(default=2.0, metadata=doc("seconds between attempts"))
+    lease_duration_s: float = field(
+        default=15.0,
+        metadata=bounded("seconds a lease is held", minimum=0.0, maximum=3600.0, open_min=True),
+    )
+    renew_deadline_s: float = field(
+        default=10.0,
+        metadata=bounded(
+            "seconds the leader has to renew", minimum=0.0, maximum=3600.0, open_min=True
+        ),
+    )
+    retry_period_s: float = field(
+        default=2.0,
+        metadata=bounded("seconds between attempts", minimum=0.0, maximum=3600.0, open_min=True),
+    )
     stop_grace_s: float = field(
-        default=10.0, metadata=doc("seconds a stopping leader may finish its work before it ends")
+        default=10.0,
+        metadata=bounded(
+            "seconds a stopping leader may finish its work before it ends",
+            minimum=0.0,
+            maximum=3600.0,
+        ),
     )
 
     def __post_init__(self) -> None:
-        for name in ("lease_duration_s", "renew_deadline_s", "retry_period_s"):
-            _seconds(name, getattr(self, name))
-        _seconds("stop_grace_s", self.stop_grace_s, allow_zero=True)
+        check_bounds(self)
+        check_name("namespace", self.namespace, _DNS_LABEL, "a namespace name (DNS-1123 label)")
+        for name in ("controller_lease", "bridge_lease"):
+            check_name(name, getattr(self, name), _DNS_SUBDOMAIN, "a Lease name (DNS-1123)")
         if self.renew_deadline_s >= self.lease_duration_s:
             raise SpecError(
                 "renew_deadline_s",
@@ -208,15 +288,13 @@ class MetricsSettings:
     """The HTTP server of /metrics, /healthz and /readyz."""
 
     host: str = field(default="0.0.0.0", metadata=doc("address to bind"))
-    port: int = field(default=9090, metadata=doc("port to bind (0: any free port)"))
+    port: int = field(
+        default=9090,
+        metadata=bounded("port to bind (0: any free port)", minimum=0, maximum=65535),
+    )
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.port, bool)
-            or not isinstance(self.port, int)
-            or not 0 <= self.port <= 65535
-        ):
-            raise SpecError("port", self.port, "an integer in [0, 65535]")
+        check_bounds(self)
 
 
 class LogFormat(StrEnum):
@@ -267,8 +345,7 @@ class BellowsConfig:
         if self.kind != KIND:
             raise SpecError("kind", self.kind, repr(KIND))
         for i, ns in enumerate(self.namespaces):
-            if not _DNS_LABEL.fullmatch(ns) or len(ns) > 63:
-                raise SpecError(f"namespaces[{i}]", ns, "a namespace name (DNS-1123 label)")
+            check_name(f"namespaces[{i}]", ns, _DNS_LABEL, "a namespace name (DNS-1123 label)")
 
 
 _LEAVES: dict[tuple[str, ...], Leaf] = {leaf.keys: leaf for leaf in leaves(BellowsConfig)}
@@ -289,20 +366,15 @@ def _set(
     text: bool,
 ) -> None:
     try:
-        values[leaf.attrs] = (convert(leaf.hint, raw, from_text=text), source)
+        values[leaf.attrs] = (convert(leaf.hint, raw, from_text=text, bounds=leaf.bounds), source)
     except InvalidValueError as exc:
-        shown = "********" if leaf.secret else raw
-        raise ConfigError(leaf.dotted, shown, exc.valid, source) from None
+        masked = "********" if leaf.secret else raw
+        raise ConfigError(leaf.dotted, masked, exc.valid, source) from None
 
 
 def _from_file(path: Path, values: dict[tuple[str, ...], tuple[Any, str]]) -> None:
     source = f"file {path}"
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError("--config", str(path), f"a readable file ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError("--config", str(path), f"valid YAML ({exc})") from None
+    data = read_config_file(path)
     if data is None:
         return
     if not isinstance(data, dict):

@@ -8,8 +8,12 @@ and drives the cluster to the decisions through the :class:`~bellows.kube.Actuat
 when that returns does the pump ack the window's messages (at-least-once). On start,
 :meth:`Controller.rebuild` recovers the state from the cluster before anything is consumed.
 
-The core runs with ``delta_s = 0`` here: the pump's window *is* the paper's Δ, so each window
-with news is one round, on the same grid the simulator uses.
+In paper mode the core runs with ``delta_s = 0``: the pump's window *is* the paper's Δ, so
+each window with news is one round, on the same grid the simulator uses. In Bellows mode the
+pump hands over every event at once and the core keeps its own Δ grid on the service clock:
+an arrival or a completion that leaves GPUs free starts waiting jobs within the
+event-to-patch latency, and the rounds that move running jobs come when the core says they
+are due, through :meth:`Controller.tick`.
 
 Faults: a decision the cluster does not take (an API error, a halt that times out) is kept
 and retried — at the next window, or sooner through :meth:`Controller.retry_pending`. The
@@ -21,6 +25,7 @@ of over-committing the cluster. A completion is believed only once the cluster s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -51,7 +56,7 @@ from bellows.kube import (
     kind_named,
 )
 from bellows.kube.journal import Journal, Phase
-from bellows.kube.kinds import finished_state
+from bellows.kube.kinds import finished_state, running_since
 from bellows.service.ledger import Ledger
 
 __all__ = ["Controller", "ControllerObserver", "EventsNotTakenError", "NullControllerObserver"]
@@ -135,6 +140,7 @@ class Controller:
         self._held: dict[str, int] = {}
         self._active: set[str] = set()  # jobs the core runs or queues (not finished)
         self._invalid: set[str] = set()  # opted-in jobs left alone for their data
+        self._widest = autoscaler.capacity  # the most GPUs the cluster has had: k_max's bound
         self._lock = asyncio.Lock()  # one window, retry or rebuild at a time
 
     @property
@@ -216,7 +222,9 @@ class Controller:
         if running is not None:
             self._held[seen.spec.name] = running.gpus
             self._active.add(seen.spec.name)
-            if self._auto.adopt(seen.spec, running, now) and self.ledger is not None:
+            done, since = self._progress(seen, now)
+            adopted = self._auto.adopt(seen.spec, running, now, done=done, since=since)
+            if adopted and self.ledger is not None:
                 self.ledger.arrived(seen.spec, now)
                 self.ledger.applied(Start(seen.spec.name, running.gpus, running.batch), now)
             return None
@@ -296,8 +304,57 @@ class Controller:
             if self._retry:
                 await self._settle([], self._clock.now(), seconds=0.0)
 
+    async def keep_house(
+        self, stop: asyncio.Event, *, retry_s: float = 1.0, speedup: float = 1.0
+    ) -> None:
+        """Until ``stop``: retry the decisions the cluster did not take, every ``retry_s``
+        real seconds, and run the core's rounds as they fall due (Bellows mode), without
+        waiting for the next event. ``speedup`` is clock seconds per real second."""
+        while not stop.is_set():
+            due = self._auto.next_round_at()
+            wait = retry_s
+            if due is not None:
+                wait = min(wait, max(0.0, due - self._clock.now()) / speedup)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), wait)
+            if stop.is_set():
+                return
+            try:
+                await self.tick()
+                if self._retry:
+                    await self.retry_pending()
+            except Exception as err:  # the next attempt comes in retry_s
+                _log.warning("controller.housekeeping_failed", error=brief(err))
+
+    async def set_capacity(self, gpus: int) -> None:
+        """The cluster's GPUs changed (nodes lost or added). When the running jobs no longer
+        fit, the newest are halted at once; when GPUs come back, waiting jobs (those halted
+        included) start on them (Bellows mode) or at the next round (paper mode)."""
+        async with self._lock:
+            if gpus == self._auto.capacity:
+                return
+            now = self._clock.now()
+            _log.info("capacity.changed", was=self._auto.capacity, gpus=gpus)
+            self._auto.set_capacity(gpus, now)
+            self._widest = max(self._widest, gpus)
+            await self._round(now)
+
+    async def tick(self) -> bool:
+        """Run the core's step if one is due by now (Bellows mode's rounds); whether it ran."""
+        async with self._lock:
+            now = self._clock.now()
+            due = self._auto.next_round_at()
+            if due is None or due > now:
+                return False
+            await self._round(now)
+            return True
+
     async def _take(self, event: Event, now: float) -> None:
         ref = JobRef(event.job.kind.value, event.job.namespace, event.job.name)
+        if None not in self._namespaces and ref.namespace not in self._namespaces:
+            # a forged or misrouted event: never read, let alone touch, a job out of scope
+            _log.warning("event.out_of_scope", job=ref.key, namespaces=self._namespaces)
+            return
         kind = kind_named(ref.kind)
         if isinstance(event, JobCompleted) and ref.key not in self._active:
             self._set_invalid(ref.key, False)
@@ -329,7 +386,8 @@ class Controller:
         elif (seen := await self._fit(seen)) is None:
             return
         elif seen.running is not None:
-            if self._auto.adopt(seen.spec, seen.running, now):
+            done, since = self._progress(seen, now)
+            if self._auto.adopt(seen.spec, seen.running, now, done=done, since=since):
                 self._held[seen.spec.name] = seen.running.gpus
                 self._active.add(seen.spec.name)
                 if self.ledger is not None:
@@ -348,9 +406,11 @@ class Controller:
                 self.ledger.arrived(seen.spec, arrived_at)
 
     async def _fit(self, seen: Arrived) -> Arrived | None:
-        """The job sized for this cluster: a ``max-gpus`` above the capacity is clamped to it,
-        and an Event says so; ``None`` (the job reported) when it cannot run on the cluster."""
-        name, capacity = seen.spec.name, self._auto.capacity
+        """The job sized for this cluster: a ``max-gpus`` above the cluster's GPUs (the most
+        it has had since this controller started, so that a node down at the job's arrival
+        does not shrink it for good) is clamped to them, and an Event says so; ``None`` (the
+        job reported) when it cannot run on the cluster."""
+        name, capacity = seen.spec.name, self._widest
         try:
             spec = fit_to_cluster(seen.spec, capacity)
         except SpecError as err:
@@ -367,6 +427,15 @@ class Controller:
             await self._actuator.notify(name, "Clamped", message, warning=True)
             _log.info("job.clamped", job=name, k_max=seen.spec.k_max, to=spec.k_max)
         return dataclasses.replace(seen, spec=spec)
+
+    def _progress(self, seen: Arrived, now: float) -> tuple[float, float | None]:
+        """What the journal and the cluster know of a running job's progress: the samples it
+        had done when it last resumed, and when that was (on this clock). Without a journal
+        entry (a job Bellows started before it kept one), the cluster's ``Running``
+        condition says since when it runs, with the samples before unknown (0)."""
+        journal = Journal.read(seen.view.annotations)
+        samples, at = journal.progress or (0.0, running_since(seen.view.raw))
+        return samples, None if at is None else min(self._clock.at(at), now)
 
     def _set_invalid(self, job: str, invalid: bool) -> None:
         before = len(self._invalid)
@@ -445,7 +514,12 @@ class Controller:
 
     async def _drive(self, decision: Decision, now: float) -> None:
         try:
-            outcome = await self._actuator.apply(decision)
+            done = (
+                self._auto.estimated_done(decision.job, now)
+                if isinstance(decision, Start | Rescale) and decision.job in self._auto.allocations
+                else None
+            )
+            outcome = await self._actuator.apply(decision, done=done)
         except Exception as err:  # one job must not stop the loop: retry it next round
             _log.warning("decision.failed", job=decision.job, error=brief(err))
             self._retry[decision.job] = decision

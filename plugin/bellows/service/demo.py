@@ -6,7 +6,8 @@ and a replayer that submits a generated bursty workload at its arrival times und
 compression. When every job has finished or been rejected, the same trace runs through the
 simulator, and the two summaries are set side by side with the paper's own
 simulator-vs-cluster tolerances (jobs completed within 5 %, SJS efficiency within 5 %, drop
-ratio within 4 points).
+ratio within 4 points). Both runs use one mode: Bellows mode by default (starts at events,
+rounds on the core's Δ grid), or the paper's (``paper=True``: one round per Δ window).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ from bellows.sim import run as simulate
 from bellows.sim.metrics import JobRecord, summarize
 from bellows.sim.workloads import TraceJob
 from bellows.sim.workloads.generating import Pattern, WorkloadSpec, generate
+from bellows.sim.workloads.traces import fit_trace
 
 __all__ = ["Bound", "DemoOptions", "DemoResult", "Progress", "run_demo", "workload"]
 
@@ -64,11 +66,22 @@ class DemoOptions:
     minutes: float = 60.0
     speedup: float = 120.0
     seed: int = 7
-    delta_min: float = 10.0
+    delta_min: float | None = None  # None: the mode's (10 min paper, 2 min Bellows)
     policy: Policy = Policy.ELASTIC
     queue: bool = True
-    restart_cost_s: float = 0.0
+    restart_cost_s: float | None = None  # None: the mode's (0 paper, 60 s Bellows)
     drain_factor: float = 4.0  # give up waiting after drain_factor x minutes
+    paper: bool = False
+
+    def config(self, *, optimizer: Method = "auto") -> AutoscalerConfig:
+        """The core's settings for both runs (the live core's Δ is set by the caller)."""
+        given: dict[str, Any] = {"policy": self.policy, "queue": self.queue}
+        if self.delta_min is not None:
+            given["delta_s"] = self.delta_min * 60.0
+        if self.restart_cost_s is not None:
+            given["restart_cost_s"] = self.restart_cost_s
+        given["optimizer"] = optimizer
+        return AutoscalerConfig.paper(**given) if self.paper else AutoscalerConfig(**given)
 
 
 @dataclass(frozen=True)
@@ -118,21 +131,11 @@ def workload(options: DemoOptions, cluster: ClusterProfile) -> tuple[TraceJob, .
         minutes=options.minutes,
         categories=(1, 2, 3, 4),
         gpus=options.gpus,
-        period_min=max(options.minutes / 4, options.delta_min),
+        period_min=max(options.minutes / 4, options.config().delta_s / 60.0),
     )
     trace = generate(spec, np.random.default_rng(options.seed), cluster=cluster)
     unique_names(trace)
     return trace
-
-
-def _config(options: DemoOptions, *, delta_s: float, optimizer: Method) -> AutoscalerConfig:
-    return AutoscalerConfig(
-        policy=options.policy,
-        queue=options.queue,
-        delta_s=delta_s,
-        restart_cost_s=options.restart_cost_s,
-        optimizer=optimizer,
-    )
 
 
 def compare(live: dict[str, Any], simulated: dict[str, Any]) -> tuple[Bound, ...]:
@@ -160,7 +163,7 @@ async def _stack(options: DemoOptions, cluster: ClusterProfile) -> AsyncIterator
         EmulatedCluster(
             crds=options.crds,
             compression=options.speedup,
-            restart_cost_s=options.restart_cost_s,
+            restart_cost_s=options.config().restart_cost_s,
             cluster=cluster,
             namespaces=(NAMESPACE,),
         ) as kube,
@@ -192,7 +195,9 @@ async def run_demo(
     started = timer()
     cluster = default_cluster()
     trace = workload(options, cluster)
-    delta_s = options.delta_min * 60.0
+    # the deployed controller's default path (no JAX); the simulator uses "auto"
+    live_config = options.config(optimizer="numpy")
+    delta_s = live_config.delta_s
     horizon_s = options.minutes * 60.0
     async with _stack(options, cluster) as parts:
         settings: NatsSettings = parts["settings"]
@@ -203,8 +208,8 @@ async def run_demo(
         controller = Controller(
             api=api,
             autoscaler=Autoscaler(
-                # the deployed controller's default path (no JAX); the simulator uses "auto"
-                _config(options, delta_s=0.0, optimizer="numpy"),
+                # paper mode: the pump's window is Δ; Bellows mode: the core keeps its grid
+                replace(live_config, delta_s=0.0) if options.paper else live_config,
                 capacity=options.gpus,
                 cluster=cluster,
             ),
@@ -222,16 +227,20 @@ async def run_demo(
         consumer = await EventConsumer.open(js, settings)
         pump = EventPump(
             consumer,
-            Batcher(delta_s=delta_s, start=0.0),
+            Batcher(delta_s=delta_s if options.paper else 0.0, start=0.0),
             controller.apply,
             clock=clock.now,
             max_deliver=settings.max_deliver,
             ack_wait_s=settings.ack_wait_s,
             poll_s=0.05,
-            early=controller.closes_window,
+            early=controller.closes_window if options.paper else None,
+            immediate=not options.paper,
         )
         tasks = [asyncio.create_task(b.run(stop)) for b in bridges]
         tasks.append(asyncio.create_task(pump.run(stop)))
+        tasks.append(
+            asyncio.create_task(controller.keep_house(stop, retry_s=0.2, speedup=clock.speedup))
+        )
         progress = Progress(total=len(trace))
         try:
             await _replay_and_wait(
@@ -246,10 +255,11 @@ async def run_demo(
             await consumer.close()
         records = ledger.records()
     live = summarize(records, gpus=options.gpus, horizon_s=horizon_s, span_s=horizon_s)
+    live["mode"] = live_config.mode.value
     sim = simulate(
-        trace,
+        fit_trace(trace, options.gpus)[0],  # k_max clamped to the cluster, as the controller does
         gpus=options.gpus,
-        config=_config(options, delta_s=delta_s, optimizer="auto"),
+        config=options.config(optimizer="auto"),
         cluster=cluster,
         horizon_s=horizon_s,
     )

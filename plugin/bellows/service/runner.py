@@ -19,7 +19,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from nats.js import JetStreamContext
 
-from bellows.autoscaler import Autoscaler, Decision
+from bellows.autoscaler import Autoscaler, AutoscalerConfig, Decision, Mode
 from bellows.bus import (
     Batcher,
     EventConsumer,
@@ -34,6 +34,7 @@ from bellows.inputs import brief
 from bellows.jobs import SpecError
 from bellows.kube import Actuator, JobReader, KubeApi, Outcome
 from bellows.scaling import ClusterProfile, default_cluster, load_cluster_profile
+from bellows.service import capacity
 from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig, CapacitySettings, KubernetesSettings
 from bellows.service.controller import Controller, ControllerObserver
@@ -100,22 +101,21 @@ def kube_api_client(settings: KubernetesSettings) -> k8s.ApiClient:
 
 
 async def read_capacity(api_client: k8s.ApiClient, settings: CapacitySettings) -> int:
-    """GPUs to share: the configured number, else the nodes' allocatable GPUs."""
+    """GPUs to share at start: the configured number, else the ready, schedulable nodes'
+    allocatable GPUs (:func:`bellows.service.capacity.read_capacity`; a watch keeps it)."""
+    return await capacity.read_capacity(KubeApi(api_client), settings)
+
+
+def _capacity_watch(
+    config: BellowsConfig, api: KubeApi, controller: Controller
+) -> list[asyncio.Task[None]]:
+    """With ``capacity.gpus`` 0, the task that keeps the controller's capacity to the
+    nodes' (nodes lost, added, cordoned, not ready); none with a fixed capacity."""
+    settings = config.controller.capacity
     if settings.gpus:
-        return settings.gpus
-    selector = ",".join(f"{k}={v}" for k, v in settings.node_selector.items()) or None
-    nodes = await asyncio.to_thread(k8s.CoreV1Api(api_client).list_node, label_selector=selector)
-    total = 0
-    for node in nodes.items:
-        allocatable = (node.status.allocatable or {}) if node.status else {}
-        total += int(allocatable.get(settings.resource_name, "0"))
-    if total == 0:
-        raise SpecError(
-            "controller.capacity.gpus",
-            0,
-            f"a GPU count, or nodes with allocatable {settings.resource_name!r}",
-        )
-    return total
+        return []
+    watch = capacity.watch_capacity(api, settings, controller.set_capacity)
+    return [asyncio.create_task(watch, name="capacity-watch")]
 
 
 def _cluster(config: BellowsConfig) -> ClusterProfile:
@@ -222,12 +222,7 @@ async def _started_controller(
             continue
         controller = Controller(
             api=api,
-            # the pump's window is Δ: the core decides at every window with news
-            autoscaler=Autoscaler(
-                replace(config.controller.autoscaler_config(), delta_s=0.0),
-                capacity=capacity,
-                cluster=cluster,
-            ),
+            autoscaler=Autoscaler(_core_config(config), capacity=capacity, cluster=cluster),
             actuator=Actuator(api, halt_timeout_s=config.controller.halt_timeout_s),
             reader=JobReader(api, namespace=namespaces[0] if len(namespaces) == 1 else None),
             namespaces=namespaces,
@@ -247,15 +242,15 @@ async def _started_controller(
     return None
 
 
-async def _retry_pending(controller: Controller, stop: asyncio.Event) -> None:
-    """Retry the decisions the cluster did not take, without waiting for the next event."""
-    while not stop.is_set():
-        await _wait(stop, RETRY_S)
-        if controller.pending and not stop.is_set():
-            try:
-                await controller.retry_pending()
-            except Exception as err:  # the next attempt comes in RETRY_S
-                _log.warning("controller.retry_failed", error=brief(err))
+def _paper(config: BellowsConfig) -> bool:
+    return config.controller.autoscaler_config().mode is Mode.PAPER
+
+
+def _core_config(config: BellowsConfig) -> AutoscalerConfig:
+    """The core's settings: in paper mode the pump's window is Δ and the core decides at
+    every window with news; in Bellows mode the core keeps its own Δ grid."""
+    core = config.controller.autoscaler_config()
+    return replace(core, delta_s=0.0) if core.mode is Mode.PAPER else core
 
 
 @contextlib.asynccontextmanager
@@ -304,24 +299,32 @@ async def run_controller(
                 consumer = await EventConsumer.open(
                     js, config.nats, namespaces=tuple(config.namespaces), observer=metrics
                 )
+                paper = _paper(config)
+                window = config.controller.autoscaler_config().delta_s if paper else 0.0
                 pump = EventPump(
                     consumer,
-                    Batcher(delta_s=config.controller.delta_s, start=clock.now()),
+                    Batcher(delta_s=window, start=clock.now()),
                     controller.apply,
                     clock=clock.now,
                     max_deliver=config.nats.max_deliver,
                     ack_wait_s=config.nats.ack_wait_s,
                     observer=metrics,
                     heartbeat=health.register_loop("consume"),
-                    early=controller.closes_window,
+                    early=controller.closes_window if paper else None,
+                    immediate=not paper,
                 )
-                retrier = asyncio.create_task(_retry_pending(controller, either))
+                retrier = asyncio.create_task(
+                    controller.keep_house(either, retry_s=RETRY_S, speedup=clock.speedup)
+                )
+                helpers = [retrier, *_capacity_watch(config, api, controller)]
                 try:
                     await pump.run(either)
                 finally:
-                    retrier.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await retrier
+                    for task in helpers:
+                        task.cancel()
+                    for task in helpers:
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await task
                     await consumer.close()
             finally:
                 watcher.cancel()

@@ -2,11 +2,16 @@
 
 The simulator owns the truth about progress. A running job processes ``X(b, k)`` samples per
 second (``bellows.scaling.throughput``), exactly, between events: there is no time step.
-After a rescale it makes no progress for ``config.restart_cost_s`` seconds (the checkpoint
-and restart), and its completion event moves. Events are arrivals, completions and changes
-of capacity, kept in one heap keyed ``(time, priority, sequence)``; rounds run when the core
+Every halt costs the job its restart cost (``JobSpec.restart_s``, else
+``config.restart_cost_s``) of progress, whatever the policy: after a rescale, and when a job
+halted by a capacity drop starts again, it makes no progress for that long while holding
+its GPUs, and its completion event moves. Events are arrivals, completions and changes of
+capacity, kept in one heap keyed ``(time, priority, sequence)``; steps run when the core
 says one is due (``Autoscaler.next_round_at``), after every event at that same time.
-Decisions are applied at the round's time, as the core assumes.
+Decisions are applied at the step's time, as the core assumes.
+
+Pure swaps are counted: within one step, a job going from ``a`` to ``b`` GPUs while a job of
+the same template goes from ``b`` to ``a`` (two halts that change nothing).
 """
 
 from __future__ import annotations
@@ -16,12 +21,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bellows.autoscaler import Autoscaler, AutoscalerConfig
+from bellows.autoscaler import Autoscaler, AutoscalerConfig, Mode
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
 from bellows.jobs import JobSpec, SpecError
 from bellows.scaling import ClusterProfile, single_gpu_throughput, throughput
 from bellows.sim.events import EventHeap, Kind
-from bellows.sim.metrics import JobRecord, Segment, summarize
+from bellows.sim.metrics import JobRecord, Segment, summarize, template
 from bellows.sim.workloads.traces import TraceJob
 
 __all__ = ["CapacityChange", "RunStats", "SimResult", "SimulationError", "run"]
@@ -49,6 +54,7 @@ class RunStats:
     wall_s: float
     core_s: float  # inside Autoscaler.step: the optimizer and the decisions it takes
     arrive_s: float  # inside Autoscaler.arrive: the JSA's TSF row of each new job
+    pure_swaps: int = 0  # pairs of same-template jobs exchanging GPU counts in one step
 
     @property
     def events_per_s(self) -> float:
@@ -66,10 +72,19 @@ class SimResult:
     gpus_in_use: tuple[tuple[float, int], ...]  # (time, GPUs held) after each change
     capacity: tuple[tuple[float, int], ...]  # (time, cluster GPUs)
     stats: RunStats
+    mode: Mode = Mode.BELLOWS
 
     def summary(self) -> dict[str, Any]:
         """The ``summary.json`` of the run (DESIGN.md §5 keys and more)."""
-        out = summarize(self.jobs, gpus=self.gpus, horizon_s=self.horizon_s, span_s=self.span_s)
+        out = summarize(
+            self.jobs,
+            gpus=self.gpus,
+            horizon_s=self.horizon_s,
+            span_s=self.span_s,
+            capacity=self.capacity,
+        )
+        out["mode"] = self.mode.value
+        out["pure_swaps"] = self.stats.pure_swaps
         out["events"] = self.stats.events
         out["rounds"] = self.stats.rounds
         return out
@@ -159,7 +174,7 @@ class _Run:
         self.in_use = 0
         self.gpus_in_use: list[tuple[float, int]] = [(0.0, 0)]
         self.capacity_log: list[tuple[float, int]] = [(0.0, gpus)]
-        self.events = self.rounds = self.decisions = 0
+        self.events = self.rounds = self.decisions = self.pure_swaps = 0
         self.core_s = self.arrive_s = 0.0
 
     def loop(self) -> None:
@@ -218,23 +233,44 @@ class _Run:
         for decision in decisions:
             self.apply(decision, now)
         self.decisions += len(decisions)
+        self.pure_swaps += self.swaps(decisions)
         if self.in_use > self.capacity:
             raise SimulationError(
                 f"t={now}: {self.in_use} GPUs allocated on a cluster of {self.capacity}"
             )
         self.gpus_in_use.append((now, self.in_use))
 
+    def swaps(self, decisions: Sequence[Decision]) -> int:
+        """Pure swaps among one step's rescales (see the module docstring)."""
+        moves: dict[tuple[object, int, int], int] = {}
+        count = 0
+        for d in decisions:
+            if not isinstance(d, Rescale) or d.gpus == d.gpus_from:
+                continue
+            kind = template(self.jobs[self.index[d.job]].spec)
+            back = (kind, d.gpus, d.gpus_from)
+            if moves.get(back, 0) > 0:
+                moves[back] -= 1
+                count += 1
+            else:
+                here = (kind, d.gpus_from, d.gpus)
+                moves[here] = moves.get(here, 0) + 1
+        return count
+
     def apply(self, decision: Decision, now: float) -> None:
         job = self.jobs[self.index[decision.job]]
+        restart = self.auto.restart_cost(decision.job)
         if isinstance(decision, Start):
+            # a job halted by a capacity drop restarts from its checkpoint: it pays again
+            pause = restart if job.start_s is not None else 0.0
             job.start_s = now if job.start_s is None else job.start_s
-            self.place(job, decision.gpus, decision.batch, now, pause=0.0)
+            self.place(job, decision.gpus, decision.batch, now, pause=pause)
         elif isinstance(decision, Rescale):
             job.done = job.done_at(now)
             job.close_segment(now)
             self.in_use -= job.gpus
             job.rescales += 1
-            self.place(job, decision.gpus, decision.batch, now, pause=self.config.restart_cost_s)
+            self.place(job, decision.gpus, decision.batch, now, pause=restart)
         elif isinstance(decision, Preempt):
             job.done = job.done_at(now)
             job.close_segment(now)
@@ -295,5 +331,7 @@ def run(
             wall_s=wall,
             core_s=state.core_s,
             arrive_s=state.arrive_s,
+            pure_swaps=state.pure_swaps,
         ),
+        mode=config.mode,
     )

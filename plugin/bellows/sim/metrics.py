@@ -3,7 +3,10 @@
 * jobs completed over time (the curve of the paper's Figs. 5-9), jobs dropped, drop ratio;
 * ``Opt_Sch_Time`` = Σ over scheduled jobs of their single-GPU length (at ``X1``),
   ``Act_Sch_Time`` = Σ GPUs x time held, SJS efficiency = Opt / Act;
-* average job completion time (finish - arrival), queueing delay, rescale counts.
+* average job completion time (finish - arrival), queueing delay, rescale counts;
+
+and beyond the paper: the 99th percentile of JCT, utilization (GPU-time held over capacity x
+time) and the share of capacity x time that sat idle while some job waited.
 """
 
 from __future__ import annotations
@@ -11,16 +14,23 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+from bellows.jobs import JobSpec
 
 __all__ = [
     "JobRecord",
     "Segment",
+    "Usage",
     "completed_over_time",
     "offered_load",
     "summarize",
+    "template",
+    "usage",
     "write_jobs_csv",
 ]
 
@@ -91,6 +101,69 @@ def completed_over_time(records: Sequence[JobRecord], *, until_s: float) -> list
     return curve
 
 
+def template(job: JobSpec) -> JobSpec:
+    """What jobs of one template share: the spec with its name and work blanked."""
+    return replace(job, name="-", work=1.0)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """How the cluster's GPU-time was spent from t = 0 to the last completion."""
+
+    capacity_s: float  # capacity x time
+    held_s: float  # GPU-time held by jobs (restart pauses included)
+    idle_while_waiting_s: float  # idle GPU-time while at least one job waited
+    peak_over_commit: int  # most GPUs held beyond the capacity at any instant (0: never)
+
+
+def usage(
+    records: Sequence[JobRecord], capacity: Sequence[tuple[float, int]], *, end_s: float
+) -> Usage:
+    """GPU-time held, idle and idle beside waiting jobs, rebuilt from the records alone.
+
+    A job waits from its arrival to its first start, and between a halt by a capacity drop
+    and its restart (a gap between two segments); ``capacity`` is ``(time, GPUs)`` changes.
+    """
+    deltas: dict[float, list[int]] = {}  # time -> [GPU change, waiting change, capacity]
+
+    def at(t: float) -> list[int]:
+        return deltas.setdefault(t, [0, 0, -1])
+
+    for r in records:
+        last = r.arrival_s
+        for seg in r.segments:
+            if seg.start_s > last:
+                at(last)[1] += 1
+                at(seg.start_s)[1] -= 1
+            at(seg.start_s)[0] += seg.gpus
+            at(seg.end_s)[0] -= seg.gpus
+            last = seg.end_s
+        if r.finish_s is None and not r.rejected:
+            at(last)[1] += 1  # waited to the end
+    for t, gpus in capacity:
+        at(t)[2] = gpus
+    held = waiting = cap = 0
+    totals = [0.0, 0.0, 0.0]
+    peak = 0
+    times = sorted(t for t in deltas if t <= end_s)
+    for t, t_next in zip(times, [*times[1:], end_s], strict=True):
+        gpus, waits, new_cap = deltas[t]
+        held, waiting = held + gpus, waiting + waits
+        cap = new_cap if new_cap >= 0 else cap
+        peak = max(peak, held - cap)
+        span = t_next - t
+        totals[0] += cap * span
+        totals[1] += held * span
+        if waiting > 0:
+            totals[2] += max(cap - held, 0) * span
+    return Usage(totals[0], totals[1], totals[2], peak)
+
+
+def _finite(value: float) -> float | None:
+    """``value`` rounded, or ``None`` where JSON has no number for it (a zero span)."""
+    return round(value, 4) if math.isfinite(value) else None
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -100,13 +173,20 @@ def _minutes(seconds: float | None) -> float | None:
 
 
 def summarize(
-    records: Sequence[JobRecord], *, gpus: int, horizon_s: float | None, span_s: float
+    records: Sequence[JobRecord],
+    *,
+    gpus: int,
+    horizon_s: float | None,
+    span_s: float,
+    capacity: Sequence[tuple[float, int]] | None = None,
 ) -> dict[str, Any]:
     """The ``summary.json`` of a run (DESIGN.md §5 keys first, then the extras).
 
     ``jobs_completed`` counts jobs finished by ``horizon_s`` (the paper reads its curves at
     the end of the arrival window); without a horizon it counts every job that finished.
-    SJS efficiency, JCT and queueing delay cover the whole run, to the last completion.
+    SJS efficiency, JCT, queueing delay, utilization and idle GPU-time cover the whole run,
+    from t = 0 to the last completion; ``capacity`` is the cluster's ``(time, GPUs)``
+    changes (default: ``gpus`` throughout).
     """
     finishes = {r.name: r.finish_s for r in records if r.finish_s is not None}
     done_by = [t for t in finishes.values() if horizon_s is None or t <= horizon_s]
@@ -119,6 +199,8 @@ def summarize(
     jcts = [finishes[r.name] - r.arrival_s for r in records if r.name in finishes]
     queues = [r.start_s - r.arrival_s for r in scheduled if r.start_s is not None]
     total = len(records)
+    spent = usage(records, capacity or [(0.0, gpus)], end_s=end_s)
+    capacity_s = spent.capacity_s
     return {
         "jobs_total": total,
         "jobs_completed": len(done_by),
@@ -136,13 +218,29 @@ def summarize(
         "opt_sch_time_min": _minutes(opt),
         "act_sch_time_min": _minutes(act),
         "gpus": gpus,
-        "offered_load": round(offered_load(records, gpus=gpus, span_s=span_s), 4),
+        "offered_load": _finite(offered_load(records, gpus=gpus, span_s=span_s)),
+        "idle_while_waiting_share": (
+            round(spent.idle_while_waiting_s / capacity_s, 6) if capacity_s > 0 else 0.0
+        ),
+        "utilization": round(spent.held_s / capacity_s, 6) if capacity_s > 0 else 0.0,
+        "rescales_per_job": round(sum(r.rescales for r in records) / total, 6) if total else 0.0,
+        "p99_jct_min": _minutes(float(np.percentile(jcts, 99))) if jcts else None,
     }
 
 
 def _allocations(record: JobRecord) -> str:
-    """``minute:gpus@batch`` for each segment, ``;``-separated (GPUs and batch over time)."""
-    return ";".join(f"{s.start_s / 60.0:.2f}:{s.gpus}@{s.batch}" for s in record.segments)
+    """``minute:gpus@batch`` from each change on, ``;``-separated (GPUs and batch over time).
+
+    Each entry holds until the next one, or the finish; a halt by a capacity drop is an entry
+    ``minute:0@0``. Minutes carry the precision of ``start_min`` and ``finish_min``.
+    """
+    out: list[str] = []
+    for i, seg in enumerate(record.segments):
+        out.append(f"{_minutes(seg.start_s)}:{seg.gpus}@{seg.batch}")
+        following = record.segments[i + 1].start_s if i + 1 < len(record.segments) else None
+        if seg.end_s not in (following, record.finish_s):
+            out.append(f"{_minutes(seg.end_s)}:0@0")
+    return ";".join(out)
 
 
 def write_jobs_csv(records: Sequence[JobRecord], path: Path) -> None:

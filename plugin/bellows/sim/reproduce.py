@@ -1,25 +1,55 @@
-"""The paper's Section IV grid, run elastic versus baseline, with the paper's numbers beside.
+"""The paper's Section IV grid, run elastic versus baseline, with the paper's numbers beside;
+and the scenarios of the report's *Beyond the paper* section.
 
 Each :class:`Experiment` is one of the paper's figures or tables: a generated workload (the
 same trace for both policies: the elastic policy ignores ``batch_size``) run under the
-elastic policy and the fixed-batch baseline. :func:`run_grid` runs them all and returns
-:class:`Outcome` values; :mod:`bellows.sim.report` turns them into Markdown.
+elastic policy and the fixed-batch baseline, both in paper mode
+(:meth:`AutoscalerConfig.paper`). :func:`run_grid` runs them all and returns :class:`Outcome`
+values; :mod:`bellows.sim.report` turns them into Markdown.
+
+:func:`beyond_scenarios` lists the traces on which the report sets paper mode, the
+event-driven baseline and Bellows mode side by side (:mod:`bellows.sim.comparing`), and
+:func:`run_beyond` runs them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bellows.autoscaler import AutoscalerConfig, Policy
 from bellows.scaling import ClusterProfile
+from bellows.sim.comparing import (
+    POLICIES,
+    POLLUX_GPUS,
+    PolicyRun,
+    Scenario,
+    Source,
+    bursty,
+    imported,
+    run_many,
+)
 from bellows.sim.engine import SimResult, run
 from bellows.sim.workloads.generating import BatchChoice, Pattern, WorkloadSpec, generate
+from bellows.sim.workloads.traces import fit_trace
 
-__all__ = ["EXPERIMENTS", "Experiment", "Outcome", "PaperClaim", "quick", "run_grid"]
+__all__ = [
+    "BEYOND_SEED",
+    "EXPERIMENTS",
+    "Beyond",
+    "Experiment",
+    "Outcome",
+    "PaperClaim",
+    "beyond_files",
+    "beyond_scenarios",
+    "quick",
+    "run_beyond",
+    "run_grid",
+]
 
 
 @dataclass(frozen=True)
@@ -159,7 +189,9 @@ def run_experiment(
 ) -> Outcome:
     """Generate the experiment's trace from its seed and run both policies on it."""
     w = experiment.workload
-    trace = generate(w, np.random.default_rng(experiment.seed), cluster=cluster)
+    trace, _ = fit_trace(
+        generate(w, np.random.default_rng(experiment.seed), cluster=cluster), w.gpus
+    )
     horizon = w.minutes * 60.0
     results = [
         run(
@@ -167,7 +199,7 @@ def run_experiment(
             gpus=w.gpus,
             cluster=cluster,
             horizon_s=horizon,
-            config=AutoscalerConfig(policy=policy, queue=experiment.queue, delta_s=delta_s),
+            config=AutoscalerConfig.paper(policy=policy, queue=experiment.queue, delta_s=delta_s),
         )
         for policy in (Policy.ELASTIC, Policy.BASELINE)
     ]
@@ -187,3 +219,54 @@ def run_grid(
         on_done(outcome)
         outcomes.append(outcome)
     return outcomes
+
+
+BEYOND_SEED = 1
+"""Seed of the generated scenario in *Beyond the paper* (``benchmarks/policies.py``'s first)."""
+_QUICK_POLLUX_JOBS = 40
+
+
+def beyond_files(data: Path, *, is_quick: bool = False) -> list[Path]:
+    """The real traces *Beyond the paper* reads under ``data`` (``shared/data``)."""
+    if is_quick:
+        return [data / "itp" / "195job.csv", data / "pollux" / "workloads" / "workload-1.csv"]
+    pollux = [data / "pollux" / "workloads" / f"workload-{i}.csv" for i in range(1, 9)]
+    return [data / "itp" / "cluster04.csv", *pollux]
+
+
+def beyond_scenarios(
+    data: Path, *, is_quick: bool = False, seed: int = BEYOND_SEED
+) -> list[Scenario]:
+    """The paper's 400-GPU bursty scenario, the ITP cluster04 replay at offered load 1 and the
+    eight Pollux workloads on 64 GPUs; quick: 40 GPUs for 120 min, ITP's 195-job sample and
+    the first 40 jobs of Pollux workload 1."""
+    files = beyond_files(data, is_quick=is_quick)
+    if is_quick:
+        return [
+            bursty(seed, gpus=40, minutes=120.0, period_min=30.0),
+            imported(Source.ITP, files[0]),
+            imported(Source.POLLUX, files[1], gpus=POLLUX_GPUS, first=_QUICK_POLLUX_JOBS),
+        ]
+    return [
+        bursty(seed),
+        imported(Source.ITP, files[0]),
+        *(imported(Source.POLLUX, path, gpus=POLLUX_GPUS) for path in files[1:]),
+    ]
+
+
+Beyond = list[tuple[Scenario, dict[str, PolicyRun]]]
+"""Each scenario with its runs by policy name (``paper``, ``baseline``, ``bellows``)."""
+
+
+def run_beyond(
+    scenarios: Sequence[Scenario],
+    *,
+    workers: int = 1,
+    on_done: Callable[[PolicyRun], None] = lambda _: None,
+) -> Beyond:
+    """Run the three policies on every scenario, ``workers`` runs at a time; the results keep
+    their :class:`SimResult` for the figures."""
+    tasks = [(s, p) for s in scenarios for p in POLICIES]
+    runs = run_many(tasks, workers=workers, keep_results=True, on_done=on_done)
+    by_key = {(r.scenario, r.policy): r for r in runs}
+    return [(s, {p: by_key[(s.key, p)] for p in POLICIES}) for s in scenarios]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from bellows.kube.emulator.cluster import EmulatedCluster
 from bellows.kube.emulator.faults import FaultRule, Faults, Injected
+from bellows.kube.emulator.nodes import gpu_node, uniform_nodes
 from bellows.kube.emulator.operator import EmulatedOperator, Progress
 from bellows.kube.emulator.store import ApiError, Store
 
@@ -23,4 +24,6 @@ __all__ = [
     "Injected",
     "Progress",
     "Store",
+    "gpu_node",
+    "uniform_nodes",
 ]

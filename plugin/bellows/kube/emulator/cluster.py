@@ -6,7 +6,10 @@ Usage (tests, and ``bellows demo`` later)::
         api = KubeApi(cluster.api_client())      # the real ``kubernetes`` client, over HTTP
         ...
 
-The server listens on 127.0.0.1 on a free port; :meth:`EmulatedCluster.configuration`
+``gpu_nodes={"node-a": 4, "node-b": 4}`` (or ``uniform_nodes(2, 4)``) registers GPU nodes at
+start; :meth:`EmulatedCluster.add_node`, :meth:`~EmulatedCluster.remove_node`,
+:meth:`~EmulatedCluster.set_node_ready` and :meth:`~EmulatedCluster.cordon` change them while
+it runs. The server listens on 127.0.0.1 on a free port; :meth:`EmulatedCluster.configuration`
 and :meth:`EmulatedCluster.kubeconfig` point clients at it. The CRD files are read from
 the paths given (the real ones live outside the repository). Synchronous client calls
 must run outside the loop that serves the cluster (``asyncio.to_thread``), as
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -28,6 +31,7 @@ from kubernetes import client as k8s
 
 from bellows.kube.emulator.admission import admit
 from bellows.kube.emulator.faults import Faults
+from bellows.kube.emulator.nodes import gpu_node, ready_condition, schedulable_gpus
 from bellows.kube.emulator.operator import EmulatedOperator
 from bellows.kube.emulator.resources import builtin_resources, crd_resources
 from bellows.kube.emulator.server import build_app
@@ -49,10 +53,14 @@ class EmulatedCluster:
         restart_cost_s: float = 30.0,
         cluster: ClusterProfile | None = None,
         namespaces: Sequence[str] = ("default",),
+        gpu_nodes: Mapping[str, int] | None = None,
     ) -> None:
         self.store = Store([*builtin_resources(), *crd_resources(crds)], admission=admit)
         for name in namespaces:
             self.store.create_namespace(name)
+        self._nodes = self.store.resources["v1/nodes"]
+        for node, gpus in (gpu_nodes or {}).items():
+            self.add_node(node, gpus)
         self.operator: EmulatedOperator | None = (
             EmulatedOperator(
                 self.store, compression=compression, restart_cost_s=restart_cost_s, cluster=cluster
@@ -92,6 +100,54 @@ class EmulatedCluster:
                 await self._task
         if self._runner is not None:
             await self._runner.cleanup()
+
+    # ----- nodes (the cluster's capacity; tests add, remove, cordon them at run time) -------
+
+    def add_node(
+        self,
+        name: str,
+        gpus: int,
+        *,
+        labels: Mapping[str, str] | None = None,
+        ready: bool = True,
+        unschedulable: bool = False,
+    ) -> dict[str, Any]:
+        """Register a node with ``gpus`` allocatable ``nvidia.com/gpu``, as its kubelet would."""
+        body = gpu_node(name, gpus, labels=labels, ready=ready, unschedulable=unschedulable)
+        return self.store.create(self._nodes, None, body)
+
+    def remove_node(self, name: str) -> None:
+        """Delete the node (it was lost, or scaled away)."""
+        self.store.delete(self._nodes, None, name)
+
+    def set_node_ready(self, name: str, ready: bool) -> dict[str, Any]:
+        """Set the node's ``Ready`` condition (``Unknown`` when not ready, as the node
+        controller writes it for a kubelet that stopped reporting)."""
+
+        def change(node: dict[str, Any]) -> dict[str, Any]:
+            status = node.setdefault("status", {})
+            kept = [c for c in status.get("conditions") or [] if c.get("type") != "Ready"]
+            status["conditions"] = [*kept, ready_condition(ready)]
+            return node
+
+        return self.store.update_with(self._nodes, None, name, change, subresource="status")
+
+    def cordon(self, name: str, unschedulable: bool = True) -> dict[str, Any]:
+        """Mark the node unschedulable (``kubectl cordon``), or schedulable again."""
+
+        def change(node: dict[str, Any]) -> dict[str, Any]:
+            spec = node.setdefault("spec", {})
+            if unschedulable:
+                spec["unschedulable"] = True
+            else:
+                spec.pop("unschedulable", None)
+            return node
+
+        return self.store.update_with(self._nodes, None, name, change)
+
+    def gpus_available(self) -> int:
+        """GPUs new pods could get now: the ready, schedulable nodes' allocatable GPUs."""
+        return schedulable_gpus(self.store.list_objects(self._nodes, None)[0])
 
     def configuration(self) -> k8s.Configuration:
         """A ``kubernetes`` client configuration for this cluster."""

@@ -3,16 +3,18 @@
 Custom resources come from real CRD files (``schemas.load_crd``) and are checked against
 their structural schema. Built-in types carry a small hand-written check of the fields
 Bellows and the emulated operators use: enough to fail a test that writes a malformed
-Event, Lease, ConfigMap or batch Job, without bundling the whole Kubernetes OpenAPI.
+Event, Lease, ConfigMap, batch Job or Node, without bundling the whole Kubernetes OpenAPI.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bellows.kube.emulator.nodes import canonical_nodes, node_problems
 from bellows.kube.emulator.schemas import FieldProblem, SchemaChecker, load_crd
 
 __all__ = ["ResourceType", "builtin_resources", "crd_resources"]
@@ -28,6 +30,9 @@ class ResourceType:
     it as a JSON merge patch, which is exact only for types without merge-keyed lists, so it
     is enabled only for those). ``unconditional_update``: whether PUT may omit
     ``resourceVersion`` (false for custom resources, as on the real server).
+    ``status_on_create``: a create keeps the body's ``status`` though the type has a status
+    subresource (Nodes: the kubelet registers a node with its status). ``normalize``: how
+    the server rewrites a valid object before storing it (canonical quantities).
     """
 
     group: str
@@ -38,8 +43,10 @@ class ResourceType:
     status_subresource: bool = False
     strategic_merge: bool = False
     unconditional_update: bool = True
+    status_on_create: bool = False
     schema: SchemaChecker | None = None
     check: Checker | None = None
+    normalize: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     @property
     def api_version(self) -> str:
@@ -60,7 +67,8 @@ class ResourceType:
         return found + (self.check(obj) if self.check else [])
 
     def defaulted(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return self.schema.default(obj) if self.schema else obj
+        out = self.schema.default(obj) if self.schema else obj
+        return self.normalize(out) if self.normalize else out
 
 
 def _need(obj: Mapping[str, Any], path: str, kind: type | tuple[type, ...]) -> list[FieldProblem]:
@@ -74,15 +82,40 @@ def _need(obj: Mapping[str, Any], path: str, kind: type | tuple[type, ...]) -> l
     return []
 
 
+_CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")  # IsConfigMapKey, matched whole
+MAX_CONFIGMAP_BYTES = 1024 * 1024  # MaxSecretSize, which ConfigMaps share
+
+
 def _check_configmap(obj: Mapping[str, Any]) -> list[FieldProblem]:
-    data = obj.get("data") or {}
-    if not isinstance(data, Mapping):
-        return [FieldProblem("data", data, "a map of string to string")]
-    return [
-        FieldProblem(f"data.{key}", value, "a string")
-        for key, value in data.items()
-        if not isinstance(value, str)
-    ]
+    found: list[FieldProblem] = []
+    size = 0
+    seen: set[str] = set()
+    for field in ("data", "binaryData"):
+        entries = obj.get(field) or {}
+        if not isinstance(entries, Mapping):
+            found.append(FieldProblem(field, entries, "a map of string to string"))
+            continue
+        for key, value in entries.items():
+            if len(key) > 253 or key in (".", "..") or not _CONFIG_KEY.fullmatch(key):
+                found.append(
+                    FieldProblem(
+                        f"{field}[{key[:60]!r}]",
+                        key,
+                        "a valid config key: alphanumerics, '-', '_' or '.' (<= 253)",
+                    )
+                )
+            if key in seen:
+                found.append(FieldProblem(f"{field}[{key[:60]!r}]", key, "a key in one map only"))
+            seen.add(key)
+            if not isinstance(value, str):
+                found.append(FieldProblem(f"{field}.{key[:60]}", value, "a string"))
+                continue
+            size += len(key) + len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_CONFIGMAP_BYTES:
+        found.append(
+            FieldProblem("", f"{size} bytes", f"Too long: must have at most {MAX_CONFIGMAP_BYTES}")
+        )
+    return found
 
 
 def _check_event(obj: Mapping[str, Any]) -> list[FieldProblem]:
@@ -108,6 +141,8 @@ def _check_event(obj: Mapping[str, Any]) -> list[FieldProblem]:
 
 def _check_lease(obj: Mapping[str, Any]) -> list[FieldProblem]:
     spec = obj.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        return [FieldProblem("spec", spec, "an object")]
     found: list[FieldProblem] = []
     for key, kind in (
         ("holderIdentity", str),
@@ -127,6 +162,8 @@ def _check_batch_job(obj: Mapping[str, Any]) -> list[FieldProblem]:
     if found:
         return found
     pod = obj["spec"]["template"]["spec"]
+    if not all(isinstance(c, Mapping) for c in pod["containers"]):
+        found.append(FieldProblem("spec.template.spec.containers", pod["containers"], "objects"))
     if not pod["containers"]:
         found.append(FieldProblem("spec.template.spec.containers", [], "at least one container"))
     if pod.get("restartPolicy") not in ("Never", "OnFailure"):
@@ -142,9 +179,21 @@ def _check_batch_job(obj: Mapping[str, Any]) -> list[FieldProblem]:
 
 
 def builtin_resources() -> list[ResourceType]:
-    """Namespaces, ConfigMaps, core Events, batch Jobs and coordination Leases."""
+    """Namespaces, Nodes, ConfigMaps, core Events, batch Jobs and coordination Leases."""
     return [
         ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, strategic_merge=True),
+        # a Node's conditions and addresses merge by key in a strategic merge patch: not emulated
+        ResourceType(
+            "",
+            "v1",
+            "nodes",
+            "Node",
+            namespaced=False,
+            status_subresource=True,
+            status_on_create=True,
+            check=node_problems,
+            normalize=canonical_nodes,
+        ),
         ResourceType(
             "", "v1", "configmaps", "ConfigMap", strategic_merge=True, check=_check_configmap
         ),

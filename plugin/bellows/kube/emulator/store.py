@@ -7,6 +7,11 @@ version still in the history and one older than the history is answered with 410
 changes outside ``metadata`` and ``status``; a write that changes nothing changes no version
 and sends no event; deleting an owner deletes its dependents (``ownerReferences``), as the
 garbage collector does. All of it runs on one event loop, without locks.
+
+A create or replace body whose type or object metadata does not decode (``metadata.name`` a
+list) is a bad request (400), and a patch that yields one is invalid (422), as on the real
+server. Objects nest at most :data:`MAX_DEPTH` levels: a deliberate limit of the emulator
+(Go's decoder allows 10 000), so that no write can make a later one recurse too deep.
 """
 
 from __future__ import annotations
@@ -21,13 +26,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from bellows.inputs import json_depth
 from bellows.kube.emulator.errors import ApiError, rfc3339
-from bellows.kube.emulator.metadata import metadata_problems
+from bellows.kube.emulator.metadata import go_type, metadata_problems, type_problems
 from bellows.kube.emulator.resources import ResourceType
 from bellows.kube.emulator.schemas import FieldProblem
 from bellows.kube.emulator.selectors import Matcher
 
-__all__ = ["ApiError", "Change", "Store", "rfc3339"]
+__all__ = ["MAX_DEPTH", "ApiError", "Change", "Store", "rfc3339"]
+
+MAX_DEPTH = 64  # nesting of lists and objects in one object; real ones stay under 20
 
 Admission = Callable[[ResourceType, Mapping[str, Any]], list[FieldProblem]]
 
@@ -179,10 +187,8 @@ class Store:
     def create(
         self, res: ResourceType, namespace: str | None, body: Mapping[str, Any]
     ) -> dict[str, Any]:
-        obj = copy.deepcopy(dict(body))
+        obj = _decoded(res, body)
         meta = obj.setdefault("metadata", {})
-        if not isinstance(meta, dict):
-            raise ApiError(400, "BadRequest", "metadata must be an object")
         ns = self._namespace(res, namespace, meta)
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = f"{meta['generateName']}{secrets.token_hex(3)[:5]}"
@@ -204,7 +210,7 @@ class Store:
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=rfc3339(self._now()), generation=1)
         meta.pop("resourceVersion", None)
         meta.pop("deletionTimestamp", None)
-        if res.status_subresource:
+        if res.status_subresource and not res.status_on_create:
             obj.pop("status", None)
         obj = self._admit(res, obj)
         return self._commit(res, ns, name, obj, None, verb="create")
@@ -220,8 +226,8 @@ class Store:
     ) -> dict[str, Any]:
         ns = namespace or ""
         current = self.get(res, ns, name)
-        obj = copy.deepcopy(dict(body))
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else None
+        obj = _decoded(res, body)
+        meta = obj.get("metadata")
         if meta is None:
             raise ApiError(400, "BadRequest", "metadata must be an object")
         if meta.get("name", name) != name:
@@ -262,6 +268,10 @@ class Store:
         obj = change(copy.deepcopy(current))
         if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
             raise ApiError(422, "Invalid", "the patched object must keep its metadata object")
+        _within_depth(res, obj)
+        if problems := type_problems(obj):
+            raise _invalid(res, obj, problems)
+        _drop_nulls(obj["metadata"])
         expected = obj["metadata"].get("resourceVersion")
         return self._update(
             res, ns=ns, current=current, obj=obj, expected=expected, subresource=subresource
@@ -392,21 +402,15 @@ class Store:
         return self._commit(res, ns, name, obj, current, verb=verb)
 
     def _admit(self, res: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        _within_depth(res, obj)
         obj["apiVersion"], obj["kind"] = res.api_version, res.kind
         obj = res.defaulted(obj)
-        problems = metadata_problems(obj["metadata"]) + res.problems(obj)
+        label = res.key == "v1/namespaces"  # a namespace's name is a DNS label
+        problems = metadata_problems(obj["metadata"], label_name=label) + res.problems(obj)
         if self._admission is not None and not problems:
             problems = self._admission(res, obj)
         if problems:
-            name = obj["metadata"].get("name", "")
-            summary = "; ".join(p.message() for p in problems[:5])
-            raise ApiError(
-                422,
-                "Invalid",
-                f'{res.kind}.{res.group or "core"} "{name}" is invalid: {summary}',
-                causes=problems,
-                details={"name": name, "group": res.group, "kind": res.kind},
-            )
+            raise _invalid(res, obj, problems)
         return obj
 
     def _commit(
@@ -442,6 +446,68 @@ class Store:
                 self.update_with(self.resources[key], ns, name, _with_owners(kept))
             elif (key, ns, name) in self._objects:
                 self.delete(self.resources[key], ns, name)
+
+
+def _invalid(res: ResourceType, obj: Mapping[str, Any], problems: list[FieldProblem]) -> ApiError:
+    """The 422 ``Invalid`` Status: its details name each field (``causes``)."""
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    name = name if isinstance(name, str) else ""
+    summary = "; ".join(p.message() for p in problems[:5])
+    return ApiError(
+        422,
+        "Invalid",
+        f'{res.kind}.{res.group or "core"} "{name}" is invalid: {summary}',
+        causes=problems,
+        details={"name": name, "group": res.group, "kind": res.kind},
+    )
+
+
+def _within_depth(res: ResourceType, obj: Mapping[str, Any]) -> None:
+    depth = json_depth(obj)
+    if depth > MAX_DEPTH:
+        raise _invalid(
+            res, obj, [FieldProblem("", f"nested {depth} deep", f"at most {MAX_DEPTH} levels")]
+        )
+
+
+def _drop_nulls(meta: dict[str, Any]) -> None:
+    """Null metadata fields decode as absent (Go's zero values)."""
+    for key in [k for k, v in meta.items() if v is None]:
+        del meta[key]
+    for field in ("labels", "annotations"):
+        entries = meta.get(field)
+        if isinstance(entries, dict):
+            meta[field] = {k: v for k, v in entries.items() if v is not None}
+
+
+def _decoded(res: ResourceType, body: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a create or replace ``body``, or the 400 the server answers when its type
+    or metadata does not decode (``metadata.name`` a list), or names another type."""
+    _within_depth(res, body)
+    obj = copy.deepcopy(dict(body))
+    problems = type_problems(obj)
+    if problems:
+        first = problems[0]
+        raise ApiError(
+            400,
+            "BadRequest",
+            f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: json: '
+            f"cannot unmarshal {go_type(first.value)} into Go struct field {first.field} "
+            f"{first.expected}",
+        )
+    for key, want in (("apiVersion", res.api_version), ("kind", res.kind)):
+        if obj.get(key) not in (None, "", want):
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the {key} in the data ({obj[key]}) does not match the expected {key} ({want})",
+            )
+    if isinstance(obj.get("metadata"), dict):
+        _drop_nulls(obj["metadata"])
+    elif obj.get("metadata", None) is None:
+        obj.pop("metadata", None)
+    return obj
 
 
 def _with_owners(refs: list[dict[str, Any]]) -> Callable[[dict[str, Any]], dict[str, Any]]:

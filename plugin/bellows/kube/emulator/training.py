@@ -1,10 +1,10 @@
 """The emulated training script: how far a job has got, at the JSA's speed for its ``(k, b)``.
 
 Pure bookkeeping on an emulated clock (seconds of *training* time; the operator maps real
-time onto it with a compression factor). Each start or resume costs ``restart_cost_s`` of
-no progress (pods start, the checkpoint loads); then the job processes
-``throughput(job, k, b)`` samples per second until suspended or done. Progress survives a
-suspension, as a checkpoint does.
+time onto it with a compression factor). Each resume after a halt costs ``restart_cost_s`` of
+no progress (pods start again, the checkpoint loads), as the simulator charges it; the first
+start costs nothing, in both. Then the job processes ``throughput(job, k, b)`` samples per
+second until suspended or done. Progress survives a suspension, as a checkpoint does.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ class Segment:
     batch: int
     rate: float  # samples per emulated second once the restart cost is paid
     started: float
+    pause: float = 0.0  # emulated seconds without progress at the start (a resume's restart)
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class Training:
         """Samples processed by emulated time ``now`` (capped at ``work``)."""
         if self.segment is None:
             return min(self.done_before, self.work)
-        busy = max(0.0, now - self.segment.started - self.restart_cost_s)
+        busy = max(0.0, now - self.segment.started - self.segment.pause)
         return min(self.work, self.done_before + busy * self.segment.rate)
 
     def finish_time(self) -> float | None:
@@ -49,7 +50,7 @@ class Training:
         if self.segment is None or self.segment.rate <= 0:
             return None
         left = max(0.0, self.work - self.done_before)
-        return self.segment.started + self.restart_cost_s + left / self.segment.rate
+        return self.segment.started + self.segment.pause + left / self.segment.rate
 
 
 def start(
@@ -57,7 +58,9 @@ def start(
 ) -> Training:
     """``state`` resumed at ``now`` on ``gpus`` GPUs with global batch ``batch``."""
     rate = throughput(job, gpus, batch, cluster)
-    return replace(state, segment=Segment(gpus, batch, rate, now), restarts=state.restarts + 1)
+    pause = state.restart_cost_s if state.restarts else 0.0
+    segment = Segment(gpus, batch, rate, now, pause)
+    return replace(state, segment=segment, restarts=state.restarts + 1)
 
 
 def stop(state: Training, now: float) -> Training:

@@ -1,0 +1,186 @@
+"""Policies side by side: paper mode, the event-driven fixed-batch baseline, Bellows mode.
+
+    python benchmarks/policies.py [--seeds 1 2 3] [--workers 2] [--skip-real]
+                                  [--gpus 400 --minutes 480 --period-min 120] [--restart-s 60]
+
+The scenario of issue 10: the paper's 400-GPU bursty workload (categories 1-4, random baseline
+batches, as ``bellows workload generate --pattern bursty --period-min 120 --minutes 480
+--categories 1,2,3,4 --gpus 400 --seed S --baseline-batch random``), with a queue, for every
+seed; each policy is charged the same restart cost per halt. Prints per seed and the median
+over seeds side by side: avg and p99 JCT, avg wait, GPU-time idle while jobs wait, utilization,
+rescales per job, pure swaps, jobs dropped, and the most GPUs held beyond the cluster at any
+instant as rebuilt from the run's ``jobs.csv`` alone (what users see). Then the targets:
+
+* avg JCT <= 0.33 x paper mode and <= 0.6 x the event-driven baseline (median over seeds);
+* GPU-time idle while some job waits <= 2 % of capacity x time; rescales <= 0.5 per job;
+* p99 JCT not worse than paper mode (median over seeds);
+* zero pure swaps, no job dropped, GPUs never over-committed (every run).
+
+With ``--real`` (the default; ``--skip-real`` skips it) it also runs the ITP cluster04 replay
+(sized for offered load 1, as ``benchmarks/sim_speed.py``) and the eight Pollux workloads
+(on 64 GPUs, :data:`bellows.sim.comparing.POLLUX_GPUS`), and reports avg JCT, p99 JCT,
+makespan and utilization of the three policies (their runs count for the every-run checks).
+
+Runs are independent and go ``--workers`` at a time in separate processes. Exit status 1 when a
+target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from bellows.autoscaler import DEFAULT_RESTART_S
+from bellows.sim.comparing import (
+    COLUMNS,
+    POLICIES,
+    POLLUX_GPUS,
+    PolicyRun,
+    Scenario,
+    Source,
+    bursty,
+    check_targets,
+    imported,
+    median_row,
+    row,
+    run_many,
+)
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+REAL_COLUMNS = ("avg_jct_min", "p99_jct_min", "makespan_min", "utilization")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, left: int = 1) -> str:
+    """A plain-text table: the first ``left`` columns flush left, numbers flush right."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+
+    def line(cells: Sequence[str]) -> str:
+        return " | ".join(
+            c.ljust(w) if i < left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return "\n".join([line(header), "-+-".join("-" * w for w in widths), *map(line, rows)])
+
+
+def _cells(values: dict[str, object]) -> list[str]:
+    return [c.cell(values) for c in COLUMNS]
+
+
+def print_seeds(by_seed: dict[int, dict[str, PolicyRun]]) -> None:
+    """Per seed, then the median over seeds, every policy side by side."""
+    header = ["policy", "seed", *(c.header for c in COLUMNS), "wall (s)"]
+    rows: list[list[str]] = []
+    for policy in POLICIES:
+        for seed, runs in by_seed.items():
+            r = runs[policy]
+            rows.append([policy, str(seed), *_cells(row(r)), f"{r.wall_s:.1f}"])
+        median = median_row([runs[policy] for runs in by_seed.values()])
+        rows.append([policy, "median", *_cells(median), ""])
+    print(_table(header, rows, left=2))
+    print()
+    ratio_rows = []
+    for seed, runs in by_seed.items():
+        bellows = runs["bellows"].summary
+        cells = [str(seed)]
+        for other, key in (("paper", "avg_jct_min"), ("baseline", "avg_jct_min"),
+                           ("paper", "p99_jct_min")):  # fmt: skip
+            mine, theirs = bellows.get(key), runs[other].summary.get(key)
+            cells.append("n/a" if not mine or not theirs else f"{mine / theirs:.3f}")
+        ratio_rows.append(cells)
+    print(_table(["seed", "avg JCT Bellows/paper", "avg JCT Bellows/baseline",
+                  "p99 JCT Bellows/paper"], ratio_rows))  # fmt: skip
+
+
+def print_real(runs: Sequence[PolicyRun], scenarios: Sequence[Scenario]) -> None:
+    """The real traces: avg and p99 JCT, makespan, utilization per policy."""
+    by_key = {(r.scenario, r.policy): r for r in runs}
+    columns = [c for c in COLUMNS if c.key in REAL_COLUMNS]
+    checks = ("avg_queue_min", "jobs_dropped", "unfinished", "over_commit")
+    extra = [c for c in COLUMNS if c.key in checks]
+    header = ["trace", "GPUs", "policy", *(c.header for c in columns + extra),
+              "avg JCT, Bellows / this"]  # fmt: skip
+    rows = []
+    for s in scenarios:
+        mine = by_key[(s.key, "bellows")].summary.get("avg_jct_min")
+        for policy in POLICIES:
+            r = by_key[(s.key, policy)]
+            theirs = r.summary.get("avg_jct_min")
+            ratio = "" if policy == "bellows" or not mine or not theirs else f"{mine / theirs:.3f}"
+            rows.append([s.title.split(" (")[0], str(r.gpus), policy,
+                         *(c.cell(row(r)) for c in columns + extra), ratio])  # fmt: skip
+    print(_table(header, rows, left=3))
+
+
+def real_scenarios() -> list[Scenario]:
+    out = [imported(Source.ITP, SHARED / "itp" / "cluster04.csv")]
+    for i in range(1, 9):
+        path = SHARED / "pollux" / "workloads" / f"workload-{i}.csv"
+        out.append(imported(Source.POLLUX, path, gpus=POLLUX_GPUS))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--workers", type=int, default=2, help="runs at once (processes)")
+    parser.add_argument("--gpus", type=int, default=400)
+    parser.add_argument("--minutes", type=float, default=480.0)
+    parser.add_argument("--period-min", type=float, default=120.0)
+    parser.add_argument("--restart-s", type=float, default=DEFAULT_RESTART_S,
+                        help="restart cost charged to every policy per halt")  # fmt: skip
+    parser.add_argument("--real", action=argparse.BooleanOptionalAction, default=True,
+                        help="also the ITP cluster04 replay and the Pollux workloads")  # fmt: skip
+    parser.add_argument("--skip-real", dest="real", action="store_false", help="= --no-real")
+    args = parser.parse_args(argv)
+    if args.workers < 1 or len(set(args.seeds)) != len(args.seeds):
+        parser.error("--workers must be >= 1 and --seeds distinct")
+    started = time.perf_counter()
+    given = sys.argv[1:] if argv is None else list(argv)
+    print("$ python " + shlex.join(["benchmarks/policies.py", *given]))
+    seeds = {s: bursty(s, gpus=args.gpus, minutes=args.minutes, period_min=args.period_min)
+             for s in args.seeds}  # fmt: skip
+    real = real_scenarios() if args.real else []
+    tasks = [(s, p) for s in [*seeds.values(), *real] for p in POLICIES]
+    print(
+        f"{len(tasks)} runs, {args.workers} at a time; restart cost {args.restart_s:g} s per "
+        "halt charged to every policy; queue on; paper mode = the paper's elastic autoscaler "
+        "(delta 10 min), baseline = fixed batch, a round at every event (delta 0)",
+        flush=True,
+    )
+
+    def done(r: PolicyRun) -> None:
+        print(f"  {r.scenario:<24} {r.policy:<8} {r.wall_s:7.1f} s", flush=True)
+
+    runs = run_many(tasks, workers=args.workers, restart_s=args.restart_s, on_done=done)
+    by_key = {(r.scenario, r.policy): r for r in runs}
+    by_seed = {seed: {p: by_key[(s.key, p)] for p in POLICIES} for seed, s in seeds.items()}
+    first = next(iter(seeds.values()))
+    print(f"\n== {first.title.rsplit(', seed', 1)[0]}, queue on")
+    print_seeds(by_seed)
+    if real:
+        print("\n== real traces (queue on)")
+        print_real([r for r in runs if r.scenario in {s.key for s in real}], real)
+    targets = check_targets(by_seed, [r for r in runs if r.scenario in {s.key for s in real}])
+    print(f"\n== targets (issue 10), over seeds {', '.join(map(str, args.seeds))}")
+    print(_table(["target", "measured", "limit", "met"],
+                 [[t.name, t.value, t.limit, "yes" if t.met else "NO"] for t in targets],
+                 left=4))  # fmt: skip
+    missed = [t.name for t in targets if not t.met]
+    wall = time.perf_counter() - started
+    cpu = statistics.fmean([r.wall_s for r in runs]) * len(runs)
+    print(f"\nwall time {wall:.0f} s ({cpu:.0f} s of simulation over {args.workers} workers)")
+    if missed:
+        print(f"MISSED: {'; '.join(missed)}")
+        return 1
+    print("all targets met")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

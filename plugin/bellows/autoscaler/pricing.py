@@ -1,0 +1,64 @@
+"""What each allocation is worth to the optimizer: restarts priced in, ties made exact.
+
+Two rules turn the JSA's TSF rows into the values a round maximises:
+
+* **A move must pay for its restart.** Moving a running job to ``k`` GPUs finishes its
+  remaining work ``W`` in ``W/X(k) + c·h`` seconds instead of ``W/X(k)``, where ``c`` is the
+  job's restart cost and ``h = max(1, hysteresis)``: the effective rate ``W / (W/X(k) + c·h)``
+  replaces ``X(k)`` for every ``k`` but the current one. Pricing inside the optimizer keeps
+  the result exact and feasible, which skipping rescales after the fact would not.
+* **Ties are exact, and a running job keeps its GPUs on a tie.** Values are put on a fixed
+  grid (:data:`GRID` steps per unit of TSF) and scaled to integers, so that sums are exact in
+  float64 whatever their order: jobs of one template have equal values, and equal
+  allocations have equal sums. One more unit (below a grid step, :data:`KEEP`) goes to each
+  running job's current GPU count: among allocations worth the same, the optimizer picks the
+  one that moves the fewest jobs, and never swaps two identical jobs.
+
+Exactness holds while a round's best sum stays below 2**53 / (GRID * KEEP) = 2**20 TSF units;
+a TSF is at most about ``k``, so any cluster of up to a million GPUs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["GRID", "KEEP", "exact", "priced"]
+
+F64 = npt.NDArray[np.float64]
+
+GRID = float(1 << 16)  # grid steps per unit of TSF: differences below 1.5e-5 are ties
+KEEP = float(1 << 17)  # grid values are scaled by this; a running job's own k gets +1
+
+
+def priced(
+    row: F64, rates: F64, *, current: int, remaining: float, penalty_s: float, x1: float
+) -> F64:
+    """``row`` (TSF per GPU count) of a running job at ``current`` GPUs, its moves priced.
+
+    ``rates`` are samples/s per GPU count, ``remaining`` the samples left, ``penalty_s`` the
+    restart cost times the hysteresis factor, ``x1`` the job's one-GPU rate (TSF's unit).
+    """
+    out = row.copy()
+    if penalty_s <= 0:
+        return out
+    with np.errstate(divide="ignore", invalid="ignore"):
+        effective = remaining / (remaining / rates + penalty_s)
+    move = np.isfinite(row) & (np.arange(row.shape[0]) != current) & (rates > 0)
+    out[move] = effective[move] / x1
+    return out
+
+
+def exact(values: F64, keep: npt.NDArray[np.int64]) -> F64:
+    """``values`` on the integer grid, with the keep bonus at ``keep[i]`` (-1: none).
+
+    ``values`` is ``[jobs, width+1]`` with ``-inf`` where not allowed; ``keep[i]`` is the GPU
+    count job ``i`` runs at now (-1 for a job not running, or running wider than the table).
+    """
+    finite = np.isfinite(values)
+    out = np.where(finite, np.floor(np.where(finite, values, 0.0) * GRID + 0.5) * KEEP, -np.inf)
+    rows = np.flatnonzero(keep >= 0)
+    cols = keep[rows]
+    bonus = np.isfinite(out[rows, cols])
+    out[rows[bonus], cols[bonus]] += 1.0
+    return np.asarray(out, dtype=np.float64)
