@@ -103,8 +103,9 @@ class Autoscaler:
         self._advance(now)
         if job.name in self._s.jobs:
             return False
+        row = self._row(job)  # first: a job the JSA cannot tabulate leaves no trace
         self._s.jobs[job.name] = job
-        self._s.rows[job.name] = self._row(job)
+        self._s.rows[job.name] = row
         self._s.arrived.append(job.name)
         self._clock.note_event(now)
         self._may_fill(now)
@@ -130,9 +131,10 @@ class Autoscaler:
         self._advance(now)
         if job.name in self._s.jobs:
             return False
-        self._s.jobs[job.name] = job
-        self._s.rows[job.name] = self._row(job)
+        row = self._row(job)
         rate = throughput(job, allocation.gpus, allocation.batch, self._cluster)
+        self._s.jobs[job.name] = job
+        self._s.rows[job.name] = row
         done = min(max(done, 0.0), job.work)
         start = now if since is None else min(since, now)
         pause = restart_seconds(job, self._config) if done > 0 else 0.0  # a resume, not a start
@@ -239,7 +241,9 @@ class Autoscaler:
         decisions: list[Decision] = []
         decisions.extend(self._preempt_to_fit(now))
         names = list(self._s.running) + self._candidates(self._capacity - len(self._s.running))
-        admitted, objective = self._optimize(names, self._capacity, now, decisions)
+        admitted, objective = self._optimize(
+            names, self._capacity, now, decisions, required=len(self._s.running)
+        )
         decisions.extend(self._reject())
         self._clock.round_done(now, running=len(self._s.running))
         self._stats(now, len(names), admitted, objective, decisions, kind="round")
@@ -250,26 +254,34 @@ class Autoscaler:
         free = self._capacity - self._s.in_use
         decisions: list[Decision] = []
         names = self._fitting(free)
-        admitted, objective = self._optimize(names, free, now, decisions)
+        admitted, objective = self._optimize(names, free, now, decisions, required=0)
         self._stats(now, len(names), admitted, objective, decisions, kind="fill")
         return decisions
 
     def _optimize(
-        self, names: list[str], capacity: int, now: float, decisions: list[Decision]
+        self,
+        names: list[str],
+        capacity: int,
+        now: float,
+        decisions: list[Decision],
+        *,
+        required: int,
     ) -> tuple[int, float]:
-        """Admit and place ``names`` (running jobs first) on ``capacity`` GPUs."""
+        """Admit and place ``names`` (the ``required`` running jobs first) on ``capacity``."""
         if not names:
             return 0, 0.0
         values, keep = self._values(names, capacity, now)
         admission = admit(
             exact(values, keep),
             capacity,
-            required=sum(1 for n in names if n in self._s.running),
+            required=required,
             backfill=self._config.backfill,
             method=self._config.optimizer,
         )
-        gpus = {names[i]: int(admission.gpus[i]) for i in admission.admitted}
-        objective = float(sum(values[i, admission.gpus[i]] for i in admission.admitted))
+        rows = np.asarray(admission.admitted, dtype=np.int64)
+        chosen = admission.gpus[rows]
+        gpus = dict(zip([names[i] for i in admission.admitted], chosen.tolist(), strict=True))
+        objective = float(values[rows, chosen].sum())
         decisions.extend(self._apply(gpus, now))
         return len(admission.admitted), objective
 
@@ -339,15 +351,16 @@ class Autoscaler:
             current = running.allocation.gpus
             if current <= width:
                 keep[i] = current
-            job = self._s.jobs[name]
-            values[i, :cols] = priced(
-                row.values[:cols],
-                row.rate[:cols],
-                current=current,
-                remaining=max(job.work - running.done_at(now), 0.0),
-                penalty_s=self.restart_cost(name) * hold,
-                x1=row.x1,
-            )
+            penalty = self.restart_cost(name) * hold
+            if penalty > 0:
+                values[i, :cols] = priced(
+                    row.values[:cols],
+                    row.rate[:cols],
+                    current=current,
+                    remaining=max(self._s.jobs[name].work - running.done_at(now), 0.0),
+                    penalty_s=penalty,
+                    x1=row.x1,
+                )
         return values, keep
 
     def _halt_newest(self, now: float) -> list[Decision]:
@@ -383,9 +396,15 @@ class Autoscaler:
         starts: list[Decision] = []
         for name, k in gpus.items():
             row = self._s.rows[name]
-            alloc = Allocation(k, int(row.batch[k]))
-            rate = float(row.rate[k])
+            batch = int(row.batch[k])
             running = self._s.running.get(name)
+            if running is not None and (running.allocation.gpus, running.allocation.batch) == (
+                k,
+                batch,
+            ):
+                continue  # the common case in a round: the job keeps what it has
+            alloc = Allocation(k, batch)
+            rate = float(row.rate[k])
             cost = self.restart_cost(name)
             if running is None:
                 self._s.arrived.remove(name)
