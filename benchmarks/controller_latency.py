@@ -34,6 +34,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, cast
 
+import click
 import numpy as np
 from kubernetes import client as k8s
 
@@ -50,6 +51,7 @@ from bellows.bus import (
     ensure_streams,
 )
 from bellows.bus.server import running_nats_server
+from bellows.cli.data import crd_files
 from bellows.kube import Actuator, JobReader, KubeApi
 from bellows.kube.emulator import EmulatedCluster
 from bellows.optimizer import Method
@@ -64,7 +66,6 @@ from bellows.service.watching import kube_bridges
 from bellows.sim.workloads.generating import WorkloadSpec, generate
 
 NS = "default"
-CRDS = Path(__file__).resolve().parents[2] / "shared" / "data" / "crds"
 LATENCY_TARGET_S = 1.0
 MEMORY_TARGET_MIB = 300.0
 
@@ -82,14 +83,17 @@ def workload(n: int, seed: int) -> list[Any]:
 
 
 # ----------------------------------------------------------------------------- the cluster
-def _serve_cluster(conn: Connection, n_jobs: int, n_trace: int, seed: int) -> None:
-    asyncio.run(_cluster_main(conn, n_jobs, n_trace, seed))
+def _serve_cluster(
+    conn: Connection, crds: Sequence[Path], n_jobs: int, n_trace: int, seed: int
+) -> None:
+    asyncio.run(_cluster_main(conn, crds, n_jobs, n_trace, seed))
 
 
-async def _cluster_main(conn: Connection, n_jobs: int, n_trace: int, seed: int) -> None:
+async def _cluster_main(
+    conn: Connection, crds: Sequence[Path], n_jobs: int, n_trace: int, seed: int
+) -> None:
 
     configure_logging(LoggingSettings(level=LogLevel.ERROR))
-    crds = sorted(CRDS.glob("*.yaml"))
     async with EmulatedCluster(crds=crds, compression=1.0, restart_cost_s=0.0) as kube:
         store = kube.store
         for i, job in enumerate(workload(n_trace, seed)[:n_jobs]):
@@ -106,10 +110,14 @@ class ClusterProcess:
     suspended and opted in, in a child process."""
 
     def __init__(self, n_jobs: int, n_trace: int, seed: int) -> None:
+        try:  # $BELLOWS_CRDS, else crds/ of the data folder, else the pinned ones (downloaded)
+            crds = crd_files(None)
+        except click.ClickException as error:  # a script's error: one line, exit status 1
+            raise SystemExit(f"error: {error.format_message()}") from None
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(
-            target=_serve_cluster, args=(child, n_jobs, n_trace, seed), daemon=True
+            target=_serve_cluster, args=(child, crds, n_jobs, n_trace, seed), daemon=True
         )
 
     def __enter__(self) -> str:

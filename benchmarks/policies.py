@@ -1,6 +1,6 @@
 """Policies side by side: paper mode, the event-driven fixed-batch baseline, Bellows mode.
 
-    python benchmarks/policies.py [--seeds 1 2 3] [--workers 2] [--skip-real]
+    python benchmarks/policies.py [--seeds 1 2 3] [--workers 2] [--skip-real] [--data DIR]
                                   [--gpus 400 --minutes 480 --period-min 120] [--restart-s 60]
 
 The scenario of issue 10: the paper's 400-GPU bursty workload (categories 1-4, random baseline
@@ -20,6 +20,8 @@ With ``--real`` (the default; ``--skip-real`` skips it) it also runs the ITP clu
 (sized for offered load 1, as ``benchmarks/sim_speed.py``) and the eight Pollux workloads
 (on 64 GPUs, :data:`bellows.sim.comparing.POLLUX_GPUS`), and reports avg JCT, p99 JCT,
 makespan and utilization of the three policies (their runs count for the every-run checks).
+The real traces are read from ``--data`` (default ``$BELLOWS_DATA``, else ``shared/data``
+beside the checkout).
 
 Runs are independent and go ``--workers`` at a time in separate processes. Exit status 1 when a
 target is missed.
@@ -36,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bellows.autoscaler import DEFAULT_RESTART_S
+from bellows.cli.data import DATA_ENV, data_folder, no_data_folder
 from bellows.sim.comparing import (
     COLUMNS,
     POLICIES,
@@ -51,7 +54,6 @@ from bellows.sim.comparing import (
     run_many,
 )
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 REAL_COLUMNS = ("avg_jct_min", "p99_jct_min", "makespan_min", "utilization")
 
 
@@ -117,10 +119,10 @@ def print_real(runs: Sequence[PolicyRun], scenarios: Sequence[Scenario]) -> None
     print(_table(header, rows, left=3))
 
 
-def real_scenarios() -> list[Scenario]:
-    out = [imported(Source.ITP, SHARED / "itp" / "cluster04.csv")]
+def real_scenarios(data: Path) -> list[Scenario]:
+    out = [imported(Source.ITP, data / "itp" / "cluster04.csv")]
     for i in range(1, 9):
-        path = SHARED / "pollux" / "workloads" / f"workload-{i}.csv"
+        path = data / "pollux" / "workloads" / f"workload-{i}.csv"
         out.append(imported(Source.POLLUX, path, gpus=POLLUX_GPUS))
     return out
 
@@ -137,15 +139,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--real", action=argparse.BooleanOptionalAction, default=True,
                         help="also the ITP cluster04 replay and the Pollux workloads")  # fmt: skip
     parser.add_argument("--skip-real", dest="real", action="store_false", help="= --no-real")
+    parser.add_argument("--data", type=Path, default=data_folder(),
+                        help=f"folder of the real traces (default: ${DATA_ENV}, else "
+                             "shared/data beside the checkout)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.workers < 1 or len(set(args.seeds)) != len(args.seeds):
         parser.error("--workers must be >= 1 and --seeds distinct")
+    if args.real and args.data is None:
+        parser.error(no_data_folder() + "; or --skip-real")
     started = time.perf_counter()
     given = sys.argv[1:] if argv is None else list(argv)
     print("$ python " + shlex.join(["benchmarks/policies.py", *given]))
     seeds = {s: bursty(s, gpus=args.gpus, minutes=args.minutes, period_min=args.period_min)
              for s in args.seeds}  # fmt: skip
-    real = real_scenarios() if args.real else []
+    real = real_scenarios(args.data) if args.real else []
     tasks = [(s, p) for s in [*seeds.values(), *real] for p in POLICIES]
     print(
         f"{len(tasks)} runs, {args.workers} at a time; restart cost {args.restart_s:g} s per "

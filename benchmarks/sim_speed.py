@@ -1,7 +1,7 @@
 """Simulator speed and scale: the 400-GPU bursty run (paper mode at Δ = 10 min and Δ = 0,
 and Bellows mode) and the ITP cluster04 replay at offered load about 1 (both modes).
 
-    python benchmarks/sim_speed.py [--repeat 3] [--skip-itp]
+    python benchmarks/sim_speed.py [--repeat 3] [--skip-itp] [--data DIR]
 
 Prints, per case, the median wall time over the repeats beside its target, the offered load,
 events per second, the share of the time inside the autoscaler core (optimizer and decisions)
@@ -9,7 +9,9 @@ and in arrivals (the JSA's TSF row of each new job); for the ITP replay also the
 and the peak resident memory of the process. Targets (issue 3, for the paper's autoscaler):
 400 GPUs, delta 10 min <= 5 s, delta 0 <= 20 s; ITP cluster04 <= 60 s and <= 2 GiB. Bellows
 mode (its defaults: starts at every event, rounds every 2 min) is held to the delta 0 target
-on 400 GPUs, as it acts at every event too, and to the same 60 s on the ITP replay.
+on 400 GPUs, as it acts at every event too, and to the same 60 s on the ITP replay. The ITP
+trace is read from ``--data`` (default ``$BELLOWS_DATA``, else ``shared/data`` beside the
+checkout).
 """
 
 from __future__ import annotations
@@ -23,13 +25,12 @@ from pathlib import Path
 import numpy as np
 
 from bellows.autoscaler import AutoscalerConfig
+from bellows.cli.data import DATA_ENV, data_folder, no_data_folder
 from bellows.scaling import default_cluster
 from bellows.sim import SimResult, run
 from bellows.sim.workloads.generating import WorkloadSpec, generate
 from bellows.sim.workloads.importing import gpus_for_load, import_itp
 from bellows.sim.workloads.traces import TraceJob
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def _line(
@@ -63,7 +64,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-itp", action="store_true")
+    parser.add_argument("--data", type=Path, default=data_folder(),
+                        help=f"folder of the real traces (default: ${DATA_ENV}, else "
+                             "shared/data beside the checkout)")  # fmt: skip
     args = parser.parse_args()
+    if not args.skip_itp and args.data is None:
+        parser.error(no_data_folder() + "; or --skip-itp")
     cluster = default_cluster()
     spec = WorkloadSpec("bursty", 480, (1, 2, 3, 4), 400, period_min=120)
     trace = generate(spec, np.random.default_rng(2020), cluster=cluster)
@@ -77,7 +83,7 @@ def main() -> None:
     if args.skip_itp:
         return
     started = time.perf_counter()
-    itp = import_itp(SHARED / "itp" / "cluster04.csv", cluster=cluster)
+    itp = import_itp(args.data / "itp" / "cluster04.csv", cluster=cluster)
     imported = time.perf_counter() - started
     gpus = gpus_for_load(itp, load=1.0, cluster=cluster)
     for mode, config in (("", AutoscalerConfig.paper()), (", Bellows", AutoscalerConfig())):

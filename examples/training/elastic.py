@@ -15,18 +15,32 @@ and its global batch size, and starts it again. A script honours the contract wh
    batch size, and feeds every sample of the data stream exactly once per pass; and
 4. scales its learning rate with the global batch (linear scaling by default).
 
-This file depends only on the standard library and torch, so it can be copied next to a
-training script into any image. See docs/training-contract.md.
+Optionally (5.) it reports its progress to Bellows (:class:`ProgressReporter`), so that the
+controller learns the job's real speed and restart cost instead of trusting its profile.
+
+This file depends only on the standard library and torch (and, for the optional reporter,
+the ``nats-py`` client), so it can be copied next to a training script into any image. See
+docs/training-contract.md.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib
+import json
 import math
 import os
+import queue
 import random
+import re
 import signal
-from collections.abc import Mapping
+import statistics
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -40,6 +54,7 @@ __all__ = [
     "ContractError",
     "ElasticEnv",
     "HaltSignal",
+    "ProgressReporter",
     "SampleStream",
     "scale_lr",
     "shard_bounds",
@@ -290,3 +305,192 @@ class HaltSignal:
         flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32, device=device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
+
+
+PROGRESS_URL_ENV = "BELLOWS_PROGRESS_URL"
+PROGRESS_QUEUE = 16  # reports waiting to be published; more are dropped
+_RECONNECT_S = 5.0  # after a failed connection, drop reports this long before trying again
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_JOB_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+class ProgressReporter:
+    """Publishes progress to Bellows on JetStream; never blocks, slows or fails training.
+
+    :meth:`step` only appends to a list and, every ``every_steps`` steps or ``every_s``
+    seconds, puts one small report in a bounded queue (a full queue drops it). A daemon thread
+    publishes from the queue to ``<prefix>.progress.v1.<namespace>.<job>``; a lost or absent
+    server, a missing ``nats`` package or a refused publish cost the job nothing but the
+    report (counted in :attr:`dropped`). The first step after the reporter is made is
+    reported once as ``job.started`` with the seconds since ``started_at`` (by default the
+    moment the reporter was made: make it first thing in the process), the restart cost
+    this start actually paid. Create it on one rank (rank 0) only.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        namespace: str,
+        name: str,
+        prefix: str = "bellows",
+        creds: str | None = None,
+        inbox: str = "_INBOX",
+        every_steps: int = 50,
+        every_s: float = 30.0,
+        started_at: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.url, self.creds, self.inbox = url, creds, inbox
+        self.namespace, self.name = namespace, name
+        self.subject = f"{prefix}.progress.v1.{namespace}.{name.replace('.', '_')}"
+        self.every_steps, self.every_s = every_steps, every_s
+        self._clock = clock
+        self._started_at = clock() if started_at is None else started_at
+        self._window: list[float] = []
+        self._last = 0.0
+        self._previous: float | None = None
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=PROGRESS_QUEUE)
+        self.published = 0
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, name="bellows-progress", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> ProgressReporter | None:
+        """A reporter configured by env, or ``None`` when ``BELLOWS_PROGRESS_URL`` is unset.
+
+        ``BELLOWS_PROGRESS_URL`` (server), ``BELLOWS_PROGRESS_CREDS`` (credentials file),
+        ``BELLOWS_PROGRESS_PREFIX`` (subject prefix, default ``bellows``),
+        ``BELLOWS_PROGRESS_INBOX`` (reply subject prefix, default ``_INBOX``),
+        ``BELLOWS_JOB_NAMESPACE`` and ``BELLOWS_JOB_NAME`` (which job: required),
+        ``BELLOWS_PROGRESS_EVERY_STEPS`` (default 50), ``BELLOWS_PROGRESS_EVERY_S`` (30).
+        """
+        env = os.environ if environ is None else environ
+        url = env.get(PROGRESS_URL_ENV, "").strip()
+        if not url:
+            return None
+        namespace = env.get("BELLOWS_JOB_NAMESPACE", "").strip()
+        name = env.get("BELLOWS_JOB_NAME", "").strip()
+        if not _NAMESPACE.fullmatch(namespace):
+            raise ContractError("BELLOWS_JOB_NAMESPACE", namespace, "the job's namespace")
+        if not _JOB_NAME.fullmatch(name):
+            raise ContractError("BELLOWS_JOB_NAME", name, "the job's name")
+        every_s_text = env.get("BELLOWS_PROGRESS_EVERY_S", "30")
+        try:
+            every_s = float(every_s_text)
+        except ValueError:
+            every_s = math.nan
+        if not math.isfinite(every_s) or every_s <= 0:
+            raise ContractError("BELLOWS_PROGRESS_EVERY_S", every_s_text, "seconds > 0")
+        return cls(
+            url=url,
+            namespace=namespace,
+            name=name,
+            prefix=env.get("BELLOWS_PROGRESS_PREFIX", "bellows").strip() or "bellows",
+            creds=env.get("BELLOWS_PROGRESS_CREDS", "").strip() or None,
+            inbox=env.get("BELLOWS_PROGRESS_INBOX", "").strip() or "_INBOX",
+            every_steps=_int_env(env, "BELLOWS_PROGRESS_EVERY_STEPS", minimum=1) or 50,
+            every_s=every_s,
+            **kwargs,
+        )
+
+    def step(
+        self, samples_seen: int, world_size: int, global_batch: int, seconds: float | None = None
+    ) -> None:
+        """Record one finished step; now and then queue a report.
+
+        ``seconds`` is the step's time; by default the time since the previous call (the
+        first step after a start is then only reported as the start, ``job.started``).
+        """
+        now = self._clock()
+        fields = {"samplesSeen": samples_seen, "worldSize": world_size, "globalBatch": global_batch}
+        if self._previous is None:
+            self._offer("job.started", restartSeconds=max(0.0, now - self._started_at), **fields)
+            self._last = now  # windows are timed from the first step
+        elif seconds is None:
+            seconds = now - self._previous
+        self._previous = now
+        if seconds is not None and math.isfinite(seconds) and seconds > 0:
+            self._window.append(seconds)
+        if self._window and (
+            len(self._window) >= self.every_steps or now - self._last >= self.every_s
+        ):
+            median = statistics.median(self._window)
+            self._offer("job.progress", stepSeconds=median, steps=len(self._window), **fields)
+            self._window.clear()
+            self._last = now
+
+    def close(self, timeout_s: float = 1.0) -> None:
+        """Publish what is queued, for at most ``timeout_s`` seconds, and stop the thread."""
+        try:
+            self._queue.put(None, timeout=timeout_s)
+        except queue.Full:
+            return
+        self._thread.join(timeout_s)
+
+    def _offer(self, kind: str, **fields: Any) -> None:
+        doc = {
+            "apiVersion": "bellows.io/v1",
+            "type": kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "time": datetime.now(UTC).isoformat(),
+            **fields,
+        }
+        try:
+            self._queue.put_nowait(json.dumps(doc, separators=(",", ":")).encode())
+        except queue.Full:
+            self.dropped += 1
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        client: Any = None
+        retry_at = 0.0
+        try:
+            while (payload := self._queue.get()) is not None:
+                if client is None and time.monotonic() >= retry_at:
+                    client = loop.run_until_complete(self._connect())
+                    retry_at = time.monotonic() + _RECONNECT_S
+                if client is None:
+                    self.dropped += 1
+                    continue
+                try:
+                    loop.run_until_complete(
+                        client.jetstream().publish(self.subject, payload, timeout=2.0)
+                    )
+                    self.published += 1
+                except Exception:  # a report is a hint: lose it, never the job
+                    self.dropped += 1
+        finally:
+            if client is not None:
+                # closing a broken connection may fail too
+                with contextlib.suppress(Exception):
+                    loop.run_until_complete(client.close())
+            loop.close()
+
+    async def _connect(self) -> Any:
+        try:
+            nats = importlib.import_module("nats")  # optional: only reporting jobs need it
+        except ImportError:
+            return None
+        options: dict[str, Any] = {
+            "inbox_prefix": self.inbox,
+            "connect_timeout": 2,
+            "max_reconnect_attempts": 3,
+            "reconnect_time_wait": 1,
+            "allow_reconnect": True,
+        }
+        if self.creds:
+            options["user_credentials"] = self.creds
+
+        async def quiet(*_: Any) -> None:  # the client would print every lost connection
+            return None
+
+        options["error_cb"] = options["disconnected_cb"] = quiet
+        try:
+            return await nats.connect(self.url, **options)
+        except Exception:  # no server, wrong credentials: no reports, training goes on
+            return None

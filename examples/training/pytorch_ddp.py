@@ -27,6 +27,7 @@ from elastic import (
     Checkpointer,
     ElasticEnv,
     HaltSignal,
+    ProgressReporter,
     SampleStream,
     scale_lr,
     shard_bounds,
@@ -46,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         default_batch=args.default_batch,
     )
     halt = HaltSignal().install()
+    # Optional (BELLOWS_PROGRESS_URL): made before the rendezvous so that job.started counts
+    # the whole restart; one rank reports for the job.
+    reporter = ProgressReporter.from_env() if env.rank == 0 else None
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", env.local_rank) if cuda else torch.device("cpu")
     dist.init_process_group(
@@ -55,12 +59,20 @@ def main(argv: list[str] | None = None) -> int:
         rank=env.rank,
     )
     try:
-        return train(args, env, halt, device)
+        return train(args, env, halt, device, reporter)
     finally:
         dist.destroy_process_group()
+        if reporter is not None:
+            reporter.close()
 
 
-def train(args: argparse.Namespace, env: ElasticEnv, halt: HaltSignal, device: Any) -> int:
+def train(
+    args: argparse.Namespace,
+    env: ElasticEnv,
+    halt: HaltSignal,
+    device: Any,
+    reporter: ProgressReporter | None = None,
+) -> int:
     data = load_dataset(args.data, args.synthetic_size, args.seed)
     size = int(data["x"].shape[0])
     total = args.total_samples or args.epochs * size
@@ -131,6 +143,8 @@ def train(args: argparse.Namespace, env: ElasticEnv, halt: HaltSignal, device: A
         total_loss = summed.detach().reshape(1)
         dist.all_reduce(total_loss)
         step, seen = step + 1, seen + batch
+        if reporter is not None:
+            reporter.step(seen, env.world_size, env.global_batch)
         trace_samples(
             args.trace_samples,
             env.rank,

@@ -149,7 +149,8 @@ def test_a_hostile_config_file_is_one_clear_error(name: str, tmp_path: Path) -> 
 
 
 def test_a_directory_or_a_missing_file_names_itself(tmp_path: Path) -> None:
-    for path in (tmp_path, tmp_path / "missing.yaml"):
+    # a long path too: the operator's own path is shown whole, not cut like a hostile value
+    for path in (tmp_path, tmp_path / "missing.yaml", tmp_path / ("d" * 120) / "missing.yaml"):
         with pytest.raises(ConfigError, match="readable file") as info:
             load_config(path, env={})
         assert str(path) in str(info.value)

@@ -32,6 +32,7 @@ from bellows.bus.consuming import EventConsumer
 from bellows.bus.server import NatsServer, running_nats_server
 from bellows.bus.streams import ensure_kv, ensure_streams
 from bellows.service.config import load_config
+from bellows.service.progress_loop import open_progress_subscription
 from tests.bus.conftest import arrived
 from tests.conftest import REPO
 from tests.ship.chart import named, render
@@ -71,10 +72,16 @@ def _env(container: dict[str, Any], passwords: dict[str, str]) -> dict[str, str]
 
 @pytest.fixture(scope="module")
 def rendered() -> Rendered:
-    objs = render(VALUES)
+    out = render_bundled(VALUES)
+    assert set(out.passwords) == {"controller-password", "bridge-password"}
+    return out
+
+
+def render_bundled(values: dict[str, Any]) -> Rendered:
+    """The chart's bundled NATS and components rendered with ``values``, passwords made up."""
+    objs = render(values)
     secret = named(objs, "Secret", "bellows-nats-auth")
     passwords = {key: _password() for key in secret["data"]}
-    assert set(passwords) == {"controller-password", "bridge-password"}
     (nats_container,) = named(objs, "Deployment", "bellows-nats")["spec"]["template"]["spec"][
         "containers"
     ]
@@ -295,3 +302,41 @@ def test_the_security_doc_shows_the_permissions_the_chart_renders(rendered: Rend
     after = text.split(marker, 1)[1]
     block = after.split("```\n", 2)[1]
     assert block == rendered.auth_conf, "copy the chart's auth.conf into docs/security.md"
+
+
+async def test_training_pods_publish_progress_only_on_their_namespace_and_the_controller_reads_it(
+    tmp_path: Path,
+) -> None:
+    values = {"nats": {"bundled": {"enabled": True, "progress": {"namespaces": ["team-a"]}}}}
+    out = render_bundled(values)
+    assert "progress-team-a-password" in out.passwords
+    auth = tmp_path / "auth.conf"
+    auth.write_text(out.auth_conf)
+    async with running_nats_server(tmp_path / "nats", include=auth, env=out.server_env) as server:
+        settings = component_settings(out, tmp_path, server, "controller")
+        controller = await nats.connect(**connect_options(settings))
+        errors: list[str] = []
+
+        async def on_error(exc: Exception) -> None:
+            errors.append(str(exc))
+
+        team_a = await nats.connect(
+            servers=[server.url],
+            user="bellows-progress-team-a",
+            password=out.passwords["progress-team-a-password"],
+            inbox_prefix=b"_INBOX_progress_team-a",
+            error_cb=on_error,
+        )
+        try:
+            sub = await open_progress_subscription(controller.jetstream(timeout=2.0), settings)
+            pod = Session(team_a, team_a.jetstream(timeout=1.0), errors)
+            own, other = "bellows.progress.v1.team-a.resnet", "bellows.progress.v1.team-b.resnet"
+            await pod.js.publish(own, b"report")
+            await pod.refused(pod.js.publish(other, b"forged", timeout=1.0), other)
+            (msg,) = await sub.fetch(1, timeout=5.0)
+            assert (msg.subject, msg.data) == (own, b"report")
+            await msg.ack()
+            await sub.unsubscribe()
+        finally:
+            await team_a.close()
+            await controller.close()

@@ -19,5 +19,9 @@ def test_jsa_accuracy_benchmark(
     runpy.run_path(str(script), run_name="__main__")
     out = capsys.readouterr().out
     assert "| overlap+job |" in out
+    # Both reviewer splits, every model, with the verdict on the 8 % target.
+    assert "split `gpus`: fit on rows with <= 4 GPUs, predict rows with >= 8 GPUs" in out
+    assert "split `files`: fit on placements.csv" in out
+    assert out.count("target <= 8 % on every model") == 2
     assert "Lowest mean error: overlap+job" in out
     assert "embedded default_cluster()" in out

@@ -21,10 +21,12 @@ from bellows.scaling import (
     processing_seconds,
 )
 from bellows.scaling.accuracy import (
+    SPLITS,
     TRAIN_PLACEMENTS,
     evaluate,
     fit_reference_cluster,
     load_pollux_models,
+    split_by,
     split_rows,
 )
 
@@ -106,3 +108,35 @@ def test_held_out_accuracy(models: list) -> None:  # type: ignore[type-arg]
     assert report.overall["overlap+job"] < report.overall["overlap"]
     assert report.best == "overlap+job"
     assert report.clusters["overlap"] == fit_reference_cluster(models, overlap=True)
+
+
+def test_reviewer_splits_keep_held_out_rows_apart(models: list) -> None:  # type: ignore[type-arg]
+    for model in models:
+        train, test = split_by("gpus", model.rows)
+        assert max(r.gpus for r in train) <= 4
+        assert min(r.gpus for r in test) >= 8
+        assert len(train) + len(test) == sum(1 for r in model.rows if not 4 < r.gpus < 8)
+        train, test = split_by("files", model.rows)
+        # placements.csv reaches at most 4 nodes, scalability.csv starts at 6
+        assert all(r.placement for r in train)
+        assert max(r.nodes for r in train) <= 4
+        assert test
+        assert all(not r.placement and r.nodes >= 6 for r in test)
+        assert len(train) + len(test) == len(model.rows)
+    assert set(SPLITS) == {"gpus", "files"}
+    with pytest.raises(ValueError, match="unknown split"):
+        split_by("nodes", models[0].rows)
+
+
+def test_vectorized_step_times_equal_the_scalar_model(models: list) -> None:  # type: ignore[type-arg]
+    from bellows.scaling.fitting import _step_times  # noqa: PLC0415 - the private helper
+
+    for model in models:
+        step = fit_step_profile(model.rows)
+        multi = [r for r in model.rows if r.gpus > 1]
+        for cluster in (default_cluster(), fit_reference_cluster(models[:2], overlap=False)):
+            profile = JobProfile(weights=model.weights, step=step)
+            scalar = [predict_step_time(profile, cluster, r) for r in multi]
+            assert _step_times(multi, step, cluster)(model.weights) == pytest.approx(
+                scalar, rel=1e-12
+            )

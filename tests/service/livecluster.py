@@ -33,6 +33,7 @@ from bellows.kube.emulator.nodes import schedulable_gpus
 from bellows.kube.emulator.store import Change
 from bellows.kube.kinds import finished_state
 from bellows.scaling import default_cluster
+from bellows.scaling.online import SpeedFactors
 from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig, load_config
 from bellows.service.replay import job_manifest, manifest_name
@@ -407,6 +408,7 @@ async def live(
     namespaces: Sequence[str] = (),
     nodes: Mapping[str, int] | None = None,
     grace_s: float = LATENCY_S,
+    true_speed: Callable[[str, str], SpeedFactors | None] | None = None,
 ) -> AsyncIterator[Live]:
     """The stack with no controller or bridge started yet; everything stopped on exit.
 
@@ -414,6 +416,7 @@ async def live(
     ``nodes`` (GPUs by node name): the capacity comes from these emulated nodes, which the
     controller watches (``controller.capacity.gpus=0``), and ``capacity`` is ignored; the
     witness allows ``grace_s`` real seconds after a drop for the controller to catch up.
+    ``true_speed`` makes the emulated jobs train faster or slower than their annotations.
     """
     async with (
         running_nats_server() as nats_server,
@@ -423,6 +426,7 @@ async def live(
             restart_cost_s=0.0,
             namespaces=(NS, LEASES, *namespaces),
             gpu_nodes=nodes,
+            true_speed=true_speed,
         ) as kube,
     ):
         witness = Witness(kube, capacity, nodes=nodes is not None, grace_s=grace_s)

@@ -11,7 +11,9 @@ PROGRAM = textwrap.dedent(
     """
     import sys
     import numpy as np
-    import bellows.cli.main  # every command, the controller's included
+    from bellows.cli.main import COMMANDS, load_command
+    for name in COMMANDS:  # every command (they load lazily), the controller's included
+        load_command(name)
     from bellows.autoscaler import Autoscaler
     from bellows.scaling import default_cluster
     from bellows.service.config import load_config

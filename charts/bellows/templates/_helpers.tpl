@@ -85,6 +85,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "bellows-%s" .component -}}
 {{- end -}}
 
+{{/* The env var of the bundled NATS that holds the password of one namespace's progress user. */}}
+{{- define "bellows.progressPasswordEnv" -}}
+{{- printf "NATS_PROGRESS_%s_PASSWORD" (upper (replace "-" "_" .)) -}}
+{{- end -}}
+
 {{/* The reply-subject prefix of one component (its NATS permissions allow only its own). */}}
 {{- define "bellows.inboxPrefix" -}}
 {{- printf "%s.%s" .root.Values.nats.inboxPrefix .component -}}

@@ -9,7 +9,13 @@ tests/hostile/test_secure_nats.py runs a real nats-server with):
 * both may read, create and update the two streams (each provisions them at start), and
   receive replies only on their own inbox prefix;
 * neither may purge or delete a stream, publish what the other publishes, or read the
-  other's replies; nobody else may log in.
+  other's replies;
+* the controller also reads the progress stream (`<stream>_PROGRESS`, which it creates)
+  through ephemeral consumers, and acks what it read;
+* the training pods of each namespace in nats.bundled.progress.namespaces publish progress
+  reports on their own namespace's subjects only (user `bellows-progress-<namespace>`), and
+  receive the stream's acks on their own inbox prefix (`_INBOX_progress_<namespace>`);
+  nobody else may log in.
 
 Passwords are `$NATS_*_PASSWORD` references: nats-server reads them from its environment,
 which the Deployment fills from the Secret, so no secret is in this ConfigMap.
@@ -17,8 +23,9 @@ which the Deployment fills from the Secret, so no secret is in this ConfigMap.
 {{- define "bellows.natsServerConfig" -}}
 port: 4222
 http_port: 8222
-# Only Bellows' two components connect; a few spare for restarts and rollouts.
-max_connections: 64
+# Bellows' two components, a few spare for restarts and rollouts, and the training pods that
+# publish progress reports (nats.bundled.progress).
+max_connections: {{ add 64 (.Values.nats.bundled.progress.maxConnections | int) }}
 include ./auth.conf
 jetstream {
   store_dir: /data
@@ -31,6 +38,7 @@ jetstream {
 {{- $prefix := .Values.nats.subjectPrefix -}}
 {{- $stream := .Values.nats.stream -}}
 {{- $durable := .Values.nats.durable -}}
+{{- $progress := printf "%s_PROGRESS" $stream -}}
 {{- /* NatsSettings defaults (not chart values): bellows.bus.settings */ -}}
 {{- $deadLetters := "BELLOWS_DEADLETTER" -}}
 {{- $bucket := "bellows-bridge" -}}
@@ -74,7 +82,11 @@ authorization {
             "$JS.API.CONSUMER.DURABLE.CREATE.{{ $stream }}.{{ $durable }}",
             "$JS.API.CONSUMER.INFO.{{ $stream }}.{{ $durable }}",
             "$JS.API.CONSUMER.MSG.NEXT.{{ $stream }}.{{ $durable }}",
-            "$JS.ACK.{{ $stream }}.{{ $durable }}.>"
+            "$JS.ACK.{{ $stream }}.{{ $durable }}.>",
+            "$JS.API.STREAM.INFO.{{ $progress }}", "$JS.API.STREAM.CREATE.{{ $progress }}", "$JS.API.STREAM.UPDATE.{{ $progress }}",
+            "$JS.API.CONSUMER.CREATE.{{ $progress }}.>",
+            "$JS.API.CONSUMER.MSG.NEXT.{{ $progress }}.*",
+            "$JS.ACK.{{ $progress }}.>"
           ]
         }
         subscribe: {
@@ -82,6 +94,20 @@ authorization {
         }
       }
     }
+    {{- range $namespace := .Values.nats.bundled.progress.namespaces }},
+    {
+      user: "bellows-progress-{{ $namespace }}"
+      password: ${{ include "bellows.progressPasswordEnv" $namespace }}
+      permissions: {
+        publish: {
+          allow: ["{{ $prefix }}.progress.v1.{{ $namespace }}.*"]
+        }
+        subscribe: {
+          allow: ["_INBOX_progress_{{ $namespace }}.>"]
+        }
+      }
+    }
+    {{- end }}
   ]
 }
 {{- end -}}

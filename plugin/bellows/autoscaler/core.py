@@ -25,7 +25,7 @@ decisions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -39,8 +39,11 @@ from bellows.autoscaler.rounds import RoundClock
 from bellows.jobs import Allocation, JobSpec, SpecError
 from bellows.optimizer import admit
 from bellows.scaling import ClusterProfile, single_gpu_throughput, throughput, tsf_tables
+from bellows.scaling.tables import candidate_count
 
-__all__ = ["Autoscaler", "ClockError", "RoundStats"]
+__all__ = ["TABULATE_BATCH", "Autoscaler", "ClockError", "RoundStats"]
+
+TABULATE_BATCH = 512  # jobs per vectorized TSF table in Autoscaler.tabulate (~30 MiB peak)
 
 
 class ClockError(RuntimeError):
@@ -142,6 +145,43 @@ class Autoscaler:
         self._s.in_use += allocation.gpus
         self._clock.note_event(now)
         self._check_fit(now)
+        return True
+
+    def revise(
+        self, job: JobSpec, now: float, *, done: float | None = None, since: float | None = None
+    ) -> bool:
+        """Replace what the core knows of a running or waiting job by ``job`` (same name).
+
+        What a controller learns while the job runs: a profile refitted to its progress, the
+        restart cost it measured (``restart_s``), and ``done``, the samples it reported as of
+        ``since`` (default ``now``). The current allocation is left as it is: a revision is
+        an event like an arrival, so the next round on the Δ grid decides with the revised
+        spec; until then the core counts progress at the allocation's revised rate (callers
+        revise when the fit moved, not at every report). Returns ``False`` when the job is
+        unknown, finished or rejected. A spec the JSA cannot tabulate raises, changing nothing.
+        """
+        self._advance(now)
+        name = job.name
+        if name not in self._s.jobs or name in self._s.finished or name in self._s.rejected:
+            return False
+        # not through the template cache: every refit is a new template, and caching each
+        # would grow the cache for as long as the controller runs
+        row = self._compute_rows([job])[0]
+        self._s.jobs[name] = job
+        self._s.rows[name] = row
+        at = now if since is None else min(since, now)
+        running = self._s.running.get(name)
+        if running is not None:
+            alloc = running.allocation
+            rate = throughput(job, alloc.gpus, alloc.batch, self._cluster)
+            if done is None:  # keep the estimate, at the revised rate from now on
+                revised = RunningJob(alloc, rate, running.done_at(now), now, running.paused_until)
+            else:  # a report means the job was stepping then: no pause left to wait out
+                revised = RunningJob(alloc, rate, min(max(done, 0.0), job.work), at, at)
+            self._s.running[name] = revised
+        elif done is not None and name in self._s.carried:
+            self._s.carried[name] = min(max(done, 0.0), job.work)
+        self._clock.note_event(now)
         return True
 
     def finish(self, name: str, now: float) -> bool:
@@ -341,6 +381,8 @@ class Autoscaler:
         values = np.full((len(names), width + 1), -np.inf)  # [jobs, width+1]
         keep = np.full(len(names), -1, dtype=np.int64)
         hold = max(1.0, self._config.hysteresis)
+        rates = np.zeros_like(values)  # [jobs, width+1], filled for running jobs
+        moving: list[tuple[int, int, float, float, float]] = []  # i, current, left, penalty, x1
         for i, name in enumerate(names):
             row = self._s.rows[name]
             cols = min(width + 1, row.values.shape[0])
@@ -353,14 +395,19 @@ class Autoscaler:
                 keep[i] = current
             penalty = self.restart_cost(name) * hold
             if penalty > 0:
-                values[i, :cols] = priced(
-                    row.values[:cols],
-                    row.rate[:cols],
-                    current=current,
-                    remaining=max(self._s.jobs[name].work - running.done_at(now), 0.0),
-                    penalty_s=penalty,
-                    x1=row.x1,
-                )
+                rates[i, :cols] = row.rate[:cols]
+                left = max(self._s.jobs[name].work - running.done_at(now), 0.0)
+                moving.append((i, current, left, penalty, row.x1))
+        if moving:
+            at = np.array([m[0] for m in moving], dtype=np.int64)
+            values[at] = priced(
+                values[at],
+                rates[at],
+                current=np.array([m[1] for m in moving], dtype=np.int64),
+                remaining=np.array([m[2] for m in moving]),
+                penalty_s=np.array([m[3] for m in moving]),
+                x1=np.array([m[4] for m in moving]),
+            )
         return values, keep
 
     def _halt_newest(self, now: float) -> list[Decision]:
@@ -454,29 +501,64 @@ class Autoscaler:
         if self._s.in_use > self._capacity and self._preempt_at is None:
             self._preempt_at = now
 
-    def _row(self, job: JobSpec) -> _Row:
-        """The job's row; jobs from one template (all but name and work equal) share it."""
-        key = (
+    @staticmethod
+    def _template(job: JobSpec) -> tuple[object, ...]:
+        """What a job's row depends on: jobs from one template (all but name and work
+        equal) share a row."""
+        return (
             job.b_min, job.b_max, job.batch_size, job.k_max, job.m_max, job.weights,
             job.profile, job.elastic, job.gpus,
         )  # fmt: skip
+
+    def tabulate(self, jobs: Iterable[JobSpec]) -> int:
+        """Compute the rows of jobs expected to arrive, all at once, before they arrive.
+
+        :meth:`arrive` computes a row per new template, one small table at a time; a caller
+        that knows the jobs ahead (the simulator, a trace) hands them here and every new
+        template is tabulated in vectorized batches of ``TABULATE_BATCH`` (jobs of similar
+        candidate counts together, so little of a table is padding), with the very same
+        values. Returns how many new rows this computed.
+        """
+        fresh: dict[tuple[object, ...], JobSpec] = {}
+        for job in jobs:
+            key = self._template(job)
+            if key not in self._row_cache:
+                fresh.setdefault(key, job)
+        todo = sorted(fresh.items(), key=lambda item: candidate_count(item[1]))
+        for first in range(0, len(todo), TABULATE_BATCH):
+            part = todo[first : first + TABULATE_BATCH]
+            rows = self._compute_rows([job for _, job in part])
+            self._row_cache.update((key, row) for (key, _), row in zip(part, rows, strict=True))
+        return len(todo)
+
+    def _row(self, job: JobSpec) -> _Row:
+        """The job's row, from the template cache or computed now."""
+        key = self._template(job)
         row = self._row_cache.get(key)
         if row is None:
-            row = self._row_cache[key] = self._compute_row(job)
+            row = self._row_cache[key] = self._compute_rows([job])[0]
         return row
 
-    def _compute_row(self, job: JobSpec) -> _Row:
+    def _compute_rows(self, jobs: Sequence[JobSpec]) -> list[_Row]:
+        """One TSF table for ``jobs``; each row is cut to its job's ``k_max`` (the columns
+        past it are ``-inf``), so a row is the same whichever batch computed it."""
         fixed = self._config.policy is Policy.BASELINE
-        tables = tsf_tables([job], self._cluster, fixed_batch=fixed, width=job.k_max)
-        values = tables.values[0].astype(np.float64)
-        finite = np.flatnonzero(np.isfinite(values[1:]))
-        return _Row(
-            values=values,
-            batch=tables.batch[0].astype(np.int64),
-            rate=tables.throughput[0].astype(np.float64),
-            min_gpus=int(finite[0]) + 1 if finite.size else job.k_max + 1,
-            x1=single_gpu_throughput(job, self._cluster),
-        )
+        width = max(job.k_max for job in jobs)
+        tables = tsf_tables(jobs, self._cluster, fixed_batch=fixed, width=width)
+        rows = []
+        for j, job in enumerate(jobs):
+            values = tables.values[j, : job.k_max + 1].astype(np.float64)
+            finite = np.flatnonzero(np.isfinite(values[1:]))
+            rows.append(
+                _Row(
+                    values=values,
+                    batch=tables.batch[j, : job.k_max + 1].astype(np.int64),
+                    rate=tables.throughput[j, : job.k_max + 1].astype(np.float64),
+                    min_gpus=int(finite[0]) + 1 if finite.size else job.k_max + 1,
+                    x1=single_gpu_throughput(job, self._cluster),
+                )
+            )
+        return rows
 
 
 def _check_capacity(gpus: int) -> int:

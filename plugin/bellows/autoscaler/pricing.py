@@ -32,20 +32,28 @@ KEEP = float(1 << 17)  # grid values are scaled by this; a running job's own k g
 
 
 def priced(
-    row: F64, rates: F64, *, current: int, remaining: float, penalty_s: float, x1: float
+    rows: F64,
+    rates: F64,
+    *,
+    current: npt.NDArray[np.int64],
+    remaining: F64,
+    penalty_s: F64,
+    x1: F64,
 ) -> F64:
-    """``row`` (TSF per GPU count) of a running job at ``current`` GPUs, its moves priced.
+    """``rows`` (TSF per GPU count, ``[jobs, width+1]``) of running jobs, their moves priced.
 
-    ``rates`` are samples/s per GPU count, ``remaining`` the samples left, ``penalty_s`` the
-    restart cost times the hysteresis factor, ``x1`` the job's one-GPU rate (TSF's unit).
+    Per job ``i``: ``current[i]`` GPUs now, ``rates[i]`` samples/s per GPU count (0 past its
+    row), ``remaining[i]`` samples left, ``penalty_s[i]`` the restart cost times the
+    hysteresis factor (a job at 0 is left as it is), ``x1[i]`` its one-GPU rate (TSF's unit).
+    All jobs in one vectorized pass; each value is the one the scalar rule gives.
     """
-    out = row.copy()
-    if penalty_s <= 0:
-        return out
+    out = rows.copy()
+    left = remaining[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        effective = remaining / (remaining / rates + penalty_s)
-    move = np.isfinite(row) & (np.arange(row.shape[0]) != current) & (rates > 0)
-    out[move] = effective[move] / x1
+        effective = left / (left / rates + penalty_s[:, None]) / x1[:, None]
+    cols = np.arange(rows.shape[1])[None, :]
+    move = np.isfinite(rows) & (cols != current[:, None]) & (rates > 0) & (penalty_s[:, None] > 0)
+    out[move] = effective[move]
     return out
 
 

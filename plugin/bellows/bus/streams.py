@@ -31,6 +31,7 @@ from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
 from bellows.bus.codec import MAX_EVENT_BYTES
+from bellows.bus.progress import MAX_PROGRESS_BYTES, progress_wildcard
 from bellows.bus.settings import NatsSettings
 from bellows.bus.subjects import dead_letter_wildcard, events_wildcard, namespace_filter
 
@@ -38,12 +39,18 @@ __all__ = [
     "DEAD_LETTER_MAX_MSG_BYTES",
     "KV_MAX_BYTES",
     "KV_MAX_VALUE_BYTES",
+    "PROGRESS_MAX_AGE_S",
+    "PROGRESS_MAX_BYTES",
+    "PROGRESS_PER_JOB",
     "consumer_config",
     "dead_letter_stream_config",
     "ensure_consumer",
     "ensure_kv",
+    "ensure_progress_stream",
     "ensure_streams",
     "events_stream_config",
+    "progress_stream_config",
+    "progress_stream_name",
     "stream_differences",
 ]
 
@@ -95,6 +102,41 @@ def dead_letter_stream_config(settings: NatsSettings) -> StreamConfig:
         # dropped by message id, like the events themselves.
         duplicate_window=settings.duplicate_window_s,
     )
+
+
+PROGRESS_MAX_AGE_S: Final = 3600.0
+PROGRESS_PER_JOB: Final = 64  # newest reports kept per job subject
+PROGRESS_MAX_BYTES: Final = 16 << 20  # in memory: a few thousand jobs' newest reports
+
+
+def progress_stream_name(settings: NatsSettings) -> str:
+    """``<stream>_PROGRESS``: the progress stream beside the events stream."""
+    return f"{settings.stream}_PROGRESS"
+
+
+def progress_stream_config(settings: NatsSettings) -> StreamConfig:
+    """The progress stream: in memory, an hour deep, the newest reports of each job only.
+
+    Progress reports are hints superseded by the next one, so a lost one costs nothing and
+    one noisy job can fill only its own subject's :data:`PROGRESS_PER_JOB` slots.
+    """
+    return StreamConfig(
+        name=progress_stream_name(settings),
+        description="Bellows progress reports of running training jobs",
+        subjects=[progress_wildcard(settings.subject_prefix)],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.MEMORY,
+        max_age=PROGRESS_MAX_AGE_S,
+        max_bytes=PROGRESS_MAX_BYTES,
+        max_msgs_per_subject=PROGRESS_PER_JOB,
+        max_msg_size=MAX_PROGRESS_BYTES,
+        discard=DiscardPolicy.OLD,
+    )
+
+
+async def ensure_progress_stream(js: JetStreamContext, settings: NatsSettings) -> None:
+    """Create or update the progress stream (what a controller learning online calls)."""
+    await _ensure_stream(js, progress_stream_config(settings))
 
 
 def consumer_config(settings: NatsSettings, namespaces: tuple[str, ...] = ()) -> ConsumerConfig:

@@ -1,7 +1,9 @@
 """``bellows config``: the configuration schema, its reference, and checking a file.
 
 Also the ``--config``/``--set`` options and loader that every long-running command
-(``controller``, ``bridge``) and ``events publish`` share.
+(``controller``, ``bridge``) and ``events publish`` share. :mod:`bellows.service.config`
+(which pulls in the NATS and Kubernetes settings) is imported when a command runs, not at
+``--help``.
 """
 
 from __future__ import annotations
@@ -10,19 +12,12 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-import yaml
 
-from bellows.service.config import (
-    BellowsConfig,
-    ConfigError,
-    config_json_schema,
-    config_markdown,
-    load_config,
-    redacted,
-)
+if TYPE_CHECKING:
+    from bellows.service.config import BellowsConfig
 
 __all__ = ["config", "config_options", "load_from_cli"]
 
@@ -49,6 +44,8 @@ def config_options(func: F) -> F:
 
 def load_from_cli(config_file: Path | None, overrides: tuple[str, ...]) -> BellowsConfig:
     """The configuration, or a usage error (exit 2) whose message names the bad key."""
+    from bellows.service.config import ConfigError, load_config
+
     try:
         return load_config(config_file, env=os.environ, overrides=overrides)
     except ConfigError as exc:
@@ -63,12 +60,16 @@ def config() -> None:
 @config.command("schema")
 def schema() -> None:
     """Print the JSON Schema of the configuration file."""
+    from bellows.service.config import config_json_schema
+
     click.echo(json.dumps(config_json_schema(), indent=2))
 
 
 @config.command("reference")
 def reference() -> None:
     """Print the Markdown table of every key (as in docs/configuration.md)."""
+    from bellows.service.config import config_markdown
+
     click.echo(config_markdown(), nl=False)
 
 
@@ -76,6 +77,10 @@ def reference() -> None:
 @config_options
 def show(*, config_file: Path | None, overrides: tuple[str, ...]) -> None:
     """Print the effective configuration (secrets masked) as YAML."""
+    import yaml
+
+    from bellows.service.config import redacted
+
     loaded = load_from_cli(config_file, overrides)
     click.echo(yaml.safe_dump(redacted(loaded), sort_keys=False), nl=False)
 

@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
 
-from bellows.autoscaler import Policy
+from bellows.cli.choices import CRDS_ENV, POLICIES
+from bellows.cli.data import DATA_ENV, crd_files
 from bellows.cli.params import MAX_SEED, BoundedInt, FiniteFloat, OutputFile, output_errors
-from bellows.cli.simulate import fit_note
-from bellows.scaling import default_cluster
-from bellows.service.config import LoggingSettings, LogLevel
-from bellows.service.demo import DemoOptions, DemoResult, Progress, run_demo, workload
-from bellows.service.logging import configure_logging
 
-CRD_ENV = "BELLOWS_CRDS"
+if TYPE_CHECKING:  # the live stack, the simulator and rich load when the demo runs
+    from rich.table import Table
+
+    from bellows.service.demo import DemoResult, Progress
 
 # The demo runs live, in real time: its ranges keep one run within an afternoon.
 MAX_DEMO_GPUS = 1_024
@@ -29,20 +24,9 @@ MAX_DEMO_MINUTES = 1_440.0  # a day of cluster time (also the longest Δ)
 MAX_SPEEDUP = 3_600.0  # an hour of cluster time per second
 
 
-def default_crds() -> Path:
-    """``$BELLOWS_CRDS``, else ``shared/data/crds`` beside this checkout."""
-    override = os.environ.get(CRD_ENV)
-    if override:
-        return Path(override)
-    for base in (Path.cwd(), Path(__file__).resolve()):
-        for parent in (base, *base.parents):
-            candidate = parent.parent / "shared" / "data" / "crds"
-            if candidate.is_dir():
-                return candidate
-    return Path("../shared/data/crds")
-
-
 def _progress_table(p: Progress) -> Table:
+    from rich.table import Table
+
     table = Table(title=f"bellows demo — cluster minute {p.minute:6.1f}", min_width=60)
     for column in ("submitted", "running", "queued", "done", "rejected", "GPUs in use"):
         table.add_column(column, justify="right")
@@ -54,6 +38,8 @@ def _progress_table(p: Progress) -> Table:
 
 
 def _result_table(result: DemoResult) -> Table:
+    from rich.table import Table
+
     table = Table(title="live run vs simulator, same trace")
     for column in ("metric", "live", "simulator", "bound", "ok"):
         table.add_column(column, justify="right" if column in ("live", "simulator") else "left")
@@ -80,28 +66,46 @@ def _result_table(result: DemoResult) -> Table:
 @click.option("--paper", is_flag=True,
               help="Run both halves in the paper's mode (one round per Δ window); "
               "default: Bellows mode.")  # fmt: skip
-@click.option("--policy", type=click.Choice([p.value for p in Policy]), default="elastic",
+@click.option("--policy", type=click.Choice(POLICIES), default="elastic",
               show_default=True)  # fmt: skip
 @click.option("--crds", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help=f"CRDs folder (default: ${CRD_ENV}, else shared/data/crds).")  # fmt: skip
+              help=f"Folder of the PyTorchJob and MPIJob CRDs [default: ${CRDS_ENV}, else "
+                   f"crds/ of ${DATA_ENV} or of shared/data beside the checkout, else the "
+                   "pinned upstream CRDs, downloaded once into ~/.cache/bellows].")  # fmt: skip
 @click.option("--json-out", type=OutputFile(), default=None,
               help="Also write both summaries and the bounds as JSON.")  # fmt: skip
+@click.option("--wrong-priors", is_flag=True,
+              help="Jobs train at another speed than annotated and report progress; the "
+              "simulator replays the true profiles (docs/simulator.md).")  # fmt: skip
+@click.option("--no-learning", is_flag=True,
+              help="With --wrong-priors: the controller keeps the wrong priors.")  # fmt: skip
 def demo(
     *,
     gpus: int, minutes: float, speedup: float, seed: int, delta_min: float | None,
     paper: bool, policy: str, crds: Path | None, json_out: Path | None,
+    wrong_priors: bool, no_learning: bool,
 ) -> None:  # fmt: skip
     """Run nats-server, an emulated Kubeflow cluster, the bridge and the controller on a bursty
     workload, then the simulator on the same trace; exit 1 if they disagree beyond the paper's
     bounds (jobs completed 5 %, SJS efficiency 5 %, drop ratio 4 points)."""
-    folder = crds or default_crds()
-    files = sorted(folder.glob("*.yaml")) if folder.is_dir() else []
-    if not files:
-        raise click.UsageError(f"--crds {folder}: no CRD files (*.yaml) there; set {CRD_ENV}")
+    import asyncio
+
+    from rich.console import Console
+    from rich.live import Live
+
+    from bellows.autoscaler import Policy
+    from bellows.cli.simulate import fit_note
+    from bellows.scaling import default_cluster
+    from bellows.service.config import LoggingSettings, LogLevel
+    from bellows.service.demo import DemoOptions, Progress, run_demo, workload
+    from bellows.service.logging import configure_logging
+
+    files = crd_files(crds)
     configure_logging(LoggingSettings(level=LogLevel.WARNING), stream=sys.stderr)
     options = DemoOptions(
         crds=files, gpus=gpus, minutes=minutes, speedup=speedup, seed=seed,
-        delta_min=delta_min, policy=Policy(policy), paper=paper,
+        delta_min=delta_min, policy=Policy(policy), paper=paper, wrong_priors=wrong_priors,
+        learn=not no_learning,
     )  # fmt: skip
     fit_note(workload(options, default_cluster()), gpus)  # the count both halves clamp
     console = Console()
@@ -113,6 +117,13 @@ def demo(
     for line in result.mismatches:
         console.print(f"  {line}")
     console.print(f"{result.jobs} jobs, {result.wall_s:.0f} s wall")
+    if wrong_priors:
+        how = "kept the wrong priors" if no_learning else "learned online"
+        console.print(
+            f"wrong priors, the controller {how}: average JCT "
+            f"{result.live.get('avg_jct_min')} min live, "
+            f"{result.simulated.get('avg_jct_min')} min deciding on the true profiles"
+        )
     if json_out is not None:
         payload = {
             "live": result.live,

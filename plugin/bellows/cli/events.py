@@ -1,29 +1,24 @@
-"""``bellows events``: publish a job event (for pipeline steps) and print the event schema."""
+"""``bellows events``: publish a job event (for pipeline steps) and print the event schema.
+
+:mod:`bellows.bus` (the NATS client) is imported when a command runs, not at ``--help``.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from bellows.bus import (
-    Event,
-    EventType,
-    JobArrived,
-    JobCompleted,
-    JobKind,
-    JobRef,
-    Outcome,
-    publish_events,
-)
-from bellows.bus.codec import event_schema
+from bellows.cli.choices import EVENT_TYPES, JOB_KINDS, OUTCOMES
 from bellows.cli.config import config_options, load_from_cli
 from bellows.cli.params import JsonFile
 from bellows.jobs import SpecError
+
+if TYPE_CHECKING:
+    from bellows.bus import Event, JobRef
 
 __all__ = ["events"]
 
@@ -36,6 +31,8 @@ def events() -> None:
 @events.command("schema")
 def schema() -> None:
     """Print the JSON Schema of the current event version."""
+    from bellows.bus.codec import event_schema  # lazy, see the docstring
+
     click.echo(json.dumps(event_schema(), indent=2))
 
 
@@ -49,6 +46,8 @@ def _build(
     outcome: str | None,
     spec: dict[str, Any] | None,
 ) -> Event:
+    from bellows.bus import EventType, JobArrived, JobCompleted, Outcome
+
     if EventType(event_type) is EventType.ARRIVED:
         return JobArrived(ref, when, resource_version, source, spec)
     if outcome is None:
@@ -57,15 +56,13 @@ def _build(
 
 
 @events.command("publish")
-@click.option(
-    "--type", "event_type", type=click.Choice([t.value for t in EventType]), required=True
-)
-@click.option("--kind", type=click.Choice([k.value for k in JobKind]), required=True)
+@click.option("--type", "event_type", type=click.Choice(EVENT_TYPES), required=True)
+@click.option("--kind", type=click.Choice(JOB_KINDS), required=True)
 @click.option("--namespace", required=True)
 @click.option("--name", required=True)
 @click.option("--uid", required=True, help="metadata.uid of the job (the dedupe key)")
 @click.option("--resource-version", default=None, help="metadata.resourceVersion, if known")
-@click.option("--outcome", type=click.Choice([o.value for o in Outcome]), default=None)
+@click.option("--outcome", type=click.Choice(OUTCOMES), default=None)
 @click.option(
     "--time",
     "when",
@@ -98,6 +95,10 @@ def publish(  # click passes every option by keyword
     overrides: tuple[str, ...],
 ) -> None:
     """Publish one event; a repeat of the same fact (uid, type) is dropped by the stream."""
+    import asyncio  # lazy, see the docstring
+
+    from bellows.bus import JobKind, JobRef, publish_events
+
     settings = load_from_cli(config_file, overrides)
     try:
         ref = JobRef(JobKind(kind), namespace, name, uid)

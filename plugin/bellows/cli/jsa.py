@@ -1,23 +1,21 @@
-"""``bellows jsa``: fit a job profile from measured rows and predict step times with it."""
+"""``bellows jsa``: fit a job profile from measured rows and predict step times with it.
+
+:mod:`bellows.scaling` (NumPy) is imported when a sub-command runs, not at ``--help``.
+"""
 
 from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from bellows.cli.params import BoundedInt, ClusterFile, JobProfileFile, OutputFile, output_errors
 from bellows.jobs import MAX_WEIGHTS, SpecError
-from bellows.scaling import (
-    ClusterProfile,
-    JobProfile,
-    default_cluster,
-    fit_job_profile,
-    load_measurements,
-    predict_step_time,
-    save_job_profile,
-)
+
+if TYPE_CHECKING:
+    from bellows.scaling import ClusterProfile, JobProfile
 
 __all__ = ["jsa"]
 
@@ -25,6 +23,8 @@ _CLUSTER_HELP = "Cluster profile JSON (default: the fitted Pollux T4 cluster, se
 
 
 def _cluster(profile: ClusterProfile | None) -> ClusterProfile:
+    from bellows.scaling import default_cluster  # lazy, see the docstring
+
     return default_cluster() if profile is None else profile
 
 
@@ -46,6 +46,8 @@ def fit(
 
     Single-GPU rows give t_proc(m); multi-GPU rows, if any, fit commWeights.
     """
+    from bellows.scaling import fit_job_profile, load_measurements, save_job_profile
+
     try:
         table = load_measurements(train, layout="placements")
         profile = fit_job_profile(
@@ -76,6 +78,8 @@ def predict(profile: JobProfile, rows: Path, out: Path, cluster: ClusterProfile 
     ROWS.csv is in the placements.csv or the scalability.csv layout (the header decides).
     Prints the mean absolute percentage error against the rows' measured step_time.
     """
+    from bellows.scaling import load_measurements, predict_step_time
+
     try:
         table = load_measurements(rows)
     except SpecError as error:
@@ -96,3 +100,49 @@ def predict(profile: JobProfile, rows: Path, out: Path, cluster: ClusterProfile 
         )
     else:
         click.echo(f"{out}: 0 rows")
+
+
+@jsa.command("current")
+@click.argument("job")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config; in a pod: its account).",
+)
+@click.option("--context", default=None, help="kubeconfig context (default: the current one).")
+def current(job: str, kubeconfig: Path | None, context: str | None) -> None:
+    """Print JOB's current fit: the profile the controller refitted to its progress reports.
+
+    JOB is <kind>/<namespace>/<name> (pytorchjob/team-a/resnet50). The controller keeps the
+    fit in the job's bellows.io/fit annotation (JobProfile JSON, which bellows.io/profile
+    accepts as it is); this reads it from the cluster.
+    """
+    import asyncio  # lazy, see the docstring
+    import json
+
+    from bellows.kube import KubeApi
+    from bellows.scaling import job_profile_to_json
+    from bellows.service.config import KubernetesSettings
+    from bellows.service.progress_loop import read_fit
+    from bellows.service.runner import kube_api_client
+
+    async def read() -> JobProfile | None:
+        settings = KubernetesSettings(kubeconfig=kubeconfig, context=context)
+        client = kube_api_client(settings)
+        try:
+            return await read_fit(KubeApi(client), job)
+        finally:
+            client.close()
+
+    try:
+        profile = asyncio.run(read())
+    except SpecError as error:
+        raise click.ClickException(str(error)) from None
+    if profile is None:
+        raise click.ClickException(
+            f"{job} has no fit yet: the controller writes bellows.io/fit once the job's "
+            "progress reports move it off its prior (controller.learnProgress)"
+        )
+    click.echo(f"{job}: {profile.source}")
+    click.echo(json.dumps(job_profile_to_json(profile), indent=2))

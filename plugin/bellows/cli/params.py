@@ -19,7 +19,7 @@ import re
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Final, Generic, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, NoReturn, TypeVar
 
 import click
 
@@ -33,7 +33,9 @@ from bellows.inputs import (
     parse_json,
     shown,
 )
-from bellows.scaling import ClusterProfile, JobProfile, load_cluster_profile, load_job_profile
+
+if TYPE_CHECKING:  # imported when a file is read: `--help` must not pay for NumPy
+    from bellows.scaling import ClusterProfile, JobProfile
 
 __all__ = [
     "MAX_DELTA_MIN",
@@ -339,15 +341,16 @@ T = TypeVar("T")
 
 class Document(click.ParamType[T], Generic[T]):
     """A file read by ``load`` (one of the ``bellows.scaling.load_*`` helpers, which apply
-    the limits of :func:`bellows.inputs.parse_json`); the value is what ``load`` returns."""
+    the limits of :func:`bellows.inputs.parse_json`); the value is what ``load`` returns.
+    A value that is not a path (a default given as the object itself) passes as it is."""
 
     name = "file"
 
-    def __init__(self, load: Callable[[Path], T], kind: type[T]) -> None:
-        self.load, self.kind = load, kind
+    def __init__(self, load: Callable[[Path], T]) -> None:
+        self.load = load
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, self.kind):
+        if not isinstance(value, str | os.PathLike):
             return value
         try:
             return self.load(Path(value))
@@ -355,11 +358,23 @@ class Document(click.ParamType[T], Generic[T]):
             self.fail(str(err), param, ctx)
 
 
+def _cluster_profile(path: Path) -> ClusterProfile:
+    from bellows.scaling import load_cluster_profile  # lazy, see above
+
+    return load_cluster_profile(path)
+
+
+def _job_profile(path: Path) -> JobProfile:
+    from bellows.scaling import load_job_profile  # lazy, see above
+
+    return load_job_profile(path)
+
+
 def ClusterFile() -> Document[ClusterProfile]:  # noqa: N802 (used as a type, like click.Path)
     """``--cluster PROFILE.json``: a ClusterProfile, read and checked before any work."""
-    return Document(load_cluster_profile, ClusterProfile)
+    return Document(_cluster_profile)
 
 
 def JobProfileFile() -> Document[JobProfile]:  # noqa: N802
     """A JobProfile JSON file, read and checked before any work."""
-    return Document(load_job_profile, JobProfile)
+    return Document(_job_profile)

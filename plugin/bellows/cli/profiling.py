@@ -2,6 +2,7 @@
 
 Both write the JSON documents of :mod:`bellows.scaling.documents`; ``profile`` can also wrap
 its result in a ConfigMap that a job's ``bellows.io/profile-configmap`` annotation names.
+The profiling code (NumPy, torch) is imported when a command runs, not at ``--help``.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
+from bellows.cli.choices import MAX_CLASSES, MAX_OVERLAP
 from bellows.cli.params import (
     MAX_ITERATIONS,
     BoundedInt,
@@ -27,19 +28,6 @@ from bellows.cli.params import (
     output_errors,
 )
 from bellows.jobs import MAX_GPUS, MAX_LOCAL_BATCH, MAX_PROFILE_POINTS, SpecError
-from bellows.profiling import (
-    SyntheticBatch,
-    TorchWorkload,
-    cluster_profile,
-    fit_link,
-    load_object,
-    measure_allreduce,
-    parse_shape,
-    profile_job,
-)
-from bellows.profiling.workloads import MAX_CLASSES
-from bellows.scaling import cluster_profile_to_json, job_profile_to_json, load_cluster_profile
-from bellows.scaling.profiles import MAX_OVERLAP
 
 __all__ = ["COMMANDS", "calibrate", "profile"]
 
@@ -65,7 +53,7 @@ def _write(output: Path | str, text: str) -> None:
 
 
 def _default_device() -> str:
-    import torch  # noqa: PLC0415
+    import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -157,7 +145,17 @@ def profile(
     count). The first batch that runs out of device memory ends the sweep; the largest that
     fit is the job's bellows.io/max-batch-per-gpu.
     """
-    import torch  # noqa: PLC0415
+    import torch
+    import yaml
+
+    from bellows.profiling import (
+        SyntheticBatch,
+        TorchWorkload,
+        load_object,
+        parse_shape,
+        profile_job,
+    )
+    from bellows.scaling import job_profile_to_json
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -285,7 +283,10 @@ def calibrate(
     intra-node link; the inter-node link comes from --inter-node-from or, failing that,
     is copied from the intra-node one (the profile's source says which).
     """
-    import torch  # noqa: PLC0415
+    import torch
+
+    from bellows.profiling import cluster_profile, fit_link, measure_allreduce
+    from bellows.scaling import cluster_profile_to_json, load_cluster_profile
 
     gpus = torch.cuda.device_count()
     chosen_backend = backend or ("nccl" if gpus > 0 else "gloo")

@@ -4,96 +4,96 @@ the comparison report."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.progress import Progress
 
+from bellows.cli.choices import EXPERIMENT_KEYS
+from bellows.cli.data import DATA_ENV, data_folder, given_data_folder
 from bellows.cli.params import MAX_SEED, BoundedInt, OutputDir, OutputFile, output_errors
-from bellows.scaling import default_cluster
-from bellows.sim.comparing import PolicyRun
-from bellows.sim.report import NOTES, write_report
-from bellows.sim.reproduce import (
-    BEYOND_SEED,
-    EXPERIMENTS,
-    Beyond,
-    Experiment,
-    Outcome,
-    beyond_files,
-    beyond_scenarios,
-    quick,
-    run_beyond,
-    run_experiment,
-)
+from bellows.cli.runners import make_runner_or_fail, runner_options
+
+if TYPE_CHECKING:  # the simulator, rich and matplotlib load when the command runs
+    from bellows.sim.comparing import PolicyRun, Scenario
+    from bellows.sim.reproduce import Beyond, Experiment, Outcome
+    from bellows.sim.running import Runner
 
 __all__ = ["default_data", "reproduce"]
 
-DATA_ENV = "BELLOWS_SHARED_DATA"
 BEYOND = "beyond"
-MAX_WORKERS = 64
 
 
-def default_data() -> Path:
-    """``$BELLOWS_SHARED_DATA``, else ``shared/data`` beside this checkout."""
-    override = os.environ.get(DATA_ENV)
-    if override:
-        return Path(override)
-    for base in (Path.cwd(), Path(__file__).resolve()):
-        for parent in (base, *base.parents):
-            candidate = parent.parent / "shared" / "data"
-            if (candidate / "itp").is_dir():
-                return candidate
-    return Path("../shared/data")
+def default_data() -> Path | None:
+    """``$BELLOWS_DATA`` (or ``$BELLOWS_SHARED_DATA``), else ``shared/data`` beside this
+    checkout; ``None`` when neither is there."""
+    return data_folder()
 
 
-def _run_grid(experiments: list[Experiment], progress: Progress) -> list[Outcome]:
-    cluster = default_cluster()
-    outcomes: list[Outcome] = []
-    task = progress.add_task("simulating", total=len(experiments))
-    for experiment in experiments:
-        progress.update(task, description=f"{experiment.key}: {experiment.title}")
-        outcome = run_experiment(experiment, cluster=cluster)
-        outcomes.append(outcome)
-        progress.advance(task)
-        el, ba = outcome.summaries
-        progress.console.print(
-            f"{experiment.key}: offered load {el['offered_load']:.2f}; jobs "
-            f"{el['jobs_completed']} vs {ba['jobs_completed']}; JCT "
-            f"{el['avg_jct_min']} vs {ba['avg_jct_min']} min; "
-            f"{outcome.elastic.stats.events + outcome.baseline.stats.events} events in "
-            f"{outcome.elastic.stats.wall_s + outcome.baseline.stats.wall_s:.1f} s"
-        )
-    return outcomes
+def _run(
+    experiments: list[Experiment], scenarios: list[Scenario], *, runner: Runner
+) -> tuple[list[Outcome], Beyond]:
+    """Every run on ``runner`` at once, a progress bar for the paper's part and one for
+    the policies beyond it, and a line for each as it finishes."""
+    from rich.progress import Progress
+
+    from bellows.scaling import default_cluster
+    from bellows.sim.reproduce import run_reproduction
+    from bellows.sim.running import RayUnreachableError, TaskFailedError
+
+    with Progress() as progress:
+        grid = progress.add_task("paper's experiments", total=len(experiments),
+                                 visible=bool(experiments))  # fmt: skip
+        beyond = progress.add_task(f"{BEYOND}: three policies", total=3 * len(scenarios),
+                                   visible=bool(scenarios))  # fmt: skip
+
+        def outcome_done(outcome: Outcome) -> None:
+            progress.advance(grid)
+            el, ba = outcome.summaries
+            progress.console.print(
+                f"{outcome.experiment.key}: offered load {el['offered_load']:.2f}; jobs "
+                f"{el['jobs_completed']} vs {ba['jobs_completed']}; JCT "
+                f"{el['avg_jct_min']} vs {ba['avg_jct_min']} min; "
+                f"{outcome.elastic.stats.events + outcome.baseline.stats.events} events in "
+                f"{outcome.elastic.stats.wall_s + outcome.baseline.stats.wall_s:.1f} s"
+            )
+
+        def run_done(run: PolicyRun) -> None:
+            progress.advance(beyond)
+            s = run.summary
+            progress.console.print(
+                f"{BEYOND} {run.scenario} {run.policy}: avg JCT {s['avg_jct_min']} min, p99 "
+                f"{s['p99_jct_min']}, idle beside waiting {s['idle_while_waiting_share']:.1%}, "
+                f"{s['rescales_per_job']:.2f} rescales/job in {run.wall_s:.1f} s"
+            )
+
+        try:
+            return run_reproduction(
+                experiments, scenarios, runner=runner, cluster=default_cluster(),
+                on_outcome=outcome_done, on_run=run_done,
+            )  # fmt: skip
+        except (TaskFailedError, RayUnreachableError) as err:
+            raise click.ClickException(str(err)) from None
 
 
-def _check_data(data: Path, *, is_quick: bool) -> None:
-    """Fail before any run when a real trace of *Beyond the paper* is missing."""
-    missing = [p for p in beyond_files(data, is_quick=is_quick) if not p.is_file()]
-    if missing:
-        raise click.ClickException(
-            f"{missing[0]}: not found; the real traces are read from --data "
-            f"(default ${DATA_ENV}, else shared/data beside the checkout), or leave out "
-            f"'{BEYOND}' with --only"
-        )
+def _missing(data: Path | None, *, is_quick: bool) -> Path | None:
+    """The first real trace of *Beyond the paper* not under ``data``, if any."""
+    from bellows.sim.reproduce import beyond_files
+
+    if data is None:
+        return Path("shared", "data")  # no folder at all: name the one looked for
+    return next((p for p in beyond_files(data, is_quick=is_quick) if not p.is_file()), None)
 
 
-def _run_beyond(
-    data: Path, *, is_quick: bool, seed: int, workers: int, progress: Progress
-) -> Beyond:
-    scenarios = beyond_scenarios(data, is_quick=is_quick, seed=seed)
-    task = progress.add_task(f"{BEYOND}: three policies", total=3 * len(scenarios))
+def _where(missing: Path) -> str:
+    return (
+        f"{missing}: not found; *Beyond the paper* replays the real ITP and Pollux traces: "
+        f"give their folder (the one holding itp/ and pollux/) with --data or ${DATA_ENV}"
+    )
 
-    def done(run: PolicyRun) -> None:
-        progress.advance(task)
-        s = run.summary
-        progress.console.print(
-            f"{BEYOND} {run.scenario} {run.policy}: avg JCT {s['avg_jct_min']} min, p99 "
-            f"{s['p99_jct_min']}, idle beside waiting {s['idle_while_waiting_share']:.1%}, "
-            f"{s['rescales_per_job']:.2f} rescales/job in {run.wall_s:.1f} s"
-        )
 
-    return run_beyond(scenarios, workers=workers, on_done=done)
+def _skipped_note(missing: Path) -> str:
+    return f"\n## Beyond the paper\n\nNot run: {_where(missing)}, and run this command again.\n"
 
 
 @click.command("reproduce")
@@ -104,14 +104,17 @@ def _run_beyond(
 @click.option("--out", type=OutputFile(), default="docs/reproduction.md", show_default=True)
 @click.option("--figures", type=OutputDir(), default="docs/figures", show_default=True)
 @click.option("--only", multiple=True,
-              type=click.Choice([e.key for e in EXPERIMENTS] + [BEYOND]),
+              type=click.Choice([*EXPERIMENT_KEYS, BEYOND]),
               help=f"Run only these experiment keys (e.g. fig8a; '{BEYOND}': the policies "
                    "beyond the paper).")  # fmt: skip
 @click.option("--data", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help=f"Folder of the real traces (default: ${DATA_ENV}, else shared/data "
-                   "beside the checkout).")  # fmt: skip
-@click.option("--workers", type=BoundedInt(1, MAX_WORKERS), default=1, show_default=True,
-              help=f"Runs of '{BEYOND}' at once, in separate processes.")  # fmt: skip
+              help=f"Folder of the real traces, holding itp/ and pollux/ [default: "
+                   f"${DATA_ENV}, else shared/data beside the checkout; without them "
+                   f"'{BEYOND}' is skipped].")  # fmt: skip
+@runner_options(
+    workers_help="Runs at once, in separate processes (the same numbers, sooner). "
+    "[default: 1; with --ray local: the CPUs of the machine]",
+)
 def reproduce(
     *,
     is_quick: bool,
@@ -120,35 +123,45 @@ def reproduce(
     figures: Path,
     only: tuple[str, ...],
     data: Path | None,
-    workers: int,
+    workers: int | None,
+    ray_address: str | None,
 ) -> None:
     """Run elastic vs baseline on every experiment of the paper, then paper mode, the
     event-driven baseline and Bellows mode side by side on generated and real traces;
     write OUT with figures."""
+    from bellows.sim.reproduce import BEYOND_SEED, EXPERIMENTS, beyond_scenarios, quick
+
     experiments = [e for e in EXPERIMENTS if not only or e.key in only]
     if is_quick:
         experiments = [quick(e) for e in experiments]
     if seed is not None:
         experiments = [dataclasses.replace(e, seed=seed) for e in experiments]
-    folder = default_data() if data is None else data
+    folder = data or default_data()
     with_beyond = not only or BEYOND in only
-    if with_beyond:
-        _check_data(folder, is_quick=is_quick)
-    with Progress() as progress:
-        outcomes = _run_grid(experiments, progress)
-        beyond = None
-        if with_beyond:
-            beyond = _run_beyond(
-                folder,
-                is_quick=is_quick,
-                seed=BEYOND_SEED if seed is None else seed,
-                workers=workers,
-                progress=progress,
-            )
+    missing = _missing(folder, is_quick=is_quick) if with_beyond else None
+    if missing is not None:
+        # Asked for (by --only, --data or the environment): say what is missing and stop
+        # before any run. Not asked for: the paper's part needs no data; run it without.
+        if BEYOND in only or data is not None or given_data_folder() is not None:
+            raise click.ClickException(_where(missing))
+        click.echo(f"skipping '{BEYOND}': {_where(missing)}", err=True)
+        with_beyond = False
+    scenarios = []
+    if with_beyond and folder is not None:
+        beyond_seed = BEYOND_SEED if seed is None else seed
+        scenarios = beyond_scenarios(folder, is_quick=is_quick, seed=beyond_seed)
+    runner = make_runner_or_fail(workers, ray_address, default=1)
+    outcomes, runs = _run(experiments, scenarios, runner=runner)
+    beyond = runs if scenarios else None
     command = "bellows reproduce" + (" --quick" if is_quick else "")
     command += "" if seed is None else f" --seed {seed}"
     command += "".join(f" --only {key}" for key in only)
-    command += "" if workers == 1 else f" --workers {workers}"  # the same numbers, sooner
+    command += "" if workers in (None, 1) else f" --workers {workers}"  # same numbers, sooner
+    from bellows.sim.report import NOTES, write_report  # matplotlib: only once there is a report
+
     with output_errors(out):
         write_report(outcomes, out, figures=figures, command=command, notes=NOTES, beyond=beyond)
+        if missing is not None:  # the report says why its last part is not there
+            with out.open("a", encoding="utf-8") as report:
+                report.write(_skipped_note(missing))
     click.echo(f"{out}: {len(outcomes)} experiments" + (", beyond the paper" if beyond else ""))

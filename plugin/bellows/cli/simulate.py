@@ -1,14 +1,18 @@
-"""``bellows simulate``: run a trace through the autoscaler core in the simulator."""
+"""``bellows simulate``: run a trace through the autoscaler core in the simulator.
+
+The simulator, its plots and the optimizer are imported when the command runs, not when
+``bellows simulate --help`` builds the options (see :mod:`bellows.cli.choices`).
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
-from bellows.autoscaler import AutoscalerConfig, Policy
+from bellows.cli.choices import POLICIES
 from bellows.cli.params import (
     MAX_DELTA_MIN,
     MAX_HORIZON_MIN,
@@ -21,22 +25,26 @@ from bellows.cli.params import (
     output_errors,
 )
 from bellows.jobs import MAX_GPUS, SpecError
-from bellows.scaling import ClusterProfile, default_cluster
-from bellows.sim import SimResult, run
-from bellows.sim.metrics import write_jobs_csv
-from bellows.sim.plots import plot_run
-from bellows.sim.workloads.traces import TraceJob, fit_trace, read_trace
+
+if TYPE_CHECKING:
+    from bellows.scaling import ClusterProfile
+    from bellows.sim import SimResult
+    from bellows.sim.workloads.traces import TraceJob
 
 __all__ = ["describe_run", "fit_note", "simulate"]
 
 
 def _cluster(profile: ClusterProfile | None) -> ClusterProfile:
+    from bellows.scaling import default_cluster  # lazy, see the docstring
+
     return default_cluster() if profile is None else profile
 
 
 def fit_note(trace: tuple[TraceJob, ...], gpus: int, *, source: str = "") -> tuple[TraceJob, ...]:
     """``trace`` with every ``k_max`` clamped to ``gpus`` (as the live controller does), and
     one warning line on standard error saying how many jobs that changed."""
+    from bellows.sim.workloads.traces import fit_trace
+
     fitted, clamped = fit_trace(trace, gpus, source=source)
     if clamped:
         click.echo(
@@ -67,7 +75,7 @@ def describe_run(result: SimResult) -> str:
 @click.command("simulate")
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--gpus", type=BoundedInt(1, MAX_GPUS), required=True, help="Cluster size.")
-@click.option("--policy", type=click.Choice([p.value for p in Policy]), default="elastic")
+@click.option("--policy", type=click.Choice(POLICIES), default="elastic")
 @click.option(
     "--paper",
     is_flag=True,
@@ -124,31 +132,33 @@ def simulate(
     plots: bool,
 ) -> None:
     """Simulate TRACE; write summary.json, jobs.csv and plots into OUT."""
+    from bellows.sim import run
+    from bellows.sim.grids import settings_config
+    from bellows.sim.metrics import settings_summary, write_jobs_csv
+    from bellows.sim.workloads.traces import read_trace
+
     try:
         jobs = read_trace(trace)
         given = {
-            "queue": queue, "delta_s": None if delta_min is None else delta_min * 60.0,
-            "restart_cost_s": restart_cost_s, "hysteresis": hysteresis, "backfill": backfill,
+            "mode": "paper" if paper else "bellows", "policy": policy, "queue": queue,
+            "delta_min": delta_min, "early_share": early_share, "restart_cost_s": restart_cost_s,
+            "hysteresis": hysteresis, "backfill": backfill,
         }  # fmt: skip
-        chosen = {k: v for k, v in given.items() if v is not None}
-        settings: dict[str, Any] = {"policy": Policy(policy), "early_share": early_share}
-        settings.update(chosen)
-        config = AutoscalerConfig.paper(**settings) if paper else AutoscalerConfig(**settings)
+        # the same settings, built the same way, as a sweep's cells (bellows sweep)
+        config = settings_config({k: v for k, v in given.items() if v is not None})
         jobs = fit_note(jobs, gpus, source=str(trace))
     except SpecError as error:
         raise click.ClickException(str(error)) from None
     horizon = None if horizon_min is None else horizon_min * 60.0
     result = run(jobs, gpus=gpus, config=config, cluster=_cluster(cluster), horizon_s=horizon)
-    summary = result.summary()
-    summary["policy"] = policy
-    summary["queue"] = config.queue
-    summary["delta_min"] = config.delta_s / 60.0
-    summary["restart_cost_s"] = config.restart_cost_s
+    summary = result.summary() | settings_summary(config)
     with output_errors(out):
         out.mkdir(parents=True, exist_ok=True)
         (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
         write_jobs_csv(result.jobs, out / "jobs.csv")
         if plots:
+            from bellows.sim.plots import plot_run  # matplotlib: only here
+
             queued = " + queue" if config.queue else ""
             plot_run(result, out, label=f"{trace.stem}: {config.mode} {policy}{queued}")
     click.echo(f"{out}: {describe_run(result)}")

@@ -1,13 +1,25 @@
-"""``bellows workload``: generate the paper's workloads, import real traces, check a trace."""
+"""``bellows workload``: generate the paper's workloads, import real traces, check a trace.
+
+The generators and NumPy are imported when a sub-command runs, not at ``--help`` (see
+:mod:`bellows.cli.choices`).
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import numpy as np
 
+from bellows.cli.choices import (
+    BASELINE_BATCHES,
+    CATEGORY_COUNT,
+    DEFAULT_LOAD_HIGH,
+    MAX_LOAD_HIGH,
+    MAX_WORKLOAD_MINUTES,
+    PATTERNS,
+)
 from bellows.cli.params import (
     MAX_SEED,
     BoundedInt,
@@ -18,21 +30,10 @@ from bellows.cli.params import (
     output_errors,
 )
 from bellows.jobs import MAX_GPUS, SpecError
-from bellows.scaling import ClusterProfile, default_cluster, single_gpu_throughput
-from bellows.sim.workloads.categories import CATEGORIES
-from bellows.sim.workloads.generating import (
-    DEFAULT_LOAD_HIGH,
-    MAX_LOAD_HIGH,
-    MAX_MINUTES,
-    BatchChoice,
-    Pattern,
-    WorkloadSpec,
-    arrival_rates,
-    generate,
-    literal_load_high,
-)
-from bellows.sim.workloads.importing import gpus_for_load, import_itp, import_pollux
-from bellows.sim.workloads.traces import TraceJob, read_trace, schema, write_trace
+
+if TYPE_CHECKING:
+    from bellows.scaling import ClusterProfile
+    from bellows.sim.workloads.traces import TraceJob
 
 __all__ = ["workload"]
 
@@ -40,6 +41,8 @@ _CLUSTER_HELP = "Cluster profile JSON (default: the fitted Pollux T4 cluster)."
 
 
 def _cluster(profile: ClusterProfile | None) -> ClusterProfile:
+    from bellows.scaling import default_cluster  # lazy, see the docstring
+
     return default_cluster() if profile is None else profile
 
 
@@ -49,20 +52,22 @@ def workload() -> None:
 
 
 @workload.command("generate")
-@click.option("--pattern", type=click.Choice([p.value for p in Pattern]), required=True)
-@click.option("--minutes", type=FiniteFloat(0, MAX_MINUTES, open_min=True), required=True,
+@click.option("--pattern", type=click.Choice(PATTERNS), required=True)
+@click.option("--minutes", type=FiniteFloat(0, MAX_WORKLOAD_MINUTES, open_min=True), required=True,
               help="Arrival window (a workload of at most 1,000,000 jobs).")  # fmt: skip
 @click.option(
-    "--categories", type=IntList(1, len(CATEGORIES), max_items=len(CATEGORIES)),
+    "--categories", type=IntList(1, CATEGORY_COUNT, max_items=CATEGORY_COUNT),
     default="1,2,3,4", show_default=True, help="e.g. 1 or 1,2,3,4",
 )  # fmt: skip
 @click.option("--gpus", type=BoundedInt(1, MAX_GPUS), required=True, help="Cluster size.")
 @click.option("--seed", type=BoundedInt(0, MAX_SEED), required=True)
 @click.option(
-    "--baseline-batch", type=click.Choice([b.value for b in BatchChoice]), default="random",
+    "--baseline-batch", type=click.Choice(BASELINE_BATCHES), default="random",
     show_default=True, help="Batch the fixed-batch baseline runs each job with.",
 )  # fmt: skip
-@click.option("--period-min", type=FiniteFloat(0, MAX_MINUTES, open_min=True), default=60.0)
+@click.option(
+    "--period-min", type=FiniteFloat(0, MAX_WORKLOAD_MINUTES, open_min=True), default=60.0
+)
 @click.option(
     "--load-high", type=FiniteFloat(0, MAX_LOAD_HIGH, open_min=True), default=DEFAULT_LOAD_HIGH,
     show_default=True, help="Offered load of the high rate (low = 1/4 of it).",
@@ -83,6 +88,18 @@ def generate_cmd(
     out: Path,
 ) -> None:
     """Poisson arrivals of the paper's job categories, written as JSON Lines to OUT."""
+    import numpy as np  # lazy, see the docstring
+
+    from bellows.sim.workloads.generating import (
+        BatchChoice,
+        Pattern,
+        WorkloadSpec,
+        arrival_rates,
+        generate,
+        literal_load_high,
+    )
+    from bellows.sim.workloads.traces import write_trace
+
     try:
         spec = WorkloadSpec(
             Pattern(pattern), minutes, tuple(categories), gpus,
@@ -106,6 +123,8 @@ def generate_cmd(
 def _offered(
     jobs: tuple[TraceJob, ...], gpus: int, span_s: float, cluster: ClusterProfile | None
 ) -> float:
+    from bellows.scaling import single_gpu_throughput
+
     profile = _cluster(cluster)
     asked = sum(j.spec.work / single_gpu_throughput(j.spec, profile) for j in jobs)
     return asked / (gpus * span_s)
@@ -122,6 +141,13 @@ def import_cmd(kind: str, source: Path, cluster: ClusterProfile | None, out: Pat
     The mapping of models to measured profiles and of durations to work is documented in
     docs/simulator.md.
     """
+    from bellows.sim.workloads.importing import (
+        gpus_for_load,
+        import_itp,
+        import_pollux,
+    )
+    from bellows.sim.workloads.traces import write_trace
+
     profile = _cluster(cluster)
     try:
         jobs = import_itp(source, cluster=profile) if kind == "itp" else import_pollux(source)
@@ -139,6 +165,8 @@ def import_cmd(kind: str, source: Path, cluster: ClusterProfile | None, out: Pat
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def validate_cmd(trace: Path) -> None:
     """Check TRACE against the schema and the job rules; report the first bad line."""
+    from bellows.sim.workloads.traces import read_trace
+
     try:
         jobs = read_trace(trace)
     except SpecError as error:
@@ -149,4 +177,6 @@ def validate_cmd(trace: Path) -> None:
 @workload.command("schema")
 def schema_cmd() -> None:
     """Print the JSON Schema of one trace line."""
+    from bellows.sim.workloads.traces import schema
+
     click.echo(json.dumps(schema(), indent=2))

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from bellows import jobs
 from bellows.inputs import SpecError, check_name, parse_float, parse_int, parse_json, parse_time
 from bellows.scaling import JobProfile, parse_job_profile
+from bellows.scaling.profiles import DEFAULT_PRIOR
 
 __all__ = [
     "ALLOCATION",
@@ -72,6 +73,7 @@ SUSPENDED_AT = PREFIX + "suspended-at"  # when Bellows last set suspend=true (RF
 ALLOCATION = PREFIX + "allocation"  # "k=4,b=128": the allocation the job runs with
 PROGRESS = PREFIX + "progress"  # "samples=1.2e6,at=<RFC 3339>": done when last resumed
 STATUS = PREFIX + "status"  # one human-readable line: what Bellows did or refused
+FIT = PREFIX + "fit"  # JobProfile JSON: the profile refitted to the job's progress reports
 
 DEFAULT_PROFILE_KEY = "profile.json"
 PROFILE_MAX_BYTES = 64 * 1024  # a profile is a few hundred bytes; annotations hold 256 KiB
@@ -156,7 +158,7 @@ def _profile(annotations: Mapping[str, str]) -> JobProfile | ConfigMapRef:
     if inline is not None:
         return parse_profile_text(PROFILE, inline)
     if ref is None:
-        raise SpecError(PROFILE, None, f"a JobProfile JSON document, or set {PROFILE_CONFIGMAP}")
+        return DEFAULT_PRIOR  # schedulable at once; the controller learns the job's speed
     name, _, key = ref.partition("/")
     if not _DNS_NAME.fullmatch(name) or (key and not _CONFIGMAP_KEY.fullmatch(key)):
         raise SpecError(PROFILE_CONFIGMAP, ref, "'<configmap-name>' or '<configmap-name>/<key>'")

@@ -10,8 +10,19 @@ the same band bounds, a windowed DP that keeps one small choice per state; it ne
 JAX), ``"dense"`` (the JAX DP over every GPU count), ``"band"`` (the JAX DP confined to the
 provably optimal band, see :func:`bellows.optimizer.kernels.make_bands`; bounds and DP run in
 one dispatch at a width guessed from the last call, and again, wider, if the guess was short;
-it falls back to dense when the band is no narrower), and ``"auto"``, which picks by size from
-the measurements in ``docs/optimizer.md``. All return the same allocation.
+it falls back to dense when the band is no narrower), and ``"auto"``, which picks by size and
+counts what compiling costs (below). All return the same allocation.
+
+``"auto"`` and compile cost: a JAX kernel is compiled once per padded shape, and that first
+call costs seconds (XLA; 4 to 24 s measured on the 2-core machine, see docs/optimizer.md)
+where the NumPy engine solves a simulator-sized round in milliseconds. So ``auto`` rents
+before it buys, per padded shape: it runs the NumPy engine and adds up its estimated time
+(``NUMPY_S_PER_CELL`` per DP cell) until that reaches ``COMPILE_S``, the measured cost of one
+compile, and only then goes to JAX (the ski-rental rule: never worse than twice the better
+of the two choices made in hindsight). A shape already compiled in this process goes to JAX
+at once, and inside :meth:`RentRule.compiling` (a controller's start-up rehearsal) every
+shape is compiled at once. Below ``NUMPY_BELOW`` cells the NumPy engine beats even a
+compiled JAX dispatch. Whichever path runs, the allocation is the same.
 
 JAX (and :mod:`bellows.optimizer.kernels`) is imported the first time a JAX path runs, not
 before: importing it costs ~125 MiB of RSS, which the live controller (``"numpy"``) never pays.
@@ -19,8 +30,10 @@ before: importing it costs ~125 MiB of RSS, which the live controller (``"numpy"
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -33,7 +46,16 @@ from bellows.optimizer.windowed import solve_windowed
 if TYPE_CHECKING:
     from bellows.optimizer import kernels
 
-__all__ = ["Method", "Solution", "allocate", "bucket", "solve_rows"]
+__all__ = [
+    "RENT",
+    "Method",
+    "RentRule",
+    "Solution",
+    "allocate",
+    "bucket",
+    "padded_shape",
+    "solve_rows",
+]
 
 Method = Literal["auto", "numpy", "dense", "band"]
 METHODS: tuple[str, ...] = ("auto", "numpy", "dense", "band")
@@ -43,7 +65,14 @@ METHODS: tuple[str, ...] = ("auto", "numpy", "dense", "band")
 # paths win at every size measured (the engine's per-row NumPy calls cost ~5 us a row).
 NUMPY_BELOW = 800
 BAND_FROM = 8_000_000  # from here the band pass (about 1 ms) pays for itself
+# The rent rule (module docstring), from benchmarks/optimizer.py on the 2-core machine: the
+# NumPy engine took 42.7 ms at 1.3e7 cells (200 jobs x 1 000 GPUs x k_max 64), ~3.3 ns a
+# cell; the first call of a new JAX shape took 4.3 s (dense) to 24 s (band), of which ~1.5 s
+# is importing JAX. COMPILE_S is the low end, so a long run still reaches JAX.
+NUMPY_S_PER_CELL = 3e-9
+COMPILE_S = 2.0
 Gpus = npt.NDArray[np.int64]
+Shape = tuple[int, int, int]  # padded (rows, k_max, dense width): one compiled kernel set
 
 
 @dataclass(frozen=True)
@@ -87,6 +116,50 @@ _last_width: dict[tuple[int, int], int] = {}
 FIRST_WIDTH = 64
 
 
+def padded_shape(rows: int, k_max: int, capacity: int) -> Shape:
+    """The padded shape (rows, k_max, dense width) one JAX call of this size compiles for."""
+    return (bucket(rows, minimum=8), bucket(k_max, minimum=1), bucket(capacity + 1, minimum=8))
+
+
+@dataclass
+class RentRule:
+    """``auto``'s choice past ``NUMPY_BELOW`` (the module docstring): per padded shape, the
+    estimated NumPy seconds spent so far, and the shapes whose JAX kernels are compiled."""
+
+    compile_s: float = COMPILE_S
+    s_per_cell: float = NUMPY_S_PER_CELL
+    spent: dict[Shape, float] = field(default_factory=dict)
+    compiled: set[Shape] = field(default_factory=set)
+    buying: int = 0  # > 0 inside :meth:`compiling`
+
+    def uses_jax(self, shape: Shape, cells: int) -> bool:
+        """Whether this call goes to JAX; if not, its NumPy estimate is added to the rent."""
+        if shape in self.compiled or self.buying:
+            return True
+        spent = self.spent.get(shape, 0.0)
+        if spent >= self.compile_s:
+            return True
+        self.spent[shape] = spent + self.s_per_cell * cells
+        return False
+
+    def mark_compiled(self, shape: Shape) -> None:
+        """Record that ``shape``'s kernels are compiled (``auto`` then uses them at once)."""
+        self.compiled.add(shape)
+
+    @contextlib.contextmanager
+    def compiling(self) -> Iterator[None]:
+        """Inside, ``auto`` buys at once: every shape past ``NUMPY_BELOW`` goes to JAX and is
+        compiled now (a controller's start-up rehearsal, so that its rounds find them)."""
+        self.buying += 1
+        try:
+            yield
+        finally:
+            self.buying -= 1
+
+
+RENT = RentRule()  # this process's: kernels compiled here serve every later call
+
+
 def _pad(rows: Values, jobs: int, k_max: int) -> Values:
     padded = np.full((jobs, k_max + 1), -np.inf)  # [jobs, k_max+1]
     padded[: rows.shape[0], : rows.shape[1]] = rows
@@ -107,7 +180,10 @@ def solve_rows(rows: Values, capacity: int, *, method: Method = "auto") -> Solut
     most_total = int((cols - 1 - np.argmax(np.isfinite(rows[:, ::-1]), axis=1)).sum())
     capacity = min(capacity, most_total)
     cells = n * (capacity + 1) * cols
-    if method == "numpy" or (method == "auto" and cells < NUMPY_BELOW):
+    if method == "numpy" or (
+        method == "auto"
+        and (cells < NUMPY_BELOW or not RENT.uses_jax(padded_shape(n, cols - 1, capacity), cells))
+    ):
         return Solution(*solve_windowed(rows, capacity), "numpy")
     return _solve_jax(
         rows, capacity, band=method == "band" or (method == "auto" and cells >= BAND_FROM)
@@ -119,8 +195,10 @@ def _solve_jax(rows: Values, capacity: int, *, band: bool) -> Solution:
     import jax  # noqa: PLC0415 - lazy: only the JAX paths pay for it
 
     n, cols = rows.shape
-    padded = _pad(rows, bucket(n, minimum=8), bucket(cols - 1, minimum=1))
-    dense = bucket(capacity + 1, minimum=8)
+    shape = padded_shape(n, cols - 1, capacity)
+    padded = _pad(rows, shape[0], shape[1])
+    dense = shape[2]
+    RENT.mark_compiled(shape)  # compiled by the time this call returns
     with jax.enable_x64(True):
         if band:
             banded = _banded_solve(padded, capacity, dense)

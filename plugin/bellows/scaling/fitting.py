@@ -32,6 +32,7 @@ __all__ = [
     "fit_cluster_profile",
     "fit_job_profile",
     "fit_step_profile",
+    "levenberg_marquardt",
     "predict_step_time",
 ]
 
@@ -56,6 +57,31 @@ def predict_step_time(
     weights = profile.weights if generic else profile.effective_weights
     compute = processing_seconds(profile.step, row.local_batch)
     return cluster.combine(compute, cluster.allreduce_seconds(weights, row.gpus, nodes=row.nodes))
+
+
+def _step_times(
+    rows: Sequence[StepMeasurement], step: StepProfile, cluster: ClusterProfile
+) -> Callable[[int], F64]:
+    """:func:`predict_step_time` of every row for a given parameter count, vectorized.
+
+    The same operations in the same order as ``ClusterProfile.allreduce_seconds`` and
+    ``ClusterProfile.combine``, on arrays: what the ``commWeights`` search evaluates a few
+    hundred times over all of a job's multi-GPU rows.
+    """
+    compute = np.array([processing_seconds(step, r.local_batch) for r in rows])
+    gpus = np.array([float(r.gpus) for r in rows])
+    one_node = np.array([r.nodes == 1 for r in rows])
+    latency = np.where(one_node, cluster.intra_node.latency, cluster.inter_node.latency)
+    per_weight = np.where(one_node, cluster.intra_node.per_weight, cluster.inter_node.per_weight)
+    g = cluster.overlap
+
+    def times(weights: int) -> F64:
+        comm = latency * (gpus - 1) + per_weight * weights * 2.0 * (gpus - 1) / gpus
+        comm = np.where(gpus > 1, comm, 0.0)
+        combined = compute + comm if g == 1.0 else (compute**g + comm**g) ** (1.0 / g)
+        return np.asarray(np.where(comm > 0.0, combined, compute), dtype=np.float64)
+
+    return times
 
 
 @dataclass(frozen=True)
@@ -86,7 +112,7 @@ def _design(samples: Sequence[FitSample]) -> tuple[F64, F64, F64, F64, F64, F64]
     return c, w, k, x, y, 2.0 * (k - 1) / k
 
 
-def _levenberg_marquardt(residual: Callable[[F64], F64], theta: F64, *, steps: int = 200) -> F64:
+def levenberg_marquardt(residual: Callable[[F64], F64], theta: F64, *, steps: int = 200) -> F64:
     """Minimise ``sum(residual(theta)**2)``; forward-difference Jacobian, adaptive damping."""
     damping = 1e-3
     r = residual(theta)
@@ -146,7 +172,7 @@ def fit_cluster_profile(
         return np.asarray(np.log(t) - log_y, dtype=np.float64)
 
     start = np.array([math.log(1e-3), math.log(1e-9), math.log(1e-3), math.log(5e-9), -2.0])
-    theta = _levenberg_marquardt(residual, start)
+    theta = levenberg_marquardt(residual, start)
     (a_n, b_n, a_r, b_r), gamma = unpack(theta)
     return ClusterProfile(
         intra_node=LinkCost(float(a_n), float(b_n)),
@@ -178,10 +204,10 @@ def fit_job_profile(
     if cluster is None or not multi:
         return profile
     measured = np.log(np.array([r.step_time for r in multi]))
+    predict = _step_times(multi, step, cluster)
 
     def loss(log_w: float) -> float:
-        trial = JobProfile(weights=max(1, round(math.exp(log_w))), step=step)
-        predicted = [predict_step_time(trial, cluster, r, generic=True) for r in multi]
+        predicted = predict(max(1, round(math.exp(log_w))))
         return float(np.sum((np.log(predicted) - measured) ** 2))
 
     # the fitted count stays a valid profile value: at most MAX_WEIGHTS, at least 1

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from bellows.jobs import SpecError, StepProfile
 
 __all__ = [
+    "DEFAULT_PRIOR",
     "MAX_OVERLAP",
     "ClusterProfile",
     "JobProfile",
@@ -140,3 +141,14 @@ class JobProfile:
     def effective_weights(self) -> int:
         """Parameter count that drives Allreduce time: the fitted one if any, else ``weights``."""
         return self.weights if self.comm_weights is None else self.comm_weights
+
+
+DEFAULT_PRIOR = JobProfile(
+    weights=25_557_032,
+    step=StepProfile((20, 200), (0.146, 0.922)),
+    source="Bellows' default prior (a ResNet-50-sized model): the job has no profile",
+)
+"""The profile of a job that gives none (docs/user-guide-annotations.md): a ResNet-50-sized
+model (25.6 M parameters, 0.146 s per step at 20 samples per GPU, 0.922 s at 200). It makes
+the job schedulable at once; the controller refits it to the job's progress reports
+(:mod:`bellows.scaling.online`), so a wrong guess costs the first rounds, not the whole job."""

@@ -28,6 +28,7 @@ from bellows.scaling.profiles import ClusterProfile
 
 __all__ = [
     "TsfTables",
+    "candidate_count",
     "processing_seconds_rows",
     "throughput_table",
     "tsf_tables",
@@ -141,6 +142,12 @@ def _candidates(profile: StepProfile, limit: int) -> list[int]:
     return sorted(out)
 
 
+def candidate_count(job: JobSpec) -> int:
+    """How many per-GPU batches :func:`tsf_tables` weighs for ``job`` (its elastic cost): a
+    table pads every row to its longest, so callers batch jobs of similar counts together."""
+    return len(_candidates(job.profile, min(job.m_max, job.b_max))) + 1
+
+
 def tsf_tables(
     jobs: Sequence[JobSpec],
     cluster: ClusterProfile,
@@ -211,35 +218,59 @@ def _best_local_batches(
     """Per job and k, the highest throughput over the candidate per-GPU batches and the
     batch that gives it (the first maximum, as one argmax over every candidate).
 
-    Candidates are evaluated in chunks, so that memory stays bounded whatever a profile
-    holds; the largest feasible ``m`` (``hi``, per k) is the last candidate.
+    ``t_proc`` depends on the per-GPU batch alone, so it is computed once per job and
+    candidate (``[n, c]``) and only the combination with ``t_ar`` runs per GPU count; the
+    largest feasible ``m`` (``hi``, one per k) is the last candidate and is weighed after
+    the others. Candidates are evaluated in chunks, so that memory stays bounded whatever a
+    profile holds. Every value is the one the scalar rule gives, to the last bit.
     """
     n, columns = lo.shape
     col = np.arange(columns, dtype=np.int64)[None, :]
     lists = [_candidates(job.profile, min(job.m_max, job.b_max)) for job in jobs]
     size = max(len(c) for c in lists)
-    cand = np.zeros((n, size + 1), dtype=np.int64)
+    cand = np.zeros((n, size), dtype=np.int64)  # 0 pads: never usable (m >= 1)
     for j, c in enumerate(lists):
         cand[j, : len(c)] = c
+    t_cand = processing_seconds_rows(knots, np.maximum(cand, 1).astype(np.float64))  # [n, c]
+    mix = _Mixer(cluster, tar)
     x_best = np.full((n, columns), -np.inf)
     m_best = np.zeros((n, columns), dtype=np.int64)
     chunk = max(1, _CHUNK_ELEMENTS // (n * columns))
-    for first in range(0, size + 1, chunk):
-        part = cand[:, first : first + chunk]  # [n, c]
-        m = np.broadcast_to(part[:, None, :], (n, columns, part.shape[1])).copy()
-        if first + part.shape[1] == size + 1:
-            m[:, :, -1] = hi
+    for first in range(0, size, chunk):
+        m = cand[:, None, first : first + chunk]  # [n, 1, c]
         usable = (m >= lo[:, :, None]) & (m <= hi[:, :, None]) & (m >= 1) & feasible[:, :, None]
         m_safe = np.where(usable, m, 1).astype(np.float64)
-        t_proc = processing_seconds_rows(knots, m_safe.reshape(n, -1)).reshape(m_safe.shape)
-        t_iter = _combine(cluster, t_proc, np.broadcast_to(tar[:, :, None], t_proc.shape))
+        t_iter = mix.iteration(t_cand[:, None, first : first + chunk])  # [n, columns, c]
         x = np.where(usable, col[:, :, None] * m_safe / t_iter, -np.inf)
         best = np.argmax(x, axis=-1)[:, :, None]
         x_part = np.take_along_axis(x, best, axis=-1)[:, :, 0]
         better = x_part > x_best
         x_best = np.where(better, x_part, x_best)
-        m_best = np.where(better, np.take_along_axis(m, best, axis=-1)[:, :, 0], m_best)
-    return x_best, m_best
+        m_best = np.where(
+            better, np.take_along_axis(np.broadcast_to(m, x.shape), best, -1)[:, :, 0], m_best
+        )
+    usable_hi = (hi >= lo) & (hi >= 1) & feasible
+    m_hi = np.where(usable_hi, hi, 1).astype(np.float64)  # [n, columns]
+    t_hi = processing_seconds_rows(knots, m_hi)
+    x_hi = np.where(usable_hi, col * m_hi / _combine(cluster, t_hi, tar), -np.inf)
+    better = x_hi > x_best
+    return np.where(better, x_hi, x_best), np.where(better, hi, m_best)
+
+
+class _Mixer:
+    """:func:`_combine` of per-candidate ``t_proc`` (``[n, 1, c]``) with per-k ``t_ar``
+    (``[n, k]``), the powers of each taken once before broadcasting (same bits)."""
+
+    def __init__(self, cluster: ClusterProfile, tar: F64) -> None:
+        self.g = cluster.overlap
+        self.tar = tar[:, :, None]  # [n, k, 1]
+        self.tar_g = self.tar if self.g == 1.0 else self.tar**self.g
+
+    def iteration(self, compute: F64) -> F64:
+        if self.g == 1.0:
+            return np.asarray(compute + self.tar, dtype=np.float64)
+        mixed = (compute**self.g + self.tar_g) ** (1.0 / self.g)
+        return np.asarray(np.where(self.tar > 0, mixed, compute), dtype=np.float64)
 
 
 def _finish(x: F64, b: I64, ok: npt.NDArray[np.bool_], x1: F64) -> TsfTables:

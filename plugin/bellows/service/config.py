@@ -171,6 +171,23 @@ class ControllerSettings:
             open_min=True,
         ),
     )
+    learn_progress: bool = field(
+        default=True,
+        metadata=doc(
+            "consume the jobs' progress reports: refit their speed, measure their restarts, "
+            "count their samples (docs/events.md)"
+        ),
+    )
+    stall_after_s: float = field(
+        default=900.0,
+        metadata=bounded(
+            "seconds without a progress report after which a job that reported is flagged "
+            "stalled (an Event and bellows_job_stalled); it is not touched otherwise",
+            minimum=0.0,
+            maximum=7 * _DAY,
+            open_min=True,
+        ),
+    )
     optimizer: OptimizerPath = field(
         default=OptimizerPath.NUMPY,
         metadata=doc("numpy (no JAX, least memory) or auto, dense, band (JAX); same decisions"),

@@ -20,7 +20,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from bellows.bus.settings import Secret
@@ -62,8 +62,10 @@ class ConfigError(ValueError):
         self.valid = valid
         self.source = source
         where = f" (from {source})" if source else ""
-        # shown(): a hostile value (a 1 MiB string, a 5000-digit int) stays one short line
-        super().__init__(f"{key}={shown(value)}{where} is invalid: expected {valid}")
+        # shown(): a hostile value (a 1 MiB string, a 5000-digit int) stays one short line;
+        # a file's path, given by the operator and bounded by the OS, is shown whole
+        text = repr(str(value)) if isinstance(value, PurePath) else shown(value)
+        super().__init__(f"{key}={text}{where} is invalid: expected {valid}")
 
 
 class InvalidValueError(ValueError):

@@ -101,14 +101,14 @@ def read_config_file(path: Path) -> Any:
         with path.open("rb") as stream:
             data = stream.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
-        raise ConfigError("--config", str(path), f"a readable file ({exc.strerror})") from None
+        raise ConfigError("--config", path, f"a readable file ({exc.strerror})") from None
     if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError("--config", str(path), f"a file of at most {MAX_CONFIG_BYTES} bytes")
+        raise ConfigError("--config", path, f"a file of at most {MAX_CONFIG_BYTES} bytes")
     try:
         text = data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         raise ConfigError(
-            "--config", str(path), f"a UTF-8 text file (byte {exc.start} is not UTF-8)"
+            "--config", path, f"a UTF-8 text file (byte {exc.start} is not UTF-8)"
         ) from None
     try:
         loader = _BoundedLoader(text)
@@ -117,6 +117,6 @@ def read_config_file(path: Path) -> Any:
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
-        raise ConfigError("--config", str(path), f"valid YAML ({_where(exc)})") from None
+        raise ConfigError("--config", path, f"valid YAML ({_where(exc)})") from None
     except DATA_ERRORS as exc:  # a value YAML matched by pattern but could not build
-        raise ConfigError("--config", str(path), f"valid YAML ({brief(exc)})") from None
+        raise ConfigError("--config", path, f"valid YAML ({brief(exc)})") from None

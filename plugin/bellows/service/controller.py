@@ -38,7 +38,7 @@ import structlog
 from bellows.autoscaler import Autoscaler, Decision, Preempt, Reject, Rescale, Start
 from bellows.bus import Event, JobArrived, JobCompleted, PartlyAppliedError
 from bellows.inputs import DATA_ERRORS, SpecError, brief
-from bellows.jobs import Allocation, fit_to_cluster
+from bellows.jobs import Allocation, JobSpec, fit_to_cluster
 from bellows.kube import (
     KINDS,
     ActuationError,
@@ -57,6 +57,7 @@ from bellows.kube import (
 )
 from bellows.kube.journal import Journal, Phase
 from bellows.kube.kinds import finished_state, running_since
+from bellows.optimizer.solving import RENT
 from bellows.service.ledger import Ledger
 
 __all__ = ["Controller", "ControllerObserver", "EventsNotTakenError", "NullControllerObserver"]
@@ -250,14 +251,16 @@ class Controller:
         kinds = {self._auto.job(name).category: name for name in names}
         started = self._timer()
         later = now + 1.0
-        for name in kinds.values():
-            leaving = copy.deepcopy(self._auto)
-            leaving.finish(name, later)
-            leaving.step(later)
-            coming = copy.deepcopy(self._auto)
-            spec = self._auto.job(name)
-            coming.arrive(dataclasses.replace(spec, name=f"{spec.name}-rehearsal"), later)
-            coming.step(later)
+        # "auto" would rent NumPy for a new shape (docs/optimizer.md): here it compiles now
+        with RENT.compiling():
+            for name in kinds.values():
+                leaving = copy.deepcopy(self._auto)
+                leaving.finish(name, later)
+                leaving.step(later)
+                coming = copy.deepcopy(self._auto)
+                spec = self._auto.job(name)
+                coming.arrive(dataclasses.replace(spec, name=f"{spec.name}-rehearsal"), later)
+                coming.step(later)
         if kinds:
             _log.info("rebuild.rehearsed", seconds=round(self._timer() - started, 3))
 
@@ -325,6 +328,21 @@ class Controller:
                     await self.retry_pending()
             except Exception as err:  # the next attempt comes in retry_s
                 _log.warning("controller.housekeeping_failed", error=brief(err))
+
+    async def revise(self, spec: JobSpec, *, done: float | None, since: float | None) -> bool:
+        """What progress taught about a job, for the core's next round (see
+        :meth:`Autoscaler.revise`; ``since`` on this clock). Whether the core took it."""
+        async with self._lock:
+            now = self._clock.now()
+            at = None if since is None else min(since, now)
+            return self._auto.revise(spec, now, done=done, since=at)
+
+    async def notify(self, job: str, reason: str, message: str) -> None:
+        """A warning Event on ``job`` (best effort, nothing else written)."""
+        try:
+            await self._actuator.notify(job, reason, message, warning=True)
+        except ActuationError as err:
+            _log.warning("job.notify_failed", job=job, error=str(err))
 
     async def set_capacity(self, gpus: int) -> None:
         """The cluster's GPUs changed (nodes lost or added). When the running jobs no longer

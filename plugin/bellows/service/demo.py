@@ -8,6 +8,9 @@ simulator, and the two summaries are set side by side with the paper's own
 simulator-vs-cluster tolerances (jobs completed within 5 %, SJS efficiency within 5 %, drop
 ratio within 4 points). Both runs use one mode: Bellows mode by default (starts at events,
 rounds on the core's Δ grid), or the paper's (``paper=True``: one round per Δ window).
+With ``wrong_priors`` the jobs train at another speed than annotated and report progress,
+the controller learns online (or not: ``learn=False``), and the simulator half replays the
+true profiles (:mod:`bellows.service.wrong_priors`).
 """
 
 from __future__ import annotations
@@ -40,11 +43,13 @@ from bellows.kube import Actuator, JobReader, KubeApi
 from bellows.kube.emulator import EmulatedCluster
 from bellows.optimizer import Method
 from bellows.scaling import ClusterProfile, default_cluster
+from bellows.scaling.online import SpeedFactors
 from bellows.service.clock import ServiceClock
 from bellows.service.controller import Controller
 from bellows.service.ledger import Ledger
 from bellows.service.replay import job_manifest, manifest_name, unique_names
 from bellows.service.watching import kube_bridges
+from bellows.service.wrong_priors import learning_tasks, true_speeds, true_trace
 from bellows.sim import run as simulate
 from bellows.sim.metrics import JobRecord, summarize
 from bellows.sim.workloads import TraceJob
@@ -72,6 +77,10 @@ class DemoOptions:
     restart_cost_s: float | None = None  # None: the mode's (0 paper, 60 s Bellows)
     drain_factor: float = 4.0  # give up waiting after drain_factor x minutes
     paper: bool = False
+    # jobs train at another speed than annotated (bellows.service.wrong_priors); the
+    # simulator half then replays the true profiles; learn: the controller learns online
+    wrong_priors: bool = False
+    learn: bool = True
 
     def config(self, *, optimizer: Method = "auto") -> AutoscalerConfig:
         """The core's settings for both runs (the live core's Δ is set by the caller)."""
@@ -157,7 +166,11 @@ def compare(live: dict[str, Any], simulated: dict[str, Any]) -> tuple[Bound, ...
 
 
 @contextlib.asynccontextmanager
-async def _stack(options: DemoOptions, cluster: ClusterProfile) -> AsyncIterator[dict[str, Any]]:
+async def _stack(
+    options: DemoOptions,
+    cluster: ClusterProfile,
+    true_speed: Callable[[str, str], SpeedFactors | None] | None = None,
+) -> AsyncIterator[dict[str, Any]]:
     async with (
         running_nats_server() as nats_server,
         EmulatedCluster(
@@ -166,6 +179,7 @@ async def _stack(options: DemoOptions, cluster: ClusterProfile) -> AsyncIterator
             restart_cost_s=options.config().restart_cost_s,
             cluster=cluster,
             namespaces=(NAMESPACE,),
+            true_speed=true_speed,
         ) as kube,
     ):
         settings = NatsSettings(servers=(nats_server.url,), ack_wait_s=30.0)
@@ -195,11 +209,14 @@ async def run_demo(
     started = timer()
     cluster = default_cluster()
     trace = workload(options, cluster)
-    # the deployed controller's default path (no JAX); the simulator uses "auto"
+    # The engines differ on purpose, so that agreeing checks both: the live controller runs
+    # the NumPy engine, the simulator a JAX path ("dense": "auto" would pick NumPy at these
+    # sizes, see docs/optimizer.md).
     live_config = options.config(optimizer="numpy")
     delta_s = live_config.delta_s
     horizon_s = options.minutes * 60.0
-    async with _stack(options, cluster) as parts:
+    truth = true_speeds(trace) if options.wrong_priors else None
+    async with _stack(options, cluster, truth) as parts:
         settings: NatsSettings = parts["settings"]
         js = parts["js"]
         api = KubeApi(parts["kube"].api_client())
@@ -241,6 +258,13 @@ async def run_demo(
         tasks.append(
             asyncio.create_task(controller.keep_house(stop, retry_s=0.2, speedup=clock.speedup))
         )
+        if options.wrong_priors:
+            tasks += await learning_tasks(
+                kube=parts["kube"], js=js, settings=settings, controller=controller, api=api,
+                cluster=cluster, now=clock.now, wall_to_clock=clock.at, speedup=options.speedup,
+                restart_cost_s=live_config.restart_cost_s, namespace=NAMESPACE,
+                learn=options.learn, stop=stop,
+            )  # fmt: skip
         progress = Progress(total=len(trace))
         try:
             await _replay_and_wait(
@@ -256,10 +280,11 @@ async def run_demo(
         records = ledger.records()
     live = summarize(records, gpus=options.gpus, horizon_s=horizon_s, span_s=horizon_s)
     live["mode"] = live_config.mode.value
+    oracle = true_trace(trace) if options.wrong_priors else trace  # decisions on the truth
     sim = simulate(
-        fit_trace(trace, options.gpus)[0],  # k_max clamped to the cluster, as the controller does
+        fit_trace(oracle, options.gpus)[0],  # k_max clamped, as the controller does
         gpus=options.gpus,
-        config=options.config(optimizer="auto"),
+        config=options.config(optimizer="dense"),
         cluster=cluster,
         horizon_s=horizon_s,
     )

@@ -86,6 +86,18 @@ class Metrics:
         self.apply_failures = Counter(
             "bellows_apply_failures", "Δ windows whose apply failed (redelivered)", registry=r
         )
+        self.progress_rejected = Counter(
+            "bellows_progress_rejected",
+            "Progress reports dropped, by reason (invalid, not_running, stale, backwards...)",
+            ["reason"],
+            registry=r,
+        )
+        self.job_stalled = Gauge(
+            "bellows_job_stalled",
+            "1 for each running job silent for longer than controller.stallAfterSeconds",
+            ["job"],
+            registry=r,
+        )
         self.apply_seconds = Histogram(
             "bellows_apply_seconds",
             "Time to apply one Δ window (optimizer and Kubernetes patches)",

@@ -42,6 +42,7 @@ from bellows.service.health import Health, serving
 from bellows.service.leader import LeaderElector, default_identity
 from bellows.service.logging import configure_logging
 from bellows.service.metrics import Metrics
+from bellows.service.progress_loop import start_progress_loop
 from bellows.service.watching import kube_bridges
 
 __all__ = ["kube_api_client", "read_capacity", "run_bridge", "run_controller"]
@@ -317,6 +318,14 @@ async def run_controller(
                     controller.keep_house(either, retry_s=RETRY_S, speedup=clock.speedup)
                 )
                 helpers = [retrier, *_capacity_watch(config, api, controller)]
+                if config.controller.learn_progress:
+                    learning = start_progress_loop(
+                        js, config.nats, controller=controller, api=api, cluster=cluster,
+                        stall_after_s=config.controller.stall_after_s, now=clock.now,
+                        wall_to_clock=clock.at,
+                        namespaces=_namespaces(config), metrics=metrics, stop=either,
+                    )  # fmt: skip
+                    helpers.append(await learning)
                 try:
                     await pump.run(either)
                 finally:

@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import csv
 import math
-import multiprocessing
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -38,6 +36,7 @@ from bellows.jobs import MAX_GPUS
 from bellows.scaling import ClusterProfile, default_cluster
 from bellows.sim.engine import SimResult, run
 from bellows.sim.metrics import write_jobs_csv
+from bellows.sim.running import Finished, Runner, Task, collect, make_runner
 from bellows.sim.workloads.generating import BatchChoice, Pattern, WorkloadSpec, generate
 from bellows.sim.workloads.importing import gpus_for_load, import_itp, import_pollux
 from bellows.sim.workloads.traces import TraceJob, fit_trace
@@ -57,6 +56,7 @@ __all__ = [
     "jobs_csv_over_commit",
     "median_row",
     "policies",
+    "policy_tasks",
     "row",
     "run_many",
     "run_policy",
@@ -200,41 +200,54 @@ def run_policy(
     )  # fmt: skip
 
 
-def _run_task(task: tuple[Scenario, str, float, bool]) -> PolicyRun:
-    """One run in a worker process (a module-level function, so that it pickles)."""
-    scenario, policy, restart_s, keep = task
+def _run_task(scenario: Scenario, policy: str, restart_s: float, keep: bool) -> PolicyRun:
+    """One run wherever a runner puts it (a module-level function, so that it pickles)."""
     return run_policy(scenario, policy, restart_s=restart_s, keep_result=keep)
+
+
+def _task_key(scenario: Scenario, policy: str) -> str:
+    return f"{scenario.key}/{policy}"
+
+
+def policy_tasks(
+    tasks: Sequence[tuple[Scenario, str]],
+    *,
+    restart_s: float = DEFAULT_RESTART_S,
+    keep_results: bool = False,
+) -> list[Task]:
+    """Each ``(scenario, policy)`` as a :class:`~bellows.sim.running.Task` whose value is
+    its :class:`PolicyRun` (keyed ``scenario/policy``). Replays of real traces are the
+    longest runs: they are marked so, so that a parallel runner starts them first."""
+    return [
+        Task(
+            _task_key(s, p), _run_task, (s, p, restart_s, keep_results),
+            cost=1.0 if s.source is Source.GENERATED else 2.0,
+        )
+        for s, p in tasks
+    ]  # fmt: skip
 
 
 def run_many(
     tasks: Sequence[tuple[Scenario, str]],
     *,
     workers: int = 1,
+    runner: Runner | None = None,
     restart_s: float = DEFAULT_RESTART_S,
     keep_results: bool = False,
     on_done: Callable[[PolicyRun], None] = lambda _: None,
 ) -> list[PolicyRun]:
-    """Run every ``(scenario, policy)``, ``workers`` at a time in separate processes (in
-    this one when ``workers`` is 1); results come back in the order of ``tasks``.
+    """Run every ``(scenario, policy)`` on ``runner`` (default: ``workers`` local processes,
+    or this one when ``workers`` is 1; see :mod:`bellows.sim.running`), ``on_done`` called
+    as each finishes; results come back in the order of ``tasks``. A run that fails twice
+    raises :class:`~bellows.sim.running.TaskFailedError` once the others have finished."""
 
-    Workers are spawned, not forked: the optimizer may have loaded JAX, which must not be
-    forked.
-    """
-    work = [(s, p, restart_s, keep_results) for s, p in tasks]
-    if workers <= 1:
-        out = []
-        for task in work:
-            out.append(_run_task(task))
-            on_done(out[-1])
-        return out
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = [pool.submit(_run_task, task) for task in work]
-        results = []
-        for future in futures:
-            results.append(future.result())
-            on_done(results[-1])
-    return results
+    def done(finished: Finished) -> None:
+        if finished.ok:
+            on_done(finished.value)
+
+    work = policy_tasks(tasks, restart_s=restart_s, keep_results=keep_results)
+    values = collect(runner or make_runner(workers), work, {}, on_done=done)
+    return [values[_task_key(s, p)] for s, p in tasks]
 
 
 # ---------------------------------------------------------------- jobs.csv, as a user reads it

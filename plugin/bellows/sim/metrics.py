@@ -12,6 +12,7 @@ time) and the share of capacity x time that sat idle while some job waited.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from bellows.autoscaler import AutoscalerConfig
 from bellows.jobs import JobSpec
 
 __all__ = [
@@ -27,7 +29,9 @@ __all__ = [
     "Segment",
     "Usage",
     "completed_over_time",
+    "jobs_csv_text",
     "offered_load",
+    "settings_summary",
     "summarize",
     "template",
     "usage",
@@ -243,20 +247,39 @@ def _allocations(record: JobRecord) -> str:
     return ";".join(out)
 
 
+def settings_summary(config: AutoscalerConfig) -> dict[str, Any]:
+    """The settings ``bellows simulate`` adds to a run's ``summary.json`` (a sweep's cells
+    add the same, so that their files read alike)."""
+    return {
+        "policy": config.policy.value,
+        "queue": config.queue,
+        "delta_min": config.delta_s / 60.0,
+        "restart_cost_s": config.restart_cost_s,
+    }
+
+
 def write_jobs_csv(records: Sequence[JobRecord], path: Path) -> None:
     """One row per job: times in minutes, GPUs and batch over time, rescales."""
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        handle.write(jobs_csv_text(records))
+
+
+def jobs_csv_text(records: Sequence[JobRecord]) -> str:
+    """The text of :func:`write_jobs_csv`'s file (a sweep's worker returns it to be written
+    by the caller, whose disk it may not share)."""
     header = [
         "name", "category", "model", "arrival_min", "start_min", "finish_min", "rejected",
         "queue_min", "jct_min", "single_gpu_min", "gpu_min", "rescales", "preemptions",
         "allocations",
     ]  # fmt: skip
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(header)
-        for r in records:
-            writer.writerow([
-                r.name, r.category, r.model, _minutes(r.arrival_s), _minutes(r.start_s),
-                _minutes(r.finish_s), int(r.rejected), _minutes(r.queue_s), _minutes(r.jct_s),
-                _minutes(r.single_gpu_s), _minutes(r.gpu_seconds), r.rescales, r.preemptions,
-                _allocations(r),
-            ])  # fmt: skip
+    handle = io.StringIO()
+    writer = csv.writer(handle)
+    writer.writerow(header)
+    for r in records:
+        writer.writerow([
+            r.name, r.category, r.model, _minutes(r.arrival_s), _minutes(r.start_s),
+            _minutes(r.finish_s), int(r.rejected), _minutes(r.queue_s), _minutes(r.jct_s),
+            _minutes(r.single_gpu_s), _minutes(r.gpu_seconds), r.rescales, r.preemptions,
+            _allocations(r),
+        ])  # fmt: skip
+    return handle.getvalue()

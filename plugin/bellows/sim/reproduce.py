@@ -10,6 +10,11 @@ values; :mod:`bellows.sim.report` turns them into Markdown.
 :func:`beyond_scenarios` lists the traces on which the report sets paper mode, the
 event-driven baseline and Bellows mode side by side (:mod:`bellows.sim.comparing`), and
 :func:`run_beyond` runs them.
+
+Every run is a :class:`~bellows.sim.running.Task` (an experiment's two policies are two, on
+the one trace, built here once and shared), so that ``bellows reproduce`` runs them as
+``bellows sweep`` runs cells: in this process, on local workers or on Ray
+(:func:`run_reproduction`, all runs in one go, so that no worker waits for a slow part).
 """
 
 from __future__ import annotations
@@ -31,24 +36,32 @@ from bellows.sim.comparing import (
     Source,
     bursty,
     imported,
+    policy_tasks,
     run_many,
 )
 from bellows.sim.engine import SimResult, run
+from bellows.sim.running import Finished, InProcess, Runner, Task, collect
 from bellows.sim.workloads.generating import BatchChoice, Pattern, WorkloadSpec, generate
-from bellows.sim.workloads.traces import fit_trace
+from bellows.sim.workloads.traces import TraceJob, fit_trace
 
 __all__ = [
     "BEYOND_SEED",
     "EXPERIMENTS",
+    "PAPER_DELTA_S",
     "Beyond",
     "Experiment",
     "Outcome",
     "PaperClaim",
     "beyond_files",
     "beyond_scenarios",
+    "experiment_trace",
+    "grid_tasks",
     "quick",
     "run_beyond",
+    "run_experiment",
+    "run_experiment_policy",
     "run_grid",
+    "run_reproduction",
 ]
 
 
@@ -184,40 +197,123 @@ def quick(experiment: Experiment) -> Experiment:
     return replace(experiment, workload=small)
 
 
-def run_experiment(
-    experiment: Experiment, *, cluster: ClusterProfile, delta_s: float = 600.0
-) -> Outcome:
-    """Generate the experiment's trace from its seed and run both policies on it."""
+_GRID_POLICIES = (Policy.ELASTIC, Policy.BASELINE)
+PAPER_DELTA_S = 600.0
+
+
+def experiment_trace(experiment: Experiment, cluster: ClusterProfile) -> tuple[TraceJob, ...]:
+    """The experiment's trace, generated from its seed and fitted to its cluster."""
     w = experiment.workload
-    trace, _ = fit_trace(
-        generate(w, np.random.default_rng(experiment.seed), cluster=cluster), w.gpus
+    rng = np.random.default_rng(experiment.seed)
+    return fit_trace(generate(w, rng, cluster=cluster), w.gpus)[0]
+
+
+def run_experiment_policy(
+    trace: tuple[TraceJob, ...],
+    experiment: Experiment,
+    policy: Policy,
+    cluster: ClusterProfile,
+    delta_s: float = PAPER_DELTA_S,
+) -> SimResult:
+    """One policy of an experiment, in paper mode, on its trace (a module-level function:
+    a runner may send it to another process)."""
+    w = experiment.workload
+    config = AutoscalerConfig.paper(policy=policy, queue=experiment.queue, delta_s=delta_s)
+    return run(trace, gpus=w.gpus, cluster=cluster, horizon_s=w.minutes * 60.0, config=config)
+
+
+def run_experiment(
+    experiment: Experiment, *, cluster: ClusterProfile, delta_s: float = PAPER_DELTA_S
+) -> Outcome:
+    """Generate the experiment's trace from its seed and run both policies on it, here."""
+    trace = experiment_trace(experiment, cluster)
+    elastic, baseline = (
+        run_experiment_policy(trace, experiment, p, cluster, delta_s) for p in _GRID_POLICIES
     )
-    horizon = w.minutes * 60.0
-    results = [
-        run(
-            trace,
-            gpus=w.gpus,
-            cluster=cluster,
-            horizon_s=horizon,
-            config=AutoscalerConfig.paper(policy=policy, queue=experiment.queue, delta_s=delta_s),
-        )
-        for policy in (Policy.ELASTIC, Policy.BASELINE)
+    return Outcome(experiment, elastic, baseline)
+
+
+def _key(experiment: Experiment, policy: Policy) -> str:
+    return f"{experiment.key}/{policy.value}"
+
+
+def grid_tasks(
+    experiments: Sequence[Experiment], *, cluster: ClusterProfile, delta_s: float = PAPER_DELTA_S
+) -> tuple[list[Task], dict[str, object]]:
+    """Both policies of every experiment as tasks (keyed ``experiment/policy``), and the
+    experiments' traces they share, by experiment key; a task's cost is its trace's jobs."""
+    shared: dict[str, object] = {}
+    tasks: list[Task] = []
+    for experiment in experiments:
+        trace = experiment_trace(experiment, cluster)
+        shared[experiment.key] = trace
+        tasks.extend(
+            Task(_key(experiment, p), run_experiment_policy, (experiment, p, cluster, delta_s),
+                 shared=(experiment.key,), cost=float(len(trace)))
+            for p in _GRID_POLICIES
+        )  # fmt: skip
+    return tasks, shared
+
+
+def run_reproduction(
+    experiments: Sequence[Experiment],
+    scenarios: Sequence[Scenario],
+    *,
+    runner: Runner,
+    cluster: ClusterProfile,
+    on_outcome: Callable[[Outcome], None] = lambda _: None,
+    on_run: Callable[[PolicyRun], None] = lambda _: None,
+) -> tuple[list[Outcome], Beyond]:
+    """Every experiment (both policies) and the three policies on every scenario, all on
+    ``runner`` at once; ``on_outcome`` is called as an experiment's second policy finishes,
+    ``on_run`` as each run beyond the paper does. The real-trace replays beyond the paper
+    are the longest runs: they start first. A run that fails twice raises
+    :class:`~bellows.sim.running.TaskFailedError` once every other has finished."""
+    tasks, shared = grid_tasks(experiments, cluster=cluster)
+    longest = max((t.cost for t in tasks), default=0.0)
+    beyond = [
+        replace(t, cost=longest + t.cost)
+        for t in policy_tasks([(s, p) for s in scenarios for p in POLICIES], keep_results=True)
     ]
-    return Outcome(experiment, results[0], results[1])
+    by_key = {e.key: e for e in experiments}
+    halves: dict[str, SimResult] = {}
+
+    def done(finished: Finished) -> None:
+        if not finished.ok:
+            return
+        if isinstance(finished.value, PolicyRun):
+            on_run(finished.value)
+            return
+        key, _, policy = finished.key.partition("/")
+        halves[finished.key] = finished.value
+        other = _key(by_key[key], Policy.BASELINE if policy == Policy.ELASTIC else Policy.ELASTIC)
+        if other in halves:
+            on_outcome(_outcome(by_key[key], halves))
+
+    values = collect(runner, [*beyond, *tasks], shared, on_done=done)
+    outcomes = [_outcome(e, values) for e in experiments]
+    runs = {(r.scenario, r.policy): r for r in values.values() if isinstance(r, PolicyRun)}
+    return outcomes, [(s, {p: runs[(s.key, p)] for p in POLICIES}) for s in scenarios]
+
+
+def _outcome(experiment: Experiment, results: dict[str, Any]) -> Outcome:
+    elastic, baseline = (results[_key(experiment, p)] for p in _GRID_POLICIES)
+    return Outcome(experiment, elastic, baseline)
 
 
 def run_grid(
     experiments: Sequence[Experiment],
     *,
     cluster: ClusterProfile,
+    runner: Runner | None = None,
     on_done: Callable[[Outcome], None] = lambda _: None,
 ) -> list[Outcome]:
-    """Run every experiment in order; ``on_done`` is called after each (progress bars)."""
-    outcomes = []
-    for experiment in experiments:
-        outcome = run_experiment(experiment, cluster=cluster)
-        on_done(outcome)
-        outcomes.append(outcome)
+    """Run every experiment (on ``runner``; default: one after another, here); ``on_done``
+    is called as each completes (progress bars). Outcomes come back in ``experiments``'
+    order."""
+    outcomes, _ = run_reproduction(
+        experiments, (), runner=runner or InProcess(), cluster=cluster, on_outcome=on_done
+    )
     return outcomes
 
 
@@ -262,11 +358,12 @@ def run_beyond(
     scenarios: Sequence[Scenario],
     *,
     workers: int = 1,
+    runner: Runner | None = None,
     on_done: Callable[[PolicyRun], None] = lambda _: None,
 ) -> Beyond:
-    """Run the three policies on every scenario, ``workers`` runs at a time; the results keep
-    their :class:`SimResult` for the figures."""
+    """Run the three policies on every scenario, on ``runner`` (default: ``workers`` local
+    processes); the results keep their :class:`SimResult` for the figures."""
     tasks = [(s, p) for s in scenarios for p in POLICIES]
-    runs = run_many(tasks, workers=workers, keep_results=True, on_done=on_done)
+    runs = run_many(tasks, workers=workers, runner=runner, keep_results=True, on_done=on_done)
     by_key = {(r.scenario, r.policy): r for r in runs}
     return [(s, {p: by_key[(s.key, p)] for p in POLICIES}) for s in scenarios]

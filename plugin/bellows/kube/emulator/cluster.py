@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -37,6 +37,7 @@ from bellows.kube.emulator.resources import builtin_resources, crd_resources
 from bellows.kube.emulator.server import build_app
 from bellows.kube.emulator.store import Store
 from bellows.scaling import ClusterProfile
+from bellows.scaling.online import SpeedFactors
 
 __all__ = ["EmulatedCluster"]
 
@@ -54,6 +55,7 @@ class EmulatedCluster:
         cluster: ClusterProfile | None = None,
         namespaces: Sequence[str] = ("default",),
         gpu_nodes: Mapping[str, int] | None = None,
+        true_speed: Callable[[str, str], SpeedFactors | None] | None = None,
     ) -> None:
         self.store = Store([*builtin_resources(), *crd_resources(crds)], admission=admit)
         for name in namespaces:
@@ -63,7 +65,11 @@ class EmulatedCluster:
             self.add_node(node, gpus)
         self.operator: EmulatedOperator | None = (
             EmulatedOperator(
-                self.store, compression=compression, restart_cost_s=restart_cost_s, cluster=cluster
+                self.store,
+                compression=compression,
+                restart_cost_s=restart_cost_s,
+                cluster=cluster,
+                true_speed=true_speed,
             )
             if operator
             else None

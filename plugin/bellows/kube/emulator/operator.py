@@ -38,6 +38,7 @@ from bellows.kube.emulator.training import Training, start, stop
 from bellows.kube.kinds import JobKind, conditions, finished_state
 from bellows.kube.specs import build_spec
 from bellows.scaling import ClusterProfile, JobProfile, default_cluster
+from bellows.scaling.online import SpeedFactors
 
 __all__ = ["EmulatedOperator", "Progress"]
 
@@ -48,13 +49,18 @@ _log = structlog.get_logger("bellows.emulator")
 
 @dataclass(frozen=True)
 class Progress:
-    """Where one emulated job stands (emulated seconds and samples)."""
+    """Where one emulated job stands (emulated seconds and samples).
+
+    ``step_seconds`` is the job's true step time in its current run (``None`` while
+    stopped): what its training helper would report.
+    """
 
     samples: float
     work: float
     gpus: int | None
     batch: int | None
     restarts: int
+    step_seconds: float | None = None
 
 
 class EmulatedOperator:
@@ -69,8 +75,12 @@ class EmulatedOperator:
         cluster: ClusterProfile | None = None,
         clock: Callable[[], float] | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        true_speed: Callable[[str, str], SpeedFactors | None] | None = None,
     ) -> None:
+        """``true_speed(namespace, name)``, when given, says how a job really runs against
+        its annotated profile (``None``: as annotated); the job trains at that speed."""
         self._store = store
+        self._true_speed = true_speed
         self._compression = compression
         self._restart_cost_s = restart_cost_s
         self._cluster = cluster or default_cluster()
@@ -107,6 +117,7 @@ class EmulatedOperator:
             seg.gpus if seg else None,
             seg.batch if seg else None,
             state.restarts,
+            seg.batch / seg.rate if seg and seg.rate > 0 else None,
         )
 
     async def run(self) -> None:
@@ -254,7 +265,12 @@ class EmulatedOperator:
         try:
             settings = keys.parse_settings(notes)
             view = kind.view(obj, settings.env_names)
-            job = build_spec(view, settings, self._profile(obj, settings.profile))
+            profile = self._profile(obj, settings.profile)
+            meta = obj["metadata"]
+            truth = self._true_speed(meta["namespace"], meta["name"]) if self._true_speed else None
+            if truth is not None:
+                profile = truth.apply(profile)
+            job = build_spec(view, settings, profile)
             batch = _batch(view.env, settings, view.gpus, launcher)
         except DATA_ERRORS as err:  # SpecError, or a value no check foresaw
             return f"the training script cannot start: {err}"

@@ -1,0 +1,192 @@
+"""Progress events: what a running training job says about its own speed (``docs/events.md``).
+
+A training process publishes, on ``<prefix>.progress.v1.<namespace>.<job>``, either
+
+* ``job.progress`` — samples seen so far, the median step time over the last window of
+  steps, the world size and the global batch it ran with; or
+* ``job.started`` — once per start, the seconds from process start to the first finished
+  step (the restart cost actually paid), with the same world size, batch and samples.
+
+A progress event is a hint, never an order. :func:`decode_progress` accepts one only when its
+subject names the same job as its payload, and every value is within the bounds of
+:mod:`bellows.jobs`; everything goes through :mod:`bellows.inputs`. A refusal is a
+:class:`bellows.inputs.SpecError` whose text is the reason to log. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Final
+
+from bellows.bus.subjects import name_from_token, name_token
+from bellows.inputs import SpecError, check_float, check_int, check_name, parse_json, parse_time
+from bellows.jobs import MAX_BATCH, MAX_GPUS, MAX_STEP_SECONDS, MAX_WORK
+
+__all__ = [
+    "MAX_PROGRESS_BYTES",
+    "MAX_RESTART_SECONDS",
+    "PROGRESS_VERSION",
+    "ProgressEvent",
+    "ProgressType",
+    "decode_progress",
+    "encode_progress",
+    "progress_subject",
+    "progress_wildcard",
+]
+
+PROGRESS_VERSION: Final = 1
+MAX_PROGRESS_BYTES: Final = 4096  # a report is a few hundred bytes
+MAX_RESTART_SECONDS: Final = 7 * 86400.0  # a start that took a week is not a start
+_API_VERSION: Final = "bellows.io/v1"
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_NAME = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_FIELDS: Final = frozenset(
+    {"apiVersion", "type", "namespace", "name", "time", "samplesSeen", "worldSize"}
+    | {"globalBatch", "stepSeconds", "steps", "restartSeconds"}
+)
+
+
+class ProgressType(StrEnum):
+    """Which report: a window of steps, or a start."""
+
+    PROGRESS = "job.progress"
+    STARTED = "job.started"
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """One report of a running job. ``step_seconds``/``steps`` are set for ``job.progress``,
+    ``restart_seconds`` for ``job.started``."""
+
+    type: ProgressType
+    namespace: str
+    name: str
+    time: datetime
+    samples_seen: int
+    world_size: int
+    global_batch: int
+    step_seconds: float | None = None
+    steps: int | None = None
+    restart_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "type", ProgressType(self.type))
+        check_name("namespace", self.namespace, _NAMESPACE, "a DNS-1123 label")
+        check_name("name", self.name, _NAME, "a DNS-1123 subdomain")
+        if not isinstance(self.time, datetime) or self.time.tzinfo is None:
+            raise SpecError("time", self.time, "a datetime with a time zone")
+        check_int("samplesSeen", self.samples_seen, minimum=0, maximum=int(MAX_WORK))
+        check_int("worldSize", self.world_size, minimum=1, maximum=MAX_GPUS)
+        check_int("globalBatch", self.global_batch, minimum=1, maximum=MAX_BATCH)
+        if self.type is ProgressType.PROGRESS:
+            if self.step_seconds is None or self.steps is None:
+                raise SpecError("stepSeconds", self.step_seconds, "set in a job.progress event")
+            check_float(
+                "stepSeconds", self.step_seconds, minimum=0.0, maximum=MAX_STEP_SECONDS,
+                open_min=True,
+            )  # fmt: skip
+            check_int("steps", self.steps, minimum=1, maximum=10**9)
+        elif self.restart_seconds is None:
+            raise SpecError("restartSeconds", None, "set in a job.started event")
+        if self.restart_seconds is not None:
+            check_float(
+                "restartSeconds", self.restart_seconds, minimum=0.0, maximum=MAX_RESTART_SECONDS
+            )
+
+
+def progress_subject(prefix: str, namespace: str, name: str) -> str:
+    """``<prefix>.progress.v1.<namespace>.<name>`` (dots in the name become underscores)."""
+    return f"{prefix}.progress.v{PROGRESS_VERSION}.{namespace}.{name_token(name)}"
+
+
+def progress_wildcard(prefix: str, namespace: str = "*") -> str:
+    """Every progress subject of version 1, of one namespace or (``*``) all."""
+    return f"{prefix}.progress.v{PROGRESS_VERSION}.{namespace}.*"
+
+
+def encode_progress(event: ProgressEvent) -> bytes:
+    """The JSON payload of ``event`` (what :func:`decode_progress` reads back)."""
+    doc: dict[str, Any] = {
+        "apiVersion": _API_VERSION,
+        "type": event.type.value,
+        "namespace": event.namespace,
+        "name": event.name,
+        "time": event.time.isoformat(),
+        "samplesSeen": event.samples_seen,
+        "worldSize": event.world_size,
+        "globalBatch": event.global_batch,
+    }
+    for key, value in (
+        ("stepSeconds", event.step_seconds),
+        ("steps", event.steps),
+        ("restartSeconds", event.restart_seconds),
+    ):
+        if value is not None:
+            doc[key] = value
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _number(doc: dict[str, Any], key: str) -> float | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise SpecError(key, value, "a finite number")
+    return float(value)
+
+
+def _integer(doc: dict[str, Any], key: str) -> int:
+    value = doc.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(key, value, "an integer")
+    return value
+
+
+def _optional_integer(doc: dict[str, Any], key: str) -> int | None:
+    return None if doc.get(key) is None else _integer(doc, key)
+
+
+def decode_progress(prefix: str, subject: str, data: bytes) -> ProgressEvent:
+    """The event in ``data`` published on ``subject``; :class:`SpecError` says why not.
+
+    The subject must be ``<prefix>.progress.v1.<namespace>.<name>`` and name the same job as
+    the payload: a report about one job can never be read as another's.
+    """
+    head = f"{prefix}.progress.v{PROGRESS_VERSION}."
+    tokens = subject[len(head) :].split(".") if subject.startswith(head) else []
+    if len(tokens) != 2:
+        raise SpecError("subject", subject, f"{head}<namespace>.<name>")
+    doc = parse_json("progress", data, max_bytes=MAX_PROGRESS_BYTES, max_depth=2)
+    if not isinstance(doc, dict):
+        raise SpecError("progress", doc, "a JSON object")
+    unknown = sorted(set(doc) - _FIELDS)
+    if unknown:
+        raise SpecError("progress", unknown, f"only the fields {', '.join(sorted(_FIELDS))}")
+    if doc.get("apiVersion") != _API_VERSION:
+        raise SpecError("apiVersion", doc.get("apiVersion"), repr(_API_VERSION))
+    try:
+        kind = ProgressType(str(doc.get("type")))
+    except ValueError:
+        raise SpecError("type", doc.get("type"), "job.progress or job.started") from None
+    event = ProgressEvent(
+        type=kind,
+        namespace=doc.get("namespace", ""),  # checked in __post_init__
+        name=doc.get("name", ""),
+        time=parse_time("time", doc.get("time")),
+        samples_seen=_integer(doc, "samplesSeen"),
+        world_size=_integer(doc, "worldSize"),
+        global_batch=_integer(doc, "globalBatch"),
+        step_seconds=_number(doc, "stepSeconds"),
+        steps=_optional_integer(doc, "steps"),
+        restart_seconds=_number(doc, "restartSeconds"),
+    )
+    if (tokens[0], name_from_token(tokens[1])) != (event.namespace, event.name):
+        raise SpecError(
+            "subject", subject, f"the job of the payload ({event.namespace}/{event.name})"
+        )
+    return event

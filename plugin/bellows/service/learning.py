@@ -1,0 +1,141 @@
+"""What the controller learns from progress events, job by job: speed, restart cost, silence.
+
+:class:`ProgressLearner` takes decoded progress events (:mod:`bellows.bus.progress`) with what
+the controller knows of the job now (running at which allocation, or not), and keeps per job:
+
+* a :class:`bellows.scaling.online.ProgressLog` of accepted reports, from which
+  :meth:`~ProgressLearner.fit` refits the job's profile online (prior: its annotation);
+* the restarts it measured (``job.started``), whose median replaces the default restart cost
+  for that job (:meth:`~ProgressLearner.restart_cost`);
+* the last samples seen and when (:meth:`~ProgressLearner.samples`), the remaining work's
+  source for restart pricing;
+* when it last reported, so that a job silent for longer than ``stall_after_s`` is flagged
+  (:meth:`~ProgressLearner.stalled`) — only jobs that reported at least once since they
+  started: a job without a reporter is never "stalled".
+
+Every event is a hint. :meth:`~ProgressLearner.take` returns why it dropped one (the job is
+not running, the report is of another allocation than the job runs, samples went backwards);
+the caller logs the reason and counts it. State is per job and keyed by the job the subject
+named, so one job's reports never touch another's. Pure: no I/O, no clock of its own.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+from bellows.bus.progress import ProgressEvent, ProgressType
+from bellows.jobs import Allocation
+from bellows.scaling import ClusterProfile, JobProfile
+from bellows.scaling.online import OnlineFit, ProgressLog, ProgressReport, refit_log
+
+__all__ = ["DEFAULT_STALL_AFTER_S", "RESTARTS_KEPT", "ProgressLearner"]
+
+DEFAULT_STALL_AFTER_S: Final = 900.0
+RESTARTS_KEPT: Final = 8  # newest measured restarts per job
+
+
+@dataclass
+class _Job:
+    log: ProgressLog = field(default_factory=ProgressLog)
+    restarts: deque[float] = field(default_factory=lambda: deque(maxlen=RESTARTS_KEPT))
+    last_report: float | None = None
+    samples_at: float | None = None
+    fit: OnlineFit | None = None
+    fitted_prior: JobProfile | None = None
+
+
+class ProgressLearner:
+    """Per-job online fit, restart cost, progress and silence (see the module docstring)."""
+
+    def __init__(
+        self, cluster: ClusterProfile, *, stall_after_s: float = DEFAULT_STALL_AFTER_S
+    ) -> None:
+        if not stall_after_s > 0:
+            raise ValueError(f"stall_after_s={stall_after_s!r}: expected seconds > 0")
+        self._cluster = cluster
+        self._stall_after_s = stall_after_s
+        self._jobs: dict[str, _Job] = {}
+
+    @property
+    def stall_after_s(self) -> float:
+        """Seconds of silence after which a job that reported before is stalled."""
+        return self._stall_after_s
+
+    def take(
+        self, job: str, event: ProgressEvent, running: Allocation | None, now: float
+    ) -> str | None:
+        """Learn from ``event`` about ``job`` at ``now``; returns why it was dropped, if so.
+
+        ``running`` is the job's allocation now (``None``: not running, the event is
+        dropped). A ``job.progress`` report of another ``(k, b)`` than the job runs at is a
+        stale one (from before a rescale) and dropped too.
+        """
+        if running is None:
+            return "the job is not running"
+        if (event.world_size, event.global_batch) != (running.gpus, running.batch):
+            return (
+                f"reported ({event.world_size} GPUs, batch {event.global_batch}) but the job "
+                f"runs at ({running.gpus}, {running.batch})"
+            )
+        state = self._jobs.setdefault(job, _Job())
+        if event.type is ProgressType.STARTED:
+            if event.samples_seen < state.log.samples:
+                return f"samples went backwards ({event.samples_seen} < {state.log.samples:g})"
+            assert event.restart_seconds is not None  # checked by ProgressEvent
+            state.restarts.append(event.restart_seconds)
+            state.log.samples = float(event.samples_seen)
+        else:
+            assert event.step_seconds is not None  # checked by ProgressEvent
+            report = ProgressReport(
+                event.world_size, event.global_batch, event.step_seconds, event.samples_seen
+            )
+            reason = state.log.add(report)
+            if reason is not None:
+                return reason
+            state.fit = None  # refit on the next question
+        state.last_report = state.samples_at = now
+        return None
+
+    def fit(self, job: str, prior: JobProfile) -> OnlineFit:
+        """``job``'s profile refitted to its reports (``prior`` unchanged without any)."""
+        state = self._jobs.get(job)
+        if state is None:
+            return refit_log(prior, self._cluster, ProgressLog())
+        if state.fit is None or state.fitted_prior != prior:
+            state.fit, state.fitted_prior = refit_log(prior, self._cluster, state.log), prior
+        return state.fit
+
+    def restart_cost(self, job: str) -> float | None:
+        """Median of the restarts ``job`` measured (``None``: none yet, use the default)."""
+        state = self._jobs.get(job)
+        if state is None or not state.restarts:
+            return None
+        return statistics.median(state.restarts)
+
+    def samples(self, job: str) -> tuple[float, float] | None:
+        """The last samples seen ``job`` reported, and when (``None``: no report)."""
+        state = self._jobs.get(job)
+        if state is None or state.samples_at is None:
+            return None
+        return state.log.samples, state.samples_at
+
+    def stalled(self, running: Iterable[str], now: float) -> list[str]:
+        """Running jobs that reported before but not for more than ``stall_after_s``."""
+        return sorted(
+            name
+            for name in running
+            if (state := self._jobs.get(name)) is not None
+            and state.last_report is not None
+            and now - state.last_report > self._stall_after_s
+        )
+
+    def forget(self, job: str) -> None:
+        """Drop what was learned about ``job`` (it finished or was deleted)."""
+        self._jobs.pop(job, None)
+
+    def __len__(self) -> int:
+        return len(self._jobs)

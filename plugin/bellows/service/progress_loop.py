@@ -1,0 +1,405 @@
+"""The controller's second consumer: progress reports in, revised job specs out.
+
+Each message of the progress stream (:mod:`bellows.bus.progress`) is decoded, checked against
+what the controller runs now, and handed to a :class:`bellows.service.learning.ProgressLearner`.
+When what was learned of a job moved enough — its refitted speed factors by more than
+:data:`REVISE_TOLERANCE`, or its first or a changed measured restart cost — the job's spec is
+revised in the core (:meth:`bellows.service.controller.Controller.revise`) with the reported
+samples, so that the next round prices restarts on the real remaining work. The prior of
+every fit is the spec the core had when the job was first reported on (its profile
+annotation, or the documented default prior).
+
+A report is a hint, never an order: one that does not decode, is about a job out of scope,
+not running or running elsewhere, or goes backwards is dropped with a logged reason and
+counted by reason (``bellows_progress_rejected_total{reason}``); nothing a message holds can
+stop the loop. Every ``check_s`` the loop flags jobs silent for longer than the learner's
+``stall_after_s`` (an Event and ``bellows_job_stalled``) and forgets jobs that left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Final, Protocol
+
+import nats.errors
+import structlog
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.client import JetStreamContext
+
+from bellows.autoscaler import Autoscaler
+from bellows.bus.progress import decode_progress, progress_wildcard
+from bellows.bus.settings import NatsSettings
+from bellows.bus.streams import ensure_progress_stream, progress_stream_name
+from bellows.inputs import SpecError, brief
+from bellows.jobs import Allocation, JobSpec
+from bellows.kube import KINDS, JobRef, KubeApi, NotFoundError, keys, kind_named
+from bellows.scaling import ClusterProfile, JobProfile, job_profile_to_json
+from bellows.scaling.online import OnlineFit
+from bellows.service.learning import ProgressLearner
+from bellows.service.metrics import Metrics
+
+__all__ = [
+    "CHECK_S",
+    "FETCH_BATCH",
+    "REVISE_TOLERANCE",
+    "Annotate",
+    "MetricsProgressObserver",
+    "ProgressLoop",
+    "ProgressObserver",
+    "Rejection",
+    "Revising",
+    "fit_annotator",
+    "fit_text",
+    "open_progress_subscription",
+    "read_fit",
+    "start_progress_loop",
+]
+
+REVISE_TOLERANCE: Final = 0.05  # relative move of a factor or restart cost worth a revision
+FETCH_BATCH: Final = 256  # reports per fetch; the consumer holds at most 4 fetches unacked
+CHECK_S: Final = 60.0  # clock seconds between looks for stalled jobs (at most)
+_log = structlog.get_logger("bellows.progress")
+
+
+class Rejection(StrEnum):
+    """Why a report was dropped: the ``reason`` label of ``bellows_progress_rejected_total``."""
+
+    INVALID = "invalid"  # did not decode: schema, bounds, subject and payload disagree
+    OUT_OF_SCOPE = "out_of_scope"  # a namespace the controller does not manage
+    NOT_RUNNING = "not_running"  # no running job of that namespace and name
+    AMBIGUOUS = "ambiguous"  # two running jobs of different kinds share namespace and name
+    STALE = "stale"  # of another (GPUs, batch) than the job runs at: before a rescale
+    BACKWARDS = "backwards"  # samples seen went backwards
+
+
+Annotate = Callable[[str, str], Awaitable[None]]
+"""Writes a job's current fit where users read it: ``(job key, JobProfile JSON)``."""
+
+
+class Revising(Protocol):
+    """What the loop needs of the controller (:class:`~bellows.service.controller.Controller`)."""
+
+    @property
+    def autoscaler(self) -> Autoscaler: ...
+
+    async def revise(self, spec: JobSpec, *, done: float | None, since: float | None) -> bool: ...
+
+    async def notify(self, job: str, reason: str, message: str) -> None: ...
+
+
+class ProgressObserver:
+    """Hooks for metrics; the base class ignores everything."""
+
+    def rejected(self, reason: Rejection) -> None:
+        return None
+
+    def stalled(self, job: str, stalled: bool) -> None:
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Learned:
+    compute: float
+    communication: float
+    restart_s: float | None
+
+
+class ProgressLoop:
+    """Feeds one controller from the progress stream (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        controller: Revising,
+        learner: ProgressLearner,
+        prefix: str,
+        now: Callable[[], float],
+        namespaces: Sequence[str | None] = (None,),
+        observer: ProgressObserver | None = None,
+        annotate: Annotate | None = None,
+        wall_to_clock: Callable[[datetime], float] | None = None,
+    ) -> None:
+        """``wall_to_clock`` dates each report by its own ``time`` on the ``now`` clock (never
+        later than now): the reports a new leader reads again are as old as they are, so the
+        samples they carry are not taken for today's. Without it, a report is dated now."""
+        self._controller = controller
+        self._wall_to_clock = wall_to_clock
+        self._annotate = annotate
+        self._learner = learner
+        self._prefix = prefix
+        self._now = now
+        self._namespaces = tuple(namespaces)
+        self._observer = observer or ProgressObserver()
+        self._priors: dict[str, JobSpec] = {}  # the spec each fit starts from, by job key
+        self._learned: dict[str, _Learned] = {}  # what the last revision used, by job key
+        self._stalled: set[str] = set()
+
+    async def take(self, subject: str, data: bytes) -> Rejection | None:
+        """Learn from one message; returns why it was dropped, if it was."""
+        try:
+            event = decode_progress(self._prefix, subject, data)
+        except SpecError as err:
+            return self._drop(Rejection.INVALID, subject, str(err))
+        if None not in self._namespaces and event.namespace not in self._namespaces:
+            return self._drop(Rejection.OUT_OF_SCOPE, subject, event.namespace)
+        allocations = self._controller.autoscaler.allocations
+        suffix = f"/{event.namespace}/{event.name}"
+        keys = [key for key in allocations if key.endswith(suffix)]
+        if not keys:
+            return self._drop(Rejection.NOT_RUNNING, subject, "no running job of that name")
+        if len(keys) > 1:
+            return self._drop(Rejection.AMBIGUOUS, subject, ", ".join(sorted(keys)))
+        key, running = keys[0], allocations[keys[0]]
+        if (event.world_size, event.global_batch) != (running.gpus, running.batch):
+            reason = f"reported ({event.world_size}, {event.global_batch}) but runs at {running}"
+            return self._drop(Rejection.STALE, subject, reason)
+        self._priors.setdefault(key, self._controller.autoscaler.job(key))
+        now = self._now()
+        at = now if self._wall_to_clock is None else min(now, self._wall_to_clock(event.time))
+        dropped = self._learner.take(key, event, running, at)
+        if dropped is not None:
+            return self._drop(Rejection.BACKWARDS, subject, dropped)
+        if key in self._stalled:
+            self._stalled.discard(key)
+            self._observer.stalled(key, False)
+        await self._revise(key, running)
+        return None
+
+    async def _revise(self, key: str, running: Allocation) -> None:
+        prior = self._priors[key]
+        fit = self._learner.fit(key, JobProfile(weights=prior.weights, step=prior.profile))
+        measured = self._learner.restart_cost(key)
+        learned = _Learned(fit.compute, fit.communication, measured)
+        samples = self._learner.samples(key)
+        done, since = (None, None) if samples is None else samples
+        if not _moved(self._learned.get(key), learned) and not self._drifted(key, done, since):
+            return
+        spec = dataclasses.replace(
+            prior,
+            weights=fit.profile.effective_weights,
+            profile=fit.profile.step,
+            # a measured restart replaces the cluster's default; the owner's figure stays
+            restart_s=prior.restart_s if prior.restart_s is not None else measured,
+        )
+        if await self._controller.revise(spec, done=done, since=since):
+            self._learned[key] = learned
+            if self._annotate is not None:
+                await self._annotate(key, fit_text(fit, measured))
+            _log.info(
+                "job.revised", job=key, compute=round(fit.compute, 4),
+                communication=round(fit.communication, 4), restart_s=measured,
+                reports=fit.reports, configurations=fit.configurations, at=str(running),
+            )  # fmt: skip
+
+    def _drifted(self, key: str, done: float | None, since: float | None) -> bool:
+        """Whether the core's estimate of the samples done is off the reported ones by more
+        than :data:`REVISE_TOLERANCE` of the job's work (restart pricing needs them)."""
+        if done is None or since is None:
+            return False
+        auto = self._controller.autoscaler
+        estimate = auto.estimated_done(key, since)
+        return abs(estimate - done) > REVISE_TOLERANCE * auto.job(key).work
+
+    def _drop(self, reason: Rejection, subject: str, detail: str) -> Rejection:
+        _log.info("progress.dropped", reason=reason.value, subject=subject[:300], detail=detail)
+        self._observer.rejected(reason)
+        return reason
+
+    async def check(self) -> list[str]:
+        """Flag newly stalled jobs (an Event each), forget jobs that left; the stalled jobs."""
+        auto = self._controller.autoscaler
+        running = list(auto.allocations)
+        for key in [k for k in self._priors if k not in running and k not in auto.queued]:
+            self._priors.pop(key)
+            self._learned.pop(key, None)
+            self._learner.forget(key)
+        for key in [k for k in self._stalled if k not in running]:
+            self._stalled.discard(key)
+            self._observer.stalled(key, False)
+        stalled = self._learner.stalled(running, self._now())
+        for key in stalled:
+            if key not in self._stalled:
+                self._stalled.add(key)
+                self._observer.stalled(key, True)
+                message = (
+                    f"no progress report for more than {self._learner.stall_after_s:g} s; "
+                    "Bellows leaves the job as it is"
+                )
+                _log.warning("job.stalled", job=key)
+                await self._controller.notify(key, "Stalled", message)
+        return stalled
+
+    async def run(
+        self, sub: JetStreamContext.PullSubscription, stop: asyncio.Event, *, check_s: float
+    ) -> None:
+        """Until ``stop``: fetch, learn, ack; :meth:`check` every ``check_s`` clock seconds.
+
+        Reports are acked whatever became of them (a hint is never redelivered); a failure
+        to fetch or to apply one is logged and the loop goes on.
+        """
+        next_check = self._now() + check_s
+        while not stop.is_set():
+            try:
+                messages = await sub.fetch(FETCH_BATCH, timeout=1.0)
+            except nats.errors.TimeoutError:
+                messages = []
+            except Exception as err:  # the server gone a while: try again
+                _log.warning("progress.fetch_failed", error=brief(err))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+                continue
+            for msg in messages:
+                try:
+                    await self.take(msg.subject, msg.data)
+                except Exception as err:  # e.g. the API server down for a revision's Event
+                    _log.warning("progress.take_failed", subject=msg.subject, error=brief(err))
+                with contextlib.suppress(Exception):
+                    await msg.ack()
+            if self._now() >= next_check:
+                next_check = self._now() + check_s
+                try:
+                    await self.check()
+                except Exception as err:
+                    _log.warning("progress.check_failed", error=brief(err))
+
+
+async def open_progress_subscription(
+    js: JetStreamContext, settings: NatsSettings
+) -> JetStreamContext.PullSubscription:
+    """An ephemeral pull consumer of the progress stream, from its oldest report.
+
+    Ephemeral: a new leader reads the (bounded) reports of the last hour again, which is how
+    a restarted controller learns the samples and speed of the jobs it adopts.
+    """
+    await ensure_progress_stream(js, settings)
+    config = ConsumerConfig(
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        max_ack_pending=FETCH_BATCH * 4,
+        inactive_threshold=max(60.0, settings.ack_wait_s * 4),
+        ack_wait=settings.ack_wait_s,
+    )
+    return await js.pull_subscribe(
+        progress_wildcard(settings.subject_prefix),
+        stream=progress_stream_name(settings),
+        config=config,
+    )
+
+
+def _moved(before: _Learned | None, now: _Learned) -> bool:
+    """Whether a revision is worth a round: the first fit that is not the prior, a factor
+    moved by more than :data:`REVISE_TOLERANCE`, a first or changed restart measurement."""
+    if before is None:
+        before = _Learned(1.0, 1.0, None)
+    for old, new in ((before.compute, now.compute), (before.communication, now.communication)):
+        if abs(math.log(new / old)) > REVISE_TOLERANCE:
+            return True
+    if now.restart_s is None:
+        return False
+    if before.restart_s is None:
+        return True
+    return abs(now.restart_s - before.restart_s) > REVISE_TOLERANCE * max(before.restart_s, 1.0)
+
+
+class MetricsProgressObserver(ProgressObserver):
+    """``bellows_progress_rejected_total{reason}`` and ``bellows_job_stalled{job}``."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def rejected(self, reason: Rejection) -> None:
+        self._metrics.progress_rejected.labels(reason=reason.value).inc()
+
+    def stalled(self, job: str, stalled: bool) -> None:
+        if stalled:
+            self._metrics.job_stalled.labels(job=job).set(1)
+        else:
+            with contextlib.suppress(KeyError):
+                self._metrics.job_stalled.remove(job)
+
+
+async def start_progress_loop(
+    js: JetStreamContext,
+    settings: NatsSettings,
+    *,
+    controller: Revising,
+    api: KubeApi,
+    cluster: ClusterProfile,
+    stall_after_s: float,
+    now: Callable[[], float],
+    wall_to_clock: Callable[[datetime], float],
+    namespaces: Sequence[str | None],
+    metrics: Metrics,
+    stop: asyncio.Event,
+) -> asyncio.Task[None]:
+    """Subscribe and run a :class:`ProgressLoop` for ``controller`` until ``stop`` (or the
+    task is cancelled); the subscription goes with it."""
+    sub = await open_progress_subscription(js, settings)
+    loop = ProgressLoop(
+        controller=controller,
+        learner=ProgressLearner(cluster, stall_after_s=stall_after_s),
+        prefix=settings.subject_prefix,
+        now=now,
+        namespaces=namespaces,
+        observer=MetricsProgressObserver(metrics),
+        annotate=fit_annotator(api),
+        wall_to_clock=wall_to_clock,
+    )
+
+    async def run() -> None:
+        try:
+            await loop.run(sub, stop, check_s=min(CHECK_S, stall_after_s / 2))
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    return asyncio.create_task(run(), name="progress-loop")
+
+
+def fit_text(fit: OnlineFit, restart_s: float | None) -> str:
+    """The ``bellows.io/fit`` annotation: the refitted JobProfile, its ``source`` saying how
+    it was made (a document ``bellows.io/profile`` would accept as it is)."""
+    measured = "" if restart_s is None else f"; restarts measured: median {restart_s:.3g} s"
+    source = (
+        f"bellows online fit: compute x{fit.compute:.4g}, Allreduce x"
+        f"{fit.communication:.4g} of the prior, from {fit.reports} reports at "
+        f"{fit.configurations} (GPUs, batch) configurations{measured}"
+    )
+    profile = dataclasses.replace(fit.profile, source=source)
+    return json.dumps(job_profile_to_json(profile), separators=(",", ":"))
+
+
+def fit_annotator(api: KubeApi) -> Annotate:
+    """Writes ``bellows.io/fit`` on the job with a merge patch (the annotation is Bellows'
+    own, so no precondition: the newest fit wins); a job gone meanwhile is skipped."""
+
+    async def annotate(job: str, text: str) -> None:
+        ref = _ref(job)
+        patch = {"metadata": {"annotations": {keys.FIT: text}}}
+        with contextlib.suppress(NotFoundError):
+            await api.patch_job(kind_named(ref.kind), ref.namespace, ref.name, patch)
+
+    return annotate
+
+
+async def read_fit(api: KubeApi, job: str) -> JobProfile | None:
+    """The profile the controller refitted for ``job`` (``<kind>/<namespace>/<name>``): its
+    ``bellows.io/fit`` annotation (``None``: none yet). :class:`SpecError` when the job is
+    not there or the key or the annotation is malformed."""
+    ref = _ref(job)
+    obj = await api.get_job(kind_named(ref.kind), ref.namespace, ref.name)
+    if obj is None:
+        raise SpecError("job", job, "a job that exists")
+    text = (obj["metadata"].get("annotations") or {}).get(keys.FIT)
+    return None if text is None else keys.parse_profile_text(keys.FIT, text)
+
+
+def _ref(job: str) -> JobRef:
+    return JobRef.parse(job, {kind.kind.lower(): kind.kind for kind in KINDS})

@@ -1,0 +1,100 @@
+"""``bellows demo --wrong-priors``: jobs whose annotations lie about their speed, and learning.
+
+Every job of the demo trace keeps its annotated profile (the prior), but the emulated cluster
+trains it at another, true speed (:data:`WRONG_PRIORS`, by the job's place in the trace). The
+emulated jobs report progress as the training helper does
+(:class:`~bellows.service.emulated_progress.EmulatedReporter`); with learning on, the live
+controller refits each job from its reports (:class:`~bellows.service.progress_loop.ProgressLoop`)
+and decides with the refit from the next round on; with learning off it keeps the wrong prior.
+The simulator half replays the trace with the *true* profiles: the decisions an oracle would
+make, against which both live runs are measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Final
+
+from nats.js.client import JetStreamContext
+
+from bellows.bus.settings import NatsSettings
+from bellows.kube import KubeApi
+from bellows.kube.emulator import EmulatedCluster
+from bellows.scaling import ClusterProfile, JobProfile
+from bellows.scaling.online import SpeedFactors
+from bellows.service.controller import Controller
+from bellows.service.emulated_progress import EmulatedReporter
+from bellows.service.learning import ProgressLearner
+from bellows.service.progress_loop import ProgressLoop, fit_annotator, open_progress_subscription
+from bellows.service.replay import manifest_name
+from bellows.sim.workloads import TraceJob
+
+__all__ = ["REPORT_S", "WRONG_PRIORS", "learning_tasks", "true_speeds", "true_trace"]
+
+WRONG_PRIORS: Final = (
+    SpeedFactors(communication=2.5),  # its Allreduce is 2.5x slower than annotated
+    SpeedFactors(compute=0.6),  # it computes 40 % faster than annotated
+    SpeedFactors(compute=1.5, communication=1.5),  # it is 50 % slower in both
+)
+"""The true speed of trace job ``i`` against its annotation: ``WRONG_PRIORS[i % 3]``."""
+REPORT_S: Final = 60.0  # cluster seconds between two progress reports of an emulated job
+
+
+def _truth(trace: Sequence[TraceJob]) -> dict[str, SpeedFactors]:
+    ordered = sorted(trace, key=lambda j: j.arrival_s)
+    return {
+        manifest_name(job): WRONG_PRIORS[i % len(WRONG_PRIORS)] for i, job in enumerate(ordered)
+    }
+
+
+def true_speeds(trace: Sequence[TraceJob]) -> Callable[[str, str], SpeedFactors | None]:
+    """The emulated cluster's ``true_speed``: each trace job's factors, by object name."""
+    truth = _truth(trace)
+    return lambda namespace, name: truth.get(name)
+
+
+def true_trace(trace: Sequence[TraceJob]) -> tuple[TraceJob, ...]:
+    """The trace with every job's true profile in its spec (what an oracle would know)."""
+    truth = _truth(trace)
+    out = []
+    for job in trace:
+        real = truth[manifest_name(job)].apply(JobProfile(job.spec.weights, job.spec.profile))
+        spec = dataclasses.replace(job.spec, weights=real.effective_weights, profile=real.step)
+        out.append(dataclasses.replace(job, spec=spec))
+    return tuple(out)
+
+
+async def learning_tasks(
+    *,
+    kube: EmulatedCluster,
+    js: JetStreamContext,
+    settings: NatsSettings,
+    controller: Controller,
+    api: KubeApi,
+    cluster: ClusterProfile,
+    now: Callable[[], float],
+    wall_to_clock: Callable[[datetime], float],
+    speedup: float,
+    restart_cost_s: float,
+    namespace: str,
+    learn: bool,
+    stop: asyncio.Event,
+) -> list[asyncio.Task[None]]:
+    """The emulated jobs' reporters and, with ``learn``, the controller's progress loop."""
+    reporter = EmulatedReporter(
+        kube, js, prefix=settings.subject_prefix, restart_cost_s=restart_cost_s,
+        interval_s=REPORT_S / speedup,
+    )  # fmt: skip
+    tasks = [asyncio.create_task(reporter.run(stop), name="emulated-progress")]
+    if learn:
+        sub = await open_progress_subscription(js, settings)
+        loop = ProgressLoop(
+            controller=controller, learner=ProgressLearner(cluster), prefix=settings.subject_prefix,
+            now=now, namespaces=(namespace,), annotate=fit_annotator(api),
+            wall_to_clock=wall_to_clock,
+        )  # fmt: skip
+        tasks.append(asyncio.create_task(loop.run(sub, stop, check_s=REPORT_S), name="learning"))
+    return tasks

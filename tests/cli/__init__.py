@@ -1,0 +1,1 @@
+"""Tests of the command line itself: lazy loading, help, the choice lists."""

@@ -1,0 +1,73 @@
+"""The loop closed on the live stack: emulated jobs train at their true speed and report it,
+the controller (``run_controller``) learns it and writes the refitted profile on the job."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+
+import pytest
+
+from bellows.bus import NatsSettings, connect
+from bellows.jobs import JobSpec
+from bellows.kube import keys
+from bellows.scaling import JobProfile, default_cluster
+from bellows.scaling.online import SpeedFactors
+from bellows.scaling.timing import step_time
+from bellows.service.emulated_progress import EmulatedReporter
+from tests.service.livecluster import jobs, live
+
+TRUTH = SpeedFactors(compute=0.75, communication=1.4)  # 25 % faster compute, 40 % slower Allreduce
+
+
+@pytest.mark.slow
+async def test_the_controller_learns_a_jobs_true_speed_from_its_reports() -> None:
+    (job,) = jobs(1, seed=5, categories=(2,), scale=200.0)
+    async with live(capacity=8, delta_s=120.0, true_speed=lambda ns, name: TRUTH) as stack:
+        stack.start_bridge()
+        stack.start_controller("controller")
+        (name,) = await stack.submit([job])
+        nc = await connect(NatsSettings(servers=(stack.nats.url,)))
+        stop = asyncio.Event()
+        reporter = EmulatedReporter(
+            stack.kube, nc.jetstream(), prefix="bellows", restart_cost_s=0.0, interval_s=0.05
+        )
+        task = asyncio.create_task(reporter.run(stop))
+        prior = JobProfile(job.spec.weights, job.spec.profile)
+        operator = stack.kube.operator
+        assert operator is not None
+        errors: list[tuple[float, float]] = []  # (prior's error, fit's error) at each look
+
+        def learned() -> bool:
+            obj = stack.objects()[name]
+            text = (obj["metadata"].get("annotations") or {}).get(keys.FIT)
+            truth = operator.progress(obj["metadata"]["uid"])
+            if text is None or truth is None or truth.step_seconds is None:
+                return False
+            assert truth.gpus is not None
+            assert truth.batch is not None
+            fit = keys.parse_profile_text(keys.FIT, text)
+            off = [
+                abs(_step(job.spec, profile, truth.gpus, truth.batch) / truth.step_seconds - 1)
+                for profile in (prior, fit)
+            ]
+            errors.append((off[0], off[1]))
+            return errors[-1][1] <= 0.05
+
+        try:
+            await stack.until("the fit on the job predicts its true step time", learned, 20.0)
+            stack.alive()
+            assert errors[-1][0] > 0.05  # where the prior was wrong
+            assert reporter.published > 0
+        finally:
+            stop.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await nc.close()
+
+
+def _step(job: JobSpec, profile: JobProfile, gpus: int, batch: int) -> float:
+    """``job``'s step time at ``(gpus, batch)`` if its profile were ``profile``."""
+    spec = dataclasses.replace(job, weights=profile.effective_weights, profile=profile.step)
+    return step_time(spec, gpus, batch, default_cluster())

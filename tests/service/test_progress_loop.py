@@ -1,0 +1,218 @@
+"""The controller's progress consumer on a real nats-server: reports in, revised specs out.
+
+A fake controller (the :class:`~bellows.service.progress_loop.Revising` port over a real
+core) stands in for Kubernetes; the reports travel through the real progress stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from nats.aio.client import Client
+
+from bellows.autoscaler import Autoscaler, AutoscalerConfig
+from bellows.bus import NatsSettings, connect
+from bellows.bus.progress import ProgressEvent, ProgressType, encode_progress, progress_subject
+from bellows.bus.server import running_nats_server
+from bellows.jobs import JobSpec
+from bellows.scaling import JobProfile, default_cluster
+from bellows.scaling.online import SpeedFactors
+from bellows.scaling.timing import step_time
+from bellows.service.learning import ProgressLearner
+from bellows.service.metrics import Metrics
+from bellows.service.progress_loop import (
+    MetricsProgressObserver,
+    ProgressLoop,
+    Rejection,
+    open_progress_subscription,
+)
+from tests.strategies import make_job
+
+CLUSTER = default_cluster()
+PREFIX = "bellows"
+T0 = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
+TRUTH = SpeedFactors(compute=0.75, communication=1.4)  # the job is not what its prior says
+
+
+class FakeController:
+    """A real core behind the controller's revise/notify, on a clock the test moves."""
+
+    def __init__(self, jobs: list[JobSpec]) -> None:
+        self.now = 0.0
+        self.autoscaler = Autoscaler(AutoscalerConfig(), capacity=16, cluster=CLUSTER)
+        for job in jobs:
+            self.autoscaler.arrive(job, now=0.0)
+        self.autoscaler.step(0.0)
+        self.revisions: list[JobSpec] = []
+        self.events: list[tuple[str, str]] = []
+
+    async def revise(self, spec: JobSpec, *, done: float | None, since: float | None) -> bool:
+        self.revisions.append(spec)
+        return self.autoscaler.revise(spec, self.now, done=done, since=since)
+
+    async def notify(self, job: str, reason: str, message: str) -> None:
+        self.events.append((job, reason))
+
+
+def truth(job: JobSpec) -> JobSpec:
+    real = TRUTH.apply(JobProfile(job.weights, job.profile))
+    return dataclasses.replace(job, weights=real.effective_weights, profile=real.step)
+
+
+def report(name: str, samples: int, seconds: float, gpus: int, batch: int) -> ProgressEvent:
+    return ProgressEvent(
+        ProgressType.PROGRESS, "team-a", name, T0, samples, gpus, batch, seconds, 20
+    )
+
+
+@pytest_asyncio.fixture
+async def settings(tmp_path: Path) -> AsyncIterator[NatsSettings]:
+    async with running_nats_server(tmp_path / "nats") as server:
+        yield NatsSettings(servers=(server.url,), ack_wait_s=1.0)
+
+
+@pytest_asyncio.fixture
+async def nc(settings: NatsSettings) -> AsyncIterator[Client]:
+    client = await connect(settings, reconnect_wait_s=0.1)
+    yield client
+    await client.close()
+
+
+async def test_reports_revise_the_job_and_bad_ones_are_dropped_by_reason(
+    nc: Client, settings: NatsSettings
+) -> None:
+    key = "pytorchjob/team-a/resnet"
+    prior = make_job(key, work=1e4)  # 1000 samples more than estimated is worth a revision
+    controller = FakeController([prior])
+    alloc = controller.autoscaler.allocations[key]
+    metrics = Metrics()
+    loop = ProgressLoop(
+        controller=controller,
+        learner=ProgressLearner(CLUSTER, stall_after_s=100.0),
+        prefix=PREFIX,
+        now=lambda: controller.now,
+        namespaces=("team-a",),
+        observer=MetricsProgressObserver(metrics),
+    )
+    js = nc.jetstream()
+    sub = await open_progress_subscription(js, settings)
+    subject = progress_subject(PREFIX, "team-a", "resnet")
+    seconds = step_time(truth(prior), alloc.gpus, alloc.batch, CLUSTER)
+    good = [report("resnet", 1000 * (i + 1), seconds, alloc.gpus, alloc.batch) for i in range(4)]
+    bad = [
+        (subject, b"{not json"),
+        (subject, json.dumps({"apiVersion": "bellows.io/v1", "type": "job.progress"}).encode()),
+        (progress_subject(PREFIX, "team-a", "other"), encode_progress(good[0])),  # other job
+        (
+            progress_subject(PREFIX, "team-b", "resnet"),
+            encode_progress(dataclasses.replace(good[0], namespace="team-b")),
+        ),
+        (subject, encode_progress(report("resnet", 10, seconds, alloc.gpus, 2 * alloc.batch))),
+    ]
+    for subj, data in bad[:2]:
+        await js.publish(subj, data)
+    for event in good:
+        await js.publish(subject, encode_progress(event))
+    for subj, data in bad[2:]:
+        await js.publish(subj, data)
+    await js.publish(
+        subject, encode_progress(report("resnet", 5, seconds, alloc.gpus, alloc.batch))
+    )
+    await js.publish(
+        progress_subject(PREFIX, "team-a", "ghost"),
+        encode_progress(report("ghost", 5, seconds, 1, 32)),
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(loop.run(sub, stop, check_s=1e9))
+
+    def rejected(reason: Rejection) -> float:
+        value = metrics.registry.get_sample_value(
+            "bellows_progress_rejected_total", {"reason": reason.value}
+        )
+        return value or 0.0
+
+    deadline = time.monotonic() + 15
+    while rejected(Rejection.NOT_RUNNING) < 1:  # the last report published
+        assert time.monotonic() < deadline, "the loop did not get through the reports"
+        await asyncio.sleep(0.02)
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    await sub.unsubscribe()
+
+    assert rejected(Rejection.INVALID) == 3  # bad JSON, missing fields, another job's report
+    assert rejected(Rejection.OUT_OF_SCOPE) == 1
+    assert rejected(Rejection.STALE) == 1
+    assert rejected(Rejection.BACKWARDS) == 1
+    assert rejected(Rejection.NOT_RUNNING) == 1
+    revised = controller.autoscaler.job(key)
+    assert controller.revisions
+    assert revised is controller.revisions[-1]
+    predicted = step_time(revised, alloc.gpus, alloc.batch, CLUSTER)
+    assert predicted == pytest.approx(seconds, rel=0.05)  # within 5 % after a few reports
+    assert controller.autoscaler.allocations[key] == alloc  # revising moved nothing
+    assert controller.autoscaler.estimated_done(key, controller.now) == 4000.0
+
+
+async def test_a_silent_job_is_flagged_once_and_unflagged_when_it_reports() -> None:
+    key = "pytorchjob/team-a/resnet"
+    controller = FakeController([make_job(key, work=1e9)])
+    alloc = controller.autoscaler.allocations[key]
+    metrics = Metrics()
+    learner = ProgressLearner(CLUSTER, stall_after_s=100.0)
+    loop = ProgressLoop(
+        controller=controller,
+        learner=learner,
+        prefix=PREFIX,
+        now=lambda: controller.now,
+        observer=MetricsProgressObserver(metrics),
+    )
+    subject = progress_subject(PREFIX, "team-a", "resnet")
+
+    def stalled() -> float | None:
+        return metrics.registry.get_sample_value("bellows_job_stalled", {"job": key})
+
+    event = report("resnet", 100, 0.3, alloc.gpus, alloc.batch)
+    assert await loop.take(subject, encode_progress(event)) is None
+    controller.now = 100.0
+    assert await loop.check() == []
+    controller.now = 101.0
+    assert await loop.check() == [key]
+    assert await loop.check() == [key]
+    assert controller.events == [(key, "Stalled")]  # one Event per stall
+    assert stalled() == 1.0
+    later = report("resnet", 200, 0.3, alloc.gpus, alloc.batch)
+    assert await loop.take(subject, encode_progress(later)) is None
+    assert stalled() is None
+    controller.autoscaler.finish(key, now=102.0)
+    await loop.check()
+    assert len(learner) == 0  # what was learned of a finished job is forgotten
+
+
+async def test_a_report_is_dated_by_its_own_time_never_later_than_now() -> None:
+    key = "pytorchjob/team-a/resnet"
+    controller = FakeController([make_job(key, work=1e9)])
+    alloc = controller.autoscaler.allocations[key]
+    learner = ProgressLearner(CLUSTER)
+    loop = ProgressLoop(
+        controller=controller,
+        learner=learner,
+        prefix=PREFIX,
+        now=lambda: controller.now,
+        wall_to_clock=lambda when: (when - T0).total_seconds() + 40.0,
+    )
+    subject = progress_subject(PREFIX, "team-a", "resnet")
+    controller.now = 100.0
+    old = report("resnet", 500, 0.3, alloc.gpus, alloc.batch)  # made at T0: clock 40
+    assert await loop.take(subject, encode_progress(old)) is None
+    assert learner.samples(key) == (500.0, 40.0)  # read again later, still as old as it is
+    later = dataclasses.replace(old, samples_seen=900, time=T0 + timedelta(hours=1))
+    assert await loop.take(subject, encode_progress(later)) is None
+    assert learner.samples(key) == (900.0, 100.0)  # a clock ahead of ours: dated now
