@@ -52,8 +52,8 @@ from bellows.bus import (
 )
 from bellows.bus.server import running_nats_server
 from bellows.cli.data import crd_files
+from bellows.emulator import EmulatedCluster
 from bellows.kube import Actuator, JobReader, KubeApi
-from bellows.kube.emulator import EmulatedCluster
 from bellows.optimizer import Method
 from bellows.optimizer.solving import METHODS
 from bellows.scaling import default_cluster

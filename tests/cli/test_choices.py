@@ -5,7 +5,7 @@ from __future__ import annotations
 from bellows.autoscaler import Policy
 from bellows.bus import EventType, JobKind, Outcome
 from bellows.cli import choices
-from bellows.kube.crds import CRDS_ENV
+from bellows.emulator.crds import CRDS_ENV
 from bellows.profiling.workloads import MAX_CLASSES
 from bellows.scaling.profiles import MAX_OVERLAP
 from bellows.sim.reproduce import EXPERIMENTS

@@ -37,8 +37,8 @@ from bellows.bus.consuming import CODE_HEADER, REASON_HEADER
 from bellows.bus.server import running_nats_server
 from bellows.bus.streams import ensure_streams
 from bellows.bus.subjects import dead_letter_wildcard, event_subject, subject_mismatch
+from bellows.emulator import EmulatedCluster
 from bellows.kube import Actuator, JobReader, KubeApi, PyTorchJobKind, keys
-from bellows.kube.emulator import EmulatedCluster
 from bellows.scaling import default_cluster
 from bellows.service.clock import ServiceClock
 from bellows.service.controller import Controller

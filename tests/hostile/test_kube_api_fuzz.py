@@ -27,7 +27,7 @@ import urllib3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bellows.kube.emulator import EmulatedCluster
+from bellows.emulator import EmulatedCluster
 from tests.kube.conftest import load_examples
 
 JOBS = "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs"

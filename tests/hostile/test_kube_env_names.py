@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from bellows.emulator import EmulatedCluster
 from bellows.kube import KubeApi, PyTorchJobKind, keys
-from bellows.kube.emulator import EmulatedCluster
 from bellows.service.clock import ServiceClock
 from tests.hostile.test_forged_events import arrival, controller_for, create, opted_in_job
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bellows.emulator.nodes import canonical_quantity
 from bellows.inputs import SpecError, parse_quantity
-from bellows.kube.emulator.nodes import canonical_quantity
 from tests.hostile.test_parsers import attempt, hostile_text
 
 

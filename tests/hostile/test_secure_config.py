@@ -131,6 +131,7 @@ HOSTILE_FILES: dict[str, tuple[bytes, str, str]] = {
     ),
     "tiny stream": (b"nats:\n  maxBytes: 10\n", "nats.maxBytes", "[1048576, "),
     "unhashable key": (b"? [a]\n: 1\n", "--config", "YAML"),
+    "newline in an unknown key": (b'nats:\n  "a\\nb": 1\n', "nats.a\nb", "one of"),
 }
 
 

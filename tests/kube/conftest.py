@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from bellows.emulator import EmulatedCluster
 from bellows.kube import KubeApi
-from bellows.kube.emulator import EmulatedCluster
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "manifests" / "examples"

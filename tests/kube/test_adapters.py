@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from bellows.emulator.patching import merge_patch
+from bellows.emulator.resources import crd_resources
 from bellows.jobs import SpecError
 from bellows.kube import MPIJobKind, PyTorchJobKind, keys
-from bellows.kube.emulator.patching import merge_patch
-from bellows.kube.emulator.resources import crd_resources
 from bellows.kube.journal import (
     AwaitHalt,
     Blocked,

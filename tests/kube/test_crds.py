@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from bellows.cli.data import crd_files, data_folder, workspace_data
 from bellows.cli.main import main
-from bellows.kube.crds import (
+from bellows.emulator.crds import (
     MAX_CRD_BYTES,
     MIRROR_ENV,
     PINNED,
@@ -28,7 +28,7 @@ from bellows.kube.crds import (
     cached_crds,
     sha256_of,
 )
-from bellows.kube.emulator.schemas import load_crd
+from bellows.emulator.schemas import load_crd
 
 
 @dataclass

@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from bellows.emulator import EmulatedCluster, FaultRule
 from bellows.jobs import SpecError
-from bellows.kube.emulator import EmulatedCluster, FaultRule
 
 CM_PATH = r"/api/v1/namespaces/default/configmaps"
 

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from bellows.emulator import ApiError, EmulatedCluster, Store, gpu_node, uniform_nodes
+from bellows.emulator.resources import builtin_resources
 from bellows.kube import ExpiredError, KubeApi
-from bellows.kube.emulator import ApiError, EmulatedCluster, Store, gpu_node, uniform_nodes
-from bellows.kube.emulator.resources import builtin_resources
 
 GPU = "nvidia.com/gpu"
 

@@ -6,9 +6,9 @@ import copy
 
 import pytest
 
-from bellows.kube.emulator.patching import PatchError, json_patch, merge_patch
-from bellows.kube.emulator.resources import crd_resources
-from bellows.kube.emulator.selectors import SelectorError, field_selector, label_selector
+from bellows.emulator.patching import PatchError, json_patch, merge_patch
+from bellows.emulator.resources import crd_resources
+from bellows.emulator.selectors import SelectorError, field_selector, label_selector
 
 
 @pytest.fixture(scope="module")

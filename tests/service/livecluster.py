@@ -27,10 +27,10 @@ import numpy as np
 from kubernetes import client as k8s
 
 from bellows.bus.server import NatsServer, running_nats_server
+from bellows.emulator import EmulatedCluster
+from bellows.emulator.nodes import schedulable_gpus
+from bellows.emulator.store import Change
 from bellows.kube import keys
-from bellows.kube.emulator import EmulatedCluster
-from bellows.kube.emulator.nodes import schedulable_gpus
-from bellows.kube.emulator.store import Change
 from bellows.kube.kinds import finished_state
 from bellows.scaling import default_cluster
 from bellows.scaling.online import SpeedFactors

@@ -17,9 +17,9 @@ import pytest
 import structlog
 from kubernetes import client as k8s
 
+from bellows.emulator import EmulatedCluster, gpu_node
 from bellows.inputs import SpecError
 from bellows.kube import KubeApi
-from bellows.kube.emulator import EmulatedCluster, gpu_node
 from bellows.service.capacity import NodeGpus, node_gpus, read_capacity, watch_capacity
 from bellows.service.config import MAX_CLUSTER_GPUS, CapacitySettings
 

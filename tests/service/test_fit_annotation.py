@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from kubernetes import client as k8s
 
 from bellows.cli.main import main
+from bellows.emulator import EmulatedCluster
 from bellows.kube import KubeApi
-from bellows.kube.emulator import EmulatedCluster
 from bellows.scaling import JobProfile, default_cluster, parse_job_profile
 from bellows.scaling.online import refit_profile
 from bellows.scaling.profiles import DEFAULT_PRIOR

@@ -23,8 +23,8 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from bellows.emulator import EmulatedCluster
 from bellows.jobs import SpecError
-from bellows.kube.emulator import EmulatedCluster
 from bellows.service.config import LeaderElectionSettings
 from bellows.service.leader import LeaderElector
 

@@ -14,8 +14,8 @@ import pytest
 from kubernetes import client as k8s
 
 from bellows.autoscaler import Autoscaler, AutoscalerConfig
+from bellows.emulator import EmulatedCluster
 from bellows.kube import Actuator, JobReader, KubeApi, keys
-from bellows.kube.emulator import EmulatedCluster
 from bellows.scaling import default_cluster
 from bellows.service.clock import ServiceClock
 from bellows.service.controller import Controller

@@ -30,7 +30,7 @@ EXPERIMENT_KEYS: Final = (
     "fig8a", "fig8b", "fig8c", "fig5a", "fig5b", "fig5c", "fig5d", "fig6a", "fig6b", "fig7a",
     "fig7b", "fig9a", "fig9b",
 )  # fmt: skip
-# bellows.kube.crds.CRDS_ENV
+# bellows.emulator.crds.CRDS_ENV
 CRDS_ENV: Final = "BELLOWS_CRDS"
 # bellows.profiling.workloads.MAX_CLASSES; bellows.scaling.profiles.MAX_OVERLAP
 MAX_CLASSES: Final = 16_777_216

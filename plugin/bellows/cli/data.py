@@ -5,7 +5,7 @@ The simulator needs none of it (its model profiles and cluster fit are embedded,
 ``bellows.sim.workloads.models`` and ``bellows.scaling.reference``). The real traces are read
 only by ``bellows reproduce``'s *Beyond the paper* (and the benchmarks), and the CRDs by
 ``bellows demo``, which downloads the pinned upstream files once when no folder of them is
-found (``bellows.kube.crds``).
+found (``bellows.emulator.crds``).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def crd_files(given: Path | None, env: Mapping[str, str] = os.environ) -> list[P
     pinned upstream CRDs from the user's cache, downloaded and verified on first use."""
     # Imported here, not above: the kube package loads the Kubernetes client (~2 s), which
     # the commands that only read the data folder (reproduce) do not need.
-    from bellows.kube.crds import (
+    from bellows.emulator.crds import (
         CRDS_ENV,
         MIRROR_ENV,
         CrdError,

@@ -2,9 +2,10 @@
 
 * :class:`JobReader` turns opted-in jobs into validated ``JobSpec`` observations;
 * :class:`Actuator` applies the autoscaler's decisions (suspend, patch, resume) with a
-  journal on each job, so that an interrupted rescale is finished by whoever comes next;
-* :mod:`bellows.kube.emulator` is a strict emulated API server and operators for tests
-  and demos.
+  journal on each job, so that an interrupted rescale is finished by whoever comes next.
+
+Only what talks to a real API server lives here; the emulated cluster of the tests and
+``bellows demo`` is :mod:`bellows.emulator`, which this package never imports.
 """
 
 from __future__ import annotations
@@ -13,7 +14,15 @@ from bellows.kube.actuating import ActuationError, Actuator, Outcome
 from bellows.kube.adapters import KINDS, MPIJobKind, PyTorchJobKind, kind_named
 from bellows.kube.client import ConflictError, ExpiredError, KubeApi, NotFoundError
 from bellows.kube.kinds import JobKind, JobRef, JobView
-from bellows.kube.reading import Arrived, Deleted, Finished, Invalid, JobReader, Observation
+from bellows.kube.reading import (
+    Arrived,
+    Deleted,
+    Finished,
+    Invalid,
+    JobReader,
+    Observation,
+    Skipped,
+)
 
 __all__ = [
     "KINDS",
@@ -35,5 +44,6 @@ __all__ = [
     "Observation",
     "Outcome",
     "PyTorchJobKind",
+    "Skipped",
     "kind_named",
 ]

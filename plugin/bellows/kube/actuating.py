@@ -37,7 +37,7 @@ from bellows.kube.journal import (
     plan_scale,
     target_env,
 )
-from bellows.kube.kinds import JobKind, JobRef, finished_state
+from bellows.kube.kinds import JobKind, JobRef, finished_state, foreign_manager
 from bellows.kube.recording import Recorder
 from bellows.kube.specs import requested_allocation
 
@@ -153,6 +153,8 @@ class Actuator:
             if obj is None:
                 return Outcome(job, "dropped", "deleted")
             notes = obj["metadata"].get("annotations") or {}
+            if (manager := _foreign(kind, obj)) is not None:
+                return _skipped(job, manager)
             if notes.get(keys.STATUS) == status:
                 return Outcome(job, "unchanged", status)
             patch = {
@@ -260,6 +262,8 @@ class Actuator:
             if not keys.opted_in(notes):
                 return Outcome(job, "refused", "the job carries no bellows.io/ settings")
             try:
+                if (manager := foreign_manager(obj, kind.manager)) is not None:
+                    return _skipped(job, manager)
                 view = kind.view(obj, ())
                 if view.blocker:
                     return await self.report_problem(job, view.blocker, reason="Refused")
@@ -328,3 +332,16 @@ class Actuator:
             return False
         except ExpiredError:
             return True  # re-plan from a fresh read
+
+
+def _foreign(kind: JobKind, obj: Mapping[str, Any]) -> str | None:
+    """:func:`foreign_manager`, with a value no schema allows read as nobody's."""
+    try:
+        return foreign_manager(obj, kind.manager)
+    except SpecError:
+        return None
+
+
+def _skipped(job: str, manager: str) -> Outcome:
+    """Nothing written: ``manager`` (``spec.runPolicy.managedBy``) runs the job."""
+    return Outcome(job, "refused", f"spec.runPolicy.managedBy={manager!r}: not written to")

@@ -24,11 +24,13 @@ __all__ = [
     "JobView",
     "conditions",
     "finished_state",
+    "foreign_manager",
     "parse_time",
     "running_since",
 ]
 
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+MULTIKUEUE = "kueue.x-k8s.io/multikueue"  # spec.runPolicy.managedBy of a job a worker cluster runs
 GPU = "nvidia.com/gpu"
 
 
@@ -89,6 +91,7 @@ class JobKind(Protocol):
     group: str
     version: str
     plural: str
+    manager: str  # the operator's own spec.runPolicy.managedBy value
 
     def view(self, obj: Mapping[str, Any], env_names: tuple[str, ...]) -> JobView:
         """The job's view; :class:`SpecError` names a spec field Bellows cannot work with."""
@@ -217,10 +220,19 @@ def kueue_blocker(obj: Mapping[str, Any]) -> str | None:
             "re-admits it when its size changes, so Bellows would fight it; remove the queue "
             "name or the bellows.io/ annotations"
         )
-    managed_by = ((obj.get("spec") or {}).get("runPolicy") or {}).get("managedBy")
-    if managed_by and managed_by not in (
-        "kubeflow.org/training-operator",
-        "kubeflow.org/mpi-operator",
-    ):
-        return f"spec.runPolicy.managedBy={managed_by!r}: another controller runs this job"
     return None
+
+
+def foreign_manager(obj: Mapping[str, Any], own: str) -> str | None:
+    """The controller named in ``spec.runPolicy.managedBy`` when it is not ``own`` (the
+    kind's operator), else ``None``: such a job (a MultiKueue manager cluster's copy, whose
+    worker cluster runs it) is Kueue's, and Bellows must never write to it."""
+    run_policy = (obj.get("spec") or {}).get("runPolicy") or {}
+    if not isinstance(run_policy, Mapping):
+        raise SpecError("spec.runPolicy", run_policy, "an object")
+    managed_by = run_policy.get("managedBy")
+    if managed_by is None or managed_by in ("", own):
+        return None
+    if not isinstance(managed_by, str):
+        raise SpecError("spec.runPolicy.managedBy", managed_by, "a string")
+    return managed_by

@@ -4,7 +4,8 @@
 :class:`Observation`: a job arrived (with its spec and, for a job Bellows already runs,
 the allocation its journal records, so a restarted controller rebuilds its state), a job
 finished or was deleted, or a job's settings are wrong (the actuator reports those to the
-owner). A job without ``bellows.io/`` annotations yields nothing: its metadata is the only
+owner), or another controller runs the job (``spec.runPolicy.managedBy``: skipped, never
+written to). A job without ``bellows.io/`` annotations yields nothing: its metadata is the only
 part read. A watch that expires (410) is answered by listing again.
 """
 
@@ -24,13 +25,15 @@ from bellows.kube import keys
 from bellows.kube.adapters import KINDS
 from bellows.kube.client import ExpiredError, KubeApi
 from bellows.kube.journal import Journal, Phase
-from bellows.kube.kinds import JobKind, JobRef, JobView
+from bellows.kube.kinds import JobKind, JobRef, JobView, finished_state, foreign_manager
 from bellows.kube.specs import build_spec
 from bellows.scaling import JobProfile
 
-__all__ = ["Arrived", "Deleted", "Finished", "Invalid", "JobReader", "Observation"]
+__all__ = ["Arrived", "Deleted", "Finished", "Invalid", "JobReader", "Observation", "Skipped"]
 
 _log = structlog.get_logger("bellows.reader")
+
+MANAGED_BY = "managed-by"  # Skipped.reason of a job spec.runPolicy.managedBy gives away
 
 
 @dataclass(frozen=True)
@@ -68,13 +71,24 @@ class Invalid:
 
 
 @dataclass(frozen=True)
+class Skipped:
+    """The job opted in, but another controller runs it and Bellows must not even write to
+    it (no status annotation): ``reason`` is the metric's label (``managed-by``),
+    ``message`` the Event's."""
+
+    job: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Deleted:
     """The job is gone."""
 
     job: str
 
 
-Observation = Arrived | Finished | Invalid | Deleted
+Observation = Arrived | Finished | Invalid | Skipped | Deleted
 
 
 class JobReader:
@@ -116,6 +130,19 @@ class JobReader:
     async def _examine(
         self, kind: JobKind, obj: Mapping[str, Any], notes: Mapping[str, str]
     ) -> Observation:
+        manager = foreign_manager(obj, kind.manager)
+        if manager is not None:  # checked before any other field: nothing else is read
+            meta = obj.get("metadata") or {}
+            key = JobRef(kind.kind, meta.get("namespace", ""), meta.get("name", "")).key
+            if (state := finished_state(obj)) is not None:
+                return Finished(key, state)
+            return Skipped(
+                key,
+                MANAGED_BY,
+                f"spec.runPolicy.managedBy={manager!r}: another controller runs this job "
+                "(a MultiKueue worker cluster for kueue.x-k8s.io/multikueue), so Bellows "
+                "never patches or suspends it here",
+            )
         view = kind.view(obj, ())
         if view.finished is not None:
             return Finished(view.ref.key, view.finished)

@@ -53,6 +53,9 @@ _INT64_MAX = (1 << 63) - 1
 MAX_TEXT_CHARS = 4096  # a path, a name, a URL, a password: none is longer
 
 
+_SHOWN_NAME_CHARS = 4_096 + 64  # a path of PATH_MAX, and the words around it
+
+
 class ConfigError(ValueError):
     """A configuration value is wrong; names the key, where it came from, and what is valid."""
 
@@ -61,11 +64,17 @@ class ConfigError(ValueError):
         self.value = value
         self.valid = valid
         self.source = source
-        where = f" (from {source})" if source else ""
+        where = f" (from {_one_line(source)})" if source else ""
         # shown(): a hostile value (a 1 MiB string, a 5000-digit int) stays one short line;
         # a file's path, given by the operator and bounded by the OS, is shown whole
         text = repr(str(value)) if isinstance(value, PurePath) else shown(value)
-        super().__init__(f"{key}={text}{where} is invalid: expected {valid}")
+        super().__init__(f"{_one_line(key)}={text}{where} is invalid: expected {valid}")
+
+
+def _one_line(text: str) -> str:
+    """A key or a source as given when it is short and printable; else quoted and cut: an
+    unknown key from a file or a flag may hold anything (a newline, a megabyte)."""
+    return text if len(text) <= _SHOWN_NAME_CHARS and text.isprintable() else shown(text)
 
 
 class InvalidValueError(ValueError):

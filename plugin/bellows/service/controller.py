@@ -53,6 +53,7 @@ from bellows.kube import (
     KubeApi,
     Observation,
     Outcome,
+    Skipped,
     kind_named,
 )
 from bellows.kube.journal import Journal, Phase
@@ -86,6 +87,10 @@ class ControllerObserver:
 
     def invalid_jobs(self, count: int) -> None:
         """``count`` opted-in jobs are left alone now because their data is invalid."""
+
+    def skipped_jobs(self, reason: str, count: int) -> None:
+        """``count`` opted-in jobs are skipped now, never written to, for ``reason``
+        (``managed-by``: another controller runs them)."""
 
 
 NullControllerObserver = ControllerObserver
@@ -141,6 +146,7 @@ class Controller:
         self._held: dict[str, int] = {}
         self._active: set[str] = set()  # jobs the core runs or queues (not finished)
         self._invalid: set[str] = set()  # opted-in jobs left alone for their data
+        self._skipped: dict[str, str] = {}  # opted-in jobs another controller runs: reason
         self._widest = autoscaler.capacity  # the most GPUs the cluster has had: k_max's bound
         self._lock = asyncio.Lock()  # one window, retry or rebuild at a time
 
@@ -204,6 +210,8 @@ class Controller:
         seen = await self._reader.examine(kind, obj)
         if isinstance(seen, Invalid):
             await self._report(seen)
+        elif isinstance(seen, Skipped):
+            await self._skip(seen)
         if not isinstance(seen, Arrived) or (seen := await self._fit(seen)) is None:
             return None
         journal = Journal.read(seen.view.annotations)
@@ -376,6 +384,7 @@ class Controller:
         kind = kind_named(ref.kind)
         if isinstance(event, JobCompleted) and ref.key not in self._active:
             self._set_invalid(ref.key, False)
+            self._unskip(ref.key)
             return  # never arrived here, or already finished: nothing to free
         obj = await self._api.get_job(kind, ref.namespace, ref.name)
         gone = obj is None or obj["metadata"].get("uid") != event.job.uid
@@ -399,6 +408,8 @@ class Controller:
             return  # not opted in: never touched
         if isinstance(seen, Invalid):
             await self._report(seen)
+        elif isinstance(seen, Skipped):
+            await self._skip(seen)
         elif isinstance(seen, Finished | Deleted):
             self._finish(seen.job, now, now)
         elif (seen := await self._fit(seen)) is None:
@@ -466,6 +477,7 @@ class Controller:
 
     def _finish(self, job: str, now: float, at: float) -> None:
         self._set_invalid(job, False)
+        self._unskip(job)
         if self._auto.finish(job, now):
             _log.info("job.finished", job=job)
             self._retry.pop(job, None)
@@ -473,6 +485,28 @@ class Controller:
             self._active.discard(job)
             if self.ledger is not None:
                 self.ledger.finished(job, at)
+
+    async def _skip(self, seen: Skipped) -> None:
+        """Say once per job, in an Event and the metric, that it is skipped; nothing is
+        written to the job itself (not even the status annotation)."""
+        if self._skipped.get(seen.job) == seen.reason:
+            return
+        self._skipped[seen.job] = seen.reason
+        self._count_skipped(seen.reason)
+        _log.info("job.skipped", job=seen.job, reason=seen.reason)
+        try:
+            await self._actuator.notify(seen.job, "Skipped", seen.message)
+        except ActuationError as err:
+            _log.warning("job.notify_failed", job=seen.job, error=str(err))
+
+    def _unskip(self, job: str) -> None:
+        reason = self._skipped.pop(job, None)
+        if reason is not None:
+            self._count_skipped(reason)
+
+    def _count_skipped(self, reason: str) -> None:
+        count = sum(1 for r in self._skipped.values() if r == reason)
+        self._observer.skipped_jobs(reason, count)
 
     async def _report(self, seen: Invalid) -> None:
         self._set_invalid(seen.job, not seen.refused)

@@ -39,8 +39,8 @@ from bellows.bus import (
     ensure_streams,
 )
 from bellows.bus.server import running_nats_server
+from bellows.emulator import EmulatedCluster
 from bellows.kube import Actuator, JobReader, KubeApi
-from bellows.kube.emulator import EmulatedCluster
 from bellows.optimizer import Method
 from bellows.scaling import ClusterProfile, default_cluster
 from bellows.scaling.online import SpeedFactors

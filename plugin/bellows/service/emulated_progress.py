@@ -4,7 +4,7 @@ What ``examples/training/elastic.py``'s ``ProgressReporter`` publishes from rank
 job, :class:`EmulatedReporter` publishes for every job the emulated operators run: once per
 start a ``job.started`` with the restart it paid (the emulated cluster's restart cost), and
 every ``interval_s`` real seconds a ``job.progress`` with the samples seen and the job's
-*true* step time (:attr:`bellows.kube.emulator.Progress.step_seconds`, which differs from
+*true* step time (:attr:`bellows.emulator.Progress.step_seconds`, which differs from
 its annotation when the cluster was given ``true_speed``). A job that made no step since its
 last report reports nothing, as a real helper between steps. Publishing never stops the
 loop: a refused or lost report is logged and the next one comes.
@@ -21,9 +21,9 @@ import structlog
 from nats.js.client import JetStreamContext
 
 from bellows.bus.progress import ProgressEvent, ProgressType, encode_progress, progress_subject
+from bellows.emulator import EmulatedCluster, Progress
 from bellows.inputs import brief
 from bellows.kube.adapters import KINDS
-from bellows.kube.emulator import EmulatedCluster, Progress
 
 __all__ = ["EmulatedReporter"]
 

@@ -13,6 +13,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
 from bellows.bus.events import EventType
+from bellows.kube.reading import MANAGED_BY
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 
@@ -51,6 +52,14 @@ class Metrics:
             "Opted-in jobs Bellows leaves alone because their settings or spec are invalid",
             registry=r,
         )
+        self.jobs_skipped = Gauge(
+            "bellows_jobs_skipped",
+            "Opted-in jobs Bellows never writes to, by reason (managed-by: "
+            "spec.runPolicy.managedBy names another controller, e.g. MultiKueue)",
+            ["reason"],
+            registry=r,
+        )
+        self.jobs_skipped.labels(reason=MANAGED_BY).set(0)
         self.gpus_capacity = Gauge("bellows_gpus_capacity", "GPUs Bellows may hand out", registry=r)
         self.optimizer_seconds = Histogram(
             "bellows_optimizer_seconds",

@@ -83,6 +83,9 @@ class MetricsObserver(ControllerObserver):
     def invalid_jobs(self, count: int) -> None:
         self._metrics.jobs_invalid.set(count)
 
+    def skipped_jobs(self, reason: str, count: int) -> None:
+        self._metrics.jobs_skipped.labels(reason=reason).set(count)
+
 
 def kube_api_client(settings: KubernetesSettings) -> k8s.ApiClient:
     """A client from the service account (in a pod) or from a kubeconfig."""

@@ -21,8 +21,8 @@ from typing import Final
 from nats.js.client import JetStreamContext
 
 from bellows.bus.settings import NatsSettings
+from bellows.emulator import EmulatedCluster
 from bellows.kube import KubeApi
-from bellows.kube.emulator import EmulatedCluster
 from bellows.scaling import ClusterProfile, JobProfile
 from bellows.scaling.online import SpeedFactors
 from bellows.service.controller import Controller

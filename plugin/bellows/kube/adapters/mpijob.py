@@ -27,6 +27,7 @@ class MPIJobKind(ReplicatedKind):
     kind = "MPIJob"
     version = "v2beta1"
     plural = "mpijobs"
+    manager = "kubeflow.org/mpi-operator"
     specs_field = "mpiReplicaSpecs"
     allowed_types = ("Launcher", "Worker")
 

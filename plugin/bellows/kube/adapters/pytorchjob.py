@@ -26,6 +26,7 @@ class PyTorchJobKind(ReplicatedKind):
     kind = "PyTorchJob"
     version = "v1"
     plural = "pytorchjobs"
+    manager = "kubeflow.org/training-operator"
     specs_field = "pytorchReplicaSpecs"
     allowed_types = ("Master", "Worker")
 

@@ -34,6 +34,7 @@ class ReplicatedKind:
     version = ""
     plural = ""
     specs_field = ""
+    manager = ""  # the operator's own spec.runPolicy.managedBy value
     scaled_type = "Worker"  # the replica type whose count Bellows changes
     allowed_types: tuple[str, ...] = ()
 

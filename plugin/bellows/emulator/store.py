@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from bellows.emulator.errors import ApiError, rfc3339
+from bellows.emulator.metadata import go_type, metadata_problems, type_problems
+from bellows.emulator.resources import ResourceType
+from bellows.emulator.schemas import FieldProblem
+from bellows.emulator.selectors import Matcher
 from bellows.inputs import json_depth
-from bellows.kube.emulator.errors import ApiError, rfc3339
-from bellows.kube.emulator.metadata import go_type, metadata_problems, type_problems
-from bellows.kube.emulator.resources import ResourceType
-from bellows.kube.emulator.schemas import FieldProblem
-from bellows.kube.emulator.selectors import Matcher
 
 __all__ = ["MAX_DEPTH", "ApiError", "Change", "Store", "rfc3339"]
 

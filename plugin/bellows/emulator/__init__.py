@@ -9,11 +9,11 @@ small server on aiohttp that implements exactly those semantics (see ``docs/kube
 
 from __future__ import annotations
 
-from bellows.kube.emulator.cluster import EmulatedCluster
-from bellows.kube.emulator.faults import FaultRule, Faults, Injected
-from bellows.kube.emulator.nodes import gpu_node, uniform_nodes
-from bellows.kube.emulator.operator import EmulatedOperator, Progress
-from bellows.kube.emulator.store import ApiError, Store
+from bellows.emulator.cluster import EmulatedCluster
+from bellows.emulator.faults import FaultRule, Faults, Injected
+from bellows.emulator.nodes import gpu_node, uniform_nodes
+from bellows.emulator.operator import EmulatedOperator, Progress
+from bellows.emulator.store import ApiError, Store
 
 __all__ = [
     "ApiError",

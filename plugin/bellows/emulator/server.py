@@ -27,13 +27,13 @@ from typing import Any
 
 from aiohttp import web
 
+from bellows.emulator.faults import Faults
+from bellows.emulator.metadata import go_type
+from bellows.emulator.patching import PatchError, check_json_patch, json_patch, merge_patch
+from bellows.emulator.resources import ResourceType
+from bellows.emulator.selectors import SelectorError, field_selector, label_selector
+from bellows.emulator.store import MAX_DEPTH, ApiError, Change, Store
 from bellows.inputs import SpecError, check_int, parse_int, parse_json
-from bellows.kube.emulator.faults import Faults
-from bellows.kube.emulator.metadata import go_type
-from bellows.kube.emulator.patching import PatchError, check_json_patch, json_patch, merge_patch
-from bellows.kube.emulator.resources import ResourceType
-from bellows.kube.emulator.selectors import SelectorError, field_selector, label_selector
-from bellows.kube.emulator.store import MAX_DEPTH, ApiError, Change, Store
 
 __all__ = ["MAX_BODY_BYTES", "MAX_WATCH_TIMEOUT_S", "build_app"]
 

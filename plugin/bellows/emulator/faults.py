@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from bellows.emulator.errors import ApiError
 from bellows.jobs import SpecError
-from bellows.kube.emulator.errors import ApiError
 
 __all__ = ["FaultRule", "Faults", "Injected"]
 

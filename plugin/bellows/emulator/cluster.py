@@ -29,13 +29,13 @@ import yaml
 from aiohttp import web
 from kubernetes import client as k8s
 
-from bellows.kube.emulator.admission import admit
-from bellows.kube.emulator.faults import Faults
-from bellows.kube.emulator.nodes import gpu_node, ready_condition, schedulable_gpus
-from bellows.kube.emulator.operator import EmulatedOperator
-from bellows.kube.emulator.resources import builtin_resources, crd_resources
-from bellows.kube.emulator.server import build_app
-from bellows.kube.emulator.store import Store
+from bellows.emulator.admission import admit
+from bellows.emulator.faults import Faults
+from bellows.emulator.nodes import gpu_node, ready_condition, schedulable_gpus
+from bellows.emulator.operator import EmulatedOperator
+from bellows.emulator.resources import builtin_resources, crd_resources
+from bellows.emulator.server import build_app
+from bellows.emulator.store import Store
 from bellows.scaling import ClusterProfile
 from bellows.scaling.online import SpeedFactors
 

@@ -2,15 +2,15 @@
 
 A CRD's ``openAPIV3Schema`` is a structural subset of OpenAPI v3. This module walks an object
 against it the way the API server's validation does: types, ``required``, ``enum``,
-``pattern``, bounds, ``int32``/``int64`` ranges, ``x-kubernetes-int-or-string``,
-``x-kubernetes-list-type`` (``set`` and ``map`` keys must be unique) and
-``x-kubernetes-preserve-unknown-fields``. It also applies ``default`` values, as the server
-does on every write.
+``pattern``, bounds (``minItems``/``maxItems`` included), ``int32``/``int64`` ranges,
+``x-kubernetes-int-or-string``, ``x-kubernetes-list-type`` (``set`` and ``map`` keys must be
+unique) and ``x-kubernetes-preserve-unknown-fields``. It also applies ``default`` values, as
+the server does on every write.
 
 One deliberate difference: the real server *prunes* unknown fields (or rejects them only
 under ``fieldValidation=Strict``); this checker always rejects them, so that a typo in a patch
 Bellows builds fails a test instead of vanishing. CEL rules (``x-kubernetes-validations``,
-one transition rule in the PyTorchJob CRD) are not evaluated.
+one transition rule in the PyTorchJob CRD, many in Kueue's) are not evaluated.
 
 A ``pattern`` is matched as Go's ``regexp`` matches it: ``$`` is the end of the text, never
 the place before a trailing newline (Python's ``$``), so ``"1\n"`` is no quantity.
@@ -214,6 +214,10 @@ def _check_array(
     if isinstance(items, Mapping):
         for i, item in enumerate(value):
             _check(items, item, _join(path, i), out)
+    if "minItems" in schema and len(value) < schema["minItems"]:
+        out.append(FieldProblem(path, value, f"at least {schema['minItems']} items"))
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        out.append(FieldProblem(path, value, f"at most {schema['maxItems']} items"))
     list_type = schema.get("x-kubernetes-list-type")
     if list_type == "set":
         seen = [json.dumps(v, sort_keys=True) for v in value]
@@ -266,14 +270,20 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 15x faster o
 
 
 def load_crd(path: Path) -> list[CustomResource]:
-    """Every served version of the CRD in the YAML file at ``path``."""
+    """The served versions of the CRD in the YAML file at ``path``.
+
+    No conversion between versions is emulated, so of several served versions (Kueue's
+    ``v1beta1`` and ``v1beta2``) only the storage one is served: one object never lives
+    twice, apart, under two versions.
+    """
     with path.open() as handle:
         crd = yaml.load(handle, Loader=_LOADER)
     spec = crd["spec"]
     out: list[CustomResource] = []
-    for version in spec["versions"]:
-        if not version.get("served", False):
-            continue
+    served = [v for v in spec["versions"] if v.get("served", False)]
+    if len(served) > 1:
+        served = [v for v in served if v.get("storage", False)]
+    for version in served:
         out.append(
             CustomResource(
                 group=spec["group"],

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from bellows.kube.emulator.schemas import FieldProblem
+from bellows.emulator.schemas import FieldProblem
 
 __all__ = [
     "MAX_ANNOTATIONS_BYTES",

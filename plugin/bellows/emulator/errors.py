@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from bellows.kube.emulator.schemas import FieldProblem
+from bellows.emulator.schemas import FieldProblem
 
 __all__ = ["ApiError", "rfc3339"]
 

@@ -33,9 +33,9 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any, Final
 
+from bellows.emulator.metadata import DNS_SUBDOMAIN
+from bellows.emulator.schemas import FieldProblem
 from bellows.inputs import SpecError, parse_quantity
-from bellows.kube.emulator.metadata import DNS_SUBDOMAIN
-from bellows.kube.emulator.schemas import FieldProblem
 
 __all__ = [
     "GPU",

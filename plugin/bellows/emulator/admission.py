@@ -3,6 +3,8 @@
 training-operator v1.9 runs a validating webhook for PyTorchJob (name a DNS-1035 label,
 replica types Master/Worker, one Master, a container named ``pytorch`` with an image);
 mpi-operator v0.8 validates an MPIJob before acting on it (one Launcher, a Worker, images).
+Both accept as ``spec.runPolicy.managedBy`` only nothing, their own name or
+``kueue.x-k8s.io/multikueue`` (the CRDs' documented values; the schema says only "a string").
 The emulated API server refuses such objects at admission with 422, as the webhook does.
 """
 
@@ -12,8 +14,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from bellows.kube.emulator.resources import ResourceType
-from bellows.kube.emulator.schemas import FieldProblem
+from bellows.emulator.resources import ResourceType
+from bellows.emulator.schemas import FieldProblem
+from bellows.kube.adapters import kind_named
+from bellows.kube.kinds import MULTIKUEUE
 
 __all__ = ["admit"]
 
@@ -30,6 +34,11 @@ def admit(res: ResourceType, obj: Mapping[str, Any]) -> list[FieldProblem]:
         return []
     field, allowed, single, container = _RULES[res.kind]
     found: list[FieldProblem] = []
+    managers = ("", kind_named(res.kind).manager, MULTIKUEUE)
+    run_policy = (obj.get("spec") or {}).get("runPolicy") or {}
+    managed_by = run_policy.get("managedBy") if isinstance(run_policy, Mapping) else None
+    if managed_by is not None and managed_by not in managers:
+        found.append(FieldProblem("spec.runPolicy.managedBy", managed_by, f"one of {managers}"))
     name = obj["metadata"].get("name", "")
     if not isinstance(name, str) or len(name) > 63 or not _DNS1035.fullmatch(name):
         found.append(FieldProblem("metadata.name", name, "a DNS-1035 label (<= 63, [a-z0-9-])"))

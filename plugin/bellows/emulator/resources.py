@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bellows.kube.emulator.nodes import canonical_nodes, node_problems
-from bellows.kube.emulator.schemas import FieldProblem, SchemaChecker, load_crd
+from bellows.emulator.nodes import canonical_nodes, node_problems
+from bellows.emulator.schemas import FieldProblem, SchemaChecker, load_crd
 
 __all__ = ["ResourceType", "builtin_resources", "crd_resources"]
 

@@ -9,8 +9,10 @@ and resumed with it, and on resume gets only its labels and annotations synced, 
 launcher keeps its old env unless it was deleted while suspended (then it is recreated from
 the current spec). A batch Job of that name the MPIJob does not control is never touched:
 the MPIJob gets a Warning Event ``ErrResourceExists`` and waits, as mpi-operator's
-``getLauncherJob`` does. Finished jobs ignore suspend. One job's bad data fails that job
-(or is logged), never the operator.
+``getLauncherJob`` does. Finished jobs ignore suspend. A job whose
+``spec.runPolicy.managedBy`` names another controller (``kueue.x-k8s.io/multikueue``) is not
+reconciled at all, as both operators leave it to that controller. One job's bad data fails
+that job (or is logged), never the operator.
 
 Training itself is the twin in ``training.py``: speed from the JSA for the running
 ``(k, b)``, read from the job's ``bellows.io/`` settings and its batch env var (for an
@@ -30,12 +32,12 @@ from typing import Any
 
 import structlog
 
+from bellows.emulator.store import ApiError, Store, rfc3339
+from bellows.emulator.training import Training, start, stop
 from bellows.inputs import DATA_ERRORS, SpecError, parse_int
 from bellows.kube import keys
 from bellows.kube.adapters import KINDS
-from bellows.kube.emulator.store import ApiError, Store, rfc3339
-from bellows.kube.emulator.training import Training, start, stop
-from bellows.kube.kinds import JobKind, conditions, finished_state
+from bellows.kube.kinds import JobKind, conditions, finished_state, foreign_manager
 from bellows.kube.specs import build_spec
 from bellows.scaling import ClusterProfile, JobProfile, default_cluster
 from bellows.scaling.online import SpeedFactors
@@ -168,8 +170,8 @@ class EmulatedOperator:
 
     def _reconcile(self, kind: JobKind, res: Any, ns: str, name: str) -> None:
         obj = self._store.get(res, ns, name)
-        if finished_state(obj) is not None:
-            return
+        if finished_state(obj) is not None or foreign_manager(obj, kind.manager) is not None:
+            return  # a managedBy other than the operator's: the real operators skip it too
         uid = obj["metadata"]["uid"]
         suspended = bool(((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend", False))
         launcher = self._sync_launcher(kind, obj, suspended) if kind.kind == "MPIJob" else None
