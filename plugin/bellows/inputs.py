@@ -308,18 +308,16 @@ def _constant_hook(text: str) -> Any:
 
 def json_depth(value: object) -> int:
     """How deeply ``value`` nests lists and objects (a scalar is 0), without recursion."""
+    if not isinstance(value, (dict, list)):
+        return 0
     deepest = 0
-    stack: list[tuple[object, int]] = [(value, 0)]
+    stack: list[tuple[Any, int]] = [(value, 1)]  # containers only: scalars add no depth
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, depth + 1)
-        stack.extend((child, depth + 1) for child in children)
+        deepest = max(deepest, depth)
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
     return deepest
 
 

@@ -175,3 +175,19 @@ def test_reproduce_only_beyond_skips_the_paper_and_needs_the_traces(tmp_path: Pa
     assert "195job.csv: not found" in result.output
     assert "--data" in result.output
     assert not report.exists()
+
+
+def test_simulate_fails_cleanly_when_the_plotting_process_fails(tmp_path: Path) -> None:
+    # the plots are drawn by a child process (bellows.sim.plotting): its failure is the
+    # command's, with the child's last words, and summary.json and jobs.csv are still written
+    trace = tmp_path / "t.jsonl"
+    _ok(["workload", "generate", "--pattern", "high", "--minutes", "10", "--categories", "1",
+         "--gpus", "8", "--seed", "3", "--out", str(trace)])  # fmt: skip
+    out = tmp_path / "run"
+    (out / "gpus.png").mkdir(parents=True)  # a folder where a figure must go
+    result = CliRunner().invoke(main, ["simulate", str(trace), "--gpus", "8", "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "drawing the plots failed" in result.output
+    assert "gpus.png" in result.output
+    assert (out / "summary.json").is_file()
+    assert (out / "jobs.csv").is_file()

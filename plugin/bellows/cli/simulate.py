@@ -135,30 +135,42 @@ def simulate(
     from bellows.sim import run
     from bellows.sim.grids import settings_config
     from bellows.sim.metrics import settings_summary, write_jobs_csv
+    from bellows.sim.plotting import PlotError, Plotter
     from bellows.sim.workloads.traces import read_trace
 
+    # started first: it imports matplotlib on the other core while the run goes on
+    plotter = Plotter() if plots else None
     try:
-        jobs = read_trace(trace)
-        given = {
-            "mode": "paper" if paper else "bellows", "policy": policy, "queue": queue,
-            "delta_min": delta_min, "early_share": early_share, "restart_cost_s": restart_cost_s,
-            "hysteresis": hysteresis, "backfill": backfill,
-        }  # fmt: skip
-        # the same settings, built the same way, as a sweep's cells (bellows sweep)
-        config = settings_config({k: v for k, v in given.items() if v is not None})
-        jobs = fit_note(jobs, gpus, source=str(trace))
-    except SpecError as error:
+        try:
+            jobs = read_trace(trace)
+            given = {
+                "mode": "paper" if paper else "bellows", "policy": policy, "queue": queue,
+                "delta_min": delta_min, "early_share": early_share,
+                "restart_cost_s": restart_cost_s, "hysteresis": hysteresis, "backfill": backfill,
+            }  # fmt: skip
+            # the same settings, built the same way, as a sweep's cells (bellows sweep)
+            config = settings_config({k: v for k, v in given.items() if v is not None})
+            jobs = fit_note(jobs, gpus, source=str(trace))
+        except SpecError as error:
+            raise click.ClickException(str(error)) from None
+        horizon = None if horizon_min is None else horizon_min * 60.0
+        result = run(jobs, gpus=gpus, config=config, cluster=_cluster(cluster), horizon_s=horizon)
+        summary = result.summary() | settings_summary(config)
+        with output_errors(out):
+            out.mkdir(parents=True, exist_ok=True)
+            if plotter is not None:
+                queued = " + queue" if config.queue else ""
+                label = f"{trace.stem}: {config.mode} {policy}{queued}"
+                plotter.send(result, out, label=label, summary=summary)
+            text = json.dumps(summary, indent=1) + "\n"
+            (out / "summary.json").write_text(text, encoding="utf-8")
+            write_jobs_csv(result.jobs, out / "jobs.csv")
+        if plotter is not None:
+            plotter.wait()
+            plotter = None
+    except PlotError as error:
         raise click.ClickException(str(error)) from None
-    horizon = None if horizon_min is None else horizon_min * 60.0
-    result = run(jobs, gpus=gpus, config=config, cluster=_cluster(cluster), horizon_s=horizon)
-    summary = result.summary() | settings_summary(config)
-    with output_errors(out):
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-        write_jobs_csv(result.jobs, out / "jobs.csv")
-        if plots:
-            from bellows.sim.plots import plot_run  # matplotlib: only here
-
-            queued = " + queue" if config.queue else ""
-            plot_run(result, out, label=f"{trace.stem}: {config.mode} {policy}{queued}")
+    finally:
+        if plotter is not None:
+            plotter.cancel()
     click.echo(f"{out}: {describe_run(result)}")

@@ -68,6 +68,9 @@ STAGE = 1 << 14
 GATHER_FROM = 48
 # Layers at least this many times wider than their counts use the transposed block.
 TRANSPOSE_FROM = 16
+# ndarray.max goes through two Python wrappers to reach this very ufunc reduction; a layer
+# calls it once, ~300 000 times in a long replay (issue 11)
+_MAX = np.maximum.reduce
 
 
 def choice_dtype(k_max: int) -> type[np.unsignedinteger[Any]]:
@@ -272,6 +275,8 @@ def solve_windowed(rows: Values, capacity: int, *, bands: bool | None = None) ->
         return np.zeros(0, dtype=np.int64), 0.0
     least, most = _counts(rows)
     capacity = min(capacity, int(most.sum()))  # GPUs beyond every row's largest count: idle
+    if jobs == 1:  # most fills of a simulation (issue 11): the DP's one layer, directly
+        return _one_row(rows[0], int(least[0]), capacity)
     window = _windows(rows, capacity, (least, most), bands=bands)
     solved = _Dp(rows, capacity, window, least, most).run()
     if window.floor > -np.inf and (solved is None or solved[1] < window.floor):
@@ -281,6 +286,14 @@ def solve_windowed(rows: Values, capacity: int, *, bands: bool | None = None) ->
     if solved is None:  # pragma: no cover - the reachable windows hold every feasible path
         raise AssertionError("the windowed DP lost every allocation of a feasible table")
     return solved
+
+
+def _one_row(row: Row, least: int, capacity: int) -> tuple[Ints, float]:
+    """What the DP finds for one row: its first largest value over ``least..capacity``
+    (the fewest GPUs on a tie), each value added to the empty prefix's 0.0 as there."""
+    sums = row[least : capacity + 1] + 0.0  # [capacity+1-least]
+    used = int(np.argmax(sums))
+    return np.array([least + used], dtype=np.int64), float(sums[used])
 
 
 class _Dp:
@@ -374,7 +387,7 @@ class _Dp:
                 np.add(views[side][x : x + width, :span], values, out=block)
                 block.argmax(axis=1, out=picked)  # first maximum: the smallest k
                 if width < GATHER_FROM:
-                    block.max(axis=1, out=out)
+                    _MAX(block, axis=1, out=out)
                 else:
                     self._gather(block, picked, out)
         total = int(self.starts[-1])

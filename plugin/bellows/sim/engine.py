@@ -164,6 +164,7 @@ class _Run:
             for j in trace
         ]
         self.index = {job.spec.name: i for i, job in enumerate(self.jobs)}
+        self.kinds: dict[int, JobSpec] = {}  # template() of each job that rescaled, made once
         if len(self.index) != len(self.jobs):
             raise SpecError("trace", "duplicate names", "unique job names")
         for i in sorted(range(len(trace)), key=lambda i: (trace[i].arrival_s, i)):
@@ -250,7 +251,10 @@ class _Run:
         for d in decisions:
             if not isinstance(d, Rescale) or d.gpus == d.gpus_from:
                 continue
-            kind = template(self.jobs[self.index[d.job]].spec)
+            at = self.index[d.job]
+            kind = self.kinds.get(at)
+            if kind is None:  # a template validates a whole spec: once per job, not per move
+                kind = self.kinds[at] = template(self.jobs[at].spec)
             back = (kind, d.gpus, d.gpus_from)
             if moves.get(back, 0) > 0:
                 moves[back] -= 1

@@ -9,17 +9,20 @@ import math
 from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
-from typing import Any, Final
-
-import jsonschema
+from typing import TYPE_CHECKING, Any, Final
 
 from bellows.inputs import SpecError
+
+if TYPE_CHECKING:
+    import jsonschema  # imported when a GRID is checked: ~0.1 s `bellows simulate` saves
 
 __all__ = ["bounds", "check", "schema"]
 
 
 @cache
 def _validator() -> jsonschema.Draft202012Validator:
+    import jsonschema  # noqa: PLC0415 - lazy, see the import above
+
     text = resources.files(__package__).joinpath("grid.schema.json").read_text("utf-8")
     return jsonschema.Draft202012Validator(json.loads(text))
 
@@ -78,7 +81,9 @@ def _described(error: jsonschema.ValidationError) -> str:
 
 
 def _schema_error(error: jsonschema.ValidationError) -> SpecError:
-    leaf = _leaf(jsonschema.exceptions.best_match([error]) or error)
+    from jsonschema.exceptions import best_match  # noqa: PLC0415 - lazy, as above
+
+    leaf = _leaf(best_match([error]) or error)
     path = list(leaf.absolute_path)
     if leaf.validator == "additionalProperties":
         allowed = sorted(leaf.schema.get("properties", {}))
@@ -103,6 +108,8 @@ def check(document: object) -> None:
     """Raise :class:`SpecError` for the most relevant problem of ``document``, if any."""
     if next(iter(_validator().iter_errors(document)), None) is None:
         return
-    best = jsonschema.exceptions.best_match(_validator().iter_errors(document))
+    from jsonschema.exceptions import best_match  # noqa: PLC0415 - lazy, as above
+
+    best = best_match(_validator().iter_errors(document))
     assert best is not None  # there was an error
     raise _schema_error(best)

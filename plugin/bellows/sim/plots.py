@@ -13,6 +13,7 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -22,6 +23,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullLocator
 
 from bellows.sim.engine import SimResult
 
@@ -35,6 +37,10 @@ __all__ = [
 ]
 
 _GRID_POINTS = 1500
+# Fixed margins (figure fractions) in place of ``tight_layout``, which lays every tick label
+# out twice: a third of the drawing time of a run's plots (issue 11). They fit the labels
+# these figures carry at their sizes.
+_MARGINS = {"left": 0.12, "right": 0.97, "bottom": 0.12, "top": 0.92}
 
 
 def _save(fig: Figure, ax: Axes, path: Path, *, ylabel: str, title: str) -> Path:
@@ -46,7 +52,7 @@ def _save(fig: Figure, ax: Axes, path: Path, *, ylabel: str, title: str) -> Path
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
-    fig.tight_layout()
+    fig.subplots_adjust(**_MARGINS)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -210,13 +216,25 @@ def plot_batches(result: SimResult, path: Path, *, title: str) -> Path:
     for cat, values in means.items():
         ax.plot(minutes, values, label=f"category {cat}" if cat else "jobs")
     ax.set_yscale("log")
+    # plain numbers (100, 1000) rather than 10^k: mathtext's parser costs ~0.5 s to start
+    # and no minor ticks: each is an artist to lay out and draw
+    ax.yaxis.set_major_formatter(FuncFormatter(_plain))
+    ax.yaxis.set_minor_locator(NullLocator())
     return _save(fig, ax, path, ylabel="mean global batch (samples)", title=title)
 
 
-def plot_run(result: SimResult, out: Path, *, label: str) -> list[Path]:
-    """The three plots of one run, into ``out``."""
+def _plain(value: float, _position: int | None = None) -> str:
+    """A tick label as a plain number: 10, 100, 1000, 0.1."""
+    return f"{value:g}"
+
+
+def plot_run(
+    result: SimResult, out: Path, *, label: str, summary: Mapping[str, Any] | None = None
+) -> list[Path]:
+    """The three plots of one run, into ``out`` (``summary``: the run's, if already made)."""
     out.mkdir(parents=True, exist_ok=True)
-    summary = result.summary()
+    if summary is None:
+        summary = result.summary()
     return [
         plot_completed({label: summary["completed_over_time"]}, out / "completed.png", title=label),
         plot_usage({label: result}, out / "gpus.png", title=label),

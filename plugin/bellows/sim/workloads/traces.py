@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final
-
-import jsonschema
+from typing import TYPE_CHECKING, Any, Final
 
 from bellows.inputs import MAX_INT_DIGITS, check_float, parse_json
 from bellows.jobs import JobSpec, SpecError, StepProfile, fit_to_cluster
 from bellows.sim.workloads.plain_schema import Check, compile_check
+
+if TYPE_CHECKING:
+    import jsonschema  # imported when a line breaks the schema: ~0.1 s a valid trace saves
 
 __all__ = [
     "MAX_ARRIVAL_S",
@@ -88,6 +89,8 @@ def schema() -> dict[str, Any]:
 
 @cache
 def _validator() -> jsonschema.Draft202012Validator:
+    import jsonschema  # noqa: PLC0415 - lazy, see the import above
+
     return jsonschema.Draft202012Validator(schema())
 
 
@@ -205,7 +208,9 @@ def _parse_line(number: int, text: str | bytes, where: str = "") -> TraceJob:
             ) from None  # fmt: skip
         raise TraceError(number, bad.field, bad.value, bad.valid, source=where) from None
     if not _plain_check()(record):  # a valid line skips jsonschema's slower walk
-        invalid = jsonschema.exceptions.best_match(_validator().iter_errors(record))
+        from jsonschema.exceptions import best_match  # noqa: PLC0415 - lazy, as above
+
+        invalid = best_match(_validator().iter_errors(record))
         if invalid is not None:
             raise _schema_error(number, invalid, where)
     try:

@@ -1,0 +1,105 @@
+"""A run's plots, drawn by a second process started before the run.
+
+Importing matplotlib and laying out its first figure cost about a second, as long as a
+400-GPU simulation itself (issue 11). ``bellows simulate`` therefore starts this module as a
+child process (:class:`Plotter`) before it reads the trace: the child imports matplotlib and
+warms its text caches on the other core while the run goes on, then reads the result from
+its stdin and draws :func:`bellows.sim.plots.plot_run` while the parent writes
+``summary.json`` and ``jobs.csv``. The parent waits for it: the command returns only when
+the plots are on disk, and a child that fails fails the command.
+
+The payload is a pickle of our own objects, sent by the parent to the child it started over
+a pipe no one else holds; nothing from outside is ever unpickled here.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bellows.sim.engine import SimResult
+
+__all__ = ["PlotError", "Plotter"]
+
+
+class PlotError(RuntimeError):
+    """The plotting process failed; the message carries the end of its stderr."""
+
+
+class Plotter:
+    """The child process that draws one run's plots (see the module docstring)."""
+
+    def __init__(self) -> None:
+        # stderr to a file, not a pipe: a chatty child never blocks on a parent still busy
+        self._err = tempfile.TemporaryFile()  # noqa: SIM115 - closed in wait() or cancel()
+        self._child = subprocess.Popen(  # our own interpreter and module
+            [sys.executable, "-m", "bellows.sim.plotting"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=self._err,
+        )
+
+    def send(self, result: SimResult, out: Path, *, label: str, summary: Mapping[str, Any]) -> None:
+        """Hand the run to the child, which draws while the caller goes on."""
+        curve = {"completed_over_time": summary["completed_over_time"]}
+        payload = pickle.dumps((result, str(out), label, curve), protocol=pickle.HIGHEST_PROTOCOL)
+        stdin = self._child.stdin
+        if stdin is None:  # pragma: no cover - opened with PIPE above
+            raise PlotError("the plotting process has no stdin")
+        try:
+            stdin.write(payload)
+            stdin.close()
+        except BrokenPipeError:
+            pass  # the child died: wait() reports why
+
+    def wait(self) -> None:
+        """Wait for the plots; :class:`PlotError` if the child failed."""
+        code = self._child.wait()
+        self._err.seek(0)
+        err = self._err.read()
+        self._err.close()
+        if code != 0:
+            tail = err.decode("utf-8", "replace").strip().splitlines()[-3:]
+            raise PlotError("drawing the plots failed: " + " | ".join(tail))
+
+    def cancel(self) -> None:
+        """Stop the child (the run failed: there is nothing to draw)."""
+        if self._child.poll() is None:
+            self._child.kill()
+        if self._child.stdin is not None and not self._child.stdin.closed:
+            self._child.stdin.close()
+        self._child.wait()
+        self._err.close()
+
+
+def _warm_up() -> None:
+    """Lay out and render one small figure with the pieces the real ones use (title, labels,
+    legend, log axis), into memory: fonts and text metrics are cached before the run ends."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - after plots set the Agg backend
+
+    fig, ax = plt.subplots(figsize=(2.0, 1.5))
+    ax.plot([1.0, 2.0], [10.0, 100.0], label="warm")
+    ax.set_yscale("log")
+    ax.set_title("warm")
+    ax.set_xlabel("time (min)")
+    ax.legend()
+    fig.savefig(io.BytesIO(), format="png", dpi=110)
+    plt.close(fig)
+
+
+def _serve() -> None:
+    from bellows.sim.plots import plot_run  # noqa: PLC0415 - the child's slow part, first
+
+    _warm_up()
+    result, out, label, summary = pickle.loads(sys.stdin.buffer.read())  # from our parent
+    plot_run(result, Path(out), label=label, summary=summary)
+
+
+if __name__ == "__main__":
+    _serve()
