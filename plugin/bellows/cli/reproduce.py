@@ -19,15 +19,9 @@ if TYPE_CHECKING:  # the simulator, rich and matplotlib load when the command ru
     from bellows.sim.reproduce import Beyond, Experiment, Outcome
     from bellows.sim.running import Runner
 
-__all__ = ["default_data", "reproduce"]
+__all__ = ["reproduce"]
 
 BEYOND = "beyond"
-
-
-def default_data() -> Path | None:
-    """``$BELLOWS_DATA`` (or ``$BELLOWS_SHARED_DATA``), else ``shared/data`` beside this
-    checkout; ``None`` when neither is there."""
-    return data_folder()
 
 
 def _run(
@@ -136,7 +130,7 @@ def reproduce(
         experiments = [quick(e) for e in experiments]
     if seed is not None:
         experiments = [dataclasses.replace(e, seed=seed) for e in experiments]
-    folder = data or default_data()
+    folder = data or data_folder()  # $BELLOWS_DATA, else shared/data beside the checkout
     with_beyond = not only or BEYOND in only
     missing = _missing(folder, is_quick=is_quick) if with_beyond else None
     if missing is not None:

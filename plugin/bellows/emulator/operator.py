@@ -450,27 +450,19 @@ def _condition(
 ) -> None:
     items: list[dict[str, Any]] = status.setdefault("conditions", [])
     stamp = rfc3339(now)
+    condition = {
+        "type": kind,
+        "status": value,
+        "reason": reason,
+        "message": message,
+        "lastUpdateTime": stamp,
+        "lastTransitionTime": stamp,
+    }
     for i, cond in enumerate(items):
         if cond["type"] == kind:
             if cond["status"] != value:
-                items[i] = {
-                    "type": kind,
-                    "status": value,
-                    "reason": reason,
-                    "message": message,
-                    "lastUpdateTime": stamp,
-                    "lastTransitionTime": stamp,
-                }
+                items[i] = condition
             return
     if value == "False" and kind == "Running":
         return  # a job that never ran has no Running condition
-    items.append(
-        {
-            "type": kind,
-            "status": value,
-            "reason": reason,
-            "message": message,
-            "lastUpdateTime": stamp,
-            "lastTransitionTime": stamp,
-        }
-    )
+    items.append(condition)
