@@ -375,3 +375,30 @@ def test_a_job_that_cannot_run_on_the_whole_cluster_does_not_block_the_queue(mod
     while (due := auto.next_round_at()) is not None:
         decisions += auto.step(due)
     assert Start("huge", 16, 64) in decisions
+
+
+@pytest.mark.parametrize(("restart_cost_s", "moves"), [(1e6, False), (0.0, True)])
+def test_a_job_adopted_at_another_batch_keeps_it_unless_the_restart_pays(
+    restart_cost_s: float, moves: bool
+) -> None:
+    """The pricing charges no restart at a job's own GPU count, where it assumes the row's
+    batch; a job found running at another batch (adopted, or admitted by Kueue at its
+    owner's size) moves to the row's batch on the same GPUs only when the restart pays."""
+    config = AutoscalerConfig(restart_cost_s=restart_cost_s)
+    fresh = Autoscaler(config, capacity=4, cluster=default_cluster())
+    job = make_job("a", k_max=4, b_max=512)
+    fresh.arrive(job, 0.0)
+    (start,) = fresh.step(0.0)
+    assert isinstance(start, Start)
+    assert start.gpus == 4
+    owners = start.batch // 2  # a valid batch the round would not pick: half the best
+    assert owners >= job.b_min
+    auto = Autoscaler(config, capacity=4, cluster=default_cluster())
+    assert auto.adopt(job, Allocation(4, owners), 0.0)
+    decisions = auto.step(config.delta_s) + auto.step(2 * config.delta_s)
+    rescales = [d for d in decisions if isinstance(d, Rescale)]
+    if moves:
+        assert rescales == [Rescale("a", 4, owners, 4, start.batch)]
+    else:
+        assert rescales == []
+        assert auto.allocations["a"] == Allocation(4, owners)

@@ -272,7 +272,7 @@ def test_reject_preempt_and_refusals(on_cluster, examples):
         await act.apply(Start(TORCH, 1, 128))
         assert (await act.apply(Preempt(TORCH, "a node was lost"))).result == "preempted"
         assert ("Rejected", "Warning") in await events_of(api, "resnet50-imagenet")
-        # A Kueue-managed job is refused with an Event and left alone.
+        # A Kueue-managed job is refused with an Event and left alone (Kueue cooperation off).
         mpi = examples["MPIJob"]
         mpi["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a"}
         await submit(api, {"MPIJob": mpi}, "MPIJob")
@@ -280,6 +280,7 @@ def test_reject_preempt_and_refusals(on_cluster, examples):
         outcome = await act.apply(Start(MPI, 2, 256))
         assert outcome.result == "refused"
         assert "Kueue" in outcome.detail
+        assert "controller.kueue.enabled" in outcome.detail
         after = await api.get_job(MPIJobKind(), "default", "cifar10-horovod")
         assert after["spec"] == before["spec"]
         assert ("Refused", "Warning") in await events_of(api, "cifar10-horovod")

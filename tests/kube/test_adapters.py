@@ -133,11 +133,20 @@ def test_contradictory_env_and_replica_shapes_are_refused(examples):
     assert err.value.field == "replicas"
 
 
-def test_kueue_jobs_and_hpa_metrics_are_blocked(examples):
+def test_kueue_jobs_carry_their_queue_and_hpa_metrics_are_blocked(examples):
     obj = placed(examples["PyTorchJob"])
     assert PyTorchJobKind().view(obj, ()).blocker is None
+    assert PyTorchJobKind().view(obj, ()).queue is None
     obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a"}
-    assert "Kueue" in (PyTorchJobKind().view(obj, ()).blocker or "")
+    # A queue name is no blocker: the reader and the actuator decide, by the Kueue setting.
+    assert PyTorchJobKind().view(obj, ()).blocker is None
+    assert PyTorchJobKind().view(obj, ()).queue == "team-a"
+    obj["metadata"]["labels"] = {}
+    obj["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/queue-name"] = "team-b"
+    assert PyTorchJobKind().view(obj, ()).queue == "team-b"  # the deprecated spelling
+    assert PyTorchJobKind().pod_counts(obj) == {
+        t.lower(): s.get("replicas", 1) for t, s in obj["spec"]["pytorchReplicaSpecs"].items()
+    }
     obj = placed(examples["PyTorchJob"])
     obj["spec"]["elasticPolicy"] = {"metrics": [{"type": "Resource"}]}
     assert "HPA" in (PyTorchJobKind().view(obj, ()).blocker or "")

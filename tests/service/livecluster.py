@@ -28,15 +28,18 @@ from kubernetes import client as k8s
 
 from bellows.bus.server import NatsServer, running_nats_server
 from bellows.emulator import EmulatedCluster
+from bellows.emulator.crds import kueue_crd_paths
 from bellows.emulator.nodes import schedulable_gpus
 from bellows.emulator.store import Change
-from bellows.kube import keys
+from bellows.jobs import SpecError
+from bellows.kube import keys, kind_named
 from bellows.kube.kinds import finished_state
+from bellows.kube.kueue import CLUSTER_QUEUES, GROUP, VERSION, Strategy, read_cluster_queue
 from bellows.scaling import default_cluster
 from bellows.scaling.online import SpeedFactors
 from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig, load_config
-from bellows.service.replay import job_manifest, manifest_name
+from bellows.service.replay import BATCH_ENV, job_manifest, manifest_name
 from bellows.service.runner import run_bridge, run_controller
 from bellows.sim.workloads import TraceJob
 from bellows.sim.workloads.generating import WorkloadSpec, generate
@@ -48,7 +51,9 @@ SPEEDUP = 1200.0  # one real second is 20 cluster minutes
 # One event-to-patch latency, as a bound for a loaded 2-core machine (the benchmark's p99 is
 # 0.4 s at 1 000 jobs): how long GPUs may stay over a capacity that just dropped
 LATENCY_S = 5.0
-JOB_KEYS = {"kubeflow.org/v1/pytorchjobs": "pytorchjob", "kubeflow.org/v2beta1/mpijobs": "mpijob"}
+JOB_KEYS = {"kubeflow.org/v1/pytorchjobs": "PyTorchJob", "kubeflow.org/v2beta1/mpijobs": "MPIJob"}
+CLUSTER_QUEUE_KEY = f"{GROUP}/{VERSION}/{CLUSTER_QUEUES}"
+QUEUE, CLUSTER_QUEUE = "team", "gpus"  # the LocalQueue and ClusterQueue of live(kueue=...)
 
 
 def crds() -> list[Any]:
@@ -78,6 +83,14 @@ class JobLog:
     finished: str | None = None
     after_preemption: set[int] = field(default_factory=set)  # resumes that followed one
     preempted: bool = False  # halted by a capacity drop since its last resume
+    # Kueue admits a job the moment it is created, at its owner's size, before Bellows can
+    # hold it: such a resume is Kueue's (no Event), then Bellows either takes the job as it
+    # runs (its Started Event) or evicts it to wait its turn (evicted_unmanaged)
+    unmanaged_resumes: int = 0
+    evicted_unmanaged: int = 0
+    # starts preempted before Kueue admitted them (a Start journals a size Kueue has yet to
+    # admit): a Started Event without a resume
+    unrun_starts: int = 0
 
 
 @dataclass
@@ -95,9 +108,16 @@ class Witness:
     """Every write to the jobs, and the GPUs in use after each one (see the module docstring)."""
 
     def __init__(
-        self, kube: EmulatedCluster, capacity: int, *, nodes: bool = False, grace_s: float = 0.0
+        self,
+        kube: EmulatedCluster,
+        capacity: int,
+        *,
+        nodes: bool = False,
+        grace_s: float = 0.0,
+        cluster_queue: str | None = None,
     ) -> None:
         """``nodes``: the capacity is the nodes' and follows them (``capacity`` is ignored);
+        ``cluster_queue``: it is that Kueue ClusterQueue's GPU quota, and follows it;
         ``grace_s``: how long after a drop the capacity before it still holds."""
         self.kube = kube
         self.jobs: dict[str, JobLog] = defaultdict(JobLog)
@@ -109,6 +129,8 @@ class Witness:
         self.grace_s = grace_s
         self.drops: list[Drop] = []
         self._nodes: dict[str, dict[str, Any]] | None = None
+        self._cluster_queue = cluster_queue
+        self.workload_hooks: list[Callable[[Change], None]] = []
         if nodes:  # read in the same step as the subscription below: no change falls between
             listed = kube.store.list_objects(kube.store.resources["v1/nodes"], None)[0]
             self._nodes = {n["metadata"]["name"]: n for n in listed}
@@ -145,6 +167,14 @@ class Witness:
         if change.resource == "v1/nodes":
             self._note_node(change)
             return
+        if change.resource == CLUSTER_QUEUE_KEY:
+            if change.obj["metadata"]["name"] == self._cluster_queue and change.kind != "DELETED":
+                self._set_capacity(read_cluster_queue(change.obj).gpus)
+            return
+        if change.resource.endswith("/workloads"):
+            for hook in self.workload_hooks:
+                hook(change)
+            return
         if change.resource == "v1/events":
             involved = change.obj.get("involvedObject") or {}
             if change.kind == "ADDED" and involved.get("namespace") == NS:
@@ -159,17 +189,25 @@ class Witness:
         notes = meta.get("annotations") or {}
         phase = notes.get(keys.PHASE)
         if phase and (not log.phases or log.phases[-1] != phase):
+            if not log.phases and phase == "queued" and log.unmanaged_resumes:
+                log.evicted_unmanaged += 1
+                log.preempted = True  # its next resume is a start, not a repeat
+            if phase == "preempted":
+                if log.phases[-1:] == ["done"] and _suspended(change.old or {}):
+                    log.unrun_starts += 1  # never ran since its start: nothing was halted
+                else:
+                    log.preempted = True
             log.phases.append(phase)
             for hook in self.phase_hooks:
                 hook(name, phase, change.obj)
-        if phase == "preempted":
-            log.preempted = True
         was = _suspended(change.old) if change.old is not None else True
         if was and not _suspended(change.obj):
+            if not log.phases:
+                log.unmanaged_resumes += 1
             if log.preempted:
                 log.after_preemption.add(len(log.resumes))
                 log.preempted = False
-            log.resumes.append(notes.get(keys.ALLOCATION, "?"))
+            log.resumes.append(_allocation(change.resource, change.obj))
         log.finished = finished_state(change.obj)
 
     def _note_node(self, change: Change) -> None:
@@ -180,7 +218,10 @@ class Witness:
             self._nodes.pop(name, None)
         else:
             self._nodes[name] = change.obj
-        before, self.capacity = self.capacity, schedulable_gpus(self._nodes.values())
+        self._set_capacity(schedulable_gpus(self._nodes.values()))
+
+    def _set_capacity(self, gpus: int) -> None:
+        before, self.capacity = self.capacity, gpus
         self.max_capacity = max(self.max_capacity, self.capacity)
         if self.capacity < before:
             self.drops.append(Drop(time.monotonic(), before, self.capacity))
@@ -216,7 +257,9 @@ class Witness:
             if drop.within_at is None and total <= self.capacity:
                 drop.within_at = now
 
-    def check(self, names: Sequence[str], *, events_exact: bool = True) -> None:
+    def check(
+        self, names: Sequence[str], *, events_exact: bool = True, repeats_ok: bool = False
+    ) -> None:
         """Every job in ``names`` succeeded; it was never stopped and resumed at the same
         allocation twice in a row (unless a capacity drop halted it between); the operator
         restarted it exactly as often as it was resumed; the pods never held more GPUs than
@@ -226,6 +269,9 @@ class Witness:
 
         ``events_exact=False`` (a controller killed at any moment, or an API answer lost):
         Events are best effort, so one may be missing, never one too many.
+        ``repeats_ok``: someone else may stop and resume a job at the same allocation (Kueue,
+        whose Workload a test deleted, resumes the job before Bellows halts it again); each
+        resume must still be one operator restart, and no job may lose its work.
         """
         assert self.samples > 0
         assert not self.overcommits, f"GPUs over-committed: {self.overcommits[:3]}"
@@ -241,19 +287,33 @@ class Witness:
                 for i in range(1, len(log.resumes))
                 if log.resumes[i] == log.resumes[i - 1] and i not in log.after_preemption
             ]
-            if repeats or not log.resumes:
+            if (repeats and not repeats_ok) or not log.resumes:
                 problems.append(f"{name}: resumes {log.resumes}")
+            if not log.phases:
+                # Kueue admitted it and it ran to its end before Bellows took it (a short job
+                # on a loaded machine): never Bellows', so no Event is owed
+                if log.events["Started"] + log.events["Rescaled"] or len(log.resumes) != 1:
+                    problems.append(f"{name}: untouched, events {dict(log.events)}")
+                continue
             restarts = self._restarts(name)
-            if restarts is not None and restarts != len(log.resumes):
+            resumed = len(log.resumes)
+            # a resume the operator never saw (suspend undone before it reconciled) is no
+            # restart: only where someone else toggles suspend too (repeats_ok)
+            if restarts is not None and (
+                restarts > resumed or (restarts < resumed and not repeats_ok)
+            ):
                 problems.append(f"{name}: operator restarts {restarts} vs resumes {log.resumes}")
             started, recorded = (
                 log.events["Started"],
                 log.events["Started"] + log.events["Rescaled"],
             )
-            starts = 1 + len(log.after_preemption)  # a preempted job is started again
-            if started > starts or recorded > len(log.resumes):
+            # a preempted job is started again (also one Kueue had not admitted yet)
+            starts = 1 + len(log.after_preemption) + log.unrun_starts - log.evicted_unmanaged
+            bellows_resumes = len(log.resumes) - log.evicted_unmanaged + log.unrun_starts
+            if started > starts or recorded > bellows_resumes:
                 problems.append(f"{name}: events {dict(log.events)} vs resumes {log.resumes}")
-            if events_exact and (started != starts or recorded != len(log.resumes)):
+            exact = recorded == bellows_resumes
+            if events_exact and (started != starts or not exact):
                 problems.append(f"{name}: events {dict(log.events)} vs resumes {log.resumes}")
         assert not problems, "\n".join(problems)
 
@@ -276,6 +336,19 @@ class Witness:
         return None
 
 
+def _allocation(resource: str, obj: dict[str, Any]) -> str:
+    """The ``(k, b)`` a job resumes at, read from its spec (replicas' GPUs and the batch env),
+    in the journal's form: what the pods really get, whoever resumed them (Bellows, or
+    Kueue on admission, before or after Bellows journals it)."""
+    kind = kind_named(JOB_KEYS[resource])
+    try:
+        view = kind.view(obj, (BATCH_ENV,))
+        batch = {v for v in view.env.get(BATCH_ENV, ()) if v is not None}
+        return keys.format_pair(view.gpus, int(batch.pop())) if len(batch) == 1 else "?"
+    except (SpecError, ValueError):
+        return "?"
+
+
 def _suspended(obj: dict[str, Any]) -> bool:
     return bool(((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend", False))
 
@@ -291,6 +364,7 @@ class Live:
     capacity: int
     overrides: list[str]
     tasks: dict[str, tuple[asyncio.Task[None], asyncio.Event]] = field(default_factory=dict)
+    queue: str | None = None  # the LocalQueue every submitted job names (live(kueue=...))
 
     def config(self, *more: str) -> BellowsConfig:
         return load_config(None, env={}, overrides=[*self.overrides, *more])
@@ -340,7 +414,7 @@ class Live:
         custom = k8s.CustomObjectsApi(self.kube.api_client())
         names = []
         for i, job in enumerate(trace, start=first):
-            ref, body = job_manifest(job, i, namespace=NS)
+            ref, body = job_manifest(job, i, namespace=NS, queue=self.queue)
             group, version = body["apiVersion"].split("/")
             await asyncio.to_thread(
                 custom.create_namespaced_custom_object,
@@ -409,6 +483,8 @@ async def live(
     nodes: Mapping[str, int] | None = None,
     grace_s: float = LATENCY_S,
     true_speed: Callable[[str, str], SpeedFactors | None] | None = None,
+    kueue: int | None = None,
+    strategy: Strategy = "BestEffortFIFO",
 ) -> AsyncIterator[Live]:
     """The stack with no controller or bridge started yet; everything stopped on exit.
 
@@ -417,19 +493,34 @@ async def live(
     controller watches (``controller.capacity.gpus=0``), and ``capacity`` is ignored; the
     witness allows ``grace_s`` real seconds after a drop for the controller to catch up.
     ``true_speed`` makes the emulated jobs train faster or slower than their annotations.
+    ``kueue`` (a GPU quota): the emulated Kueue runs, every job is submitted to LocalQueue
+    :data:`QUEUE` of ClusterQueue :data:`CLUSTER_QUEUE` with that quota and ``strategy``, the
+    controller cooperates (``controller.kueue.enabled``), and the witness judges the GPUs
+    against the quota as it changes (``capacity`` still sizes the default pool).
     """
     async with (
         running_nats_server() as nats_server,
         EmulatedCluster(
-            crds=crds(),
+            crds=[*crds(), *(kueue_crd_paths(shared_data_dir() / "crds") if kueue else ())],
             compression=SPEEDUP,
             restart_cost_s=0.0,
             namespaces=(NS, LEASES, *namespaces),
             gpu_nodes=nodes,
             true_speed=true_speed,
+            kueue=kueue is not None,
         ) as kube,
     ):
-        witness = Witness(kube, capacity, nodes=nodes is not None, grace_s=grace_s)
+        if kueue is not None:
+            kube.add_cluster_queue(CLUSTER_QUEUE, kueue, strategy=strategy)
+            kube.add_local_queue(QUEUE, CLUSTER_QUEUE, namespace=NS)
+            extra = ["controller.kueue.enabled=true", *extra]
+        witness = Witness(
+            kube,
+            capacity if kueue is None else kueue,
+            nodes=nodes is not None,
+            grace_s=grace_s,
+            cluster_queue=CLUSTER_QUEUE if kueue is not None else None,
+        )
         capacity = witness.capacity
         witness.start()
         overrides = [
@@ -445,7 +536,15 @@ async def live(
             "logging.level=warning",
             *extra,
         ]
-        stack = Live(nats_server, kube, ServiceClock(speedup=SPEEDUP), witness, capacity, overrides)
+        stack = Live(
+            nats_server,
+            kube,
+            ServiceClock(speedup=SPEEDUP),
+            witness,
+            capacity,
+            overrides,
+            queue=QUEUE if kueue is not None else None,
+        )
         try:
             yield stack
         finally:

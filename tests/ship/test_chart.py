@@ -60,6 +60,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
             "extraEgress": [{"ports": [{"port": 3128, "protocol": "TCP"}]}],
         },
     },
+    "kueue": {"kueue": {"enabled": True}},
+    "kueue-namespaced": {"kueue": {"enabled": True}, "watchNamespaces": ["team-a", "team-b"]},
     "no-leader-election": {
         "networkPolicy": {"enabled": False},
         "leaderElection": {"enabled": False},
@@ -83,6 +85,10 @@ ALLOWED_VERBS: dict[tuple[str, str], set[str]] = {
     ("", "configmaps"): {"get"},
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
     ("", "nodes"): {"list", "watch"},
+    # with kueue.enabled only (docs/kube.md, "Beside Kueue")
+    ("kueue.x-k8s.io", "localqueues"): {"get", "list", "watch"},
+    ("kueue.x-k8s.io", "clusterqueues"): {"get", "list", "watch"},
+    ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch", "patch"},
 }
 
 
@@ -167,7 +173,9 @@ def _rules(objs: list[dict[str, Any]], kind: str) -> list[tuple[str, dict[str, A
     return [(o["metadata"]["name"], rule) for o in by_kind(objs, kind) for rule in o["rules"]]
 
 
-@pytest.mark.parametrize("variant", ["defaults", "production", "quickstart"])
+@pytest.mark.parametrize(
+    "variant", ["defaults", "production", "quickstart", "kueue", "kueue-namespaced"]
+)
 def test_rbac_grants_only_the_listed_verbs(variant: str) -> None:
     objs = render(VARIANTS[variant])
     rules = _rules(objs, "ClusterRole") + _rules(objs, "Role")
@@ -229,6 +237,62 @@ def test_node_permission_only_when_capacity_is_read_from_nodes() -> None:
     assert "bellows-controller-nodes" in names
     fixed = render({"controller": {"capacity": {"gpus": 16}}})
     assert "bellows-controller-nodes" not in {o["metadata"]["name"] for o in fixed}
+
+
+def _kueue_grants(objs: list[dict[str, Any]]) -> dict[tuple[str, str, str], set[str]]:
+    """(kind, namespace, resource) -> verbs of every kueue.x-k8s.io rule, by role."""
+    out: dict[tuple[str, str, str], set[str]] = {}
+    for kind in ("ClusterRole", "Role"):
+        for role in by_kind(objs, kind):
+            for rule in role["rules"]:
+                if "kueue.x-k8s.io" not in rule["apiGroups"]:
+                    continue
+                for resource in rule["resources"]:
+                    key = (
+                        role["metadata"]["name"],
+                        role["metadata"].get("namespace", ""),
+                        resource,
+                    )
+                    out.setdefault(key, set()).update(rule["verbs"])
+    return out
+
+
+def test_kueue_permissions_only_when_kueue_is_enabled() -> None:
+    read, patch = {"get", "list", "watch"}, {"get", "list", "watch", "patch"}
+    for variant in ("defaults", "production", "quickstart"):
+        objs = render(VARIANTS[variant])
+        assert _kueue_grants(objs) == {}, variant
+        assert _config(VARIANTS[variant])["controller"]["kueue"] == {"enabled": False}
+    # every namespace: the controller's ClusterRole grants all three, the bridge none
+    objs = render(VARIANTS["kueue"])
+    assert _kueue_grants(objs) == {
+        ("bellows-controller", "", "localqueues"): read,
+        ("bellows-controller", "", "clusterqueues"): read,
+        ("bellows-controller", "", "workloads"): patch,
+    }
+    assert _config(VARIANTS["kueue"])["controller"]["kueue"] == {"enabled": True}
+    # watched namespaces: LocalQueues and Workloads per namespace, the cluster-scoped
+    # ClusterQueues from a ClusterRole of their own, bound to the controller only
+    objs = render(VARIANTS["kueue-namespaced"])
+    assert _kueue_grants(objs) == {
+        ("bellows-controller", "team-a", "localqueues"): read,
+        ("bellows-controller", "team-a", "workloads"): patch,
+        ("bellows-controller", "team-b", "localqueues"): read,
+        ("bellows-controller", "team-b", "workloads"): patch,
+        ("bellows-controller-kueue", "", "clusterqueues"): read,
+    }
+    (binding,) = [
+        b
+        for b in by_kind(objs, "ClusterRoleBinding")
+        if b["roleRef"]["name"] == "bellows-controller-kueue"
+    ]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "bellows-controller", "namespace": NAMESPACE}
+    ]
+    # no RBAC objects at all when the operator grants them
+    assert _kueue_grants(render({**VARIANTS["kueue-namespaced"], "rbac": {"create": False}})) == {}
+    with pytest.raises(helm.HelmValuesError, match="enabled"):
+        render({"kueue": {"enabled": "yes"}})
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -405,6 +469,7 @@ def test_rendered_config_is_what_the_controller_loads(variant: str, tmp_path: Pa
     assert (core.mode.value, core.delta_s, core.restart_cost_s) == ("bellows", 120.0, 60.0)
     assert loaded.leader_election.namespace == NAMESPACE
     assert list(loaded.namespaces) == values.get("watchNamespaces", [])
+    assert loaded.controller.kueue.enabled is values.get("kueue", {}).get("enabled", False)
     if "servers" in values.get("nats", {}):
         assert list(loaded.nats.servers) == values["nats"]["servers"]
         assert str(loaded.nats.credentials_file).endswith("nats.creds")

@@ -45,6 +45,7 @@ checksum of it so that changing any of these values rolls them. What differs per
   "stallAfterSeconds" .Values.controller.stallAfterSeconds
   "optimizer" .Values.controller.optimizer
   "capacity" .Values.controller.capacity
+  "kueue" (dict "enabled" .Values.kueue.enabled)
 -}}
 {{- if .Values.controller.clusterProfile -}}
 {{- $_ := set $controller "clusterProfileFile" "/etc/bellows/config/cluster-profile.json" -}}

@@ -4,6 +4,9 @@ see KUBEFLOW.md in the design notes): the bridge reads jobs; the controller also
 patches and resumes them, deletes the MPIJob launcher batch Job while a job is suspended
 (the launcher is not refreshed on resume otherwise), reads profile ConfigMaps and records
 Events.
+With kueue.enabled the controller also reads LocalQueues and ClusterQueues (its pools) and
+reads and patches Workloads (spec.active); ClusterQueues are cluster-scoped, so with
+watchNamespaces they come from a ClusterRole of their own (rbac-kueue.yaml).
 */}}
 {{- define "bellows.rules.bridge" -}}
 - apiGroups: ["kubeflow.org"]
@@ -30,6 +33,19 @@ Events.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if .Values.kueue.enabled }}
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["localqueues"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["get", "list", "watch", "patch"]
+{{- if empty .Values.watchNamespaces }}
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["clusterqueues"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/*

@@ -463,12 +463,32 @@ class Autoscaler:
                 starts.append(Start(name, alloc.gpus, alloc.batch))
             elif running.allocation != alloc:
                 old = running.allocation
+                if old.gpus == k and not self._batch_move_pays(name, running, rate, cost, now):
+                    continue  # same GPUs, another batch: a restart that would not pay
                 self._s.running[name] = running.moved_to(alloc, rate, now, restart_cost_s=cost)
                 self._s.in_use += k - old.gpus
                 change = Rescale(name, old.gpus, old.batch, alloc.gpus, alloc.batch)
                 (downs if alloc.gpus < old.gpus else ups).append(change)
         # scale-downs free GPUs before scale-ups and starts claim them
         return downs + ups + starts
+
+    def _batch_move_pays(
+        self, name: str, running: RunningJob, rate: float, cost: float, now: float
+    ) -> bool:
+        """Whether moving a running job to another batch on the GPUs it holds finishes it
+        sooner, its restart included (``cost`` times the hysteresis, as the pricing charges
+        a move). The pricing charges no restart at the job's own GPU count, where it assumes
+        the row's batch: a job adopted at another batch (found running, admitted by Kueue at
+        its owner's size) or whose row a revision changed would otherwise be restarted for a
+        batch change that gains nothing, its restart unpriced."""
+        left = max(self._s.jobs[name].work - running.done_at(now), 0.0)
+        if running.rate <= 0.0:
+            return True
+        if rate <= 0.0:
+            return False
+        keep = left / running.rate
+        move = left / rate + cost * max(1.0, self._config.hysteresis)
+        return move < keep
 
     def _reject(self) -> list[Decision]:
         """No-queue mode: every arrived job the round did not start is dropped.

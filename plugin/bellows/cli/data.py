@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -104,5 +104,20 @@ def crd_files(given: Path | None, env: Mapping[str, str] = os.environ) -> list[P
         return files
     try:
         return cached_crds(cache=cache_root(env), base_url=env.get(MIRROR_ENV), stream=sys.stderr)
+    except CrdError as error:
+        raise click.ClickException(str(error)) from None
+
+
+def kueue_crd_files(kubeflow: Sequence[Path], env: Mapping[str, str] = os.environ) -> list[Path]:
+    """Kueue's pinned CRDs for ``demo --kueue``: beside the Kubeflow CRDs in use (a folder in
+    the workspace's layout, ``kueue-v0.19.2/<plural>.yaml``, or the download cache's), else
+    from the user's cache, downloaded and verified on first use."""
+    from bellows.emulator.crds import MIRROR_ENV, CrdError, cache_root, kueue_crd_paths
+
+    folder = kubeflow[0].parent if kubeflow else None
+    try:
+        return kueue_crd_paths(
+            folder, cache=cache_root(env), base_url=env.get(MIRROR_ENV), stream=sys.stderr
+        )
     except CrdError as error:
         raise click.ClickException(str(error)) from None

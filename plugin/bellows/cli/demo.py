@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from bellows.cli.choices import CRDS_ENV, POLICIES
-from bellows.cli.data import DATA_ENV, crd_files
+from bellows.cli.data import DATA_ENV, crd_files, kueue_crd_files
 from bellows.cli.params import MAX_SEED, BoundedInt, FiniteFloat, OutputFile, output_errors
 
 if TYPE_CHECKING:  # the live stack, the simulator and rich load when the demo runs
@@ -79,11 +79,14 @@ def _result_table(result: DemoResult) -> Table:
               "simulator replays the true profiles (docs/simulator.md).")  # fmt: skip
 @click.option("--no-learning", is_flag=True,
               help="With --wrong-priors: the controller keeps the wrong priors.")  # fmt: skip
+@click.option("--kueue", is_flag=True,
+              help="Run the emulated Kueue too: every job in a LocalQueue whose ClusterQueue "
+              "holds the GPUs as quota, the controller cooperating (docs/kube.md).")  # fmt: skip
 def demo(
     *,
     gpus: int, minutes: float, speedup: float, seed: int, delta_min: float | None,
     paper: bool, policy: str, crds: Path | None, json_out: Path | None,
-    wrong_priors: bool, no_learning: bool,
+    wrong_priors: bool, no_learning: bool, kueue: bool,
 ) -> None:  # fmt: skip
     """Run nats-server, an emulated Kubeflow cluster, the bridge and the controller on a bursty
     workload, then the simulator on the same trace; exit 1 if they disagree beyond the paper's
@@ -101,11 +104,12 @@ def demo(
     from bellows.service.logging import configure_logging
 
     files = crd_files(crds)
+    kueue_files = kueue_crd_files(files) if kueue else []
     configure_logging(LoggingSettings(level=LogLevel.WARNING), stream=sys.stderr)
     options = DemoOptions(
         crds=files, gpus=gpus, minutes=minutes, speedup=speedup, seed=seed,
         delta_min=delta_min, policy=Policy(policy), paper=paper, wrong_priors=wrong_priors,
-        learn=not no_learning,
+        learn=not no_learning, kueue_crds=kueue_files,
     )  # fmt: skip
     fit_note(workload(options, default_cluster()), gpus)  # the count both halves clamp
     console = Console()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from bellows.emulator.cluster import EmulatedCluster
 from bellows.emulator.faults import FaultRule, Faults, Injected
+from bellows.emulator.kueue import EmulatedKueue, Fight
 from bellows.emulator.nodes import gpu_node, uniform_nodes
 from bellows.emulator.operator import EmulatedOperator, Progress
 from bellows.emulator.store import ApiError, Store
@@ -18,9 +19,11 @@ from bellows.emulator.store import ApiError, Store
 __all__ = [
     "ApiError",
     "EmulatedCluster",
+    "EmulatedKueue",
     "EmulatedOperator",
     "FaultRule",
     "Faults",
+    "Fight",
     "Injected",
     "Progress",
     "Store",

@@ -14,6 +14,16 @@ and :meth:`EmulatedCluster.kubeconfig` point clients at it. The CRD files are re
 the paths given (the real ones live outside the repository). Synchronous client calls
 must run outside the loop that serves the cluster (``asyncio.to_thread``), as
 :class:`bellows.kube.client.KubeApi` does.
+
+``kueue=True`` runs the emulated Kueue (``kueue.py``) beside the operators; the CRDs must
+then include Kueue's (:func:`bellows.emulator.crds.kueue_crd_paths`).
+:meth:`EmulatedCluster.add_resource_flavor`, :meth:`~EmulatedCluster.add_cluster_queue`,
+:meth:`~EmulatedCluster.add_local_queue` and :meth:`~EmulatedCluster.set_cluster_queue_quota`
+set up and change its queues, as a cluster admin would with ``kubectl``::
+
+    async with EmulatedCluster(crds=[*kubeflow, *kueue_crd_paths(folder)], kueue=True) as c:
+        c.add_cluster_queue("gpus", {"a100": 8}, strategy="StrictFIFO")
+        c.add_local_queue("team-a", "gpus")
 """
 
 from __future__ import annotations
@@ -31,15 +41,20 @@ from kubernetes import client as k8s
 
 from bellows.emulator.admission import admit
 from bellows.emulator.faults import Faults
+from bellows.emulator.kueue import EmulatedKueue
 from bellows.emulator.nodes import gpu_node, ready_condition, schedulable_gpus
 from bellows.emulator.operator import EmulatedOperator
 from bellows.emulator.resources import builtin_resources, crd_resources
 from bellows.emulator.server import build_app
 from bellows.emulator.store import Store
+from bellows.kube.kinds import GPU
+from bellows.kube.kueue import CLUSTER_QUEUES, GROUP, LOCAL_QUEUES, VERSION, Strategy
 from bellows.scaling import ClusterProfile
 from bellows.scaling.online import SpeedFactors
 
-__all__ = ["EmulatedCluster"]
+__all__ = ["DEFAULT_FLAVOR", "EmulatedCluster"]
+
+DEFAULT_FLAVOR = "default-flavor"  # the flavor of a ClusterQueue given a plain GPU count
 
 
 class EmulatedCluster:
@@ -56,6 +71,7 @@ class EmulatedCluster:
         namespaces: Sequence[str] = ("default",),
         gpu_nodes: Mapping[str, int] | None = None,
         true_speed: Callable[[str, str], SpeedFactors | None] | None = None,
+        kueue: bool = False,
     ) -> None:
         self.store = Store([*builtin_resources(), *crd_resources(crds)], admission=admit)
         for name in namespaces:
@@ -74,9 +90,12 @@ class EmulatedCluster:
             if operator
             else None
         )
+        # raises ValueError naming what to pass when the CRDs lack Kueue's kinds
+        self.kueue: EmulatedKueue | None = EmulatedKueue(self.store) if kueue else None
         self.faults = Faults()  # fault tests add rules here (see faults.py)
         self._runner: web.AppRunner | None = None
         self._task: asyncio.Task[None] | None = None
+        self._kueue_task: asyncio.Task[None] | None = None
         self.url = ""
 
     async def __aenter__(self) -> EmulatedCluster:
@@ -91,6 +110,8 @@ class EmulatedCluster:
         self.url = f"http://127.0.0.1:{port}"
         if self.operator is not None:
             self._task = asyncio.create_task(self.operator.run(), name="emulated-operator")
+        if self.kueue is not None:
+            self._kueue_task = asyncio.create_task(self.kueue.run(), name="emulated-kueue")
         return self
 
     async def __aexit__(
@@ -100,10 +121,11 @@ class EmulatedCluster:
         tb: TracebackType | None,
     ) -> None:
         self.store.close_watches()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._kueue_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -154,6 +176,104 @@ class EmulatedCluster:
     def gpus_available(self) -> int:
         """GPUs new pods could get now: the ready, schedulable nodes' allocatable GPUs."""
         return schedulable_gpus(self.store.list_objects(self._nodes, None)[0])
+
+    # ----- Kueue's queues (a cluster admin's objects; tests change quota at run time) ----------
+
+    def _kueue_resource(self, plural: str) -> Any:
+        key = f"{GROUP}/{VERSION}/{plural}"
+        if key not in self.store.resources:
+            raise ValueError(
+                f"this cluster does not serve {plural}.{GROUP}: pass Kueue's CRDs "
+                "(bellows.emulator.crds.kueue_crd_paths())"
+            )
+        return self.store.resources[key]
+
+    def add_resource_flavor(
+        self, name: str, *, node_labels: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Create a ResourceFlavor (``nodeLabels`` name the nodes it stands for)."""
+        spec: dict[str, Any] = {"nodeLabels": dict(node_labels)} if node_labels else {}
+        body = {"metadata": {"name": name}, "spec": spec}
+        return self.store.create(self._kueue_resource("resourceflavors"), None, body)
+
+    def add_cluster_queue(
+        self,
+        name: str,
+        gpus: int | Mapping[str, int],
+        *,
+        strategy: Strategy = "BestEffortFIFO",
+        cohort: str | None = None,
+    ) -> dict[str, Any]:
+        """Create a ClusterQueue with a ``nvidia.com/gpu`` nominal quota per flavor
+        (``{"a100": 8, "h100": 4}``; a plain count is one flavor, :data:`DEFAULT_FLAVOR`),
+        admitting in ``strategy`` order from every namespace. Flavors that do not exist yet
+        are created, as the admin would (Kueue admits nothing for a missing flavor)."""
+        quotas = {DEFAULT_FLAVOR: gpus} if isinstance(gpus, int) else dict(gpus)
+        flavors = self._kueue_resource("resourceflavors")
+        for flavor in quotas:
+            if not any(
+                f["metadata"]["name"] == flavor for f in self.store.list_objects(flavors, None)[0]
+            ):
+                self.add_resource_flavor(flavor)
+        spec: dict[str, Any] = {
+            "namespaceSelector": {},
+            "queueingStrategy": strategy,
+            "resourceGroups": [
+                {
+                    "coveredResources": [GPU],
+                    "flavors": [
+                        {"name": flavor, "resources": [{"name": GPU, "nominalQuota": quota}]}
+                        for flavor, quota in quotas.items()
+                    ],
+                }
+            ],
+        }
+        if cohort is not None:
+            spec["cohortName"] = cohort
+        body = {"metadata": {"name": name}, "spec": spec}
+        return self.store.create(self._kueue_resource(CLUSTER_QUEUES), None, body)
+
+    def add_local_queue(
+        self, name: str, cluster_queue: str, *, namespace: str = "default"
+    ) -> dict[str, Any]:
+        """Create a LocalQueue in ``namespace`` pointing at ``cluster_queue``."""
+        body = {"metadata": {"name": name}, "spec": {"clusterQueue": cluster_queue}}
+        return self.store.create(self._kueue_resource(LOCAL_QUEUES), namespace, body)
+
+    def set_cluster_queue_quota(self, name: str, gpus: int | Mapping[str, int]) -> dict[str, Any]:
+        """Change a ClusterQueue's GPU nominal quota at run time: per flavor, or a plain
+        count for a ClusterQueue with one GPU flavor (flavors not named keep theirs)."""
+
+        res = self._kueue_resource(CLUSTER_QUEUES)
+        current = self.store.get(res, "", name)
+        gpu_flavors = [
+            flavor["name"]
+            for group in current["spec"].get("resourceGroups") or []
+            for flavor in group.get("flavors") or []
+            if any(r.get("name") == GPU for r in flavor.get("resources") or [])
+        ]
+        if isinstance(gpus, int):
+            if len(gpu_flavors) != 1:
+                raise ValueError(
+                    f"ClusterQueue {name} has {len(gpu_flavors)} GPU flavors "
+                    f"({', '.join(gpu_flavors)}): give the quota per flavor"
+                )
+            quotas = {gpu_flavors[0]: gpus}
+        else:
+            quotas = dict(gpus)
+        unknown = sorted(set(quotas) - set(gpu_flavors))
+        if unknown:
+            raise ValueError(f"ClusterQueue {name} has no GPU flavor {', '.join(unknown)}")
+
+        def set_quota(cq: dict[str, Any]) -> dict[str, Any]:
+            for group in cq["spec"].get("resourceGroups") or []:
+                for flavor in group.get("flavors") or []:
+                    for entry in flavor.get("resources") or []:
+                        if entry.get("name") == GPU and flavor["name"] in quotas:
+                            entry["nominalQuota"] = quotas[flavor["name"]]
+            return cq
+
+        return self.store.update_with(res, None, name, set_quota)
 
     def configuration(self) -> k8s.Configuration:
         """A ``kubernetes`` client configuration for this cluster."""

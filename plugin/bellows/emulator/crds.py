@@ -1,13 +1,16 @@
-"""The pinned upstream CRDs of the Kubeflow kinds: release URLs, SHA-256 digests, and a
-verified download cache in the user's cache folder.
+"""The pinned upstream CRDs of the Kubeflow kinds and of Kueue: release URLs, SHA-256
+digests, and a verified download cache in the user's cache folder.
 
 The emulated cluster (``bellows demo``, the tests) serves the real CustomResourceDefinitions.
 In the project's workspace they lie in ``../shared/data/crds``; anywhere else
 :func:`cached_crds` downloads them once from their upstream release tags into
 ``$XDG_CACHE_HOME/bellows/crds/<version>/`` (``~/.cache`` when unset) and returns them from
-there afterwards. Nothing unverified is ever returned: a download is written under a
-temporary name and renamed into place only once its SHA-256 matches the pin, and a cached file
-whose digest no longer matches is refused and downloaded again.
+there afterwards. Kueue's CRDs (:data:`KUEUE_PINNED`, served when the cluster emulates Kueue)
+are a table of their own, found by :func:`kueue_crd_paths`: in a folder of CRDs, either in the
+workspace's layout (``kueue-v0.19.2/<plural>.yaml``) or in the cache's (flat), else from the
+cache, downloaded once like the others. Nothing unverified is ever returned: a download is
+written under a temporary name and renamed into place only once its SHA-256 matches the pin,
+and a cached file whose digest no longer matches is refused and downloaded again.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Final, TextIO
@@ -29,6 +32,8 @@ from bellows.inputs import shown
 
 __all__ = [
     "CRDS_ENV",
+    "KUEUE_PINNED",
+    "KUEUE_PINS_VERSION",
     "MIRROR_ENV",
     "PINNED",
     "PINS_VERSION",
@@ -37,6 +42,9 @@ __all__ = [
     "PinnedCrd",
     "cache_root",
     "cached_crds",
+    "find_pinned",
+    "kueue_crd_paths",
+    "pins_version",
     "sha256_of",
 ]
 
@@ -57,11 +65,18 @@ class PinnedCrd:
     tag: str
     path: str  # inside the repository at ``tag``
     sha256: str
+    local: str = ""  # where the workspace's ``shared/data/crds`` keeps it, when not ``file``
 
     @property
     def file(self) -> str:
-        """The file's name in the cache (the same as in the workspace's ``shared/data/crds``)."""
+        """The file's name in the cache (and, unless :attr:`local` says otherwise, in the
+        workspace's ``shared/data/crds``)."""
         return f"{self.release}_{PurePosixPath(self.path).name}"
+
+    @property
+    def workspace(self) -> str:
+        """Its path inside the workspace's ``shared/data/crds``."""
+        return self.local or self.file
 
     def url(self, base: str = UPSTREAM) -> str:
         """Where to download it: ``base`` serves raw files as ``<owner/name>/<tag>/<path>``."""
@@ -83,13 +98,42 @@ PINNED: Final = (
         "manifests/base/kubeflow.org_mpijobs.yaml",
         "78b0131f931fcc8d99f6ce0407281f41b62527e443ec691d26d9634b390ad3bb",
     ),
-    # Kueue's CRDs (kubernetes-sigs/kueue v0.19.2) join this table when the emulated cluster
-    # serves Kueue's kinds; today it serves only the two Kubeflow kinds above.
 )
-"""The CRDs the emulated cluster needs, by upstream release."""
+"""The CRDs the emulated cluster always needs, by upstream release."""
 
-PINS_VERSION: Final = "_".join(pin.release for pin in PINNED)
-"""The cache folder of this table: a changed pin downloads into a new folder."""
+
+def _kueue(plural: str, sha256: str) -> PinnedCrd:
+    return PinnedCrd(
+        "kueue-v0.19.2",
+        "kubernetes-sigs/kueue",
+        "v0.19.2",
+        f"config/components/crd/bases/kueue.x-k8s.io_{plural}.yaml",
+        sha256,
+        local=f"kueue-v0.19.2/{plural}.yaml",
+    )
+
+
+KUEUE_PINNED: Final = (
+    _kueue("resourceflavors", "19e339c47e9ca3fa2c9eeddd27715a512f765c4794ed859733408a9715720173"),
+    _kueue("clusterqueues", "e0a5fc9b370c70f3d993d4f599865817338ecf94187b30b15b12ff33c579bd55"),
+    _kueue("localqueues", "dd10ef8d3578e7212fa52763549e7b6be0949793a5b924495fcd293330109fed"),
+    _kueue("workloads", "1970ff6fcc5dc1a29e3f290ed736032c5d4509c94efe2c642d64a244ad1b8aa5"),
+)
+"""Kueue's CRDs that the emulated cluster serves when it emulates Kueue (kept apart from
+:data:`PINNED`: a cluster without Kueue needs none of them)."""
+
+
+def pins_version(pins: Sequence[PinnedCrd]) -> str:
+    """The cache folder of a table of pins: its releases joined (a changed pin downloads
+    into a new folder)."""
+    return "_".join(dict.fromkeys(pin.release for pin in pins))
+
+
+PINS_VERSION: Final = pins_version(PINNED)
+"""The cache folder of :data:`PINNED`."""
+
+KUEUE_PINS_VERSION: Final = pins_version(KUEUE_PINNED)
+"""The cache folder of :data:`KUEUE_PINNED`."""
 
 
 class CrdError(Exception):
@@ -121,9 +165,9 @@ def _digest_or_why(path: Path) -> str:
         return f"unknown ({_reason(error)})"
 
 
-def _where_to_get() -> str:
+def _where_to_get(pins: Sequence[PinnedCrd] = PINNED) -> str:
     """What to do instead of the download; the release URLs, whatever server was tried."""
-    urls = "".join(f"\n  {pin.url()}" for pin in PINNED)
+    urls = "".join(f"\n  {pin.url()}" for pin in pins)
     return (
         f"to run without a download, put these files in a folder and set {CRDS_ENV} to it "
         f"(or pass --crds):{urls}"
@@ -196,7 +240,13 @@ def _reason(error: BaseException) -> str:
 
 
 def _download(
-    pin: PinnedCrd, base: str, target: Path, *, stream: TextIO | None, timeout_s: float
+    pin: PinnedCrd,
+    base: str,
+    target: Path,
+    *,
+    stream: TextIO | None,
+    timeout_s: float,
+    pins: Sequence[PinnedCrd] = PINNED,
 ) -> None:
     """Download ``pin`` to ``target`` atomically: a temporary file beside it, checked against
     the pin, then renamed over it. On any failure nothing is left behind."""
@@ -213,7 +263,7 @@ def _download(
                 raise CrdError(
                     f"{pin.file}: downloaded from {url}, its SHA-256 is {got} but the pinned "
                     f"one is {pin.sha256}; nothing was kept. Something between here and the "
-                    f"server changed the file; {_where_to_get()}"
+                    f"server changed the file; {_where_to_get(pins)}"
                 )
             handle.flush()
             os.fsync(handle.fileno())
@@ -227,7 +277,7 @@ def _download(
         progress.end("failed")
         raise CrdError(
             f"could not download {pin.file} from {url} into {target.parent} "
-            f"({_reason(error)}); {_where_to_get()}"
+            f"({_reason(error)}); {_where_to_get(pins)}"
         ) from error
     finally:
         if part is not None:
@@ -242,16 +292,18 @@ def cached_crds(
     base_url: str | None = None,
     stream: TextIO | None,
     timeout_s: float = 60.0,
+    pins: Sequence[PinnedCrd] = PINNED,
 ) -> list[Path]:
-    """The pinned CRD files, each verified against its SHA-256, downloaded first where the
-    cache lacks it or holds a file that no longer matches.
+    """The pinned CRD files (``pins``: :data:`PINNED` unless told), each verified against its
+    SHA-256, downloaded first where the cache lacks it or holds a file that no longer matches.
 
-    ``cache`` defaults to :func:`cache_root`; the files go in its ``PINS_VERSION`` folder.
+    ``cache`` defaults to :func:`cache_root`; the files go in its :func:`pins_version` folder
+    (``PINS_VERSION`` for :data:`PINNED`).
     ``base_url`` (default ``$BELLOWS_CRD_MIRROR``, else :data:`UPSTREAM`) is the server: a
     mirror must serve the same paths; the pins still apply. Progress lines go to ``stream``
     (``None``: quiet). Raises :class:`CrdError` with what to do when a file cannot be had."""
     base = _check_base(base_url or os.environ.get(MIRROR_ENV) or UPSTREAM)
-    folder = (cache_root() if cache is None else cache) / PINS_VERSION
+    folder = (cache_root() if cache is None else cache) / pins_version(pins)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -260,7 +312,7 @@ def cached_crds(
             f"to a writable folder, or {CRDS_ENV} to a folder of the CRDs"
         ) from error
     files = []
-    for pin in PINNED:
+    for pin in pins:
         target = folder / pin.file
         if target.exists():
             got = _digest_or_why(target)
@@ -270,6 +322,44 @@ def cached_crds(
             if stream is not None:
                 print(f"bellows: {target}: SHA-256 {got} does not match the pinned "
                       f"{pin.sha256}; refused, downloading it again", file=stream)  # fmt: skip
-        _download(pin, base, target, stream=stream, timeout_s=timeout_s)
+        _download(pin, base, target, stream=stream, timeout_s=timeout_s, pins=pins)
         files.append(target)
     return files
+
+
+def find_pinned(folder: Path, pins: Sequence[PinnedCrd]) -> list[Path] | None:
+    """The files of ``pins`` in ``folder``, each at its workspace path
+    (:attr:`PinnedCrd.workspace`) or under its cache name; ``None`` when any is missing.
+    A file found there whose SHA-256 is not the pinned one is refused (:class:`CrdError`)."""
+    found: list[Path] = []
+    for pin in pins:
+        path = next((p for p in (folder / pin.workspace, folder / pin.file) if p.is_file()), None)
+        if path is None:
+            return None
+        got = _digest_or_why(path)
+        if got != pin.sha256:
+            raise CrdError(
+                f"{path}: SHA-256 {got} is not the pinned {pin.sha256} of {pin.url()}; "
+                f"replace it with that file, or remove it to use the cached download"
+            )
+        found.append(path)
+    return found
+
+
+def kueue_crd_paths(
+    folder: Path | None = None,
+    *,
+    cache: Path | None = None,
+    base_url: str | None = None,
+    stream: TextIO | None = None,
+    timeout_s: float = 60.0,
+) -> list[Path]:
+    """Kueue's pinned CRDs (:data:`KUEUE_PINNED`), to pass to ``EmulatedCluster(crds=...)``
+    beside the Kubeflow ones: from ``folder`` (a folder of CRDs such as the workspace's
+    ``shared/data/crds``, which keeps them in ``kueue-v0.19.2/``) when it holds them all,
+    else from the download cache (:func:`cached_crds`), downloaded and verified once."""
+    if folder is not None and (found := find_pinned(folder, KUEUE_PINNED)) is not None:
+        return found
+    return cached_crds(
+        cache=cache, base_url=base_url, stream=stream, timeout_s=timeout_s, pins=KUEUE_PINNED
+    )

@@ -2,7 +2,9 @@
 
 * :class:`JobReader` turns opted-in jobs into validated ``JobSpec`` observations;
 * :class:`Actuator` applies the autoscaler's decisions (suspend, patch, resume) with a
-  journal on each job, so that an interrupted rescale is finished by whoever comes next.
+  journal on each job, so that an interrupted rescale is finished by whoever comes next;
+  a job in a Kueue queue is halted and let in through its Workload instead
+  (:mod:`bellows.kube.kueue_journal`; ``kueue=True`` on both, else such jobs are refused).
 
 Only what talks to a real API server lives here; the emulated cluster of the tests and
 ``bellows demo`` is :mod:`bellows.emulator`, which this package never imports.

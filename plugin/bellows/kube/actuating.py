@@ -9,11 +9,18 @@ meanwhile is dropped from the plan without error. A step that cannot be taken no
 MPIJob's launcher name held by a batch Job the MPIJob does not control) is reported on the
 job, with an Event, and the decision stays ``pending``: nothing is deleted, and a later
 call goes on once the way is clear.
+
+A job that names a Kueue LocalQueue is refused unless Kueue cooperation is on
+(``Actuator(api, kueue=True)``, the setting ``controller.kueue.enabled``). With it, such a
+job is driven by the planners of :mod:`bellows.kube.kueue_journal`: its Workload is
+deactivated and activated, and ``suspend``, which Kueue owns, is never written. Waiting for
+Kueue watches both the job and its Workload, within ``halt_timeout_s`` per call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,7 +44,23 @@ from bellows.kube.journal import (
     plan_scale,
     target_env,
 )
-from bellows.kube.kinds import JobKind, JobRef, finished_state, foreign_manager
+from bellows.kube.kinds import JobKind, JobRef, finished_state, foreign_manager, kueue_refusal
+from bellows.kube.kueue import (
+    JOB_UID,
+    WORKLOADS,
+    WorkloadView,
+    owned_workload,
+    queue_name,
+    read_workload,
+)
+from bellows.kube.kueue_journal import (
+    AwaitEviction,
+    AwaitWorkload,
+    KueueStep,
+    PatchWorkload,
+    plan_kueue_halt,
+    plan_kueue_scale,
+)
 from bellows.kube.recording import Recorder
 from bellows.kube.specs import requested_allocation
 
@@ -69,6 +92,22 @@ _HALT_RESULTS: dict[Phase, Result] = {
 }
 
 
+@dataclass(frozen=True)
+class _Read:
+    """One fresh read of a job, what a planner needs: ``kueue`` says whether it is a Kueue
+    job (then ``workload`` is its Workload, ``None`` when there is none now)."""
+
+    kind: JobKind
+    obj: Mapping[str, Any]
+    settings: keys.Settings
+    launcher: Mapping[str, Any] | None
+    kueue: bool
+    workload: WorkloadView | None
+
+
+_Planner = Callable[[_Read], "Step | KueueStep"]
+
+
 class ActuationError(RuntimeError):
     """A job kept changing under every attempt (more conflicts than allowed)."""
 
@@ -94,8 +133,12 @@ class Actuator:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         halt_timeout_s: float = 120.0,
         max_conflicts: int = 10,
+        kueue: bool = False,
     ) -> None:
+        """``kueue``: size the jobs that name a Kueue LocalQueue through their Workloads
+        (``controller.kueue.enabled``); when false, such a job is refused with an Event."""
         self._api = api
+        self._kueue = kueue
         self._kinds = {k.kind.lower(): k for k in kinds}
         self._recorder = recorder or Recorder(api, now=now)
         self._now = now
@@ -129,8 +172,11 @@ class Actuator:
     async def hold(
         self, job: str, reason: str = "queued by Bellows until it is started"
     ) -> Outcome:
-        """Suspend an arrived job that was submitted running, until a Start decision."""
-        return await self._halt(self.ref(job), Phase.QUEUED, reason)
+        """Suspend an arrived job that was submitted running, until a Start decision (a Kueue
+        job: journal ``queued``, then its Workload inactive, so that Kueue keeps it out)."""
+        # never waits: a Kueue job's Workload may not exist yet, or be evicted later; the
+        # caller holds a pool's lock, and the journal lets a later call finish the hold
+        return await self._halt(self.ref(job), Phase.QUEUED, reason, wait=False)
 
     async def report_problem(
         self,
@@ -181,7 +227,12 @@ class Actuator:
             await self._recorder.record(obj, reason, message, warning=warning)
 
     async def resume_interrupted(self, namespace: str | None = None) -> list[Outcome]:
-        """Finish every scaling a previous controller left half done (journal not ``done``)."""
+        """Finish every scaling a previous controller left half done (journal not ``done``).
+
+        With Kueue cooperation on, also every halt of a Kueue job whose Workload was left
+        active (journal ``queued``, ``rejected`` or ``preempted``); those already complete
+        give no outcome.
+        """
         outcomes: list[Outcome] = []
         for kind in self._kinds.values():
             async for page, _ in self._api.list_job_pages(kind, namespace):
@@ -190,10 +241,20 @@ class Actuator:
                     if not keys.opted_in(notes):
                         continue  # never read past the metadata of a job that did not opt in
                     journal = Journal.read(notes)
+                    meta = obj["metadata"]
+                    ref = JobRef(kind.kind, meta["namespace"], meta["name"])
                     if journal.phase in (Phase.SUSPENDING, Phase.PATCHED) and journal.target:
-                        meta = obj["metadata"]
-                        ref = JobRef(kind.kind, meta["namespace"], meta["name"])
                         outcomes.append(await self._scale(ref, journal.target, "rescaled"))
+                    elif (
+                        self._kueue
+                        and journal.phase in _HALT_RESULTS
+                        and queue_name(obj) is not None
+                    ):
+                        status = notes.get(keys.STATUS) or str(journal.phase)
+                        # no wait: a Workload Kueue has not (re)created yet is left for later
+                        outcome = await self._halt(ref, journal.phase, status, wait=False)
+                        if outcome.result != "unchanged":
+                            outcomes.append(outcome)
         return outcomes
 
     # ----- the loop ----------------------------------------------------------------------------
@@ -201,81 +262,107 @@ class Actuator:
     async def _scale(
         self, ref: JobRef, target: tuple[int, int], verb: Result, *, done: float | None = None
     ) -> Outcome:
-        def plan(
-            kind: JobKind,
-            obj: Mapping[str, Any],
-            settings: keys.Settings,
-            launcher: Mapping[str, Any] | None,
-        ) -> Step:
+        def plan(read: _Read) -> Step | KueueStep:
+            kind, obj, settings = read.kind, read.obj, read.settings
             view = kind.view(obj, settings.env_names)
+            env = target_env(settings, *target)
+            requested = requested_allocation(view, settings)
+            if read.kueue:
+                return plan_kueue_scale(
+                    kind,
+                    obj,
+                    read.workload,
+                    target=target,
+                    env=env,
+                    requested=requested,
+                    launcher=read.launcher,
+                    now=self._now(),
+                    done=done,
+                )
             return plan_scale(
                 kind,
                 obj,
                 target=target,
-                env=target_env(settings, *target),
-                requested=requested_allocation(view, settings),
-                launcher=launcher,
+                env=env,
+                requested=requested,
+                launcher=read.launcher,
                 now=self._now(),
                 done=done,
             )
 
         gpus, batch = target
         return await self._drive(
-            ref, plan, verb, f"{verb} on {gpus} GPUs with global batch {batch}"
+            ref,
+            plan,
+            verb,
+            f"{verb} on {gpus} GPUs with global batch {batch}",
+            (verb.capitalize(), False),
         )
 
-    async def _halt(self, ref: JobRef, phase: Phase, message: str) -> Outcome:
-        def plan(
-            kind: JobKind,
-            obj: Mapping[str, Any],
-            settings: keys.Settings,
-            launcher: Mapping[str, Any] | None,
-        ) -> Step:
+    async def _halt(self, ref: JobRef, phase: Phase, message: str, *, wait: bool = True) -> Outcome:
+        def plan(read: _Read) -> Step | KueueStep:
+            kind, obj = read.kind, read.obj
             try:
                 requested: tuple[int, int] | None = requested_allocation(
-                    kind.view(obj, settings.env_names), settings
+                    kind.view(obj, read.settings.env_names), read.settings
                 )
             except SpecError:
                 requested = None
+            if read.kueue:
+                return plan_kueue_halt(
+                    kind,
+                    obj,
+                    read.workload,
+                    phase=phase,
+                    message=message,
+                    requested=requested,
+                    now=self._now(),
+                )
             return plan_halt(
                 kind, obj, phase=phase, message=message, requested=requested, now=self._now()
             )
 
-        return await self._drive(ref, plan, _HALT_RESULTS[phase], message)
+        return await self._drive(
+            ref, plan, _HALT_RESULTS[phase], message, _EVENTS[phase], wait=wait
+        )
 
     async def _drive(
         self,
         ref: JobRef,
-        plan: Callable[[JobKind, Mapping[str, Any], keys.Settings, Mapping[str, Any] | None], Step],
+        plan: _Planner,
         verb: Result,
         message: str,
+        event: tuple[str, bool],
+        *,
+        wait: bool = True,
     ) -> Outcome:
+        """Plan, perform, read again, until the plan says nothing is left (or the job is
+        gone, refused, blocked, or ``pending``: a wait for Kueue past ``halt_timeout_s``, or
+        any such wait at all when ``wait`` is false). ``event`` (reason, warning) is the
+        Event recorded once the job is in the wanted state."""
         kind = self._kinds[ref.kind.lower()]
         job, conflicts, wrote = ref.key, 0, False
+        deadline: float | None = None  # of the waits for Kueue in this call
+        activated: Mapping[str, Any] | None = None  # the job, once this call let Kueue in
         while True:
-            obj = await self._api.get_job(kind, ref.namespace, ref.name)
-            if obj is None:
-                return Outcome(job, "dropped", "deleted")
-            if (state := finished_state(obj)) is not None:
-                return Outcome(job, "dropped", state.lower())
-            notes = obj["metadata"].get("annotations") or {}
-            if not keys.opted_in(notes):
-                return Outcome(job, "refused", "the job carries no bellows.io/ settings")
+            read = await self._read(kind, ref)
+            if isinstance(read, Outcome):
+                if activated is not None and read.detail in ("succeeded", "failed"):
+                    # Kueue resumed it at the target, and it finished before the journal
+                    # said so: the resume is still this call's, and so is its Event.
+                    await self._recorder.record(activated, event[0], message, warning=event[1])
+                return read
+            obj, kueue_job = read.obj, read.kueue
             try:
-                if (manager := foreign_manager(obj, kind.manager)) is not None:
-                    return _skipped(job, manager)
-                view = kind.view(obj, ())
-                if view.blocker:
-                    return await self.report_problem(job, view.blocker, reason="Refused")
-                settings = keys.parse_settings(notes)
-                name = kind.launcher(obj)
-                launcher = await self._api.get_batch_job(ref.namespace, name) if name else None
-                step = plan(kind, obj, settings, launcher)
+                step = plan(read)
             except SpecError as err:
                 return await self.report_problem(job, str(err))
             except DATA_ERRORS as err:  # a value no check foresaw: still this job's problem
                 return await self.report_problem(job, f"its spec could not be read ({brief(err)})")
             if isinstance(step, Nothing):
+                if wrote and kueue_job:  # a Kueue halt ends with its Workload deactivated
+                    await self._recorder.record(obj, event[0], message, warning=event[1])
+                    return Outcome(job, verb, message)
                 return Outcome(job, verb if wrote else "unchanged", step.reason)
             if isinstance(step, Blocked):
                 await self.report_problem(
@@ -296,22 +383,136 @@ class Actuator:
                         "yet; the journal on the job lets a later call finish",
                     )
                 continue
+            if isinstance(step, AwaitEviction | AwaitWorkload):
+                if deadline is None:
+                    deadline = asyncio.get_running_loop().time() + self._halt_timeout_s
+                if not wait or not await self._await_kueue(kind, ref, obj, read.workload, deadline):
+                    return Outcome(job, "pending", _waiting(step))
+                continue
             try:
-                done = await self._api.patch_job(kind, ref.namespace, ref.name, step.body)
-            except ConflictError:
+                if isinstance(step, PatchWorkload):
+                    await self._api.patch_workload(ref.namespace, step.name, step.body)
+                else:
+                    done = await self._api.patch_job(kind, ref.namespace, ref.name, step.body)
+            except (ConflictError, NotFoundError) as err:
+                if isinstance(err, NotFoundError) and not isinstance(step, PatchWorkload):
+                    return Outcome(job, "dropped", "deleted")
+                # changed, or a Workload deleted (Kueue recreates it): plan from a fresh read
                 conflicts += 1
                 if conflicts > self._max_conflicts:
                     raise ActuationError(
                         f"{job}: more than {self._max_conflicts} conflicts"
                     ) from None
                 continue
-            except NotFoundError:
-                return Outcome(job, "dropped", "deleted")
             wrote = True
-            if step.phase in (Phase.DONE, *_EVENTS):
-                reason, warning = _EVENTS.get(step.phase, (verb.capitalize(), False))
-                await self._recorder.record(done, reason, message, warning=warning)
+            if isinstance(step, PatchWorkload):
+                if step.active:
+                    activated = obj
+                continue
+            if step.phase is Phase.DONE or (step.phase in _EVENTS and not kueue_job):
+                await self._recorder.record(done, event[0], message, warning=event[1])
                 return Outcome(job, verb, message)
+
+    async def _read(self, kind: JobKind, ref: JobRef) -> _Read | Outcome:
+        """The job read afresh with what its planner needs, or the outcome that ends the
+        call (gone, finished, not opted in, another controller's, or refused)."""
+        job = ref.key
+        obj = await self._api.get_job(kind, ref.namespace, ref.name)
+        if obj is None:
+            return Outcome(job, "dropped", "deleted")
+        if (state := finished_state(obj)) is not None:
+            return Outcome(job, "dropped", state.lower())
+        notes = obj["metadata"].get("annotations") or {}
+        if not keys.opted_in(notes):
+            return Outcome(job, "refused", "the job carries no bellows.io/ settings")
+        try:
+            if (manager := foreign_manager(obj, kind.manager)) is not None:
+                return _skipped(job, manager)
+            view = kind.view(obj, ())
+            if view.blocker:
+                return await self.report_problem(job, view.blocker, reason="Refused")
+            if view.queue is not None and not self._kueue:
+                return await self.report_problem(job, kueue_refusal(view.queue), reason="Refused")
+            settings = keys.parse_settings(notes)
+            name = kind.launcher(obj)
+            launcher = await self._api.get_batch_job(ref.namespace, name) if name else None
+            queued = view.queue is not None
+            workload = await self._workload(obj) if queued else None
+        except SpecError as err:
+            return await self.report_problem(job, str(err))
+        except DATA_ERRORS as err:  # a value no check foresaw: still this job's problem
+            return await self.report_problem(job, f"its spec could not be read ({brief(err)})")
+        return _Read(kind, obj, settings, launcher, queued, workload)
+
+    async def _workload(self, obj: Mapping[str, Any]) -> WorkloadView | None:
+        """The Workload Kueue keeps for the job ``obj``, or ``None`` when there is none now."""
+        meta = obj["metadata"]
+        listed = await self._api.list_workloads(
+            meta["namespace"], label_selector=f"{JOB_UID}={meta['uid']}"
+        )
+        found = owned_workload(obj, listed)
+        return None if found is None else read_workload(found)
+
+    async def _await_kueue(
+        self,
+        kind: JobKind,
+        ref: JobRef,
+        obj: Mapping[str, Any],
+        workload: WorkloadView | None,
+        deadline: float,
+    ) -> bool:
+        """Wait until the job or its Workload changes (watching both); False once the loop's
+        clock passes ``deadline``."""
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return False
+        watchers = [
+            asyncio.create_task(self._job_changes(kind, ref, obj)),
+            asyncio.create_task(self._workload_changes(obj, workload)),
+        ]
+        try:
+            done, _ = await asyncio.wait(
+                watchers, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in done:
+                task.result()  # an API error other than an expired watch propagates
+            return bool(done)
+        finally:
+            for task in watchers:
+                task.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
+
+    async def _job_changes(self, kind: JobKind, ref: JobRef, obj: Mapping[str, Any]) -> None:
+        """Return at the job's next change after the version read (or an expired watch)."""
+        version = obj["metadata"]["resourceVersion"]
+        with contextlib.suppress(ExpiredError):
+            while True:
+                async for _ in self._api.watch_jobs(
+                    kind, ref.namespace, version, name=ref.name, timeout_s=60
+                ):
+                    return
+
+    async def _workload_changes(
+        self, obj: Mapping[str, Any], workload: WorkloadView | None
+    ) -> None:
+        """Return at the next change of the job's Workload: of the one read, or, with none
+        read, at the creation of one the job controls."""
+        namespace = obj["metadata"]["namespace"]
+        with contextlib.suppress(ExpiredError):
+            if workload is not None:
+                while True:
+                    async for _ in self._api.watch_workloads(
+                        namespace, workload.resource_version, name=workload.name, timeout_s=60
+                    ):
+                        return
+            items, version = await self._api.list_kueue(WORKLOADS, namespace)
+            if owned_workload(obj, items) is not None:
+                return  # created since the job was read
+            while True:
+                async for _, new in self._api.watch_workloads(namespace, version, timeout_s=60):
+                    version = new["metadata"]["resourceVersion"]
+                    if owned_workload(obj, [new]) is not None:
+                        return
 
     async def _await_halt(self, kind: JobKind, ref: JobRef, obj: Mapping[str, Any]) -> bool:
         """Wait (watching the one job) until the operator stopped it; False on timeout."""
@@ -332,6 +533,15 @@ class Actuator:
             return False
         except ExpiredError:
             return True  # re-plan from a fresh read
+
+
+def _waiting(step: AwaitEviction | AwaitWorkload) -> str:
+    what = (
+        "Kueue to evict the job (suspended, its pods stopped, its quota released)"
+        if isinstance(step, AwaitEviction)
+        else step.reason
+    )
+    return f"waiting for {what}; the journal on the job lets a later call finish"
 
 
 def _foreign(kind: JobKind, obj: Mapping[str, Any]) -> str | None:

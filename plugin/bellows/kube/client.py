@@ -20,6 +20,7 @@ from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
+from bellows.kube import kueue
 from bellows.kube.kinds import JobKind
 
 __all__ = ["ConflictError", "ExpiredError", "KubeApi", "NotFoundError"]
@@ -164,6 +165,104 @@ class KubeApi:
             args = (kind.group, kind.version, namespace, kind.plural)
         async for event in _stream(fn, args, kwargs):
             yield event
+
+    # ----- Kueue (kueue.x-k8s.io) ------------------------------------------------------------
+
+    async def get_workload(self, namespace: str, name: str) -> Obj | None:
+        """The Workload, or ``None`` when it does not exist."""
+        return await self.get_kueue(kueue.WORKLOADS, namespace, name)
+
+    async def list_workloads(self, namespace: str, label_selector: str | None = None) -> list[Obj]:
+        """The Workloads in ``namespace`` matching ``label_selector`` (``None``: all)."""
+        options: dict[str, Any] = {}
+        if label_selector:
+            options["label_selector"] = label_selector
+        listed: Obj = await _call(
+            self._custom.list_namespaced_custom_object,
+            kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, **options,
+        )  # fmt: skip
+        return list(listed.get("items") or [])
+
+    async def patch_workload(self, namespace: str, name: str, patch: Mapping[str, Any]) -> Obj:
+        """Apply a JSON merge patch to a Workload; a ``metadata.resourceVersion`` in it is a
+        precondition (:class:`ConflictError`); a Workload gone raises :class:`NotFoundError`."""
+        obj: Obj = await _call(
+            self._custom.patch_namespaced_custom_object,
+            kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS, name, dict(patch),
+        )  # fmt: skip
+        return obj
+
+    async def watch_workloads(
+        self,
+        namespace: str,
+        resource_version: str,
+        *,
+        name: str | None = None,
+        timeout_s: int = 300,
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        """``(type, Workload)`` events in ``namespace`` after ``resource_version`` (only
+        ``name``'s when given) until the server ends the watch; :class:`ExpiredError` when
+        that version is too old."""
+        kwargs: dict[str, Any] = {
+            "resource_version": resource_version,
+            "timeout_seconds": timeout_s,
+        }
+        if name is not None:
+            kwargs["field_selector"] = f"metadata.name={name}"
+        args = (kueue.GROUP, kueue.VERSION, namespace, kueue.WORKLOADS)
+        async for event in _stream(self._custom.list_namespaced_custom_object, args, kwargs):
+            yield event
+
+    async def list_kueue(self, plural: str, namespace: str | None = None) -> tuple[list[Obj], str]:
+        """Every Kueue object of ``plural`` (in ``namespace``, or all; ``None`` for the
+        cluster-scoped ClusterQueues) and the list's resourceVersion (watch from it)."""
+        if namespace is None:
+            listed: Obj = await _call(
+                self._custom.list_cluster_custom_object, kueue.GROUP, kueue.VERSION, plural
+            )
+        else:
+            listed = await _call(
+                self._custom.list_namespaced_custom_object,
+                kueue.GROUP, kueue.VERSION, namespace, plural,
+            )  # fmt: skip
+        meta = listed.get("metadata") or {}
+        return list(listed.get("items") or []), str(meta.get("resourceVersion", ""))
+
+    async def watch_kueue(
+        self, plural: str, namespace: str | None, resource_version: str, *, timeout_s: int = 300
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        """``(type, object)`` events of Kueue's ``plural`` after ``resource_version`` until
+        the server ends the watch; :class:`ExpiredError` when that version is too old."""
+        kwargs: dict[str, Any] = {
+            "resource_version": resource_version,
+            "timeout_seconds": timeout_s,
+        }
+        if namespace is None:
+            fn: Callable[..., Any] = self._custom.list_cluster_custom_object
+            args: tuple[Any, ...] = (kueue.GROUP, kueue.VERSION, plural)
+        else:
+            fn = self._custom.list_namespaced_custom_object
+            args = (kueue.GROUP, kueue.VERSION, namespace, plural)
+        async for event in _stream(fn, args, kwargs):
+            yield event
+
+    async def get_kueue(self, plural: str, namespace: str | None, name: str) -> Obj | None:
+        """One Kueue object (``namespace`` ``None`` for a cluster-scoped kind), or ``None``
+        when it does not exist."""
+        try:
+            if namespace is None:
+                obj: Obj = await _call(
+                    self._custom.get_cluster_custom_object,
+                    kueue.GROUP, kueue.VERSION, plural, name,
+                )  # fmt: skip
+            else:
+                obj = await _call(
+                    self._custom.get_namespaced_custom_object,
+                    kueue.GROUP, kueue.VERSION, namespace, plural, name,
+                )  # fmt: skip
+        except NotFoundError:
+            return None
+        return obj
 
     # ----- other resources -------------------------------------------------------------------
 

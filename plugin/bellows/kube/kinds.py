@@ -25,6 +25,7 @@ __all__ = [
     "conditions",
     "finished_state",
     "foreign_manager",
+    "kueue_refusal",
     "parse_time",
     "running_since",
 ]
@@ -67,7 +68,9 @@ class JobView:
     ``gpus`` counts the GPUs of the replicas that train, ``gpu_step`` the GPUs one more
     replica adds; ``batch_env`` holds the literal values of the batch env vars found on the
     training containers (``None`` where a container lacks one). ``blocker`` says why Bellows
-    must not manage the job (another controller owns its size), else ``None``.
+    must not manage the job (another controller owns its size), else ``None``. ``queue`` is
+    the Kueue LocalQueue the job names (``kueue.x-k8s.io/queue-name``), else ``None``: such
+    a job is sized through its Workload, or refused while Kueue cooperation is off.
     """
 
     ref: JobRef
@@ -81,6 +84,7 @@ class JobView:
     min_gpus: int
     env: Mapping[str, tuple[str | None, ...]] = field(default_factory=dict)
     blocker: str | None = None
+    queue: str | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -109,6 +113,11 @@ class JobKind(Protocol):
 
     def launcher(self, obj: Mapping[str, Any]) -> str | None:
         """Name of the batch Job to delete while suspended so that a new spec applies."""
+        ...
+
+    def pod_counts(self, obj: Mapping[str, Any]) -> dict[str, int]:
+        """Replicas per replica type, keyed as Kueue names the Workload's podSets (the type
+        in lower case: ``master``, ``worker``, ``launcher``)."""
         ...
 
 
@@ -208,19 +217,13 @@ def with_env(container: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, 
     return out
 
 
-def kueue_blocker(obj: Mapping[str, Any]) -> str | None:
-    """Why a Kueue-managed job is refused, or ``None``."""
-    meta = obj.get("metadata") or {}
-    queue = (meta.get("labels") or {}).get(KUEUE_QUEUE) or (meta.get("annotations") or {}).get(
-        KUEUE_QUEUE
+def kueue_refusal(queue: str) -> str:
+    """Why a job in Kueue's LocalQueue ``queue`` is refused while Kueue cooperation is off."""
+    return (
+        f"managed by Kueue ({KUEUE_QUEUE}={queue}) and Kueue cooperation is off: set "
+        "controller.kueue.enabled (chart value kueue.enabled) so that Bellows sizes it through "
+        "its Workload, or remove the queue name or the bellows.io/ annotations"
     )
-    if queue:
-        return (
-            f"managed by Kueue ({KUEUE_QUEUE}={queue}): Kueue admits it by flipping suspend and "
-            "re-admits it when its size changes, so Bellows would fight it; remove the queue "
-            "name or the bellows.io/ annotations"
-        )
-    return None
 
 
 def foreign_manager(obj: Mapping[str, Any], own: str) -> str | None:

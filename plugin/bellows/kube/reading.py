@@ -4,7 +4,8 @@
 :class:`Observation`: a job arrived (with its spec and, for a job Bellows already runs,
 the allocation its journal records, so a restarted controller rebuilds its state), a job
 finished or was deleted, or a job's settings are wrong (the actuator reports those to the
-owner), or another controller runs the job (``spec.runPolicy.managedBy``: skipped, never
+owner; a job in a Kueue queue is refused so while Kueue cooperation is off), or another
+controller runs the job (``spec.runPolicy.managedBy``: skipped, never
 written to). A job without ``bellows.io/`` annotations yields nothing: its metadata is the only
 part read. A watch that expires (410) is answered by listing again.
 """
@@ -25,7 +26,14 @@ from bellows.kube import keys
 from bellows.kube.adapters import KINDS
 from bellows.kube.client import ExpiredError, KubeApi
 from bellows.kube.journal import Journal, Phase
-from bellows.kube.kinds import JobKind, JobRef, JobView, finished_state, foreign_manager
+from bellows.kube.kinds import (
+    JobKind,
+    JobRef,
+    JobView,
+    finished_state,
+    foreign_manager,
+    kueue_refusal,
+)
 from bellows.kube.specs import build_spec
 from bellows.scaling import JobProfile
 
@@ -101,8 +109,12 @@ class JobReader:
         kinds: Iterable[JobKind] = KINDS,
         namespace: str | None = None,
         watch_timeout_s: int = 300,
+        kueue: bool = False,
     ) -> None:
+        """``kueue``: examine the jobs that name a Kueue LocalQueue as any other
+        (``controller.kueue.enabled``); when false, each is :class:`Invalid` (refused)."""
         self._api = api
+        self._kueue = kueue
         self._kinds = tuple(kinds)
         self._namespace = namespace
         self._watch_timeout_s = watch_timeout_s
@@ -148,13 +160,18 @@ class JobReader:
             return Finished(view.ref.key, view.finished)
         if view.blocker is not None:
             return Invalid(view.ref.key, view.blocker, refused=True)
+        if view.queue is not None and not self._kueue:
+            return Invalid(view.ref.key, kueue_refusal(view.queue), refused=True)
         settings = keys.parse_settings(notes)
         view = kind.view(obj, settings.env_names)
         profile = await self._profile(view.ref.namespace, settings.profile)
         spec = build_spec(view, settings, profile)
         journal = Journal.read(notes)
         running = None
-        if journal.phase is Phase.DONE and journal.allocation and not view.suspended:
+        # A Kueue job sized by Bellows (within its ClusterQueue's quota) runs at its
+        # allocation even while it waits, suspended, for Kueue to admit it.
+        waiting = view.queue is not None and view.suspended
+        if journal.phase is Phase.DONE and journal.allocation and (not view.suspended or waiting):
             running = Allocation(*journal.allocation)
         return Arrived(spec, view, running)
 

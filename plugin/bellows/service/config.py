@@ -46,6 +46,7 @@ __all__ = [
     "ConfigError",
     "ControllerSettings",
     "KubernetesSettings",
+    "KueueSettings",
     "LeaderElectionSettings",
     "LogFormat",
     "LoggingSettings",
@@ -105,6 +106,20 @@ class CapacitySettings:
             _RESOURCE_NAME,
             "an extended resource name like nvidia.com/gpu",
         )
+
+
+@dataclass(frozen=True)
+class KueueSettings:
+    """Cooperation with Kueue (docs/kube.md, "Beside Kueue")."""
+
+    enabled: bool = field(
+        default=False,
+        metadata=doc(
+            "size jobs with a kueue.x-k8s.io/queue-name through their Workload, one "
+            "optimizer round per ClusterQueue on its GPU nominalQuota (off: such jobs are "
+            "refused); needs the chart value kueue.enabled for its RBAC"
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -193,6 +208,7 @@ class ControllerSettings:
         metadata=doc("numpy (no JAX, least memory) or auto, dense, band (JAX); same decisions"),
     )
     capacity: CapacitySettings = field(default_factory=CapacitySettings)
+    kueue: KueueSettings = field(default_factory=KueueSettings)
     cluster_profile_file: Path | None = field(
         default=None, metadata=doc("the cluster's measured Allreduce profile (JSON)")
     )

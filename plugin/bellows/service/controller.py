@@ -15,6 +15,13 @@ an arrival or a completion that leaves GPUs free starts waiting jobs within the
 event-to-patch latency, and the rounds that move running jobs come when the core says they
 are due, through :meth:`Controller.tick`.
 
+Pools: beside Kueue (``controller.kueue.enabled``) one controller runs per pool
+(:mod:`bellows.service.pools`): each ClusterQueue's, and the default pool of the jobs
+without a queue name. Every controller hears every event and reads every job, but takes
+only the jobs its ``pool`` is (:class:`~bellows.service.queues.QueueIndex`); the default
+pool's controller says once, in an Event (reason ``QueueUnknown``) and the skipped gauge,
+that a job's queue cannot be resolved, and leaves that job alone.
+
 Faults: a decision the cluster does not take (an API error, a halt that times out) is kept
 and retried — at the next window, or sooner through :meth:`Controller.retry_pending`. The
 controller keeps an upper bound of the GPUs each job may hold on the cluster; a start or
@@ -54,14 +61,24 @@ from bellows.kube import (
     Observation,
     Outcome,
     Skipped,
+    keys,
     kind_named,
 )
 from bellows.kube.journal import Journal, Phase
-from bellows.kube.kinds import finished_state, running_since
+from bellows.kube.kinds import finished_state, foreign_manager, running_since
 from bellows.optimizer.solving import RENT
 from bellows.service.ledger import Ledger
+from bellows.service.queues import QueueIndex, QueueProblem
 
-__all__ = ["Controller", "ControllerObserver", "EventsNotTakenError", "NullControllerObserver"]
+__all__ = [
+    "QUEUE_UNKNOWN",
+    "Controller",
+    "ControllerObserver",
+    "EventsNotTakenError",
+    "NullControllerObserver",
+]
+
+QUEUE_UNKNOWN = "queue-unknown"  # skipped reason: the job's LocalQueue/ClusterQueue unreadable
 
 _log = structlog.get_logger("bellows.controller")
 _T = TypeVar("_T")
@@ -90,7 +107,8 @@ class ControllerObserver:
 
     def skipped_jobs(self, reason: str, count: int) -> None:
         """``count`` opted-in jobs are skipped now, never written to, for ``reason``
-        (``managed-by``: another controller runs them)."""
+        (``managed-by``: another controller runs them; ``queue-unknown``: their Kueue
+        queue cannot be resolved)."""
 
 
 NullControllerObserver = ControllerObserver
@@ -130,7 +148,12 @@ class Controller:
         ledger: Ledger | None = None,
         observer: ControllerObserver | None = None,
         timer: Callable[[], float] | None = None,
+        pool: str | None = None,
+        queues: QueueIndex | None = None,
     ) -> None:
+        """``pool`` and ``queues``: with a :class:`QueueIndex` (Kueue cooperation on), this
+        controller takes only the jobs that ``queues`` routes to ``pool`` (a ClusterQueue's
+        name; ``None``: the default pool); without one, every job."""
         self._api = api
         self._auto = autoscaler
         self._actuator = actuator
@@ -148,11 +171,26 @@ class Controller:
         self._invalid: set[str] = set()  # opted-in jobs left alone for their data
         self._skipped: dict[str, str] = {}  # opted-in jobs another controller runs: reason
         self._widest = autoscaler.capacity  # the most GPUs the cluster has had: k_max's bound
+        self._pool = pool
+        self._queues = queues
+        self._let_go_some = False  # a job left this pool: its core cannot take it back
         self._lock = asyncio.Lock()  # one window, retry or rebuild at a time
 
     @property
     def autoscaler(self) -> Autoscaler:
         return self._auto
+
+    @property
+    def pool(self) -> str | None:
+        """The ClusterQueue whose jobs this controller takes (``None``: the default pool)."""
+        return self._pool
+
+    @property
+    def stale(self) -> bool:
+        """Whether a job left this pool (its queue moved or went): the core remembers it as
+        finished and would not take it back, so the pool wants a fresh controller
+        (:class:`~bellows.service.pools.Pools` renews it)."""
+        return self._let_go_some
 
     @property
     def pending(self) -> tuple[Decision, ...]:
@@ -207,6 +245,8 @@ class Controller:
         self, kind: JobKind, obj: dict[str, Any], now: float
     ) -> tuple[str, Arrived] | None:
         """Take one job found at start-up; a job that waits is returned (creation, job)."""
+        if not await self._in_scope(kind, obj, now):
+            return None
         seen = await self._reader.examine(kind, obj)
         if isinstance(seen, Invalid):
             await self._report(seen)
@@ -365,6 +405,21 @@ class Controller:
             self._widest = max(self._widest, gpus)
             await self._round(now)
 
+    async def rescope(self) -> None:
+        """Read again the jobs left alone because their queue could not be resolved (Kueue's
+        queues changed): one whose queue resolves now is no longer counted as skipped, and
+        the pool it belongs to takes it (its rebuild, or its next event)."""
+        async with self._lock:
+            now = self._clock.now()
+            for job in [j for j, reason in self._skipped.items() if reason == QUEUE_UNKNOWN]:
+                ref = self._actuator.ref(job)
+                kind = kind_named(ref.kind)
+                obj = await self._api.get_job(kind, ref.namespace, ref.name)
+                if obj is None:
+                    self._unskip(job)
+                else:
+                    await self._in_scope(kind, obj, now)
+
     async def tick(self) -> bool:
         """Run the core's step if one is due by now (Bellows mode's rounds); whether it ran."""
         async with self._lock:
@@ -400,8 +455,52 @@ class Controller:
             _log.info("event.stale", job=ref.key, reason="job gone or recreated")
             return
         assert obj is not None
+        if not await self._in_scope(kind, obj, now):
+            return
         seen = await self._reader.examine(kind, obj)
         await self._observe(seen, now, arrived_at=self._clock.at(event.time))
+
+    async def _in_scope(self, kind: JobKind, obj: Mapping[str, Any], now: float) -> bool:
+        """Whether this controller takes ``obj`` (its pool's job). The default pool's says
+        once that a job's queue cannot be resolved; a job this controller held that now
+        belongs elsewhere is let go here (never written to)."""
+        if self._queues is None:
+            return True  # Kueue cooperation off: one pool, every job
+        meta = obj.get("metadata") or {}
+        if not keys.opted_in(meta.get("annotations") or {}):
+            return self._pool is None  # examined (metadata only) by one controller
+        key = _key(kind, obj)
+        # MultiKueue: never routed by its queue; the default pool says it is skipped
+        foreign = foreign_manager(obj, kind.manager) is not None
+        route = None if foreign else self._queues.pool_of(obj)
+        if isinstance(route, QueueProblem):
+            if self._pool is None and finished_state(obj) is None:
+                message = f"{route.message}: Bellows leaves the job alone until it can read it"
+                skipped = Skipped(key, QUEUE_UNKNOWN, message)
+                await self._skip(skipped, event="QueueUnknown", warning=True)
+            elif self._pool is None:
+                self._unskip(key)
+            self._let_go(key, now)
+            return False
+        if self._skipped.get(key) == QUEUE_UNKNOWN:
+            self._unskip(key)  # resolved now
+        if route != self._pool:
+            self._let_go(key, now)
+            return False
+        return True
+
+    def _let_go(self, job: str, now: float) -> None:
+        """Forget a job of this pool that is no longer routed here (its LocalQueue moved or
+        went): nothing is written to it; the pool it now belongs to takes it. The core keeps
+        it as finished, so this controller is :attr:`stale` from now on."""
+        if job not in self._active:
+            return
+        _log.warning("job.left_pool", job=job, pool=self._pool)
+        self._let_go_some = True
+        self._auto.finish(job, now)
+        self._retry.pop(job, None)
+        self._held.pop(job, None)
+        self._active.discard(job)
 
     async def _observe(self, seen: Observation | None, now: float, *, arrived_at: float) -> None:
         if seen is None:
@@ -425,7 +524,12 @@ class Controller:
             await self._admit(seen, now, arrived_at=arrived_at)
 
     async def _admit(self, seen: Arrived, now: float, *, arrived_at: float) -> None:
-        if not seen.view.suspended and seen.spec.name not in self._auto.allocations:
+        # a Kueue job is held even when suspended: its Workload is deactivated, so that
+        # Kueue does not admit (and resume) it before Bellows has sized it
+        kueue = seen.view.queue is not None and seen.spec.name not in self._active
+        if kueue and not seen.view.suspended and await self._take_admitted(seen, now, arrived_at):
+            return
+        if (not seen.view.suspended or kueue) and seen.spec.name not in self._auto.allocations:
             outcome = await self._actuator.hold(seen.spec.name)
             _log.info("job.held", job=seen.spec.name, result=outcome.result)
         if self._auto.arrive(seen.spec, now):
@@ -433,6 +537,29 @@ class Controller:
             _log.info("job.arrived", job=seen.spec.name)
             if self.ledger is not None:
                 self.ledger.arrived(seen.spec, arrived_at)
+
+    async def _take_admitted(self, seen: Arrived, now: float, arrived_at: float) -> bool:
+        """Take a Kueue job that Kueue admitted and resumed at its owner's size before Bellows
+        could hold it (Kueue admits within milliseconds of a job's creation) as running at
+        that size, rather than evicting and restarting it at once: when that size is one the
+        job allows, it fits the pool's free GPUs and no job waits before it. The next round
+        may still rescale it, as any running job, when the move pays for its restart.
+        Whether it was taken (else it is held)."""
+        spec, gpus = seen.spec, seen.view.gpus
+        batch = spec.batch_size
+        in_use = sum(a.gpus for a in self._auto.allocations.values())
+        allowed = 1 <= gpus <= spec.k_max and -(-batch // gpus) <= spec.m_max
+        if not allowed or self._auto.queued or in_use + gpus > self._auto.capacity:
+            return False
+        if not self._auto.adopt(spec, Allocation(gpus, batch), now):
+            return False
+        self._active.add(spec.name)
+        self._held[spec.name] = gpus
+        _log.info("job.taken_as_admitted", job=spec.name, gpus=gpus, batch=batch)
+        if self.ledger is not None:
+            self.ledger.arrived(spec, arrived_at)
+        await self._drive(Start(spec.name, gpus, batch), now)  # journals it; no restart
+        return True
 
     async def _fit(self, seen: Arrived) -> Arrived | None:
         """The job sized for this cluster: a ``max-gpus`` above the cluster's GPUs (the most
@@ -449,8 +576,9 @@ class Controller:
         if spec is seen.spec:
             return seen
         if name not in self._active:
+            where = "the cluster's" if self._pool is None else f"ClusterQueue {self._pool}'s"
             message = (
-                f"bellows.io/max-gpus={seen.spec.k_max} is more than the cluster's {capacity} "
+                f"bellows.io/max-gpus={seen.spec.k_max} is more than {where} {capacity} "
                 f"GPUs; Bellows gives the job at most {spec.k_max}"
             )
             await self._actuator.notify(name, "Clamped", message, warning=True)
@@ -486,16 +614,19 @@ class Controller:
             if self.ledger is not None:
                 self.ledger.finished(job, at)
 
-    async def _skip(self, seen: Skipped) -> None:
-        """Say once per job, in an Event and the metric, that it is skipped; nothing is
-        written to the job itself (not even the status annotation)."""
-        if self._skipped.get(seen.job) == seen.reason:
+    async def _skip(self, seen: Skipped, *, event: str = "Skipped", warning: bool = False) -> None:
+        """Say once per job, in an Event (``event`` its reason) and the metric, that it is
+        skipped; nothing is written to the job itself (not even the status annotation)."""
+        was = self._skipped.get(seen.job)
+        if was == seen.reason:
             return
         self._skipped[seen.job] = seen.reason
+        if was is not None:
+            self._count_skipped(was)
         self._count_skipped(seen.reason)
         _log.info("job.skipped", job=seen.job, reason=seen.reason)
         try:
-            await self._actuator.notify(seen.job, "Skipped", seen.message)
+            await self._actuator.notify(seen.job, event, seen.message, warning=warning)
         except ActuationError as err:
             _log.warning("job.notify_failed", job=seen.job, error=str(err))
 

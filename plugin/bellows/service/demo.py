@@ -10,7 +10,10 @@ ratio within 4 points). Both runs use one mode: Bellows mode by default (starts 
 rounds on the core's Δ grid), or the paper's (``paper=True``: one round per Δ window).
 With ``wrong_priors`` the jobs train at another speed than annotated and report progress,
 the controller learns online (or not: ``learn=False``), and the simulator half replays the
-true profiles (:mod:`bellows.service.wrong_priors`).
+true profiles (:mod:`bellows.service.wrong_priors`). With ``kueue_crds`` the emulated cluster
+runs the emulated Kueue too, every job is submitted to a LocalQueue whose ClusterQueue holds
+the demo's GPUs as quota, and the controller cooperates with Kueue (docs/kube.md, "Beside
+Kueue"): the same agreement with the simulator, through Kueue's admission.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import numpy as np
 import structlog
 from kubernetes import client as k8s
 
-from bellows.autoscaler import Autoscaler, AutoscalerConfig, Policy
+from bellows.autoscaler import AutoscalerConfig, Policy
 from bellows.bus import (
     Batcher,
     EventConsumer,
@@ -41,12 +44,14 @@ from bellows.bus import (
 from bellows.bus.server import running_nats_server
 from bellows.emulator import EmulatedCluster
 from bellows.kube import Actuator, JobReader, KubeApi
+from bellows.kube.kueue import Strategy
 from bellows.optimizer import Method
 from bellows.scaling import ClusterProfile, default_cluster
 from bellows.scaling.online import SpeedFactors
 from bellows.service.clock import ServiceClock
-from bellows.service.controller import Controller
 from bellows.service.ledger import Ledger
+from bellows.service.pools import Pools
+from bellows.service.queues import QueueIndex
 from bellows.service.replay import job_manifest, manifest_name, unique_names
 from bellows.service.watching import kube_bridges
 from bellows.service.wrong_priors import learning_tasks, true_speeds, true_trace
@@ -60,6 +65,7 @@ __all__ = ["Bound", "DemoOptions", "DemoResult", "Progress", "run_demo", "worklo
 
 _log = structlog.get_logger("bellows.demo")
 NAMESPACE = "default"
+QUEUE, CLUSTER_QUEUE = "demo", "demo"  # the LocalQueue and ClusterQueue of --kueue
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,12 @@ class DemoOptions:
     # simulator half then replays the true profiles; learn: the controller learns online
     wrong_priors: bool = False
     learn: bool = True
+    # Kueue's CRDs: with them, every job goes through the emulated Kueue (see the docstring)
+    kueue_crds: Sequence[Path] = ()
+
+    @property
+    def kueue(self) -> bool:
+        return bool(self.kueue_crds)
 
     def config(self, *, optimizer: Method = "auto") -> AutoscalerConfig:
         """The core's settings for both runs (the live core's Δ is set by the caller)."""
@@ -174,14 +186,19 @@ async def _stack(
     async with (
         running_nats_server() as nats_server,
         EmulatedCluster(
-            crds=options.crds,
+            crds=[*options.crds, *options.kueue_crds],
             compression=options.speedup,
             restart_cost_s=options.config().restart_cost_s,
             cluster=cluster,
             namespaces=(NAMESPACE,),
             true_speed=true_speed,
+            kueue=options.kueue,
         ) as kube,
     ):
+        if options.kueue:  # the admin's queues: the demo's GPUs as one ClusterQueue's quota
+            strategy: Strategy = "BestEffortFIFO" if options.config().backfill else "StrictFIFO"
+            kube.add_cluster_queue(CLUSTER_QUEUE, options.gpus, strategy=strategy)
+            kube.add_local_queue(QUEUE, CLUSTER_QUEUE, namespace=NAMESPACE)
         settings = NatsSettings(servers=(nats_server.url,), ack_wait_s=30.0)
         nc = await connect(settings)
         try:
@@ -222,19 +239,19 @@ async def run_demo(
         api = KubeApi(parts["kube"].api_client())
         clock = ServiceClock(speedup=options.speedup)
         ledger = Ledger(cluster)
-        controller = Controller(
+        queues = QueueIndex(api, namespaces=(NAMESPACE,)) if options.kueue else None
+        controller = Pools(
             api=api,
-            autoscaler=Autoscaler(
-                # paper mode: the pump's window is Δ; Bellows mode: the core keeps its grid
-                replace(live_config, delta_s=0.0) if options.paper else live_config,
-                capacity=options.gpus,
-                cluster=cluster,
-            ),
-            actuator=Actuator(api),
-            reader=JobReader(api, namespace=NAMESPACE),
+            # paper mode: the pump's window is Δ; Bellows mode: the core keeps its grid
+            core=replace(live_config, delta_s=0.0) if options.paper else live_config,
+            cluster=cluster,
+            capacity=options.gpus,
+            actuator=Actuator(api, kueue=options.kueue),
+            reader=JobReader(api, namespace=NAMESPACE, kueue=options.kueue),
             now=clock.now,
             wall_to_clock=clock.at,
             ledger=ledger,
+            queues=queues,
         )
         await controller.rebuild()
         stop = asyncio.Event()
@@ -254,6 +271,8 @@ async def run_demo(
             immediate=not options.paper,
         )
         tasks = [asyncio.create_task(b.run(stop)) for b in bridges]
+        if queues is not None:
+            tasks.append(asyncio.create_task(queues.watch()))
         tasks.append(asyncio.create_task(pump.run(stop)))
         tasks.append(
             asyncio.create_task(controller.keep_house(stop, retry_s=0.2, speedup=clock.speedup))
@@ -327,7 +346,7 @@ async def _replay_and_wait(
     api: KubeApi,
     clock: ServiceClock,
     ledger: Ledger,
-    controller: Controller,
+    controller: Pools,
     progress: Progress,
     options: DemoOptions,
     on_progress: Callable[[Progress], None] | None,
@@ -349,7 +368,9 @@ async def _replay_and_wait(
 
     for index, job in enumerate(sorted(trace, key=lambda j: j.arrival_s)):
         await _sleep_refreshing(clock, job.arrival_s, refresh)
-        ref, body = job_manifest(job, index, namespace=NAMESPACE)
+        ref, body = job_manifest(
+            job, index, namespace=NAMESPACE, queue=QUEUE if options.kueue else None
+        )
         group, version = body["apiVersion"].split("/")
         plural = ref.kind.lower() + "s"
         await asyncio.to_thread(

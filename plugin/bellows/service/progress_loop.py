@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import json
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Final, Protocol
@@ -33,7 +33,6 @@ import structlog
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
-from bellows.autoscaler import Autoscaler
 from bellows.bus.progress import decode_progress, progress_wildcard
 from bellows.bus.settings import NatsSettings
 from bellows.bus.streams import ensure_progress_stream, progress_stream_name
@@ -50,6 +49,7 @@ __all__ = [
     "FETCH_BATCH",
     "REVISE_TOLERANCE",
     "Annotate",
+    "Core",
     "MetricsProgressObserver",
     "ProgressLoop",
     "ProgressObserver",
@@ -83,11 +83,27 @@ Annotate = Callable[[str, str], Awaitable[None]]
 """Writes a job's current fit where users read it: ``(job key, JobProfile JSON)``."""
 
 
-class Revising(Protocol):
-    """What the loop needs of the controller (:class:`~bellows.service.controller.Controller`)."""
+class Core(Protocol):
+    """What the loop reads of the core: an :class:`~bellows.autoscaler.Autoscaler`, or the
+    pools' cores together (:class:`~bellows.service.pools.Pools`)."""
 
     @property
-    def autoscaler(self) -> Autoscaler: ...
+    def allocations(self) -> Mapping[str, Allocation]: ...
+
+    @property
+    def queued(self) -> tuple[str, ...]: ...
+
+    def job(self, name: str) -> JobSpec: ...
+
+    def estimated_done(self, name: str, now: float) -> float: ...
+
+
+class Revising(Protocol):
+    """What the loop needs of the controller (:class:`~bellows.service.controller.Controller`
+    or :class:`~bellows.service.pools.Pools`)."""
+
+    @property
+    def autoscaler(self) -> Core: ...
 
     async def revise(self, spec: JobSpec, *, done: float | None, since: float | None) -> bool: ...
 

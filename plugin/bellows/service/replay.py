@@ -14,6 +14,7 @@ from typing import Any
 
 from bellows.kube import JobRef
 from bellows.kube import keys as k
+from bellows.kube.kinds import KUEUE_QUEUE
 from bellows.scaling import JobProfile, job_profile_to_json
 from bellows.sim.workloads import TraceJob
 
@@ -55,11 +56,20 @@ def _container(name: str, batch: int, *, gpus: bool) -> dict[str, Any]:
     return container
 
 
-def job_manifest(job: TraceJob, index: int, *, namespace: str) -> tuple[JobRef, dict[str, Any]]:
-    """The object to create for ``job``: even indices PyTorchJob, odd ones MPIJob."""
+def job_manifest(
+    job: TraceJob, index: int, *, namespace: str, queue: str | None = None
+) -> tuple[JobRef, dict[str, Any]]:
+    """The object to create for ``job``: even indices PyTorchJob, odd ones MPIJob; with
+    ``queue``, in that Kueue LocalQueue (the ``kueue.x-k8s.io/queue-name`` label)."""
     spec = job.spec
     name = manifest_name(job)
-    metadata = {"name": name, "namespace": namespace, "annotations": _annotations(job)}
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "annotations": _annotations(job),
+    }
+    if queue is not None:
+        metadata["labels"] = {KUEUE_QUEUE: queue}
     # the owner's ask must itself be allowed: enough replicas for the batch to fit per GPU
     replicas = spec.gpus if not spec.elastic else max(spec.gpus, -(-spec.batch_size // spec.m_max))
     if index % 2 == 0:

@@ -19,7 +19,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from nats.js import JetStreamContext
 
-from bellows.autoscaler import Autoscaler, AutoscalerConfig, Decision, Mode
+from bellows.autoscaler import AutoscalerConfig, Decision, Mode
 from bellows.bus import (
     Batcher,
     EventConsumer,
@@ -37,12 +37,14 @@ from bellows.scaling import ClusterProfile, default_cluster, load_cluster_profil
 from bellows.service import capacity
 from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig, CapacitySettings, KubernetesSettings
-from bellows.service.controller import Controller, ControllerObserver
+from bellows.service.controller import ControllerObserver
 from bellows.service.health import Health, serving
 from bellows.service.leader import LeaderElector, default_identity
 from bellows.service.logging import configure_logging
 from bellows.service.metrics import Metrics
+from bellows.service.pools import Pools
 from bellows.service.progress_loop import start_progress_loop
+from bellows.service.queues import QueueIndex
 from bellows.service.watching import kube_bridges
 
 __all__ = ["kube_api_client", "read_capacity", "run_bridge", "run_controller"]
@@ -110,16 +112,28 @@ async def read_capacity(api_client: k8s.ApiClient, settings: CapacitySettings) -
     return await capacity.read_capacity(KubeApi(api_client), settings)
 
 
-def _capacity_watch(
-    config: BellowsConfig, api: KubeApi, controller: Controller
-) -> list[asyncio.Task[None]]:
-    """With ``capacity.gpus`` 0, the task that keeps the controller's capacity to the
+def _capacity_watch(config: BellowsConfig, api: KubeApi, pools: Pools) -> list[asyncio.Task[None]]:
+    """With ``capacity.gpus`` 0, the task that keeps the default pool's capacity to the
     nodes' (nodes lost, added, cordoned, not ready); none with a fixed capacity."""
     settings = config.controller.capacity
     if settings.gpus:
         return []
-    watch = capacity.watch_capacity(api, settings, controller.set_capacity)
+    watch = capacity.watch_capacity(api, settings, pools.set_capacity)
     return [asyncio.create_task(watch, name="capacity-watch")]
+
+
+def _queue_index(config: BellowsConfig, api: KubeApi) -> QueueIndex:
+    """Beside Kueue: the LocalQueues of the managed namespaces and every ClusterQueue, whose
+    quota of ``controller.capacity.resourceName`` is a pool's capacity."""
+    resource = config.controller.capacity.resource_name
+    return QueueIndex(api, namespaces=_namespaces(config), resource=resource)
+
+
+def _queue_watch(queues: QueueIndex | None) -> list[asyncio.Task[None]]:
+    """Beside Kueue, the task that keeps the LocalQueues and ClusterQueues (the pools)."""
+    if queues is None:
+        return []
+    return [asyncio.create_task(queues.watch(), name="queue-watch")]
 
 
 def _cluster(config: BellowsConfig) -> ClusterProfile:
@@ -206,14 +220,16 @@ async def _started_controller(
     cluster: ClusterProfile,
     metrics: Metrics,
     stop: asyncio.Event,
-) -> Controller | None:
-    """A controller whose state is rebuilt from the cluster; ``None`` if ``stop`` came first.
+) -> Pools | None:
+    """The pools' controllers (one, the default pool, unless ``controller.kueue.enabled``),
+    their state rebuilt from the cluster; ``None`` if ``stop`` came first.
 
-    A failed rebuild (the API server unreachable or answering errors) is tried again with a
-    fresh controller, waiting longer each time, rather than ending the process.
+    A failed rebuild (the API server unreachable or answering errors) is tried again with
+    fresh controllers, waiting longer each time, rather than ending the process.
     """
     wait, longest = REBUILD_BACKOFF_S
     namespaces = _namespaces(config)
+    kueue = config.controller.kueue.enabled
     while not stop.is_set():
         try:
             capacity = await read_capacity(api_client, config.controller.capacity)
@@ -224,25 +240,30 @@ async def _started_controller(
             await _wait(stop, wait)
             wait = min(wait * 2, longest)
             continue
-        controller = Controller(
+        pools = Pools(
             api=api,
-            autoscaler=Autoscaler(_core_config(config), capacity=capacity, cluster=cluster),
-            actuator=Actuator(api, halt_timeout_s=config.controller.halt_timeout_s),
-            reader=JobReader(api, namespace=namespaces[0] if len(namespaces) == 1 else None),
+            core=_core_config(config),
+            cluster=cluster,
+            capacity=capacity,
+            actuator=Actuator(api, halt_timeout_s=config.controller.halt_timeout_s, kueue=kueue),
+            reader=JobReader(
+                api, namespace=namespaces[0] if len(namespaces) == 1 else None, kueue=kueue
+            ),
             namespaces=namespaces,
             now=clock.now,
             wall_to_clock=clock.at,
             observer=MetricsObserver(metrics),
+            queues=_queue_index(config, api) if kueue else None,
         )
-        _log.info("controller.leading", capacity=capacity)
+        _log.info("controller.leading", capacity=capacity, kueue=kueue)
         try:
-            await controller.rebuild()
+            await pools.rebuild()
         except Exception as err:  # the API server unreachable or answering errors
             _log.warning("controller.rebuild_failed", error=brief(err))
             await _wait(stop, wait)
             wait = min(wait * 2, longest)
             continue
-        return controller
+        return pools
     return None
 
 
@@ -320,7 +341,11 @@ async def run_controller(
                 retrier = asyncio.create_task(
                     controller.keep_house(either, retry_s=RETRY_S, speedup=clock.speedup)
                 )
-                helpers = [retrier, *_capacity_watch(config, api, controller)]
+                helpers = [
+                    retrier,
+                    *_capacity_watch(config, api, controller),
+                    *_queue_watch(controller.queues),
+                ]
                 if config.controller.learn_progress:
                     learning = start_progress_loop(
                         js, config.nats, controller=controller, api=api, cluster=cluster,

@@ -25,10 +25,14 @@ from bellows.emulator import EmulatedCluster
 from bellows.kube import KubeApi
 from bellows.scaling import ClusterProfile, JobProfile
 from bellows.scaling.online import SpeedFactors
-from bellows.service.controller import Controller
 from bellows.service.emulated_progress import EmulatedReporter
 from bellows.service.learning import ProgressLearner
-from bellows.service.progress_loop import ProgressLoop, fit_annotator, open_progress_subscription
+from bellows.service.progress_loop import (
+    ProgressLoop,
+    Revising,
+    fit_annotator,
+    open_progress_subscription,
+)
 from bellows.service.replay import manifest_name
 from bellows.sim.workloads import TraceJob
 
@@ -72,7 +76,7 @@ async def learning_tasks(
     kube: EmulatedCluster,
     js: JetStreamContext,
     settings: NatsSettings,
-    controller: Controller,
+    controller: Revising,
     api: KubeApi,
     cluster: ClusterProfile,
     now: Callable[[], float],

@@ -19,9 +19,9 @@ from bellows.kube.kinds import (
     env_values,
     finished_state,
     halted_by_conditions,
-    kueue_blocker,
     with_env,
 )
+from bellows.kube.kueue import queue_name
 
 __all__ = ["ReplicatedKind"]
 
@@ -112,9 +112,13 @@ class ReplicatedKind:
             gpu_step=step,
             min_gpus=fixed + step,
             env=env,
-            blocker=kueue_blocker(obj) or self.extra_blocker(obj),
+            blocker=self.extra_blocker(obj),
+            queue=queue_name(obj),
             raw=obj,
         )
+
+    def pod_counts(self, obj: Mapping[str, Any]) -> dict[str, int]:
+        return {rtype.lower(): self.replicas(obj, rtype) for rtype in self.specs(obj)}
 
     # ----- shared patching -------------------------------------------------------------------
 

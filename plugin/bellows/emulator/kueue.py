@@ -1,0 +1,680 @@
+"""Emulated Kueue v0.19.2: its job reconciler, workload controller and scheduler, for the
+PyTorchJobs and MPIJobs that name a LocalQueue (label ``kueue.x-k8s.io/queue-name``).
+
+What it reproduces (section "Kueue" of the design's ``KUBEFLOW.md``; ``docs/kube.md``):
+
+* **one Workload per job** whose ``spec.runPolicy.managedBy`` is unset or its operator's:
+  named :func:`~bellows.kube.kueue.workload_name`, controlled by the job, labelled
+  ``kueue.x-k8s.io/job-uid``, one podSet per replica type; recreated when deleted while the
+  job exists, and deleted with the job (the API server's garbage collector);
+* **admission** per ClusterQueue (LocalQueue ``spec.clusterQueue``): pending Workloads (active,
+  without ``QuotaReserved``) in creation order (``creationTimestamp``, then name) are
+  admitted while the GPUs reserved plus the Workload's GPU request fit the ClusterQueue's
+  ``nominalQuota`` summed over its flavors; ``StrictFIFO`` stops at the first that does not
+  fit, ``BestEffortFIFO`` tries the next. A ClusterQueue naming a missing ResourceFlavor
+  admits nothing (Kueue marks it inactive);
+* **Kueue owns suspend**: a suspended job whose Workload is admitted is resumed, a running job
+  whose Workload is not admitted (or that has none) is suspended. An external suspend of an
+  admitted job is undone at once and recorded in :attr:`EmulatedKueue.fights`;
+* **eviction**: ``spec.active: false`` sets ``Evicted`` (reason ``Deactivated``); Kueue
+  suspends the job and clears the reservation once the job is halted (the operator's
+  ``Suspended=True``, or it never ran). ``active: true`` again clears ``Evicted``: requeued;
+* **a suspended job whose Workload holds no reservation may be edited**: the Workload's
+  podSets are updated to match. A running job that no longer matches its Workload is
+  suspended, its reservation released and the Workload updated; a suspended job edited
+  while its Workload still holds a reservation gets its Workload deleted and recreated (as
+  ``ensureOneWorkload`` deletes a Workload that no longer matches);
+* a **finished** job's Workload gets ``Finished=True`` and its quota is free again;
+* **quota lowered** below what is reserved evicts nothing: nothing new is admitted until the
+  reservations fall below it.
+
+Left out: priorities and preemption, cohorts and borrowing (``nominalQuota`` only), resources
+other than ``nvidia.com/gpu``, admission checks, partial admission, the node selectors Kueue
+injects from a flavor's ``nodeLabels``, and the webhook that suspends a job at creation (a job
+created running is suspended by the first reconcile instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from bellows.emulator.resources import ResourceType
+from bellows.emulator.store import ApiError, Change, Store, rfc3339
+from bellows.inputs import DATA_ERRORS, parse_quantity
+from bellows.kube.adapters import KINDS
+from bellows.kube.kinds import (
+    GPU,
+    JobKind,
+    conditions,
+    finished_state,
+    foreign_manager,
+    halted_by_conditions,
+)
+from bellows.kube.kueue import (
+    CLUSTER_QUEUES,
+    GROUP,
+    JOB_UID,
+    LOCAL_QUEUES,
+    VERSION,
+    WORKLOADS,
+    job_pod_sets,
+    pod_set_gpus,
+    queue_name,
+    read_cluster_queue,
+    workload_gpus,
+    workload_name,
+)
+
+__all__ = ["KUEUE_KINDS", "EmulatedKueue", "Fight"]
+
+FLAVORS = "resourceflavors"
+KUEUE_KINDS = (FLAVORS, CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS)
+"""The plurals of the Kueue kinds the emulated Kueue needs the API server to serve."""
+
+_PREFIX = f"{GROUP}/{VERSION}/"
+_log = structlog.get_logger("bellows.emulator")
+
+
+@dataclass(frozen=True)
+class _Queue:
+    """A ClusterQueue as the scheduler reads it."""
+
+    quota: int  # GPU nominalQuota over every flavor
+    strict: bool  # StrictFIFO
+    flavors: list[tuple[str, int]]  # (flavor, GPU nominalQuota), in order
+    inactive: str | None  # why it admits nothing (a flavor is missing), else None
+
+
+@dataclass(frozen=True)
+class Fight:
+    """An external suspend of an admitted job that Kueue undid (it resumed the job)."""
+
+    kind: str
+    namespace: str
+    name: str
+    workload: str
+    at: datetime
+
+
+class EmulatedKueue:
+    """Reconciles Kueue's objects and the jobs that name a queue in ``store``; start with
+    :meth:`run`. ``now`` stamps the conditions it writes."""
+
+    def __init__(
+        self, store: Store, *, now: Callable[[], datetime] = lambda: datetime.now(UTC)
+    ) -> None:
+        missing = [p for p in KUEUE_KINDS if _PREFIX + p not in store.resources]
+        if missing:
+            raise ValueError(
+                f"the emulated Kueue needs the API server to serve {', '.join(missing)} "
+                f"({GROUP}/{VERSION}): pass Kueue's CRDs too "
+                "(bellows.emulator.crds.kueue_crd_paths())"
+            )
+        self._store = store
+        self._now = now
+        self._res = {p: store.resources[_PREFIX + p] for p in KUEUE_KINDS}
+        self._kinds: dict[str, JobKind] = {
+            f"{k.group}/{k.version}/{k.plural}": k
+            for k in KINDS
+            if f"{k.group}/{k.version}/{k.plural}" in store.resources
+        }
+        self._watched = {*self._kinds, *(_PREFIX + p for p in KUEUE_KINDS)}
+        self.fights: list[Fight] = []
+        """Every external suspend of an admitted job that was undone, oldest first."""
+        self.passes = 0  # reconcile passes made (each one after a batch of changes)
+        self.paused = False  # see pause()
+        self._changes: asyncio.Queue[Change | None] | None = None  # while run() runs
+        self._admitted = 0
+        self._admission: dict[str, int] = {}  # Workload uid -> number of its admission
+        self._resumed: dict[str, tuple[str, int]] = {}  # job uid -> (Workload uid, admission)
+        self._reported: set[str] = set()  # ClusterQueues whose bad spec was logged
+        # An informer's cache: the watched objects by resource key and (namespace, name),
+        # kept from the change stream and from this controller's own writes. Its objects
+        # are shared with other subscribers: read, never changed in place.
+        self._cache: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
+        # job uid -> (generation, the podSets of the job's spec at that generation)
+        self._pod_sets_of: dict[str, tuple[int, list[dict[str, Any]]]] = {}
+
+    async def run(self) -> None:
+        """Reconcile after every batch of changes to the jobs or Kueue's objects, until
+        cancelled (:meth:`reconcile` each time; nothing while :attr:`paused`)."""
+        self._changes = self._store.subscribe()
+        try:
+            self._load()
+            self.reconcile()
+            while True:
+                relevant = self._apply(await self._changes.get())
+                relevant = self._drain() or relevant  # one pass for all queued meanwhile
+                if relevant and not self.paused:
+                    self.reconcile()
+        finally:
+            self._store.unsubscribe(self._changes)
+            self._changes = None
+
+    def reconcile(self) -> None:
+        """One pass of Kueue's controllers over the objects as they are now (no I/O, no
+        await); :meth:`run` makes one after every batch of changes."""
+        if self._changes is None:
+            self._load()  # not running: read the store afresh
+        else:
+            self._drain()
+        self._pass()
+
+    def pause(self) -> None:
+        """Stop reconciling, as when Kueue's controller is down (changes are still seen)."""
+        self.paused = True
+
+    def resume(self) -> None:
+        """Reconcile again, at once and after every change."""
+        self.paused = False
+        self.reconcile()
+
+    def _load(self) -> None:
+        self._cache = {key: {} for key in self._watched}
+        for key in self._watched:
+            for obj in self._store.list_objects(self._store.resources[key], None)[0]:
+                self._keep(key, obj)
+
+    def _drain(self) -> bool:
+        relevant = False
+        while self._changes is not None and not self._changes.empty():
+            relevant = self._apply(self._changes.get_nowait()) or relevant
+        return relevant
+
+    def _apply(self, change: Change | None) -> bool:
+        """Bring the cache up to ``change``; whether it concerns this controller."""
+        if change is None or change.resource not in self._watched:
+            return False
+        if change.kind == "DELETED":
+            meta = change.obj["metadata"]
+            self._cache[change.resource].pop((meta.get("namespace", ""), meta["name"]), None)
+            self._pod_sets_of.pop(meta.get("uid", ""), None)
+        else:
+            self._keep(change.resource, change.obj)
+        return True
+
+    def _keep(self, key: str, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        self._cache[key][(meta.get("namespace", ""), meta["name"])] = obj
+        return obj
+
+    def _pass(self) -> None:
+        """One pass of Kueue's controllers over the cache."""
+        self.passes += 1
+        for wl in self._list(WORKLOADS):
+            self._guard(wl, self._workload_controller, wl)
+        owned: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for wl in self._list(WORKLOADS):
+            for ref in wl["metadata"].get("ownerReferences") or []:
+                if ref.get("controller") is True and ref.get("uid"):
+                    owned[ref["uid"]].append(wl)
+        for key, kind in self._kinds.items():
+            res = self._store.resources[key]
+            for job in list(self._cache[key].values()):
+                found = owned.get(job["metadata"]["uid"], [])
+                self._guard(job, self._reconcile_job, kind, res, job, found)
+        self._guard(None, self._schedule)
+
+    def _guard(self, obj: Mapping[str, Any] | None, step: Callable[..., None], *args: Any) -> None:
+        """Run one object's step; its failure is logged and retried on the next change."""
+        try:
+            step(*args)
+        except ApiError as err:  # a write refused: the next change retries
+            where = _where(obj) if obj is not None else "scheduler"
+            _log.warning("kueue.write_refused", object=where, error=str(err))
+        except DATA_ERRORS:  # one object's data no check foresaw: that object's problem
+            where = _where(obj) if obj is not None else "scheduler"
+            _log.exception("kueue.reconcile_failed", object=where)
+
+    def _list(self, plural: str) -> list[dict[str, Any]]:
+        return list(self._cache[_PREFIX + plural].values())
+
+    # ----- the workload controller: deactivation ----------------------------------------------
+
+    def _workload_controller(self, wl: dict[str, Any]) -> None:
+        by_type = conditions(wl)
+        if _true(by_type, "Finished"):
+            return
+        evicted = by_type.get("Evicted", {})
+        if not (wl.get("spec") or {}).get("active", True):
+            if evicted.get("status") != "True":
+                status = copy.deepcopy(wl.get("status") or {})
+                self._set(status, "Evicted", True, "Deactivated", "The workload is deactivated")
+                self._write_status(wl, status)
+        elif (evicted.get("status"), evicted.get("reason")) == ("True", "Deactivated") and not (
+            _true(by_type, "QuotaReserved")
+        ):  # active again once the eviction ran to its end (the job halted): requeued
+            status = copy.deepcopy(wl.get("status") or {})
+            message = "The workload was reactivated"
+            self._set(status, "Evicted", False, "Reactivated", message)
+            self._set(status, "Requeued", True, "Reactivated", message)
+            self._write_status(wl, status)
+
+    # ----- the job reconciler ------------------------------------------------------------------
+
+    def _reconcile_job(
+        self,
+        kind: JobKind,
+        res: ResourceType,
+        job: dict[str, Any],
+        owned: list[dict[str, Any]],
+    ) -> None:
+        queue = queue_name(job)
+        if queue is None or foreign_manager(job, kind.manager) is not None:
+            return  # not Kueue's, or run by another controller (MultiKueue's worker cluster)
+        state = finished_state(job)
+        if state is not None:
+            self._resumed.pop(job["metadata"]["uid"], None)
+            if owned and not _true(conditions(owned[0]), "Finished"):
+                status = copy.deepcopy(owned[0].get("status") or {})
+                self._set(status, "Finished", True, state, f"Job finished: {state}")
+                self._write_status(owned[0], status)
+            return
+        job, wl = self._ensure_one_workload(kind, res, job, owned, queue)
+        if wl is None:
+            return
+        by_type = conditions(wl)
+        reserved = _true(by_type, "QuotaReserved")
+        suspended = _suspended(job)
+        if _true(by_type, "Evicted"):
+            if not suspended:
+                job = self._set_suspend(res, job, True)
+            if reserved and halted_by_conditions(job, None):
+                message = str(by_type["Evicted"].get("message") or "The workload is evicted")
+                reason = str(by_type["Evicted"].get("reason") or "Evicted")
+                self._release(wl, "Pending", message, requeued=(False, reason))
+            return
+        admitted = reserved and _true(by_type, "Admitted")
+        if suspended and admitted:
+            uid = job["metadata"]["uid"]
+            token = (wl["metadata"]["uid"], self._admission_of(wl))
+            if self._resumed.get(uid) == token:  # it ran under this admission: someone fights
+                self._fight(kind, job, wl)
+            self._set_suspend(res, job, False)
+            self._resumed[uid] = token
+        elif not suspended and not admitted:  # "not admitted by cluster queue"
+            self._set_suspend(res, job, True)
+        if (wl.get("spec") or {}).get("queueName") != queue and not reserved:
+            self._update_spec(wl, lambda spec: spec.__setitem__("queueName", queue))
+
+    def _ensure_one_workload(
+        self,
+        kind: JobKind,
+        res: ResourceType,
+        job: dict[str, Any],
+        owned: list[dict[str, Any]],
+        queue: str,
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """``ensureOneWorkload``: the job (suspended when it has no matching Workload) and its
+        one Workload, updated to match the job, or ``None`` when it was just created."""
+        want = self._pod_sets(job)
+        match = next((w for w in owned if self._matches(w, want)), None)
+        wl = match if match is not None else (owned[0] if owned else None)
+        for extra in owned:  # one Workload per job: duplicates are deleted
+            if extra is not wl:
+                self._delete(extra)
+        suspended = _suspended(job)
+        if wl is not None and match is None:
+            if suspended and not _true(conditions(wl), "QuotaReserved"):
+                wl = self._update_pod_sets(wl, want)  # updateWorkloadToMatchJob
+            elif not suspended:  # "job with no matching workload, suspending"
+                job = self._set_suspend(res, job, True)
+                wl = self._release(wl, "Pending", "No matching Workload: the job changed")
+                wl = self._update_pod_sets(wl, want)
+            else:  # suspended, its Workload still reserving: deleted, and recreated below
+                self._delete(wl)
+                wl = None
+        if wl is None:
+            if not _suspended(job):
+                job = self._set_suspend(res, job, True)
+            self._create_workload(kind, job, queue, want)
+        return job, wl
+
+    def _pod_sets(self, job: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The job's podSets as the API server stores them in a Workload (its defaults),
+        computed once per job generation (the spec's version)."""
+        meta = job["metadata"]
+        known = self._pod_sets_of.get(meta["uid"])
+        if known is not None and known[0] == meta.get("generation"):
+            return known[1]
+        body = {"metadata": {}, "spec": {"podSets": job_pod_sets(job)}}
+        pod_sets = list(self._res[WORKLOADS].defaulted(copy.deepcopy(body))["spec"]["podSets"])
+        self._pod_sets_of[meta["uid"]] = (int(meta.get("generation", 0)), pod_sets)
+        return pod_sets
+
+    @staticmethod
+    def _matches(wl: Mapping[str, Any], want: list[dict[str, Any]]) -> bool:
+        """``EquivalentToWorkload``: the same podSets (names, counts, pod templates)."""
+        have = (wl.get("spec") or {}).get("podSets") or []
+        fields = ("name", "count", "template")
+        return [{f: p.get(f) for f in fields} for p in have] == [
+            {f: p.get(f) for f in fields} for p in want
+        ]
+
+    def _create_workload(
+        self, kind: JobKind, job: Mapping[str, Any], queue: str, pod_sets: list[dict[str, Any]]
+    ) -> None:
+        meta = job["metadata"]
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Workload",
+            "metadata": {
+                "name": workload_name(kind.kind, meta["name"], meta["uid"], kind.group),
+                "namespace": meta["namespace"],
+                "labels": {JOB_UID: meta["uid"]},
+                "ownerReferences": [
+                    {
+                        "apiVersion": job["apiVersion"],
+                        "kind": kind.kind,
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": {"queueName": queue, "active": True, "podSets": pod_sets},
+        }
+        self._keep(
+            _PREFIX + WORKLOADS, self._store.create(self._res[WORKLOADS], meta["namespace"], body)
+        )
+
+    def _fight(self, kind: JobKind, job: Mapping[str, Any], wl: Mapping[str, Any]) -> None:
+        meta = job["metadata"]
+        fight = Fight(
+            kind.kind, meta["namespace"], meta["name"], wl["metadata"]["name"], self._now()
+        )
+        self.fights.append(fight)
+        _log.warning(
+            "kueue.fight",
+            job=f"{kind.kind}/{meta['namespace']}/{meta['name']}",
+            workload=fight.workload,
+            message="an admitted job was suspended by someone else; Kueue resumed it",
+        )
+
+    def _admission_of(self, wl: Mapping[str, Any]) -> int:
+        """The number of the Workload's current admission (one given on first sight when
+        something other than this scheduler admitted it)."""
+        uid = wl["metadata"]["uid"]
+        if uid not in self._admission:
+            self._admitted += 1
+            self._admission[uid] = self._admitted
+        return self._admission[uid]
+
+    # ----- the scheduler -----------------------------------------------------------------------
+
+    def _schedule(self) -> None:
+        """Admit pending Workloads in each ClusterQueue's order while its quota allows."""
+        queues = self._cluster_queues()
+        used: dict[str, int] = defaultdict(int)
+        by_flavor: dict[tuple[str, str], int] = defaultdict(int)
+        pending: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        local = {
+            (q["metadata"]["namespace"], q["metadata"]["name"]): (q.get("spec") or {}).get(
+                "clusterQueue"
+            )
+            for q in self._list(LOCAL_QUEUES)
+        }
+        for wl in self._list(WORKLOADS):
+            by_type = conditions(wl)
+            if _true(by_type, "Finished"):
+                continue
+            if _true(by_type, "QuotaReserved"):
+                admission = (wl.get("status") or {}).get("admission") or {}
+                cq = str(admission.get("clusterQueue", ""))
+                for flavor, gpus in _reserved(wl):
+                    used[cq] += gpus
+                    by_flavor[(cq, flavor)] += gpus
+                continue
+            if not (wl.get("spec") or {}).get("active", True):
+                continue  # an inactive Workload is never admitted
+            queue = (wl.get("spec") or {}).get("queueName")
+            cq_name = local.get((wl["metadata"]["namespace"], queue)) if queue else None
+            if cq_name is None:
+                self._guard(wl, self._note_pending, wl, f"LocalQueue {queue} doesn't exist")
+            elif cq_name not in queues:
+                self._guard(wl, self._note_pending, wl, f"ClusterQueue {cq_name} doesn't exist")
+            else:
+                pending[cq_name].append(wl)
+        for cq_name, items in pending.items():
+            queue_ = queues[cq_name]
+            items.sort(key=lambda w: (w["metadata"]["creationTimestamp"], w["metadata"]["name"]))
+            blocked = False
+            for wl in items:
+                if blocked:  # StrictFIFO: the head that does not fit blocks the rest
+                    message = (
+                        f"waits in StrictFIFO order behind an older Workload that does not fit "
+                        f"in ClusterQueue {cq_name}"
+                    )
+                    self._guard(wl, self._note_pending, wl, message)
+                    continue
+                if queue_.inactive is not None:
+                    self._guard(wl, self._note_pending, wl, queue_.inactive)
+                    continue
+                try:
+                    request = workload_gpus((wl.get("spec") or {}).get("podSets") or [])
+                except DATA_ERRORS as err:
+                    self._guard(wl, self._note_pending, wl, f"cannot read its requests: {err}")
+                    continue
+                if used[cq_name] + request <= queue_.quota:
+                    self._guard(wl, self._admit, wl, cq_name, queue_.flavors, by_flavor)
+                    used[cq_name] += request
+                    continue
+                message = (
+                    f"couldn't assign flavors: insufficient unused quota for {GPU} in "
+                    f"ClusterQueue {cq_name}: the Workload requests {request}, "
+                    f"the nominal quota is {queue_.quota}"
+                )
+                self._guard(wl, self._note_pending, wl, message)
+                blocked = queue_.strict
+
+    def _cluster_queues(self) -> dict[str, _Queue]:
+        """Every valid ClusterQueue by name (an invalid one is logged once and admits nothing)."""
+        flavors = {f["metadata"]["name"] for f in self._list(FLAVORS)}
+        queues: dict[str, _Queue] = {}
+        for obj in self._list(CLUSTER_QUEUES):
+            name = obj["metadata"]["name"]
+            try:
+                view = read_cluster_queue(obj)
+                quotas = _flavor_quotas(obj)
+            except DATA_ERRORS as err:
+                if name not in self._reported:
+                    self._reported.add(name)
+                    _log.warning("kueue.clusterqueue_invalid", clusterqueue=name, error=str(err))
+                continue
+            lost = ", ".join(sorted({f for f, _ in quotas} - flavors))
+            inactive = f"ClusterQueue {name} is inactive: flavor {lost} not found" if lost else None
+            queues[name] = _Queue(view.gpus, view.strategy == "StrictFIFO", quotas, inactive)
+        return queues
+
+    def _admit(
+        self,
+        wl: dict[str, Any],
+        cq: str,
+        quotas: list[tuple[str, int]],
+        by_flavor: dict[tuple[str, str], int],
+    ) -> None:
+        assignments = []
+        for pod_set in (wl.get("spec") or {}).get("podSets") or []:
+            count = int(pod_set.get("count", 1))
+            gpus = count * pod_set_gpus(pod_set)
+            entry: dict[str, Any] = {"name": pod_set.get("name", "main"), "count": count}
+            entry["flavors"], entry["resourceUsage"] = {}, {}
+            if gpus and quotas:
+                # the first flavor with room for the whole podSet, else the one with most room
+                free = [(q - by_flavor[(cq, f)], f) for f, q in quotas]
+                flavor = next((f for room, f in free if room >= gpus), max(free)[1])
+                by_flavor[(cq, flavor)] += gpus
+                entry["flavors"] = {GPU: flavor}
+                entry["resourceUsage"] = {GPU: str(gpus)}
+            assignments.append(entry)
+        status = copy.deepcopy(wl.get("status") or {})
+        status["admission"] = {"clusterQueue": cq, "podSetAssignments": assignments}
+        self._set(
+            status, "QuotaReserved", True, "QuotaReserved", f"Quota reserved in ClusterQueue {cq}"
+        )
+        self._set(status, "Admitted", True, "Admitted", "The workload is admitted")
+        self._write_status(wl, status)
+        self._admitted += 1
+        self._admission[wl["metadata"]["uid"]] = self._admitted
+
+    def _note_pending(self, wl: dict[str, Any], message: str) -> None:
+        status = copy.deepcopy(wl.get("status") or {})
+        self._set(status, "QuotaReserved", False, "Pending", message)
+        self._write_status(wl, status)
+
+    # ----- writes ------------------------------------------------------------------------------
+
+    def _set(
+        self, status: dict[str, Any], kind: str, value: bool, reason: str, message: str
+    ) -> None:
+        """Set a ``metav1.Condition`` (its transition time moves only when its status does)."""
+        items: list[dict[str, Any]] = status.setdefault("conditions", [])
+        flag = "True" if value else "False"
+        for i, cond in enumerate(items):
+            if cond.get("type") == kind:
+                if (cond.get("status"), cond.get("reason"), cond.get("message")) != (
+                    flag,
+                    reason,
+                    message,
+                ):
+                    stamp = cond.get("lastTransitionTime") if cond.get("status") == flag else None
+                    items[i] = _condition(
+                        kind, flag, reason, message, stamp or rfc3339(self._now())
+                    )
+                return
+        items.append(_condition(kind, flag, reason, message, rfc3339(self._now())))
+
+    def _write_status(self, wl: Mapping[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+        if status == (wl.get("status") or {}):
+            return dict(wl)
+        meta = wl["metadata"]
+
+        def change(current: dict[str, Any]) -> dict[str, Any]:
+            current["status"] = status
+            return current
+
+        return self._keep(
+            _PREFIX + WORKLOADS,
+            self._store.update_with(
+                self._res[WORKLOADS], meta["namespace"], meta["name"], change, subresource="status"
+            ),
+        )
+
+    def _release(
+        self,
+        wl: Mapping[str, Any],
+        reason: str,
+        message: str,
+        *,
+        requeued: tuple[bool, str] | None = None,
+    ) -> dict[str, Any]:
+        """Clear the Workload's reservation (``UnsetQuotaReservationWithCondition``)."""
+        status = copy.deepcopy(wl.get("status") or {})
+        status.pop("admission", None)
+        self._set(status, "QuotaReserved", False, reason, message)
+        self._set(status, "Admitted", False, "NoReservation", "The workload has no reservation")
+        if requeued is not None:
+            self._set(status, "Requeued", requeued[0], requeued[1], message)
+        self._admission.pop(wl["metadata"]["uid"], None)
+        return self._write_status(wl, status)
+
+    def _update_spec(
+        self, wl: Mapping[str, Any], edit: Callable[[dict[str, Any]], object]
+    ) -> dict[str, Any]:
+        meta = wl["metadata"]
+
+        def change(current: dict[str, Any]) -> dict[str, Any]:
+            edit(current.setdefault("spec", {}))
+            return current
+
+        return self._keep(
+            _PREFIX + WORKLOADS,
+            self._store.update_with(self._res[WORKLOADS], meta["namespace"], meta["name"], change),
+        )
+
+    def _update_pod_sets(
+        self, wl: Mapping[str, Any], pod_sets: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        fresh = copy.deepcopy(pod_sets)  # the memo stays this controller's own
+        return self._update_spec(wl, lambda spec: spec.__setitem__("podSets", fresh))
+
+    def _delete(self, wl: Mapping[str, Any]) -> None:
+        meta = wl["metadata"]
+        self._admission.pop(meta["uid"], None)
+        self._store.delete(self._res[WORKLOADS], meta["namespace"], meta["name"], uid=meta["uid"])
+        self._cache[_PREFIX + WORKLOADS].pop((meta["namespace"], meta["name"]), None)
+
+    def _set_suspend(
+        self, res: ResourceType, job: Mapping[str, Any], value: bool
+    ) -> dict[str, Any]:
+        meta = job["metadata"]
+
+        def change(current: dict[str, Any]) -> dict[str, Any]:
+            current.setdefault("spec", {}).setdefault("runPolicy", {})["suspend"] = value
+            return current
+
+        return self._keep(
+            res.key, self._store.update_with(res, meta["namespace"], meta["name"], change)
+        )
+
+
+def _true(by_type: Mapping[str, Mapping[str, Any]], kind: str) -> bool:
+    return by_type.get(kind, {}).get("status") == "True"
+
+
+def _suspended(job: Mapping[str, Any]) -> bool:
+    return bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend", False))
+
+
+def _where(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{obj.get('kind')}/{meta.get('namespace', '')}/{meta.get('name')}"
+
+
+def _condition(kind: str, status: str, reason: str, message: str, stamp: str) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": stamp,
+    }
+
+
+def _flavor_quotas(cq: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """``(flavor, GPU nominalQuota)`` of each flavor of the ClusterQueue that covers GPUs
+    (already checked by :func:`read_cluster_queue`)."""
+    out: list[tuple[str, int]] = []
+    for group in (cq.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in (group or {}).get("flavors") or []:
+            for entry in (flavor or {}).get("resources") or []:
+                if (entry or {}).get("name") == GPU:
+                    quota = parse_quantity("nominalQuota", str(entry.get("nominalQuota", "0")))
+                    out.append((str(flavor.get("name")), int(quota)))
+    return out
+
+
+def _reserved(wl: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """``(flavor, GPUs)`` a Workload holding a reservation counts against its ClusterQueue:
+    its admission's ``resourceUsage`` (its podSets when admitted without one)."""
+    admission = (wl.get("status") or {}).get("admission") or {}
+    assignments = admission.get("podSetAssignments")
+    if not assignments:
+        return [("", workload_gpus((wl.get("spec") or {}).get("podSets") or []))]
+    out = []
+    for entry in assignments:
+        usage = (entry.get("resourceUsage") or {}).get(GPU)
+        if usage is None:
+            continue
+        amount = parse_quantity("resourceUsage", str(usage))
+        out.append((str((entry.get("flavors") or {}).get(GPU, "")), int(amount)))
+    return out

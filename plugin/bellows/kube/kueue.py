@@ -1,0 +1,259 @@
+"""Kueue's objects as Bellows reads them: pure views, no I/O (Kueue v0.19.2, ``v1beta2``).
+
+Facts from Kueue's job reconciler (``pkg/controller/jobframework/reconciler.go``; see
+``docs/kube.md``, "Beside Kueue"):
+
+* a job names its queue with the label ``kueue.x-k8s.io/queue-name`` (the annotation of the
+  same name is Kueue's deprecated spelling, still read);
+* Kueue creates one Workload per job, in the job's namespace, controlled by the job (an
+  ``ownerReferences`` entry with ``controller: true`` and the job's uid) and labelled
+  ``kueue.x-k8s.io/job-uid``; its name is ``<kind>-<job>-<5 hex>``
+  (:func:`workload_name`);
+* a Workload holds quota while its ``QuotaReserved`` condition is ``True``, and is admitted
+  while ``Admitted`` is; ``spec.active: false`` evicts it (``Evicted``, reason
+  ``Deactivated``) and keeps it out of admission until ``active`` is true again;
+* a ``LocalQueue`` points at one ``ClusterQueue``, whose ``resourceGroups[].flavors[]``
+  give each resource a ``nominalQuota``; its ``queueingStrategy`` is ``StrictFIFO`` or
+  ``BestEffortFIFO`` (the default).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from bellows.inputs import SpecError, parse_quantity, shown
+from bellows.kube.kinds import GPU, KUEUE_QUEUE, MULTIKUEUE, conditions
+
+__all__ = [
+    "GROUP",
+    "JOB_UID",
+    "KUEUE_QUEUE",
+    "MULTIKUEUE",
+    "VERSION",
+    "ClusterQueueView",
+    "WorkloadView",
+    "job_pod_sets",
+    "owned_workload",
+    "pod_set_gpus",
+    "queue_name",
+    "read_cluster_queue",
+    "read_workload",
+    "workload_gpus",
+    "workload_name",
+]
+
+GROUP = "kueue.x-k8s.io"
+VERSION = "v1beta2"  # the storage version of every Kueue kind in v0.19.2
+JOB_UID = "kueue.x-k8s.io/job-uid"  # label: the uid of the Workload's job
+WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES = "workloads", "localqueues", "clusterqueues"
+Strategy = Literal["StrictFIFO", "BestEffortFIFO"]
+_HASH = 5
+_MAX_PREFIX = 252 - _HASH
+
+
+def queue_name(obj: Mapping[str, Any]) -> str | None:
+    """The LocalQueue a job names (label, else the deprecated annotation), or ``None``."""
+    meta = obj.get("metadata") or {}
+    for source in (meta.get("labels"), meta.get("annotations")):
+        value = (source or {}).get(KUEUE_QUEUE) if isinstance(source, Mapping) else None
+        if value:
+            return str(value)
+    return None
+
+
+def workload_name(kind: str, name: str, uid: str, group: str = "kubeflow.org") -> str:
+    """The name Kueue gives the Workload of job ``kind``/``name`` (its
+    ``GetWorkloadNameForOwnerWithGVK``: lower-case kind, name, a short hash of both and the
+    uid; the hash input is Bellows' own, only the shape matters to the emulator)."""
+    prefix = f"{kind.lower()}-{name}"[:_MAX_PREFIX]
+    digest = hashlib.sha1(f"{kind}/{group}/{name}/{uid}".encode()).hexdigest()
+    return f"{prefix}-{digest[:_HASH]}"
+
+
+@dataclass(frozen=True)
+class WorkloadView:
+    """What Bellows needs of one Workload, read at one ``resource_version``."""
+
+    name: str
+    namespace: str
+    uid: str
+    resource_version: str
+    job_uid: str | None
+    queue: str | None
+    active: bool
+    quota_reserved: bool
+    admitted: bool
+    evicted_reason: str | None  # the Evicted condition's reason while True
+    cluster_queue: str | None  # status.admission.clusterQueue while admitted
+    pod_counts: Mapping[str, int]  # podSets[].name -> count
+
+
+def read_workload(obj: Mapping[str, Any]) -> WorkloadView:
+    """The view of a Workload object; :class:`SpecError` names a field that is malformed."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    by_type = conditions(obj)
+
+    def true(kind: str) -> bool:
+        return by_type.get(kind, {}).get("status") == "True"
+
+    active = spec.get("active", True)
+    if not isinstance(active, bool):
+        raise SpecError("workload spec.active", active, "true or false")
+    counts: dict[str, int] = {}
+    for i, pod_set in enumerate(spec.get("podSets") or []):
+        if not isinstance(pod_set, Mapping):
+            raise SpecError(f"workload spec.podSets[{i}]", pod_set, "an object")
+        count = pod_set.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise SpecError(f"workload spec.podSets[{i}].count", count, "a whole number >= 0")
+        counts[str(pod_set.get("name", f"podset-{i}"))] = count
+    admission = (obj.get("status") or {}).get("admission") or {}
+    evicted = by_type.get("Evicted", {})
+    return WorkloadView(
+        name=str(meta.get("name", "")),
+        namespace=str(meta.get("namespace", "")),
+        uid=str(meta.get("uid", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        job_uid=(meta.get("labels") or {}).get(JOB_UID),
+        queue=spec.get("queueName"),
+        active=active,
+        quota_reserved=true("QuotaReserved"),
+        admitted=true("Admitted"),
+        evicted_reason=str(evicted.get("reason")) if evicted.get("status") == "True" else None,
+        cluster_queue=admission.get("clusterQueue") if isinstance(admission, Mapping) else None,
+        pod_counts=counts,
+    )
+
+
+def owned_workload(
+    job: Mapping[str, Any], workloads: Iterable[Mapping[str, Any]]
+) -> Mapping[str, Any] | None:
+    """The Workload Kueue keeps for ``job``: the one the job controls (owner uid), or
+    ``None`` (not created yet, or deleted and not yet recreated)."""
+    uid = (job.get("metadata") or {}).get("uid")
+    if not uid:
+        return None
+    for workload in workloads:
+        meta = workload.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        for ref in meta.get("ownerReferences") or []:
+            if isinstance(ref, Mapping) and ref.get("uid") == uid and ref.get("controller"):
+                return workload
+    return None
+
+
+@dataclass(frozen=True)
+class ClusterQueueView:
+    """A ClusterQueue's GPUs (its ``nominalQuota`` of ``resource`` summed over every flavor
+    of every resource group) and its admission order."""
+
+    name: str
+    gpus: int
+    strategy: Strategy
+    cohort: str | None
+
+    @property
+    def backfill(self) -> bool:
+        """Whether a younger job may be admitted past an older one that does not fit."""
+        return self.strategy == "BestEffortFIFO"
+
+
+def read_cluster_queue(obj: Mapping[str, Any], resource: str = GPU) -> ClusterQueueView:
+    """The view of a ClusterQueue; :class:`SpecError` names a malformed quota or strategy.
+
+    Borrowing from a cohort is not counted: Bellows plans on the ``nominalQuota`` only
+    (a borrowed GPU may be reclaimed by its lender at any time).
+    """
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    spec = obj.get("spec") or {}
+    strategy = spec.get("queueingStrategy", "BestEffortFIFO")
+    if strategy not in ("StrictFIFO", "BestEffortFIFO"):
+        raise SpecError(
+            f"clusterqueue {shown(name)} spec.queueingStrategy",
+            strategy,
+            "StrictFIFO or BestEffortFIFO",
+        )
+    gpus = 0
+    for g, group in enumerate(spec.get("resourceGroups") or []):
+        for f, flavor in enumerate((group or {}).get("flavors") or []):
+            for r, entry in enumerate((flavor or {}).get("resources") or []):
+                if (entry or {}).get("name") != resource:
+                    continue
+                field = (
+                    f"clusterqueue {shown(name)} spec.resourceGroups[{g}].flavors[{f}]"
+                    f".resources[{r}].nominalQuota"
+                )
+                quota = entry.get("nominalQuota", "0")
+                if isinstance(quota, int) and not isinstance(quota, bool):
+                    quota = str(quota)  # int-or-string: the API server may store either
+                amount = parse_quantity(field, quota)
+                if amount.denominator != 1:
+                    raise SpecError(field, entry.get("nominalQuota"), "a whole number of GPUs")
+                gpus += int(amount)
+    cohort = spec.get("cohortName") or spec.get("cohort")
+    return ClusterQueueView(name, gpus, strategy, str(cohort) if cohort else None)
+
+
+# The replica specs of each job kind Kueue integrates, and the order of their podSets
+# (Kueue's ``OrderedReplicaTypes``: the coordinating replica first).
+_REPLICA_SPECS: Mapping[str, tuple[str, tuple[str, ...]]] = {
+    "PyTorchJob": ("pytorchReplicaSpecs", ("Master", "Worker")),
+    "MPIJob": ("mpiReplicaSpecs", ("Launcher", "Worker")),
+}
+
+
+def job_pod_sets(job: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``spec.podSets`` Kueue derives from a PyTorchJob or MPIJob: one per replica type
+    (name = the type lower-case, count = its replicas, template = its pod template), the
+    coordinating type first; :class:`SpecError` names a field that is malformed."""
+    kind = str(job.get("kind", ""))
+    if kind not in _REPLICA_SPECS:
+        raise SpecError("kind", kind, f"one of {sorted(_REPLICA_SPECS)}")
+    field, order = _REPLICA_SPECS[kind]
+    specs = (job.get("spec") or {}).get(field)
+    if not isinstance(specs, Mapping) or not specs:
+        raise SpecError(f"spec.{field}", specs, "a map of replica specs")
+    ranked = sorted(specs, key=lambda t: (order.index(t) if t in order else len(order), t))
+    out: list[dict[str, Any]] = []
+    for rtype in ranked:
+        spec = specs[rtype]
+        if not isinstance(spec, Mapping):
+            raise SpecError(f"spec.{field}.{rtype}", spec, "a replica spec")
+        count = spec.get("replicas", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise SpecError(f"spec.{field}.{rtype}.replicas", count, "a whole number >= 0")
+        template = spec.get("template") or {}
+        out.append({"name": rtype.lower(), "count": count, "template": dict(template)})
+    return out
+
+
+def pod_set_gpus(pod_set: Mapping[str, Any], resource: str = GPU) -> int:
+    """The GPUs one pod of ``pod_set`` asks for: its containers' ``limits`` of ``resource``
+    summed (``requests`` where a container sets no limit)."""
+    name = pod_set.get("name", "?")
+    pod = (pod_set.get("template") or {}).get("spec") or {}
+    total = 0
+    for i, container in enumerate(pod.get("containers") or []):
+        resources = (container or {}).get("resources") or {}
+        value = (resources.get("limits") or {}).get(resource)
+        if value is None:
+            value = (resources.get("requests") or {}).get(resource, 0)
+        where = f"podSet {shown(str(name))} containers[{i}].resources {resource}"
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        amount = parse_quantity(where, value)
+        if amount.denominator != 1 or amount < 0:
+            raise SpecError(where, value, "a whole number of GPUs")
+        total += int(amount)
+    return total
+
+
+def workload_gpus(pod_sets: Iterable[Mapping[str, Any]], resource: str = GPU) -> int:
+    """A Workload's GPU request: over its podSets, ``count`` times the GPUs of one pod."""
+    return sum(int(p.get("count", 1)) * pod_set_gpus(p, resource) for p in pod_sets)
