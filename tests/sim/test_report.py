@@ -11,7 +11,7 @@ from bellows.sim import RunStats, SimResult
 from bellows.sim.comparing import POLICIES, PolicyRun, bursty, run_policy
 from bellows.sim.metrics import JobRecord, Segment
 from bellows.sim.plots import plot_jct_cdf, plot_usage, usage_per_minute
-from bellows.sim.report import beyond_section
+from bellows.sim.report import beyond_section, scenario_figures, scenario_key
 
 
 def _job(name: str, arrival: float, segs: list[Segment], **kw: bool) -> JobRecord:
@@ -91,3 +91,21 @@ def test_beyond_section_tables_ratios_and_figures(
     for kind in ("jct", "usage"):
         assert f"(f/beyond-{scenario.key}-{kind}.png)" in text
         assert (tmp_path / "f" / f"beyond-{scenario.key}-{kind}.png").is_file()
+
+
+def test_figures_drawn_while_the_runs_went_on_are_not_drawn_again(
+    tmp_path: Path, small_runs: dict[str, PolicyRun]
+) -> None:
+    """``bellows reproduce`` draws a scenario's figures as its runs come in; the report then
+    names those files and draws nothing more, and reads the same as one drawn at the end."""
+    scenario = bursty(4, gpus=16, minutes=40.0, period_min=20.0)
+    beyond = [(scenario, small_runs)]
+    at_end = beyond_section(beyond, figures=tmp_path / "f", report=tmp_path / "r.md")
+    early = scenario_figures(scenario, small_runs, tmp_path / "g")
+    for p in early:  # a redraw would write them again: make that visible
+        p.write_bytes(b"drawn early")
+    drawn = {scenario_key(scenario): early}
+    lines = beyond_section(beyond, figures=tmp_path / "g", report=tmp_path / "r.md", drawn=drawn)
+    assert sorted(p.name for p in (tmp_path / "g").iterdir()) == sorted(p.name for p in early)
+    assert all(p.read_bytes() == b"drawn early" for p in early)
+    assert "\n".join(lines) == "\n".join(at_end).replace("(f/", "(g/")

@@ -25,15 +25,28 @@ BEYOND = "beyond"
 
 
 def _run(
-    experiments: list[Experiment], scenarios: list[Scenario], *, runner: Runner
+    experiments: list[Experiment],
+    scenarios: list[Scenario],
+    *,
+    runner: Runner,
+    figures: Path,
+    drawn: dict[str, list[Path]],
 ) -> tuple[list[Outcome], Beyond]:
     """Every run on ``runner`` at once, a progress bar for the paper's part and one for
-    the policies beyond it, and a line for each as it finishes."""
+    the policies beyond it, and a line for each as it finishes.
+
+    Each experiment's figures, and each detailed scenario's, are drawn into ``figures`` as
+    soon as its runs are in (recorded in ``drawn`` for the report): while the last, longest
+    runs go on, not after them all."""
     from rich.progress import Progress
 
     from bellows.scaling import default_cluster
+    from bellows.sim.comparing import POLICIES, detailed
     from bellows.sim.reproduce import run_reproduction
     from bellows.sim.running import RayUnreachableError, TaskFailedError
+
+    shown = {s.key: s for s in detailed(scenarios)}
+    finished: dict[str, dict[str, PolicyRun]] = {}
 
     with Progress() as progress:
         grid = progress.add_task("paper's experiments", total=len(experiments),
@@ -51,6 +64,9 @@ def _run(
                 f"{outcome.elastic.stats.events + outcome.baseline.stats.events} events in "
                 f"{outcome.elastic.stats.wall_s + outcome.baseline.stats.wall_s:.1f} s"
             )
+            from bellows.sim.report import write_figures  # matplotlib: once results come
+
+            drawn.update(write_figures([outcome], figures))
 
         def run_done(run: PolicyRun) -> None:
             progress.advance(beyond)
@@ -60,6 +76,13 @@ def _run(
                 f"{s['p99_jct_min']}, idle beside waiting {s['idle_while_waiting_share']:.1%}, "
                 f"{s['rescales_per_job']:.2f} rescales/job in {run.wall_s:.1f} s"
             )
+            runs = finished.setdefault(run.scenario, {})
+            runs[run.policy] = run
+            if run.scenario in shown and len(runs) == len(POLICIES):
+                from bellows.sim.report import scenario_figures, scenario_key
+
+                scenario = shown[run.scenario]
+                drawn[scenario_key(scenario)] = scenario_figures(scenario, runs, figures)
 
         try:
             return run_reproduction(
@@ -145,7 +168,8 @@ def reproduce(
         beyond_seed = BEYOND_SEED if seed is None else seed
         scenarios = beyond_scenarios(folder, is_quick=is_quick, seed=beyond_seed)
     runner = make_runner_or_fail(workers, ray_address, default=1)
-    outcomes, runs = _run(experiments, scenarios, runner=runner)
+    drawn: dict[str, list[Path]] = {}
+    outcomes, runs = _run(experiments, scenarios, runner=runner, figures=figures, drawn=drawn)
     beyond = runs if scenarios else None
     command = "bellows reproduce" + (" --quick" if is_quick else "")
     command += "" if seed is None else f" --seed {seed}"
@@ -154,7 +178,10 @@ def reproduce(
     from bellows.sim.report import NOTES, write_report  # matplotlib: only once there is a report
 
     with output_errors(out):
-        write_report(outcomes, out, figures=figures, command=command, notes=NOTES, beyond=beyond)
+        write_report(
+            outcomes, out, figures=figures, command=command, notes=NOTES, beyond=beyond,
+            drawn=drawn,
+        )  # fmt: skip
         if missing is not None:  # the report says why its last part is not there
             with out.open("a", encoding="utf-8") as report:
                 report.write(_skipped_note(missing))

@@ -52,6 +52,7 @@ __all__ = [
     "Target",
     "bursty",
     "check_targets",
+    "detailed",
     "imported",
     "jobs_csv_over_commit",
     "median_row",
@@ -466,3 +467,10 @@ def check_targets(
         )
     )
     return out
+
+
+def detailed(scenarios: Sequence[Scenario]) -> list[Scenario]:
+    """The scenarios *Beyond the paper* shows in full (a table and two figures each): every
+    generated trace and ITP replay, and the first Pollux workload."""
+    pollux = [s for s in scenarios if s.source is Source.POLLUX]
+    return [s for s in scenarios if s.source is not Source.POLLUX] + pollux[:1]

@@ -3,7 +3,7 @@ then *Beyond the paper*: paper mode, the event-driven baseline and Bellows mode 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from bellows.autoscaler import DEFAULT_RESTART_S
 from bellows.scaling import default_cluster, tsf_tables
-from bellows.sim.comparing import COLUMNS, POLICIES, PolicyRun, Scenario, Source, row
+from bellows.sim.comparing import COLUMNS, POLICIES, PolicyRun, Scenario, Source, detailed, row
 from bellows.sim.plots import plot_batches, plot_completed, plot_jct_cdf, plot_usage
 from bellows.sim.reproduce import Beyond, Outcome
 from bellows.sim.workloads.categories import CATEGORIES, K_MAX
@@ -148,9 +148,15 @@ def write_report(
     command: str,
     notes: str,
     beyond: Beyond | None = None,
+    drawn: Mapping[str, list[Path]] | None = None,
 ) -> Path:
     """Write the Markdown report to ``path`` (figures referenced relative to it): the paper's
-    experiments in ``outcomes``, then *Beyond the paper* when ``beyond`` is given."""
+    experiments in ``outcomes``, then *Beyond the paper* when ``beyond`` is given.
+
+    ``drawn``: figures already drawn while the runs went on, by experiment key
+    (:func:`write_figures`) and by :func:`scenario_key` (:func:`scenario_figures`); the
+    others are drawn here. The report is the same either way."""
+    drawn = drawn or {}
     lines = [
         "# Reproducing the paper's evaluation",
         "",
@@ -158,15 +164,23 @@ def write_report(
         "",
     ]
     if outcomes:
-        lines += _paper_part(outcomes, path, figures=figures, notes=notes)
+        lines += _paper_part(outcomes, path, figures=figures, notes=notes, drawn=drawn)
     if beyond:
-        lines += beyond_section(beyond, figures=figures, report=path)
+        lines += beyond_section(beyond, figures=figures, report=path, drawn=drawn)
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
 
 
-def _paper_part(outcomes: Sequence[Outcome], path: Path, *, figures: Path, notes: str) -> list[str]:
-    figs = write_figures(outcomes, figures)
+def _paper_part(
+    outcomes: Sequence[Outcome],
+    path: Path,
+    *,
+    figures: Path,
+    notes: str,
+    drawn: Mapping[str, list[Path]],
+) -> list[str]:
+    todo = [o for o in outcomes if o.experiment.key not in drawn]
+    figs = {**drawn, **write_figures(todo, figures)}
     lines = [
         "The paper's experiments run its own autoscaler (paper mode, "
         "`AutoscalerConfig.paper`: rounds every 10 minutes, no restart cost, no backfill, a",
@@ -242,7 +256,16 @@ def _compact_table(group: Beyond) -> list[str]:
     return lines
 
 
-def _figures(scenario: Scenario, runs: dict[str, PolicyRun], figures: Path) -> list[Path]:
+def scenario_key(scenario: Scenario) -> str:
+    """The key of a scenario's figures in :func:`write_report`'s ``drawn``."""
+    return f"beyond/{scenario.key}"
+
+
+def scenario_figures(
+    scenario: Scenario, runs: Mapping[str, PolicyRun], figures: Path
+) -> list[Path]:
+    """A detailed scenario's two figures: job completion times and GPUs in use."""
+    figures.mkdir(parents=True, exist_ok=True)
     results = {_LABELS[p]: r.result for p, r in runs.items() if r.result is not None}
     if not results:
         return []
@@ -255,7 +278,13 @@ def _figures(scenario: Scenario, runs: dict[str, PolicyRun], figures: Path) -> l
     ]  # fmt: skip
 
 
-def beyond_section(beyond: Beyond, *, figures: Path, report: Path) -> list[str]:
+def beyond_section(
+    beyond: Beyond,
+    *,
+    figures: Path,
+    report: Path,
+    drawn: Mapping[str, list[Path]] | None = None,
+) -> list[str]:
     """The *Beyond the paper* section: a table and two figures per generated trace, per ITP
     replay and for the first Pollux workload; one compact table over every Pollux workload."""
     figures.mkdir(parents=True, exist_ok=True)
@@ -282,11 +311,14 @@ def beyond_section(beyond: Beyond, *, figures: Path, report: Path) -> list[str]:
         "400-GPU scenario over three seeds and checks the targets of issue 10.",
         "",
     ]
+    drawn = drawn or {}
     pollux = [(s, r) for s, r in beyond if s.source is Source.POLLUX]
-    detailed = [(s, r) for s, r in beyond if s.source is not Source.POLLUX] + pollux[:1]
-    for scenario, runs in detailed:
+    by_scenario = {s.key: (s, r) for s, r in beyond}
+    for scenario in detailed([s for s, _ in beyond]):
+        runs = by_scenario[scenario.key][1]
         lines += [f"### {scenario.title}", "", *_full_table(runs), "", _ratios(runs), ""]
-        for fig in _figures(scenario, runs, figures):
+        figs = drawn.get(scenario_key(scenario))
+        for fig in scenario_figures(scenario, runs, figures) if figs is None else figs:
             lines.append(f"![{scenario.key} {fig.stem}]({_rel(fig, report)})")
         lines.append("")
     if pollux:
