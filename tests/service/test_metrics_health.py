@@ -99,3 +99,12 @@ async def test_the_endpoints_answer_over_http():
         clock.now += 60
         async with http.get(f"{url}/healthz") as response:
             assert response.status == 503
+
+
+def test_every_skip_reason_is_exported_from_the_start():
+    """A dashboard or an alert on ``bellows_jobs_skipped`` finds each reason at 0 before any
+    job is skipped, not a missing series."""
+    metrics = Metrics()
+    for reason in ("managed-by", "queue-unknown"):
+        value = metrics.registry.get_sample_value("bellows_jobs_skipped", {"reason": reason})
+        assert value == 0.0, reason

@@ -14,6 +14,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
 from bellows.bus.events import EventType
 from bellows.kube.reading import MANAGED_BY
+from bellows.service.controller import QUEUE_UNKNOWN
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 
@@ -55,11 +56,13 @@ class Metrics:
         self.jobs_skipped = Gauge(
             "bellows_jobs_skipped",
             "Opted-in jobs Bellows never writes to, by reason (managed-by: "
-            "spec.runPolicy.managedBy names another controller, e.g. MultiKueue)",
+            "spec.runPolicy.managedBy names another controller, e.g. MultiKueue; "
+            "queue-unknown: their Kueue LocalQueue or ClusterQueue cannot be read)",
             ["reason"],
             registry=r,
         )
-        self.jobs_skipped.labels(reason=MANAGED_BY).set(0)
+        for reason in (MANAGED_BY, QUEUE_UNKNOWN):
+            self.jobs_skipped.labels(reason=reason).set(0)
         self.gpus_capacity = Gauge("bellows_gpus_capacity", "GPUs Bellows may hand out", registry=r)
         self.optimizer_seconds = Histogram(
             "bellows_optimizer_seconds",
