@@ -33,7 +33,7 @@ from bellows.emulator.nodes import schedulable_gpus
 from bellows.emulator.store import Change
 from bellows.jobs import SpecError
 from bellows.kube import keys, kind_named
-from bellows.kube.kinds import finished_state
+from bellows.kube.kinds import finished_state, suspend_set
 from bellows.kube.kueue import CLUSTER_QUEUES, GROUP, VERSION, Strategy, read_cluster_queue
 from bellows.scaling import default_cluster
 from bellows.scaling.online import SpeedFactors
@@ -193,15 +193,15 @@ class Witness:
                 log.evicted_unmanaged += 1
                 log.preempted = True  # its next resume is a start, not a repeat
             if phase == "preempted":
-                if log.phases[-1:] == ["done"] and _suspended(change.old or {}):
+                if log.phases[-1:] == ["done"] and suspend_set(change.old or {}):
                     log.unrun_starts += 1  # never ran since its start: nothing was halted
                 else:
                     log.preempted = True
             log.phases.append(phase)
             for hook in self.phase_hooks:
                 hook(name, phase, change.obj)
-        was = _suspended(change.old) if change.old is not None else True
-        if was and not _suspended(change.obj):
+        was = suspend_set(change.old) if change.old is not None else True
+        if was and not suspend_set(change.obj):
             if not log.phases:
                 log.unmanaged_resumes += 1
             if log.preempted:
@@ -347,10 +347,6 @@ def _allocation(resource: str, obj: dict[str, Any]) -> str:
         return keys.format_pair(view.gpus, int(batch.pop())) if len(batch) == 1 else "?"
     except (SpecError, ValueError):
         return "?"
-
-
-def _suspended(obj: dict[str, Any]) -> bool:
-    return bool(((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend", False))
 
 
 @dataclass

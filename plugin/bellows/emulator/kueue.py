@@ -57,6 +57,7 @@ from bellows.kube.kinds import (
     finished_state,
     foreign_manager,
     halted_by_conditions,
+    suspend_set,
 )
 from bellows.kube.kueue import (
     CLUSTER_QUEUES,
@@ -283,7 +284,7 @@ class EmulatedKueue:
             return
         by_type = conditions(wl)
         reserved = _true(by_type, "QuotaReserved")
-        suspended = _suspended(job)
+        suspended = suspend_set(job)
         if _true(by_type, "Evicted"):
             if not suspended:
                 job = self._set_suspend(res, job, True)
@@ -321,7 +322,7 @@ class EmulatedKueue:
         for extra in owned:  # one Workload per job: duplicates are deleted
             if extra is not wl:
                 self._delete(extra)
-        suspended = _suspended(job)
+        suspended = suspend_set(job)
         if wl is not None and match is None:
             if suspended and not _true(conditions(wl), "QuotaReserved"):
                 wl = self._update_pod_sets(wl, want)  # updateWorkloadToMatchJob
@@ -333,7 +334,7 @@ class EmulatedKueue:
                 self._delete(wl)
                 wl = None
         if wl is None:
-            if not _suspended(job):
+            if not suspend_set(job):
                 job = self._set_suspend(res, job, True)
             self._create_workload(kind, job, queue, want)
         return job, wl
@@ -629,10 +630,6 @@ class EmulatedKueue:
 
 def _true(by_type: Mapping[str, Mapping[str, Any]], kind: str) -> bool:
     return by_type.get(kind, {}).get("status") == "True"
-
-
-def _suspended(job: Mapping[str, Any]) -> bool:
-    return bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend", False))
 
 
 def _where(obj: Mapping[str, Any]) -> str:

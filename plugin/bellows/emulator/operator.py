@@ -37,7 +37,7 @@ from bellows.emulator.training import Training, start, stop
 from bellows.inputs import DATA_ERRORS, SpecError, parse_int
 from bellows.kube import keys
 from bellows.kube.adapters import KINDS
-from bellows.kube.kinds import JobKind, conditions, finished_state, foreign_manager
+from bellows.kube.kinds import JobKind, conditions, finished_state, foreign_manager, suspend_set
 from bellows.kube.specs import build_spec
 from bellows.scaling import ClusterProfile, JobProfile, default_cluster
 from bellows.scaling.online import SpeedFactors
@@ -173,7 +173,7 @@ class EmulatedOperator:
         if finished_state(obj) is not None or foreign_manager(obj, kind.manager) is not None:
             return  # a managedBy other than the operator's: the real operators skip it too
         uid = obj["metadata"]["uid"]
-        suspended = bool(((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend", False))
+        suspended = suspend_set(obj)
         launcher = self._sync_launcher(kind, obj, suspended) if kind.kind == "MPIJob" else None
         state = self._training.get(uid)
         running = uid in self._running

@@ -44,6 +44,7 @@ __all__ = [
     "Phase",
     "SendPatch",
     "Step",
+    "done_notes",
     "foreign_launcher",
     "plan_halt",
     "plan_scale",
@@ -267,14 +268,22 @@ def plan_scale(
     if launcher is not None and _launcher_stale(launcher, env):
         meta = launcher["metadata"]
         return DeleteLauncher(meta["name"], meta["uid"], meta["resourceVersion"])
-    notes |= {
+    notes |= done_notes(target, done, now)
+    return SendPatch(_body(obj, notes, {"runPolicy": {"suspend": False}}), Phase.DONE)
+
+
+def done_notes(target: tuple[int, int], done: float | None, now: datetime) -> dict[str, str | None]:
+    """The journal of a scaling's last step: phase ``done``, the allocation, the status
+    line and, when known, the samples ``done`` by ``now`` (``progress``)."""
+    gpus, batch = target
+    notes: dict[str, str | None] = {
         keys.PHASE: Phase.DONE,
-        keys.ALLOCATION: pair,
+        keys.ALLOCATION: keys.format_pair(gpus, batch),
         keys.STATUS: f"running on {gpus} GPUs with global batch {batch}",
     }
     if done is not None:
         notes[keys.PROGRESS] = keys.format_progress(done, now)
-    return SendPatch(_body(obj, notes, {"runPolicy": {"suspend": False}}), Phase.DONE)
+    return notes
 
 
 def plan_halt(

@@ -28,6 +28,7 @@ __all__ = [
     "kueue_refusal",
     "parse_time",
     "running_since",
+    "suspend_set",
 ]
 
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
@@ -155,6 +156,12 @@ def parse_time(text: object) -> datetime | None:
         return None
 
 
+def suspend_set(obj: Mapping[str, Any]) -> bool:
+    """Whether the job's ``spec.runPolicy.suspend`` is set (as written; whether the operator
+    has stopped its pods is :func:`halted_by_conditions`'s question)."""
+    return bool(((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend", False))
+
+
 def halted_by_conditions(obj: Mapping[str, Any], since: datetime | None) -> bool:
     """Suspended in spec, and the operator has confirmed it (or never started the job).
 
@@ -162,7 +169,7 @@ def halted_by_conditions(obj: Mapping[str, Any], since: datetime | None) -> bool
     rules out a stale confirmation from an earlier suspension. A job that has never run
     (no ``startTime``, no ``Running`` condition) has no pods to stop.
     """
-    if not ((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend", False):
+    if not suspend_set(obj):
         return False
     by_type = conditions(obj)
     suspended = by_type.get("Suspended", {})

@@ -58,6 +58,7 @@ from bellows.kube.journal import (
     _launcher_stale,
     _spec_matches,
     _stamp,
+    done_notes,
     foreign_launcher,
 )
 from bellows.kube.kinds import JobKind
@@ -210,17 +211,9 @@ def _done(
     done: float | None,
     now: datetime,
 ) -> SendPatch:
-    """The last step: the journal says the job runs at ``target`` (with its progress)."""
-    gpus, batch = target
-    pair = keys.format_pair(gpus, batch)
-    notes = notes | {
-        keys.PHASE: Phase.DONE,
-        keys.TARGET: pair,
-        keys.ALLOCATION: pair,
-        keys.STATUS: f"running on {gpus} GPUs with global batch {batch}",
-    }
-    if done is not None:
-        notes[keys.PROGRESS] = keys.format_progress(done, now)
+    """The last step: the journal says the job runs at ``target`` (with its progress); the
+    target is written too, for a job Kueue ran at it before Bellows journaled any."""
+    notes = notes | done_notes(target, done, now) | {keys.TARGET: keys.format_pair(*target)}
     return SendPatch(_journal_only(obj, notes), Phase.DONE)
 
 

@@ -45,7 +45,7 @@ import structlog
 from bellows.autoscaler import Autoscaler, Decision, Preempt, Reject, Rescale, Start
 from bellows.bus import Event, JobArrived, JobCompleted, PartlyAppliedError
 from bellows.inputs import DATA_ERRORS, SpecError, brief
-from bellows.jobs import Allocation, JobSpec, fit_to_cluster
+from bellows.jobs import Allocation, JobSpec, fit_to_cluster, is_feasible
 from bellows.kube import (
     KINDS,
     ActuationError,
@@ -547,11 +547,13 @@ class Controller:
         Whether it was taken (else it is held)."""
         spec, gpus = seen.spec, seen.view.gpus
         batch = spec.batch_size
-        in_use = sum(a.gpus for a in self._auto.allocations.values())
-        allowed = 1 <= gpus <= spec.k_max and -(-batch // gpus) <= spec.m_max
-        if not allowed or self._auto.queued or in_use + gpus > self._auto.capacity:
+        if gpus < 1 or self._auto.queued or self._auto.in_use + gpus > self._auto.capacity:
             return False
-        if not self._auto.adopt(spec, Allocation(gpus, batch), now):
+        running = Allocation(gpus, batch)
+        # the owner's batch on the GPUs Kueue gave it: allowed as the fixed-batch policy allows
+        if not is_feasible(spec, running, fixed_batch=True):
+            return False
+        if not self._auto.adopt(spec, running, now):
             return False
         self._active.add(spec.name)
         self._held[spec.name] = gpus
