@@ -7,7 +7,7 @@ import hashlib
 import io
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,6 +24,7 @@ from bellows.emulator.crds import (
     PINS_VERSION,
     UPSTREAM,
     CrdError,
+    PinnedCrd,
     cache_root,
     cached_crds,
     sha256_of,
@@ -76,12 +77,18 @@ def _handler(upstream: Upstream) -> type[BaseHTTPRequestHandler]:
 
 @pytest.fixture
 def upstream(shared_data: Path) -> Iterator[Upstream]:
-    crds = shared_data / "crds"
+    yield from serving(PINNED, shared_data / "crds")
+
+
+def serving(pins: Sequence[PinnedCrd], crds: Path) -> Iterator[Upstream]:
+    """A raw-file server with the upstream layout, serving the workspace's copies of
+    ``pins`` (found in ``crds`` as the workspace keeps them), until the generator closes."""
     served = Upstream(files={})
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(served))
     served.base = f"http://127.0.0.1:{server.server_address[1]}"
-    for pin in PINNED:
-        served.files[pin.url(served.base)[len(served.base) :]] = (crds / pin.file).read_bytes()
+    for pin in pins:
+        path = pin.url(served.base)[len(served.base) :]
+        served.files[path] = (crds / pin.workspace).read_bytes()
     # a short poll: shutdown() waits for it, once per test
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()

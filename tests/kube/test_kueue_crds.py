@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import io
 import shutil
-import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -23,26 +21,13 @@ from bellows.emulator.crds import (
 )
 from bellows.emulator.schemas import load_crd
 
-from .test_crds import Upstream, _handler
+from .test_crds import Upstream, serving
 
 
 @pytest.fixture
 def kueue_upstream(shared_data: Path) -> Iterator[Upstream]:
     """A raw-file server with the upstream layout, serving the workspace's Kueue CRDs."""
-    served = Upstream(files={})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(served))
-    served.base = f"http://127.0.0.1:{server.server_address[1]}"
-    for pin in KUEUE_PINNED:
-        path = pin.url(served.base)[len(served.base) :]
-        served.files[path] = (shared_data / "crds" / pin.workspace).read_bytes()
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield served
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    yield from serving(KUEUE_PINNED, shared_data / "crds")
 
 
 def test_the_kueue_pins_are_the_workspace_copies_of_the_upstream_files(shared_data: Path) -> None:
