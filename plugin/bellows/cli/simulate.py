@@ -114,6 +114,13 @@ def describe_run(result: SimResult) -> str:
 @click.option("--cluster", type=ClusterFile(), help="Cluster profile JSON (default: Pollux T4).")
 @click.option("--out", type=OutputDir(), default="sim-out", show_default=True)
 @click.option("--plots/--no-plots", default=True)
+@click.option("--wrong-priors", is_flag=True,
+              help="Jobs run at another speed than their profiles say (job i in arrival order: "
+              "Allreduce 2.5x slower, compute 40 % faster, or both 50 % slower, by i % 3, as "
+              "bellows demo --wrong-priors), report progress every 60 s and the core learns "
+              "online (docs/simulator.md).")  # fmt: skip
+@click.option("--no-learning", is_flag=True,
+              help="With --wrong-priors: the core keeps the wrong priors.")  # fmt: skip
 def simulate(
     *,
     trace: Path,
@@ -130,8 +137,12 @@ def simulate(
     cluster: ClusterProfile | None,
     out: Path,
     plots: bool,
+    wrong_priors: bool,
+    no_learning: bool,
 ) -> None:
     """Simulate TRACE; write summary.json, jobs.csv and plots into OUT."""
+    if no_learning and not wrong_priors:
+        raise click.UsageError("--no-learning needs --wrong-priors")
     from bellows.sim import run
     from bellows.sim.grids import settings_config
     from bellows.sim.metrics import settings_summary, write_jobs_csv
@@ -154,7 +165,15 @@ def simulate(
         except SpecError as error:
             raise click.ClickException(str(error)) from None
         horizon = None if horizon_min is None else horizon_min * 60.0
-        result = run(jobs, gpus=gpus, config=config, cluster=_cluster(cluster), horizon_s=horizon)
+        learning = None
+        if wrong_priors:
+            from bellows.sim import learning as online
+
+            learning = online.Learning(online.wrong_priors(jobs), learn=not no_learning)
+        result = run(
+            jobs, gpus=gpus, config=config, cluster=_cluster(cluster), horizon_s=horizon,
+            learning=learning,
+        )  # fmt: skip
         summary = result.summary() | settings_summary(config)
         with output_errors(out):
             out.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,13 @@ a :class:`JobProfile`, so the simulator, the tables and the controller use it un
 :class:`ProgressLog` holds one job's accepted reports. A report is a hint, never an order:
 non-finite or non-positive step times, configurations outside the domain bounds and samples
 seen going backwards are rejected with a reason, and the log of one job never sees another
-job's reports (the caller keys logs by job). Pure: no I/O, no clock.
+job's reports (the caller keys logs by job).
+
+When a refit is worth a revision of the job in the autoscaler core is decided here too, so
+that the live controller (:mod:`bellows.service.progress_loop`) and the simulator
+(:mod:`bellows.sim.learning`) decide alike: :func:`moved` (what was learned moved by more than
+:data:`REVISE_TOLERANCE`) and :func:`drifted` (the core's estimate of the samples done is off
+the reported ones). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -52,11 +58,15 @@ __all__ = [
     "MAX_FACTOR",
     "PRIOR_SPREAD",
     "REPORT_SPREAD",
+    "REVISE_TOLERANCE",
     "WINDOW",
+    "Learned",
     "OnlineFit",
     "ProgressLog",
     "ProgressReport",
     "SpeedFactors",
+    "drifted",
+    "moved",
     "refit_log",
     "refit_profile",
 ]
@@ -69,6 +79,9 @@ MAX_FACTOR: Final = 100.0
 """The fitted factors stay within ``[1/MAX_FACTOR, MAX_FACTOR]`` of the prior."""
 WINDOW: Final = 16
 """Reports kept per configuration ``(k, b)``: the fit uses the median of the newest ones."""
+REVISE_TOLERANCE: Final = 0.05
+"""Relative move of a factor or restart cost (or drift of the samples done, as a share of the
+job's work) worth a revision of the job in the core."""
 
 F64 = npt.NDArray[np.float64]
 
@@ -222,3 +235,36 @@ def refit_profile(
 def refit_log(prior: JobProfile, cluster: ClusterProfile, log: ProgressLog) -> OnlineFit:
     """:func:`refit_profile` on the medians of one job's :class:`ProgressLog`."""
     return refit_profile(prior, cluster, log.medians(), reports=log.reports)
+
+
+@dataclass(frozen=True)
+class Learned:
+    """What a revision of a job used: its fitted factors and measured restart cost."""
+
+    compute: float = 1.0
+    communication: float = 1.0
+    restart_s: float | None = None
+
+
+def moved(before: Learned | None, now: Learned, *, tolerance: float = REVISE_TOLERANCE) -> bool:
+    """Whether a revision is worth a round: the first fit that is not the prior (``before``
+    ``None``: nothing revised yet), a factor moved by more than ``tolerance`` on a log scale,
+    a first or changed restart measurement."""
+    if before is None:
+        before = Learned()
+    for old, new in ((before.compute, now.compute), (before.communication, now.communication)):
+        if abs(math.log(new / old)) > tolerance:
+            return True
+    if now.restart_s is None:
+        return False
+    if before.restart_s is None:
+        return True
+    return abs(now.restart_s - before.restart_s) > tolerance * max(before.restart_s, 1.0)
+
+
+def drifted(
+    estimate: float, done: float, work: float, *, tolerance: float = REVISE_TOLERANCE
+) -> bool:
+    """Whether the core's ``estimate`` of the samples done is off the reported ``done`` by
+    more than ``tolerance`` of the job's ``work`` (restart pricing needs them)."""
+    return abs(estimate - done) > tolerance * work

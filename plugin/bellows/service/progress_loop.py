@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
@@ -40,7 +39,7 @@ from bellows.inputs import SpecError, brief
 from bellows.jobs import Allocation, JobSpec
 from bellows.kube import KINDS, JobRef, KubeApi, NotFoundError, keys, kind_named
 from bellows.scaling import ClusterProfile, JobProfile, job_profile_to_json
-from bellows.scaling.online import OnlineFit
+from bellows.scaling.online import REVISE_TOLERANCE, Learned, OnlineFit, drifted, moved
 from bellows.service.learning import ProgressLearner
 from bellows.service.metrics import Metrics
 
@@ -62,7 +61,6 @@ __all__ = [
     "start_progress_loop",
 ]
 
-REVISE_TOLERANCE: Final = 0.05  # relative move of a factor or restart cost worth a revision
 FETCH_BATCH: Final = 256  # reports per fetch; the consumer holds at most 4 fetches unacked
 CHECK_S: Final = 60.0  # clock seconds between looks for stalled jobs (at most)
 _log = structlog.get_logger("bellows.progress")
@@ -120,13 +118,6 @@ class ProgressObserver:
         return None
 
 
-@dataclasses.dataclass(frozen=True)
-class _Learned:
-    compute: float
-    communication: float
-    restart_s: float | None
-
-
 class ProgressLoop:
     """Feeds one controller from the progress stream (see the module docstring)."""
 
@@ -154,7 +145,7 @@ class ProgressLoop:
         self._namespaces = tuple(namespaces)
         self._observer = observer or ProgressObserver()
         self._priors: dict[str, JobSpec] = {}  # the spec each fit starts from, by job key
-        self._learned: dict[str, _Learned] = {}  # what the last revision used, by job key
+        self._learned: dict[str, Learned] = {}  # what the last revision used, by job key
         self._stalled: set[str] = set()
 
     async def take(self, subject: str, data: bytes) -> Rejection | None:
@@ -192,10 +183,10 @@ class ProgressLoop:
         prior = self._priors[key]
         fit = self._learner.fit(key, JobProfile(weights=prior.weights, step=prior.profile))
         measured = self._learner.restart_cost(key)
-        learned = _Learned(fit.compute, fit.communication, measured)
+        learned = Learned(fit.compute, fit.communication, measured)
         samples = self._learner.samples(key)
         done, since = (None, None) if samples is None else samples
-        if not _moved(self._learned.get(key), learned) and not self._drifted(key, done, since):
+        if not moved(self._learned.get(key), learned) and not self._drifted(key, done, since):
             return
         spec = dataclasses.replace(
             prior,
@@ -220,8 +211,7 @@ class ProgressLoop:
         if done is None or since is None:
             return False
         auto = self._controller.autoscaler
-        estimate = auto.estimated_done(key, since)
-        return abs(estimate - done) > REVISE_TOLERANCE * auto.job(key).work
+        return drifted(auto.estimated_done(key, since), done, auto.job(key).work)
 
     def _drop(self, reason: Rejection, subject: str, detail: str) -> Rejection:
         _log.info("progress.dropped", reason=reason.value, subject=subject[:300], detail=detail)
@@ -307,21 +297,6 @@ async def open_progress_subscription(
         stream=progress_stream_name(settings),
         config=config,
     )
-
-
-def _moved(before: _Learned | None, now: _Learned) -> bool:
-    """Whether a revision is worth a round: the first fit that is not the prior, a factor
-    moved by more than :data:`REVISE_TOLERANCE`, a first or changed restart measurement."""
-    if before is None:
-        before = _Learned(1.0, 1.0, None)
-    for old, new in ((before.compute, now.compute), (before.communication, now.communication)):
-        if abs(math.log(new / old)) > REVISE_TOLERANCE:
-            return True
-    if now.restart_s is None:
-        return False
-    if before.restart_s is None:
-        return True
-    return abs(now.restart_s - before.restart_s) > REVISE_TOLERANCE * max(before.restart_s, 1.0)
 
 
 class MetricsProgressObserver(ProgressObserver):

@@ -1,8 +1,9 @@
 """``bellows demo --wrong-priors``: jobs whose annotations lie about their speed, and learning.
 
 Every job of the demo trace keeps its annotated profile (the prior), but the emulated cluster
-trains it at another, true speed (:data:`WRONG_PRIORS`, by the job's place in the trace). The
-emulated jobs report progress as the training helper does
+trains it at another, true speed (:data:`~bellows.sim.learning.WRONG_PRIORS`, by the job's
+place in the trace; ``bellows simulate --wrong-priors`` replays the same pattern). The emulated
+jobs report progress as the training helper does
 (:class:`~bellows.service.emulated_progress.EmulatedReporter`); with learning on, the live
 controller refits each job from its reports (:class:`~bellows.service.progress_loop.ProgressLoop`)
 and decides with the refit from the next round on; with learning off it keeps the wrong prior.
@@ -34,17 +35,12 @@ from bellows.service.progress_loop import (
     open_progress_subscription,
 )
 from bellows.service.replay import manifest_name
+from bellows.sim.learning import DEFAULT_REPORT_S, WRONG_PRIORS
 from bellows.sim.workloads import TraceJob
 
 __all__ = ["REPORT_S", "WRONG_PRIORS", "learning_tasks", "true_speeds", "true_trace"]
 
-WRONG_PRIORS: Final = (
-    SpeedFactors(communication=2.5),  # its Allreduce is 2.5x slower than annotated
-    SpeedFactors(compute=0.6),  # it computes 40 % faster than annotated
-    SpeedFactors(compute=1.5, communication=1.5),  # it is 50 % slower in both
-)
-"""The true speed of trace job ``i`` against its annotation: ``WRONG_PRIORS[i % 3]``."""
-REPORT_S: Final = 60.0  # cluster seconds between two progress reports of an emulated job
+REPORT_S: Final = DEFAULT_REPORT_S  # cluster seconds between two reports of an emulated job
 
 
 def _truth(trace: Sequence[TraceJob]) -> dict[str, SpeedFactors]:

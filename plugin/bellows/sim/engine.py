@@ -12,6 +12,11 @@ Decisions are applied at the step's time, as the core assumes.
 
 Pure swaps are counted: within one step, a job going from ``a`` to ``b`` GPUs while a job of
 the same template goes from ``b`` to ``a`` (two halts that change nothing).
+
+With a learning setup (:class:`bellows.sim.learning.Learning`) a job's truth is its true
+profile while the core is told its annotated one, stepping jobs report progress every
+``report_s`` (report events, after every other kind at the same time) and the core may learn
+online (:class:`bellows.sim.learning.OnlineLearner`). Without one, nothing of that runs.
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from typing import Any
 from bellows.autoscaler import Autoscaler, AutoscalerConfig, Mode
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
 from bellows.jobs import JobSpec, SpecError
-from bellows.scaling import ClusterProfile, single_gpu_throughput, throughput
+from bellows.scaling import ClusterProfile, single_gpu_throughput, step_time, throughput
+from bellows.scaling.online import ProgressReport
 from bellows.sim.events import EventHeap, Kind
+from bellows.sim.learning import Learning, OnlineLearner, Revision, true_spec
 from bellows.sim.metrics import JobRecord, Segment, summarize, template
 from bellows.sim.workloads.traces import TraceJob
 
@@ -55,6 +62,8 @@ class RunStats:
     core_s: float  # inside Autoscaler.step: the optimizer and the decisions it takes
     arrive_s: float  # the JSA's TSF rows (Autoscaler.tabulate up front, then arrive)
     pure_swaps: int = 0  # pairs of same-template jobs exchanging GPU counts in one step
+    reports: int = 0  # progress reports of stepping jobs (with a learning setup)
+    revisions: int = 0  # of a job in the core after its fit moved (learning on)
 
     @property
     def events_per_s(self) -> float:
@@ -73,6 +82,9 @@ class SimResult:
     capacity: tuple[tuple[float, int], ...]  # (time, cluster GPUs)
     stats: RunStats
     mode: Mode = Mode.BELLOWS
+    learning: Learning | None = None
+    revisions: tuple[Revision, ...] = ()  # every revision of a job in the core, in order
+    off_prior: int = 0  # jobs whose true speed differs from their annotation
 
     def summary(self) -> dict[str, Any]:
         """The ``summary.json`` of the run (DESIGN.md §5 keys and more)."""
@@ -87,14 +99,26 @@ class SimResult:
         out["pure_swaps"] = self.stats.pure_swaps
         out["events"] = self.stats.events
         out["rounds"] = self.stats.rounds
+        if self.learning is not None:
+            out["learning"] = {
+                "learn": self.learning.learn,
+                "report_s": self.learning.report_s,
+                "jobs_off_prior": self.off_prior,
+                "reports": self.stats.reports,
+                "revisions": self.stats.revisions,
+            }
         return out
 
 
 @dataclass(eq=False)
 class _Live:
-    """Mutable progress of one job during a run (never leaves this module)."""
+    """Mutable progress of one job during a run (never leaves this module).
+
+    ``spec`` is the truth; ``told`` what the core is told (the same spec without a learning
+    setup, else the annotated one)."""
 
     spec: JobSpec
+    told: JobSpec
     arrival_s: float
     model: str
     single_gpu_s: float
@@ -150,6 +174,7 @@ class _Run:
         cluster: ClusterProfile,
         capacity_changes: Sequence[CapacityChange],
         timer: Callable[[], float],
+        learning: Learning | None = None,
     ) -> None:
         self.config = config
         self.cluster = cluster
@@ -157,12 +182,15 @@ class _Run:
         self.auto = Autoscaler(config, capacity=gpus, cluster=cluster)
         self.capacity = gpus
         self.heap = EventHeap()
+        self.learning = learning
+        self.learner = None if learning is None or not learning.learn else OnlineLearner(cluster)
+        truth = [j.spec if learning is None else true_spec(j.spec, learning.factors(j))
+                 for j in trace]  # fmt: skip
         self.jobs = [
-            _Live(
-                j.spec, j.arrival_s, j.model, j.spec.work / single_gpu_throughput(j.spec, cluster)
-            )
-            for j in trace
+            _Live(t, j.spec, j.arrival_s, j.model, t.work / single_gpu_throughput(t, cluster))
+            for j, t in zip(trace, truth, strict=True)
         ]
+        self.off_prior = sum(job.spec is not job.told for job in self.jobs)
         self.index = {job.spec.name: i for i, job in enumerate(self.jobs)}
         self.kinds: dict[int, JobSpec] = {}  # template() of each job that rescaled, made once
         if len(self.index) != len(self.jobs):
@@ -176,6 +204,7 @@ class _Run:
         self.gpus_in_use: list[tuple[float, int]] = [(0.0, 0)]
         self.capacity_log: list[tuple[float, int]] = [(0.0, gpus)]
         self.events = self.rounds = self.decisions = self.pure_swaps = 0
+        self.reports = self.revisions = 0
         self.core_s = 0.0
         started = timer()
         self.auto.tabulate(j.spec for j in trace)  # every TSF row, in vectorized batches
@@ -205,8 +234,10 @@ class _Run:
             self.events += 1
             job = self.jobs[event.ref]
             started = self.timer()
-            self.auto.arrive(job.spec, now)
+            self.auto.arrive(job.told, now)
             self.arrive_s += self.timer() - started
+        elif event.kind is Kind.REPORT:
+            self.report(self.jobs[event.ref], event.version, now)
         else:
             self.events += 1
             self.capacity = self.changes[event.ref].gpus
@@ -218,6 +249,25 @@ class _Run:
         job.done, job.since, job.finish_s = job.spec.work, now, now
         self.release(job, now)
         self.auto.finish(job.spec.name, now)
+        if self.learner is not None:
+            self.learner.forget(job.spec.name)
+
+    def report(self, job: _Live, version: int, now: float) -> None:
+        """A stepping job's progress report: its true step time and samples done."""
+        if version != job.version or job.finish_s is not None or not job.gpus:
+            return  # rescaled, halted or finished since: the report was never made
+        assert self.learning is not None  # only a run with a learning setup pushes reports
+        self.reports += 1
+        done = job.done_at(now)
+        seconds = step_time(job.spec, job.gpus, job.batch, self.cluster)
+        if self.learner is not None:
+            report = ProgressReport(job.gpus, job.batch, seconds, done)
+            self.revisions += self.learner.report(self.auto, job.told, report, now)
+        self.schedule_report(job, now + self.learning.report_s)
+
+    def schedule_report(self, job: _Live, at: float) -> None:
+        if self.learning is not None and at < job.completion_at():
+            self.heap.push(at, Kind.REPORT, self.index[job.spec.name], job.version)
 
     def release(self, job: _Live, now: float) -> None:
         self.in_use -= job.gpus
@@ -254,7 +304,7 @@ class _Run:
             at = self.index[d.job]
             kind = self.kinds.get(at)
             if kind is None:  # a template validates a whole spec: once per job, not per move
-                kind = self.kinds[at] = template(self.jobs[at].spec)
+                kind = self.kinds[at] = template(self.jobs[at].told)
             back = (kind, d.gpus, d.gpus_from)
             if moves.get(back, 0) > 0:
                 moves[back] -= 1
@@ -293,6 +343,8 @@ class _Run:
         job.version += 1
         self.in_use += gpus
         self.heap.push(job.completion_at(), Kind.COMPLETION, self.index[job.spec.name], job.version)
+        if self.learning is not None:
+            self.schedule_report(job, job.resume_at + self.learning.report_s)
 
 
 def run(
@@ -305,18 +357,21 @@ def run(
     span_s: float | None = None,
     capacity_changes: Sequence[CapacityChange] = (),
     timer: Callable[[], float] = time.perf_counter,
+    learning: Learning | None = None,
 ) -> SimResult:
     """Simulate ``trace`` on ``gpus`` GPUs under ``config`` until every event is processed.
 
     ``horizon_s`` is where ``jobs_completed`` is read (the paper reads its curves at the end
     of the arrival window); ``span_s`` is the window the offered load is computed over
     (default: the horizon, else the last arrival). ``timer`` only measures where wall time
-    goes; simulated time never reads it.
+    goes; simulated time never reads it. ``learning``: jobs run at their true speed, report
+    progress and (``learn=True``) the core learns it online (:mod:`bellows.sim.learning`);
+    ``None`` (default) runs every job as annotated, without reports.
     """
     started = timer()
     state = _Run(
         trace, gpus=gpus, config=config, cluster=cluster,
-        capacity_changes=capacity_changes, timer=timer,
+        capacity_changes=capacity_changes, timer=timer, learning=learning,
     )  # fmt: skip
     state.loop()
     wall = timer() - started
@@ -339,6 +394,11 @@ def run(
             core_s=state.core_s,
             arrive_s=state.arrive_s,
             pure_swaps=state.pure_swaps,
+            reports=state.reports,
+            revisions=state.revisions,
         ),
         mode=config.mode,
+        learning=learning,
+        revisions=() if state.learner is None else tuple(state.learner.revisions),
+        off_prior=state.off_prior,
     )

@@ -1,9 +1,10 @@
 """The simulator's event heap: events ordered by (time, priority, sequence).
 
 Equal-time events run in a fixed order (SimPy's rule): completions free their GPUs before a
-change of capacity is applied, arrivals are known before the round that looks at them, and
-within one kind the event pushed first runs first. A run is therefore a pure function of the
-trace and the settings.
+change of capacity is applied, arrivals are known before the round that looks at them, a job's
+progress report (a run with online learning, :mod:`bellows.sim.learning`) comes after all of
+those, and within one kind the event pushed first runs first. A run is therefore a pure
+function of the trace and the settings.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class Kind(IntEnum):
     COMPLETION = 0
     CAPACITY = 1
     ARRIVAL = 2
+    REPORT = 3  # a running job's progress report (only in a run with a learning setup)
 
 
 class Event(NamedTuple):
@@ -35,7 +37,7 @@ class Event(NamedTuple):
     kind: Kind
     seq: int
     ref: int
-    version: int  # completions: the event is stale once the job's version moved on
+    version: int  # completions, reports: the event is stale once the job's version moved on
 
 
 class EventHeap:

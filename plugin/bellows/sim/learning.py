@@ -1,0 +1,205 @@
+"""Online learning in the simulator: jobs that run at another speed than their annotation.
+
+A :class:`Learning` setup, given to :func:`bellows.sim.run`, splits what the simulator knows of
+a job from what the autoscaler core is told:
+
+* the *truth* — the job's annotated profile with its :class:`SpeedFactors` applied
+  (:meth:`SpeedFactors.apply`, :func:`true_spec`) — drives the job's rate and completion time;
+* the core is told the annotated spec (the prior) at arrival, as the live controller is.
+
+While a job steps (after its restart pause), every ``report_s`` simulated seconds it reports
+its true step time at its ``(k, b)`` and the samples it has processed (an event in the
+simulator's heap, :attr:`bellows.sim.events.Kind.REPORT`). With ``learn=True``,
+:class:`OnlineLearner` does what the live controller's progress loop does
+(:mod:`bellows.service.progress_loop`): it keeps the job's
+:class:`~bellows.scaling.online.ProgressLog`, refits the prior to it
+(:func:`~bellows.scaling.online.refit_profile`) and, when the fit moved
+(:func:`~bellows.scaling.online.moved`) or the core's estimate of the samples done drifted
+(:func:`~bellows.scaling.online.drifted`), revises the job in the core
+(:meth:`bellows.autoscaler.Autoscaler.revise`) with the refitted profile and the true samples
+done. The allocation stays; the next round decides with the revision. With ``learn=False`` the
+core keeps the wrong prior (the baseline). The simulator keeps the truth either way: a
+revision changes what the core believes, never when a job completes.
+
+:data:`WRONG_PRIORS` is the pattern of ``bellows demo --wrong-priors`` and ``bellows simulate
+--wrong-priors``: job ``i`` in arrival order really runs at ``WRONG_PRIORS[i % 3]`` of its
+annotation (:func:`wrong_priors`). Reports carry no noise and read no clock: a run is a pure
+function of the trace, the settings and the setup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from bellows.autoscaler import Autoscaler
+from bellows.inputs import SpecError, check_float
+from bellows.jobs import JobSpec
+from bellows.scaling import ClusterProfile, JobProfile
+from bellows.scaling.online import (
+    REVISE_TOLERANCE,
+    Learned,
+    OnlineFit,
+    ProgressLog,
+    ProgressReport,
+    SpeedFactors,
+    drifted,
+    moved,
+    refit_profile,
+)
+from bellows.sim.workloads.traces import TraceJob
+
+__all__ = [
+    "DEFAULT_REPORT_S",
+    "WRONG_PRIORS",
+    "Learning",
+    "OnlineLearner",
+    "Revision",
+    "Truth",
+    "true_spec",
+    "wrong_priors",
+]
+
+WRONG_PRIORS: Final = (
+    SpeedFactors(communication=2.5),  # its Allreduce is 2.5x slower than annotated
+    SpeedFactors(compute=0.6),  # it computes 40 % faster than annotated
+    SpeedFactors(compute=1.5, communication=1.5),  # it is 50 % slower in both
+)
+"""The true speed of trace job ``i`` (in arrival order) against its annotation:
+``WRONG_PRIORS[i % 3]``."""
+DEFAULT_REPORT_S: Final = 60.0
+"""Simulated seconds between two progress reports of a stepping job (the demo's interval)."""
+
+Truth = Mapping[str, SpeedFactors] | Callable[[TraceJob], SpeedFactors | None]
+"""Each job's true speed against its annotation: by job name, or a function of the trace job;
+a job it does not name (or ``None``) runs as annotated."""
+
+
+def wrong_priors(trace: Sequence[TraceJob]) -> dict[str, SpeedFactors]:
+    """:data:`WRONG_PRIORS` by job name: job ``i`` in arrival order (ties in trace order)
+    gets ``WRONG_PRIORS[i % 3]``."""
+    order = sorted(range(len(trace)), key=lambda i: (trace[i].arrival_s, i))
+    return {
+        trace[i].spec.name: WRONG_PRIORS[rank % len(WRONG_PRIORS)] for rank, i in enumerate(order)
+    }
+
+
+def true_spec(spec: JobSpec, factors: SpeedFactors) -> JobSpec:
+    """``spec`` with its profile at the true speed ``factors`` (``spec`` itself at 1, 1)."""
+    if factors == SpeedFactors():
+        return spec
+    real = factors.apply(_profile(spec))
+    return dataclasses.replace(spec, weights=real.effective_weights, profile=real.step)
+
+
+def _profile(spec: JobSpec) -> JobProfile:
+    return JobProfile(weights=spec.weights, step=spec.profile)
+
+
+@dataclass(frozen=True)
+class Learning:
+    """A run's learning setup: each job's true speed, the report interval, learning on/off."""
+
+    truth: Truth
+    report_s: float = DEFAULT_REPORT_S
+    learn: bool = True
+
+    def __post_init__(self) -> None:
+        check_float("report_s", self.report_s, minimum=0.0, maximum=math.inf, open_min=True)
+        if math.isinf(self.report_s):
+            raise SpecError("report_s", self.report_s, "finite seconds > 0")
+        if not isinstance(self.learn, bool):
+            raise SpecError("learn", self.learn, "a bool")
+
+    def factors(self, job: TraceJob) -> SpeedFactors:
+        """``job``'s true speed against its annotation."""
+        found = self.truth(job) if callable(self.truth) else self.truth.get(job.spec.name)
+        if found is None:
+            return SpeedFactors()
+        if not isinstance(found, SpeedFactors):
+            raise SpecError(f"truth[{job.spec.name}]", found, "SpeedFactors")
+        return found
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One revision of a job in the core: when, the samples done, the fit it used."""
+
+    job: str
+    at_s: float
+    done: float
+    compute: float
+    communication: float
+    reports: int
+    configurations: int
+    spec: JobSpec  # what the core was told
+
+
+@dataclass(eq=False)
+class _Job:
+    prior: JobSpec
+    log: ProgressLog = field(default_factory=ProgressLog)
+    fitted: tuple[tuple[tuple[int, int], float], ...] | None = None  # medians of ``fit``
+    fit: OnlineFit | None = None
+    learned: Learned | None = None  # what the last revision used
+
+
+class OnlineLearner:
+    """The live progress loop's decisions, for the simulator (see the module docstring).
+
+    The refit runs only when a configuration's median moved (reports without noise repeat
+    themselves): the fit is a pure function of the medians, so this changes no result.
+    """
+
+    def __init__(self, cluster: ClusterProfile, *, tolerance: float = REVISE_TOLERANCE) -> None:
+        self._cluster = cluster
+        self._tolerance = tolerance
+        self._jobs: dict[str, _Job] = {}
+        self.revisions: list[Revision] = []
+
+    def report(self, auto: Autoscaler, prior: JobSpec, report: ProgressReport, now: float) -> bool:
+        """Learn from ``report`` of the job ``prior`` names (running in ``auto`` at the
+        report's ``(k, b)``); revise it in ``auto`` when worth it. Whether it was revised."""
+        name = prior.name
+        state = self._jobs.get(name)
+        if state is None:
+            state = self._jobs[name] = _Job(prior)
+        if state.log.add(report) is not None:
+            return False  # samples went backwards: the truth never does
+        medians = tuple(sorted(state.log.medians().items()))
+        if state.fit is None or medians != state.fitted:
+            state.fit = refit_profile(
+                _profile(state.prior), self._cluster, dict(medians), reports=state.log.reports
+            )
+            state.fitted = medians
+        fit = state.fit
+        learned = Learned(fit.compute, fit.communication)
+        estimate = auto.estimated_done(name, now)
+        work = auto.job(name).work
+        if not moved(state.learned, learned, tolerance=self._tolerance) and not drifted(
+            estimate, report.samples, work, tolerance=self._tolerance
+        ):
+            return False
+        spec = dataclasses.replace(
+            state.prior, weights=fit.profile.effective_weights, profile=fit.profile.step
+        )
+        if not auto.revise(spec, now, done=report.samples):
+            return False
+        state.learned = learned
+        self.revisions.append(
+            Revision(
+                name, now, report.samples, fit.compute, fit.communication,
+                state.log.reports, fit.configurations, spec,
+            )
+        )  # fmt: skip
+        return True
+
+    def forget(self, name: str) -> None:
+        """Drop what was learned about job ``name`` (it finished)."""
+        self._jobs.pop(name, None)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
