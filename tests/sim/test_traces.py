@@ -18,6 +18,7 @@ from bellows.jobs import (
     MAX_WORK,
     SpecError,
 )
+from bellows.sim.workloads import traces
 from bellows.sim.workloads.traces import (
     MAX_ARRIVAL_S,
     TraceError,
@@ -112,3 +113,62 @@ def test_a_file_error_names_the_file_and_an_in_memory_one_does_not(tmp_path: Pat
         read_trace(["[1, 2]"])
     with pytest.raises(SpecError, match=rf"^{tmp_path}=.* expected a readable trace file"):
         read_trace(tmp_path)
+
+
+def _both_paths(line: str | bytes, monkeypatch: pytest.MonkeyPatch) -> tuple[object, object]:
+    """What the fast path (orjson + plain check) and the strict path alone make of ``line``:
+    the job, or the refusal's message."""
+
+    def outcome() -> object:
+        try:
+            return read_trace([line])  # type: ignore[list-item]
+        except TraceError as err:
+            return str(err)
+
+    fast = outcome()
+    with monkeypatch.context() as patch:
+        patch.setattr(traces, "_fast_record", lambda _text: None)
+        strict = outcome()
+    return fast, strict
+
+
+_PROFILE = {"local_batches": [1, 2], "seconds": [0.1, 0.15]}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        _line(),
+        _line() + "  \r\n",
+        _line(name="a", weights=2**63),  # beyond 64 bits signed: the hooks refuse it
+        _line(weights=2**64),  # beyond what orjson reads
+        _line(weights=10.0),  # an integral float: jsonschema takes it, the plain check not
+        _line(profile={"local_batches": [1.0, 2], "seconds": [0.1, 0.15]}),
+        _line(profile={**_PROFILE, "extra": [[[1]]]}),  # deeper, and a closed object
+        _line(extra={"a": {"b": {"c": 1}}}),
+        _line(name="x" * (64 * 1024)),  # over the line's byte limit
+        _line(name="\ud800"),  # a lone surrogate: json reads it, orjson does not
+        _line(work=1e-400),  # underflows to 0: not a positive work
+        _line().replace('"work":', '"work": 1, "work":'),  # duplicate keys: the last wins
+        _line().replace('"work": ', '"work": NaN, "ignored": '),
+        _line().replace('"work": ', '"work": 1e400, "ignored": '),
+        "\ufeff" + _line(),  # a byte-order mark
+        "[1, 2]",
+        "",
+    ],
+)
+def test_the_fast_path_decides_every_line_as_the_strict_path(
+    line: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast, strict = _both_paths(line, monkeypatch)
+    assert fast == strict
+    fast_bytes, strict_bytes = _both_paths(line.encode("utf-8", "surrogatepass"), monkeypatch)
+    assert fast_bytes == strict_bytes
+
+
+def test_jobs_of_one_template_share_one_profile() -> None:
+    lines = [_line(name=f"j{i}") for i in range(3)] + [_line(name="k", profile=_PROFILE)]
+    jobs = read_trace(lines)
+    assert jobs[0].spec.profile is jobs[1].spec.profile is jobs[2].spec.profile
+    assert jobs[3].spec.profile is not jobs[0].spec.profile
+    assert jobs[3].spec.profile.local_batches == (1, 2)
