@@ -148,6 +148,7 @@ def profile(
     import torch
     import yaml
 
+    from bellows.cli.progress import steps
     from bellows.profiling import (
         SyntheticBatch,
         TorchWorkload,
@@ -167,19 +168,26 @@ def profile(
             optimizer=optimizer,
             factory_kwargs=model_kwargs,
         )
-        run = profile_job(
-            workload.make_step,
-            batches,
-            weights=workload.weights,
-            iterations=iterations,
-            warmup=warmup,
-            clock=time.perf_counter,
-            synchronize=workload.synchronize,
-            is_out_of_memory=workload.is_out_of_memory,
-            release=workload.release,
-            source=source
-            or f"bellows profile: {model_ref} = {workload.describe()}, median of {iterations}",
-        )
+        with steps(f"profiling {model_ref}") as show:
+
+            def make_step(batch: int) -> Any:
+                where = f"local batch {batch} ({batches.index(batch) + 1} of {len(batches)})"
+                show(f"profiling {model_ref}: {where}")
+                return workload.make_step(batch)
+
+            run = profile_job(
+                make_step,
+                batches,
+                weights=workload.weights,
+                iterations=iterations,
+                warmup=warmup,
+                clock=time.perf_counter,
+                synchronize=workload.synchronize,
+                is_out_of_memory=workload.is_out_of_memory,
+                release=workload.release,
+                source=source
+                or f"bellows profile: {model_ref} = {workload.describe()}, median of {iterations}",
+            )
     except SpecError as error:
         raise click.UsageError(str(error)) from None
     document = job_profile_to_json(run.profile)
@@ -285,6 +293,7 @@ def calibrate(
     """
     import torch
 
+    from bellows.cli.progress import steps
     from bellows.profiling import cluster_profile, fit_link, measure_allreduce
     from bellows.scaling import cluster_profile_to_json, load_cluster_profile
 
@@ -295,13 +304,15 @@ def calibrate(
     )
     try:
         inter = None if inter_node_from is None else load_cluster_profile(inter_node_from)
-        samples = measure_allreduce(
-            counts,
-            sizes,
-            backend=chosen_backend,
-            iterations=iterations,
-            warmup=warmup,
-        )
+        counted = ", ".join(map(str, counts))
+        with steps(f"timing Allreduce on {counted} processes ({chosen_backend})"):
+            samples = measure_allreduce(
+                counts,
+                sizes,
+                backend=chosen_backend,
+                iterations=iterations,
+                warmup=warmup,
+            )
         fit = fit_link(samples)
         where = (
             f"inter-node link from {inter_node_from}"

@@ -143,6 +143,7 @@ def simulate(
     """Simulate TRACE; write summary.json, jobs.csv and plots into OUT."""
     if no_learning and not wrong_priors:
         raise click.UsageError("--no-learning needs --wrong-priors")
+    from bellows.cli.progress import steps
     from bellows.sim import run
     from bellows.sim.grids import settings_config
     from bellows.sim.metrics import settings_summary, write_jobs_csv
@@ -152,41 +153,49 @@ def simulate(
     # started first: it imports matplotlib on the other core while the run goes on
     plotter = Plotter() if plots else None
     try:
-        try:
-            jobs = read_trace(trace)
-            given = {
-                "mode": "paper" if paper else "bellows", "policy": policy, "queue": queue,
-                "delta_min": delta_min, "early_share": early_share,
-                "restart_cost_s": restart_cost_s, "hysteresis": hysteresis, "backfill": backfill,
-            }  # fmt: skip
-            # the same settings, built the same way, as a sweep's cells (bellows sweep)
-            config = settings_config({k: v for k, v in given.items() if v is not None})
-            jobs = fit_note(jobs, gpus, source=str(trace))
-        except SpecError as error:
-            raise click.ClickException(str(error)) from None
-        horizon = None if horizon_min is None else horizon_min * 60.0
-        learning = None
-        if wrong_priors:
-            from bellows.sim import learning as online
+        with steps(f"reading {trace.name}") as show:
+            try:
+                jobs = read_trace(trace)
+                given = {
+                    "mode": "paper" if paper else "bellows", "policy": policy, "queue": queue,
+                    "delta_min": delta_min, "early_share": early_share,
+                    "restart_cost_s": restart_cost_s, "hysteresis": hysteresis,
+                    "backfill": backfill,
+                }  # fmt: skip
+                # the same settings, built the same way, as a sweep's cells (bellows sweep)
+                config = settings_config({k: v for k, v in given.items() if v is not None})
+                jobs = fit_note(jobs, gpus, source=str(trace))
+            except SpecError as error:
+                raise click.ClickException(str(error)) from None
+            horizon = None if horizon_min is None else horizon_min * 60.0
+            what = f"simulating {len(jobs):,} jobs on {gpus:,} GPUs"
+            show(what)
+            learning = None
+            if wrong_priors:
+                from bellows.sim import learning as online
 
-            learning = online.Learning(online.wrong_priors(jobs), learn=not no_learning)
-        result = run(
-            jobs, gpus=gpus, config=config, cluster=_cluster(cluster), horizon_s=horizon,
-            learning=learning,
-        )  # fmt: skip
-        summary = result.summary() | settings_summary(config)
-        with output_errors(out):
-            out.mkdir(parents=True, exist_ok=True)
+                learning = online.Learning(online.wrong_priors(jobs), learn=not no_learning)
+            result = run(
+                jobs, gpus=gpus, config=config, cluster=_cluster(cluster), horizon_s=horizon,
+                learning=learning,
+                progress=lambda at, events: show(
+                    f"{what}: {at / 60:,.0f} min simulated, {events:,} events"
+                ),
+            )  # fmt: skip
+            summary = result.summary() | settings_summary(config)
+            with output_errors(out):
+                out.mkdir(parents=True, exist_ok=True)
+                if plotter is not None:
+                    queued = " + queue" if config.queue else ""
+                    label = f"{trace.stem}: {config.mode} {policy}{queued}"
+                    plotter.send(result, out, label=label, summary=summary)
+                text = json.dumps(summary, indent=1) + "\n"
+                (out / "summary.json").write_text(text, encoding="utf-8")
+                write_jobs_csv(result.jobs, out / "jobs.csv")
             if plotter is not None:
-                queued = " + queue" if config.queue else ""
-                label = f"{trace.stem}: {config.mode} {policy}{queued}"
-                plotter.send(result, out, label=label, summary=summary)
-            text = json.dumps(summary, indent=1) + "\n"
-            (out / "summary.json").write_text(text, encoding="utf-8")
-            write_jobs_csv(result.jobs, out / "jobs.csv")
-        if plotter is not None:
-            plotter.wait()
-            plotter = None
+                show("drawing plots")
+                plotter.wait()
+                plotter = None
     except PlotError as error:
         raise click.ClickException(str(error)) from None
     finally:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from bellows.autoscaler import Autoscaler, AutoscalerConfig, Mode
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
@@ -36,7 +36,20 @@ from bellows.sim.learning import Learning, OnlineLearner, Revision, true_spec
 from bellows.sim.metrics import JobRecord, Segment, summarize, template
 from bellows.sim.workloads.traces import TraceJob
 
-__all__ = ["CapacityChange", "RunStats", "SimResult", "SimulationError", "run"]
+__all__ = [
+    "PROGRESS_EVERY",
+    "CapacityChange",
+    "Progress",
+    "RunStats",
+    "SimResult",
+    "SimulationError",
+    "run",
+]
+
+Progress = Callable[[float, int], None]
+"""Told, every :data:`PROGRESS_EVERY` steps of a run, the simulated time and the events so far
+(a command's progress display; it must not touch the run)."""
+PROGRESS_EVERY: Final = 1024
 
 
 class SimulationError(RuntimeError):
@@ -210,16 +223,21 @@ class _Run:
         self.auto.tabulate(j.spec for j in trace)  # every TSF row, in vectorized batches
         self.arrive_s = timer() - started
 
-    def loop(self) -> None:
+    def loop(self, progress: Progress | None = None) -> None:
+        done = 0
         while True:
-            next_event = self.heap.peek_time()
+            at = self.heap.peek_time()
             due = self.auto.next_round_at()
-            if due is not None and (next_event is None or due < next_event):
+            if due is not None and (at is None or due < at):
+                at = due
                 self.round(due)
-            elif next_event is None:
+            elif at is None:
                 return
             else:
                 self.event()
+            done += 1
+            if progress is not None and done % PROGRESS_EVERY == 0:
+                progress(at, self.events)
 
     def event(self) -> None:
         event = self.heap.pop()
@@ -358,6 +376,7 @@ def run(
     capacity_changes: Sequence[CapacityChange] = (),
     timer: Callable[[], float] = time.perf_counter,
     learning: Learning | None = None,
+    progress: Progress | None = None,
 ) -> SimResult:
     """Simulate ``trace`` on ``gpus`` GPUs under ``config`` until every event is processed.
 
@@ -366,14 +385,15 @@ def run(
     (default: the horizon, else the last arrival). ``timer`` only measures where wall time
     goes; simulated time never reads it. ``learning``: jobs run at their true speed, report
     progress and (``learn=True``) the core learns it online (:mod:`bellows.sim.learning`);
-    ``None`` (default) runs every job as annotated, without reports.
+    ``None`` (default) runs every job as annotated, without reports. ``progress`` is told how
+    far the run got (:data:`Progress`).
     """
     started = timer()
     state = _Run(
         trace, gpus=gpus, config=config, cluster=cluster,
         capacity_changes=capacity_changes, timer=timer, learning=learning,
     )  # fmt: skip
-    state.loop()
+    state.loop(progress)
     wall = timer() - started
     last_arrival = max((j.arrival_s for j in trace), default=0.0)
     window = (
