@@ -1,5 +1,6 @@
-"""The live controller's memory: a real ``bellows controller`` process holding 10,000 jobs
-(target: <= 300 MiB resident), per optimizer path, side by side.
+"""The live controller's memory and start-up: a real ``bellows controller`` process holding
+10,000 jobs (targets: <= 300 MiB resident on the NumPy path, <= 450 MiB on a JAX path, the
+default ``auto``), per optimizer path, side by side.
 
 For each capacity and each optimizer path (``controller.optimizer``), from scratch: an
 emulated Kubeflow cluster in a child process holds ``--jobs`` opted-in jobs, suspended; a
@@ -10,10 +11,17 @@ election). The controller rebuilds its state from the cluster and starts what fi
 bridge and NATS, each waited for until the controller has run its round. Then the
 controller's ``/proc/<pid>/status`` is read: the resident set now (``VmRSS``) and at its
 peak (``VmHWM``), and how much of it is anonymous memory (heap, stacks) and how much file
-pages (shared libraries' code, which the kernel can drop and reload).
+pages (shared libraries' code, which the kernel can drop and reload). The controller's
+``bellows_startup_seconds`` give its start-up steps: the rebuild (jobs read), the first
+round (the core's step) and the rehearsal (the optimizer meeting the next rounds' shapes).
+
+Each JAX path runs twice on one compilation cache folder (``BELLOWS_JAX_CACHE``, empty at
+first): cold, then warm, as a restarted pod on the chart's cache volume (target: first round
+and rehearsal <= 2 s warm). ``--no-warm`` runs each once, cold.
 
 Usage: python benchmarks/controller_memory.py [--jobs 10000] [--capacity 64,1250]
                                                [--optimizer numpy,auto] [--events 20]
+                                               [--no-warm]
 """
 
 from __future__ import annotations
@@ -43,7 +51,9 @@ from bellows.service.config import LoggingSettings, LogLevel
 from bellows.service.logging import configure_logging
 from controller_latency import NS, ClusterProcess, _client, _make_event, workload
 
-MEMORY_TARGET_MIB = 300.0
+MEMORY_TARGET_MIB = {"numpy": 300.0}  # MiB resident; a JAX path's: JAX_TARGET_MIB
+JAX_TARGET_MIB = 450.0
+WARM_TARGET_S = 2.0  # first round + rehearsal, with a warm compilation cache
 READY_TIMEOUT_S = 900.0  # 10,000 jobs listed, 1,000 of them started: minutes on 2 cores
 EVENT_TIMEOUT_S = 120.0
 
@@ -59,6 +69,9 @@ class Run:
     rounds: int
     startup_s: float
     status: dict[str, float]  # MiB: VmRSS, VmHWM, RssAnon, RssFile
+    steps: dict[str, float]  # bellows_startup_seconds by step
+    cache: str  # "cold", "warm" or "-" (the NumPy path compiles nothing)
+    kernels: int  # files in the compilation cache folder after the run
 
 
 def _free_port() -> int:
@@ -85,9 +98,11 @@ def _bellows() -> str:
 
 
 @contextlib.contextmanager
-def _process(args: Sequence[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def _process(
+    args: Sequence[str], log: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("wb") as out:
-        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             yield process
         finally:
@@ -99,8 +114,9 @@ def _process(args: Sequence[str], log: Path) -> Iterator[subprocess.Popen[bytes]
                 process.wait()
 
 
-def _metrics(port: int) -> dict[str, float]:
-    """The controller's Prometheus samples (names without labels), or {} if not serving."""
+def _metrics(port: int, *, labelled: bool = False) -> dict[str, float]:
+    """The controller's Prometheus samples (names without labels, summed; with ``labelled``,
+    ``name{labels}`` each), or {} if not serving."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
             text = reply.read().decode()
@@ -108,9 +124,10 @@ def _metrics(port: int) -> dict[str, float]:
         return {}
     values: dict[str, float] = {}
     for line in text.splitlines():
-        match = re.fullmatch(r"([a-z_]+)(?:\{[^}]*\})? ([-+0-9.eEinfa]+)", line)
+        match = re.fullmatch(r"([a-z_]+)(\{[^}]*\})? ([-+0-9.eEinfa]+)", line)
         if match:
-            values[match[1]] = values.get(match[1], 0.0) + float(match[2])
+            name = match[1] + (match[2] or "") if labelled else match[1]
+            values[name] = values.get(name, 0.0) + float(match[3])
     return values
 
 
@@ -133,8 +150,11 @@ def _wait(what: str, ready: Any, process: subprocess.Popen[bytes], log: Path, li
         time.sleep(0.2)
 
 
-async def _measure(jobs: int, capacity: int, optimizer: str, events: int, seed: int) -> Run:
+async def _measure(  # noqa: PLR0917 - one case's settings, named where they are set
+    jobs: int, capacity: int, optimizer: str, events: int, seed: int, cache: Path, label: str
+) -> Run:
     trace = workload(jobs + events, seed)
+    env = {**os.environ, "BELLOWS_JAX_CACHE": str(cache)}
     with ClusterProcess(jobs, jobs + events, seed) as url, tempfile.TemporaryDirectory() as tmp:
         async with running_nats_server() as nats:
             port = _free_port()
@@ -155,8 +175,8 @@ async def _measure(jobs: int, capacity: int, optimizer: str, events: int, seed: 
             controller = [_bellows(), "controller", *flags, "--set", f"metrics.port={port}"]
             log = Path(tmp) / "controller.log"
             with (
-                _process(bridge, Path(tmp) / "bridge.log"),
-                _process(controller, log) as process,
+                _process(bridge, Path(tmp) / "bridge.log", env),
+                _process(controller, log, env) as process,
             ):
                 started = time.monotonic()
 
@@ -177,6 +197,11 @@ async def _measure(jobs: int, capacity: int, optimizer: str, events: int, seed: 
                     )  # fmt: skip
                 await asyncio.sleep(1.0)
                 seen = _metrics(port)
+                steps = {
+                    key.split('"')[1]: value
+                    for key, value in _metrics(port, labelled=True).items()
+                    if key.startswith("bellows_startup_seconds{")
+                }
                 status = _proc_status(process.pid)
     return Run(
         capacity=capacity,
@@ -186,7 +211,14 @@ async def _measure(jobs: int, capacity: int, optimizer: str, events: int, seed: 
         rounds=int(seen.get("bellows_rounds_total", 0)),
         startup_s=startup_s,
         status=status,
+        steps=steps,
+        cache=label,
+        kernels=sum(1 for _ in cache.iterdir()),
     )
+
+
+def _step(steps: dict[str, float], name: str) -> str:
+    return f"{steps[name]:.3f}" if name in steps else "n/a"
 
 
 def _csv(kind: Any) -> Any:
@@ -203,27 +235,38 @@ def main() -> None:
     parser.add_argument("--optimizer", type=_csv(str), default=["numpy", "auto"])
     parser.add_argument("--events", type=int, default=20)
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--no-warm", action="store_true", help="JAX paths once, cold")
     args = parser.parse_args()
     bad = [o for o in args.optimizer if o not in METHODS]
     if bad:
         parser.error(f"--optimizer {bad[0]!r}: expected one of {', '.join(METHODS)}")
     configure_logging(LoggingSettings(level=LogLevel.ERROR))
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    runs = [
-        asyncio.run(_measure(args.jobs, capacity, optimizer, args.events, args.seed))
-        for capacity in args.capacity
-        for optimizer in args.optimizer
-    ]
+    runs = []
+    for capacity in args.capacity:
+        for optimizer in args.optimizer:
+            labels = (
+                ["-"] if optimizer == "numpy" else ["cold"] if args.no_warm else ["cold", "warm"]
+            )
+            with tempfile.TemporaryDirectory(prefix="bellows-jax-") as cache:
+                for label in labels:
+                    runs.append(asyncio.run(_measure(
+                        args.jobs, capacity, optimizer, args.events, args.seed, Path(cache), label
+                    )))  # fmt: skip
     print(f"\nbellows controller process holding {args.jobs} jobs, after start-up and "
-          f"{args.events} events; MiB (target {MEMORY_TARGET_MIB:.0f} MiB resident)")  # fmt: skip
-    print(f"{'GPUs':>5} {'optimizer':<9} {'running':>7} {'queued':>6} {'start s':>7} "
-          f"{'RSS':>7} {'peak':>7} {'anon':>7} {'file':>7} {'peak/target':>11}")  # fmt: skip
+          f"{args.events} events; MiB; start-up steps in s (bellows_startup_seconds)")  # fmt: skip
+    print("| GPUs | optimizer | cache | running / queued | to first round | rebuild | first round "
+          "| rehearsal | kernels | RSS | peak | anon | file | peak / target |")  # fmt: skip
+    print("|---" * 14 + "|")
     for run in runs:
-        s = run.status
+        s, t = run.status, run.steps
+        target = MEMORY_TARGET_MIB.get(run.optimizer, JAX_TARGET_MIB)
         print(
-            f"{run.capacity:>5} {run.optimizer:<9} {run.running:>7} {run.queued:>6} "
-            f"{run.startup_s:>7.1f} {s['VmRSS']:>7.1f} {s['VmHWM']:>7.1f} {s['RssAnon']:>7.1f} "
-            f"{s['RssFile']:>7.1f} {s['VmHWM'] / MEMORY_TARGET_MIB:>11.2f}"
+            f"| {run.capacity} | {run.optimizer} | {run.cache} | {run.running} / {run.queued} | "
+            f"{run.startup_s:.1f} | {_step(t, 'rebuild')} | {_step(t, 'first-round')} | "
+            f"{_step(t, 'rehearsal')} | {run.kernels} | "
+            f"{s['VmRSS']:.1f} | {s['VmHWM']:.1f} | {s['RssAnon']:.1f} | {s['RssFile']:.1f} | "
+            f"**{s['VmHWM'] / target:.2f}** |"
         )
 
 

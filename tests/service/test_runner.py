@@ -163,11 +163,18 @@ def test_the_memory_benchmark_measures_a_real_controller_process() -> None:
         capture_output=True, text=True, timeout=240, check=True,
     )  # fmt: skip
     assert "holding 60 jobs" in done.stdout, done.stdout
-    row = next(line.split() for line in done.stdout.splitlines() if line.startswith("    8 numpy"))
-    running, queued, rss = int(row[2]), int(row[3]), float(row[5])
+    line = next(line for line in done.stdout.splitlines() if line.startswith("| 8 | numpy |"))
+    row = [cell.strip() for cell in line.strip("|").split("|")]
+    running, queued = (int(n) for n in row[3].split("/"))
+    rebuild, first_round, rehearsal, rss = (float(n) for n in (row[5], row[6], row[7], row[9]))
+    assert row[8] == "0"  # the NumPy path compiled no kernel into its cache folder
     assert running > 0
     assert running + queued == 60  # 60 jobs, one arrival, one completion
     assert 30.0 < rss < 2000.0  # a resident set in MiB was read, not a placeholder
+    # the controller's start-up gauges were read (a missing one prints n/a)
+    assert rebuild > 0.0
+    assert first_round >= 0.0
+    assert rehearsal >= 0.0
 
 
 async def test_the_early_trigger_starts_a_queued_job_before_delta() -> None:

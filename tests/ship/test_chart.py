@@ -474,3 +474,38 @@ def test_rendered_config_is_what_the_controller_loads(variant: str, tmp_path: Pa
         assert list(loaded.nats.servers) == values["nats"]["servers"]
         assert str(loaded.nats.credentials_file).endswith("nats.creds")
         assert loaded.nats.tls.enabled
+
+
+def _controller_pod(values: dict[str, Any]) -> dict[str, Any]:
+    pod: dict[str, Any] = named(render(values), "Deployment", "bellows-controller")["spec"][
+        "template"
+    ]["spec"]
+    return pod
+
+
+def test_compiled_kernels_persist_on_a_volume_the_cache_reads() -> None:
+    pod = _controller_pod({})
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "jax-cache")
+    assert env["BELLOWS_JAX_CACHE"] == mount["mountPath"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "jax-cache")
+    assert volume == {"name": "jax-cache", "emptyDir": {"sizeLimit": "512Mi"}}
+    claim = {"persistentVolumeClaim": {"claimName": "bellows-jax"}}
+    pod = _controller_pod({"controller": {"compileCache": {"volume": claim}}})
+    assert next(v for v in pod["volumes"] if v["name"] == "jax-cache") == {
+        "name": "jax-cache",
+        **claim,
+    }
+    # off: no volume, and the cache is off rather than pointed at the read-only root
+    pod = _controller_pod({"controller": {"compileCache": {"enabled": False}}})
+    (container,) = pod["containers"]
+    assert {e["name"]: e.get("value") for e in container["env"]}["BELLOWS_JAX_CACHE"] == "off"
+    assert all(v["name"] != "jax-cache" for v in pod["volumes"])
+    bridge = named(render({}), "Deployment", "bellows-bridge")["spec"]["template"]["spec"]
+    assert all(v["name"] != "jax-cache" for v in bridge["volumes"])
+
+
+def test_the_controller_runs_the_jax_optimizer_by_default() -> None:
+    config = yaml.safe_load(named(render(), "ConfigMap", "bellows-config")["data"]["config.yaml"])
+    assert config["controller"]["optimizer"] == "auto"

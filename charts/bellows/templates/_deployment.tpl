@@ -84,6 +84,11 @@ spec:
                   name: {{ include "bellows.natsAuthSecretName" $root }}
                   key: {{ $component }}-password
             {{- end }}
+            {{- with $values.compileCache }}
+            # The optimizer's compiled JAX kernels (docs/configuration.md, "Compiled kernels").
+            - name: BELLOWS_JAX_CACHE
+              value: {{ ternary "/var/cache/bellows/jax" "off" .enabled | quote }}
+            {{- end }}
             {{- with $values.extraEnv }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
@@ -112,6 +117,10 @@ spec:
               readOnly: true
             - name: tmp
               mountPath: /tmp
+            {{- if and $values.compileCache $values.compileCache.enabled }}
+            - name: jax-cache
+              mountPath: /var/cache/bellows/jax
+            {{- end }}
             {{- if $root.Values.nats.credentials.existingSecret }}
             - name: nats-credentials
               mountPath: /etc/bellows/nats-credentials
@@ -130,6 +139,15 @@ spec:
         - name: tmp
           emptyDir:
             sizeLimit: 64Mi
+        {{- if and $values.compileCache $values.compileCache.enabled }}
+        - name: jax-cache
+          {{- if $values.compileCache.volume }}
+          {{- toYaml $values.compileCache.volume | nindent 10 }}
+          {{- else }}
+          emptyDir:
+            sizeLimit: {{ $values.compileCache.sizeLimit }}
+          {{- end }}
+        {{- end }}
         {{- if $root.Values.nats.credentials.existingSecret }}
         - name: nats-credentials
           secret:

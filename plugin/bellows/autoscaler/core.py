@@ -25,6 +25,8 @@ decisions.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -99,6 +101,25 @@ class Autoscaler:
         self._preempt_at: float | None = None  # capacity fell below the GPUs in use
         self._fill_at: float | None = None  # GPUs may be free while jobs wait
         self.last_round: RoundStats | None = None
+
+    def fork(self) -> Autoscaler:
+        """An independent core in this one's state: what either is told or decides from now
+        on never reaches the other (a what-if: the controller's start-up rehearsal).
+
+        Specs, TSF rows and running jobs are immutable values, so the fork shares them and
+        copies only the containers that hold them: milliseconds at 10 000 jobs, where
+        ``copy.deepcopy`` took a second (docs/live.md).
+        """
+        twin = copy.copy(self)
+        s = self._s
+        twin._s = _State(
+            jobs=dict(s.jobs), rows=dict(s.rows), arrived=list(s.arrived),
+            running=dict(s.running), finished=set(s.finished), rejected=set(s.rejected),
+            carried=dict(s.carried), in_use=s.in_use,
+        )  # fmt: skip
+        twin._clock = dataclasses.replace(self._clock)
+        twin._row_cache = dict(self._row_cache)
+        return twin
 
     # ------------------------------------------------------------------ facts in
     def arrive(self, job: JobSpec, now: float) -> bool:

@@ -204,8 +204,11 @@ class ControllerSettings:
         ),
     )
     optimizer: OptimizerPath = field(
-        default=OptimizerPath.NUMPY,
-        metadata=doc("numpy (no JAX, least memory) or auto, dense, band (JAX); same decisions"),
+        default=OptimizerPath.AUTO,
+        metadata=doc(
+            "auto (JAX for shapes worth compiling, NumPy below), dense, band (JAX) or numpy "
+            "(never loads JAX, least memory); same decisions"
+        ),
     )
     capacity: CapacitySettings = field(default_factory=CapacitySettings)
     kueue: KueueSettings = field(default_factory=KueueSettings)

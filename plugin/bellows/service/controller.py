@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,6 +66,7 @@ from bellows.kube import (
 from bellows.kube.journal import Journal, Phase
 from bellows.kube.kinds import finished_state, foreign_manager, running_since
 from bellows.optimizer.solving import RENT
+from bellows.service.allocator import release_free_heap
 from bellows.service.ledger import Ledger
 from bellows.service.queues import QueueIndex, QueueProblem
 
@@ -109,6 +109,11 @@ class ControllerObserver:
         """``count`` opted-in jobs are skipped now, never written to, for ``reason``
         (``managed-by``: another controller runs them; ``queue-unknown``: their Kueue
         queue cannot be resolved)."""
+
+    def started(self, step: str, seconds: float) -> None:
+        """A step of the controller's start-up took ``seconds``: ``rebuild`` (the jobs read
+        from the cluster), ``first-round`` (the core's first step on them, the optimizer
+        included) or ``rehearsal`` (the optimizer meeting the next rounds' shapes)."""
 
 
 NullControllerObserver = ControllerObserver
@@ -213,6 +218,7 @@ class Controller:
         """
         async with self._lock:
             now = self._clock.now()
+            started = self._timer()
             waiting: list[tuple[str, Arrived]] = []
             for namespace in self._namespaces:
                 for kind in KINDS:
@@ -228,8 +234,11 @@ class Controller:
             _log.info(
                 "rebuild.done", running=len(self._auto.allocations), queued=len(self._auto.queued)
             )
-            await self._round(now)
+            self._observer.started("rebuild", self._timer() - started)
+            self._observer.started("first-round", await self._round(now))
+            started = self._timer()
             self._rehearse(now)
+            self._observer.started("rehearsal", self._timer() - started)
 
     async def _isolated(self, job: str, work: Awaitable[_T]) -> _T | None:
         """``work`` for one job; a value in that job that no check foresaw marks the job
@@ -289,9 +298,11 @@ class Controller:
 
         The optimizer compiles a kernel for each new problem shape it meets, once per
         process, which takes a second or more; meeting the likely shapes now, before events
-        are consumed, keeps those seconds out of the first windows' latency. The copies'
-        decisions are thrown away. The NumPy path compiles nothing, so it skips this (and the
-        copies of a state that may hold 10 000 jobs).
+        are consumed, keeps those seconds out of the first windows' latency. The copies
+        (:meth:`Autoscaler.fork`) and their decisions are thrown away, and after each step
+        the C heap's free pages go back to the system: a compilation's working memory (LLVM's)
+        would otherwise stay resident and the next one add to it. The NumPy path compiles
+        nothing, so it skips this.
         """
         if self._auto.config.optimizer == "numpy":
             return
@@ -302,13 +313,15 @@ class Controller:
         # "auto" would rent NumPy for a new shape (docs/optimizer.md): here it compiles now
         with RENT.compiling():
             for name in kinds.values():
-                leaving = copy.deepcopy(self._auto)
+                leaving = self._auto.fork()
                 leaving.finish(name, later)
                 leaving.step(later)
-                coming = copy.deepcopy(self._auto)
+                release_free_heap()
+                coming = self._auto.fork()
                 spec = self._auto.job(name)
                 coming.arrive(dataclasses.replace(spec, name=f"{spec.name}-rehearsal"), later)
                 coming.step(later)
+                release_free_heap()
         if kinds:
             _log.info("rebuild.rehearsed", seconds=round(self._timer() - started, 3))
 
@@ -651,10 +664,13 @@ class Controller:
         _log.warning("job.not_managed", job=seen.job, problem=seen.problem)
 
     # ------------------------------------------------------------------ rounds
-    async def _round(self, now: float) -> None:
+    async def _round(self, now: float) -> float:
+        """Step the core and drive its decisions; returns the seconds of the step."""
         started = self._timer()
         decisions = self._auto.step(now)
-        await self._settle(decisions, now, seconds=self._timer() - started)
+        seconds = self._timer() - started
+        await self._settle(decisions, now, seconds=seconds)
+        return seconds
 
     async def _settle(self, decisions: Sequence[Decision], now: float, *, seconds: float) -> None:
         """Drive ``decisions`` and the retried ones: frees first, then what fits of the claims."""

@@ -64,6 +64,14 @@ class Metrics:
         for reason in (MANAGED_BY, QUEUE_UNKNOWN):
             self.jobs_skipped.labels(reason=reason).set(0)
         self.gpus_capacity = Gauge("bellows_gpus_capacity", "GPUs Bellows may hand out", registry=r)
+        self.startup_seconds = Gauge(
+            "bellows_startup_seconds",
+            "Seconds of each step of the controller's last start (of a pool's, with Kueue): "
+            "rebuild (jobs read from the cluster), first-round (the core's first step), "
+            "rehearsal (the optimizer meeting the next rounds' shapes)",
+            ["step"],
+            registry=r,
+        )
         self.optimizer_seconds = Histogram(
             "bellows_optimizer_seconds",
             "Time of one optimizer round",

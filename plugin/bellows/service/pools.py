@@ -124,6 +124,9 @@ class _PoolObserver(ControllerObserver):
     def skipped_jobs(self, reason: str, count: int) -> None:
         self._totals.skipped(self._pool, reason, count)
 
+    def started(self, step: str, seconds: float) -> None:
+        self._totals.observer.started(step, seconds)
+
 
 class Cores:
     """The pools' cores read as one (what the progress loop reads: each job is in one)."""

@@ -35,6 +35,7 @@ from bellows.jobs import SpecError
 from bellows.kube import Actuator, JobReader, KubeApi, Outcome
 from bellows.scaling import ClusterProfile, default_cluster, load_cluster_profile
 from bellows.service import capacity
+from bellows.service.allocator import release_free_heap
 from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig, CapacitySettings, KubernetesSettings
 from bellows.service.controller import ControllerObserver
@@ -87,6 +88,9 @@ class MetricsObserver(ControllerObserver):
 
     def skipped_jobs(self, reason: str, count: int) -> None:
         self._metrics.jobs_skipped.labels(reason=reason).set(count)
+
+    def started(self, step: str, seconds: float) -> None:
+        self._metrics.startup_seconds.labels(step=step).set(seconds)
 
 
 def kube_api_client(settings: KubernetesSettings) -> k8s.ApiClient:
@@ -263,6 +267,7 @@ async def _started_controller(
             await _wait(stop, wait)
             wait = min(wait * 2, longest)
             continue
+        release_free_heap()  # what the rehearsal's compilations and copies freed
         return pools
     return None
 
