@@ -14,7 +14,10 @@ Bellows mode (the defaults: restart cost 60 s, rounds every 2 min) the pump appl
 once and the core's step is a fill: a completion's GPUs go to the waiting jobs. Measured
 per event: from the window's close (the pump's apply call) to the last patch, the core's
 step alone, and the decisions made. The run is repeated from scratch for each mode and
-``--optimizer`` path. (Memory: ``benchmarks/controller_memory.py``.)
+``--optimizer`` path. (Memory: ``benchmarks/controller_memory.py``.) Like every ``bellows``
+command, the controller here keeps compiled JAX kernels in the persistent compile cache
+(``BELLOWS_JAX_CACHE``, default ``~/.cache/bellows/jax``; the chart's volume in a pod): run
+twice on a fresh folder for a first start and a restarted one.
 
 Usage: python benchmarks/controller_latency.py [--running 1000] [--events 200]
                                                 [--mode bellows,paper] [--optimizer numpy,auto]
@@ -58,6 +61,7 @@ from bellows.optimizer import Method
 from bellows.optimizer.solving import METHODS
 from bellows.scaling import default_cluster
 from bellows.service.clock import ServiceClock
+from bellows.service.compile_cache import enable_compile_cache
 from bellows.service.config import LoggingSettings, LogLevel
 from bellows.service.controller import Controller, ControllerObserver
 from bellows.service.logging import configure_logging
@@ -304,6 +308,7 @@ def main() -> None:
     except ValueError:
         parser.error(f"--mode {args.mode!r}: expected bellows and/or paper, comma-separated")
     configure_logging(LoggingSettings(level=LogLevel.ERROR))
+    print(f"JAX compile cache: {enable_compile_cache() or 'off'}")
     runs = {}
     for mode in modes:
         for path in paths:
