@@ -317,6 +317,8 @@ async def test_a_node_lost_under_running_jobs_halts_the_newest_until_it_is_back(
         await stack.until(
             "the halted jobs running again", lambda: all(_running_at(stack, n) for n in newest)
         )
+        # the witness learns of them from its watch, after the objects say so
+        await stack.until("the witness saw two restarts", lambda: len(restarted) >= 2)
         # the halted jobs went first, at the head of the queue, before the one waiting
         assert set(restarted[:2]) == set(newest), restarted
         assert all(len(witness.jobs[n].resumes) == 2 for n in newest)
