@@ -4,9 +4,9 @@ glibc's ``malloc`` keeps the pages a process freed, for later. The controller's 
 frees a lot at once: the XLA compilations of the JAX optimizer's kernels (LLVM's working
 memory) and the rehearsal's copies of the core. Kept, they stayed resident for the life of
 the pod (docs/live.md: the controller at 10 000 jobs on 1 250 GPUs was resident at 555-590 MiB
-on the JAX path, 381 MiB with the trims). :func:`release_free_heap` hands them back
-(``malloc_trim``); the controller calls it after each rehearsal step and once its start-up is
-over. Elsewhere than glibc (musl, macOS) it does nothing.
+on the JAX path, 381 MiB with the trim). :func:`release_free_heap` hands them back
+(``malloc_trim``); the controller calls it once its start-up is over. Elsewhere than glibc
+(musl, macOS) it does nothing.
 """
 
 from __future__ import annotations

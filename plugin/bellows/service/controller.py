@@ -66,7 +66,6 @@ from bellows.kube import (
 from bellows.kube.journal import Journal, Phase
 from bellows.kube.kinds import finished_state, foreign_manager, running_since
 from bellows.optimizer.solving import RENT
-from bellows.service.allocator import release_free_heap
 from bellows.service.ledger import Ledger
 from bellows.service.queues import QueueIndex, QueueProblem
 
@@ -236,9 +235,7 @@ class Controller:
             )
             self._observer.started("rebuild", self._timer() - started)
             self._observer.started("first-round", await self._round(now))
-            started = self._timer()
-            self._rehearse(now)
-            self._observer.started("rehearsal", self._timer() - started)
+            self._observer.started("rehearsal", self._rehearse(now))
 
     async def _isolated(self, job: str, work: Awaitable[_T]) -> _T | None:
         """``work`` for one job; a value in that job that no check foresaw marks the job
@@ -292,20 +289,18 @@ class Controller:
         lean = Arrived(seen.spec, dataclasses.replace(seen.view, raw={}), None)
         return _created(seen), lean
 
-    def _rehearse(self, now: float) -> None:
+    def _rehearse(self, now: float) -> float:
         """Run the next likely rounds on copies of the core: for each kind of job (category)
         one more of it arriving, and one of it finishing.
 
         The optimizer compiles a kernel for each new problem shape it meets, once per
         process, which takes a second or more; meeting the likely shapes now, before events
         are consumed, keeps those seconds out of the first windows' latency. The copies
-        (:meth:`Autoscaler.fork`) and their decisions are thrown away, and after each step
-        the C heap's free pages go back to the system: a compilation's working memory (LLVM's)
-        would otherwise stay resident and the next one add to it. The NumPy path compiles
-        nothing, so it skips this.
+        (:meth:`Autoscaler.fork`) and their decisions are thrown away. The NumPy path
+        compiles nothing, so it skips this. Returns the seconds it took.
         """
         if self._auto.config.optimizer == "numpy":
-            return
+            return 0.0
         names = [*self._auto.allocations, *self._auto.queued]
         kinds = {self._auto.job(name).category: name for name in names}
         started = self._timer()
@@ -316,14 +311,14 @@ class Controller:
                 leaving = self._auto.fork()
                 leaving.finish(name, later)
                 leaving.step(later)
-                release_free_heap()
                 coming = self._auto.fork()
                 spec = self._auto.job(name)
                 coming.arrive(dataclasses.replace(spec, name=f"{spec.name}-rehearsal"), later)
                 coming.step(later)
-                release_free_heap()
+        seconds = self._timer() - started
         if kinds:
-            _log.info("rebuild.rehearsed", seconds=round(self._timer() - started, 3))
+            _log.info("rebuild.rehearsed", seconds=round(seconds, 3))
+        return seconds
 
     def closes_window(self, events: Sequence[Event]) -> bool:
         """The paper's hybrid trigger, live: whether the open window's completions of running
