@@ -24,7 +24,7 @@ from nats.js.client import JetStreamContext
 from bellows.bus.settings import NatsSettings
 from bellows.emulator import EmulatedCluster
 from bellows.kube import KubeApi
-from bellows.scaling import ClusterProfile, JobProfile
+from bellows.scaling import ClusterProfile
 from bellows.scaling.online import SpeedFactors
 from bellows.service.emulated_progress import EmulatedReporter
 from bellows.service.learning import ProgressLearner
@@ -35,7 +35,7 @@ from bellows.service.progress_loop import (
     open_progress_subscription,
 )
 from bellows.service.replay import manifest_name
-from bellows.sim.learning import DEFAULT_REPORT_S, WRONG_PRIORS
+from bellows.sim.learning import DEFAULT_REPORT_S, WRONG_PRIORS, true_spec, wrong_priors
 from bellows.sim.workloads import TraceJob
 
 __all__ = ["REPORT_S", "WRONG_PRIORS", "learning_tasks", "true_speeds", "true_trace"]
@@ -44,10 +44,9 @@ REPORT_S: Final = DEFAULT_REPORT_S  # cluster seconds between two reports of an 
 
 
 def _truth(trace: Sequence[TraceJob]) -> dict[str, SpeedFactors]:
-    ordered = sorted(trace, key=lambda j: j.arrival_s)
-    return {
-        manifest_name(job): WRONG_PRIORS[i % len(WRONG_PRIORS)] for i, job in enumerate(ordered)
-    }
+    """:func:`~bellows.sim.learning.wrong_priors`, keyed by the job's object name."""
+    by_spec = wrong_priors(trace)
+    return {manifest_name(job): by_spec[job.spec.name] for job in trace}
 
 
 def true_speeds(trace: Sequence[TraceJob]) -> Callable[[str, str], SpeedFactors | None]:
@@ -59,12 +58,10 @@ def true_speeds(trace: Sequence[TraceJob]) -> Callable[[str, str], SpeedFactors 
 def true_trace(trace: Sequence[TraceJob]) -> tuple[TraceJob, ...]:
     """The trace with every job's true profile in its spec (what an oracle would know)."""
     truth = _truth(trace)
-    out = []
-    for job in trace:
-        real = truth[manifest_name(job)].apply(JobProfile(job.spec.weights, job.spec.profile))
-        spec = dataclasses.replace(job.spec, weights=real.effective_weights, profile=real.step)
-        out.append(dataclasses.replace(job, spec=spec))
-    return tuple(out)
+    return tuple(
+        dataclasses.replace(job, spec=true_spec(job.spec, truth[manifest_name(job)]))
+        for job in trace
+    )
 
 
 async def learning_tasks(
