@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from bellows.jobs import SpecError
-from bellows.optimizer import Infeasible, admit, admit_reference, allocate_reference
+from bellows.optimizer import (
+    Infeasible,
+    admit,
+    admit_reference,
+    allocate_reference,
+    best_count,
+)
 from tests.optimizer.brute import random_table
 
 
@@ -37,6 +43,23 @@ def test_equals_the_layer_by_layer_reference_on_every_path(backfill: bool) -> No
             assert got.gpus.dtype == np.int64
         seen += 1
     assert seen > 60
+
+
+def test_best_count_is_what_admit_gives_a_lone_candidate() -> None:
+    rng = np.random.default_rng(8)
+    seen = 0
+    for _ in range(300):
+        # dyadic values: frequent exact ties, which go to the fewest GPUs
+        row = random_table(rng, 1, int(rng.choice([2, 4, 8])), holes=0.4, dyadic=True)
+        capacity = int(rng.integers(0, 12))
+        finite = np.flatnonzero(np.isfinite(row[0]))
+        if finite.size == 0 or finite[0] > capacity:
+            continue
+        expected = admit(row, capacity, required=0)
+        assert expected.admitted == (0,)
+        assert best_count(row[0], int(finite[0]), capacity) == expected.gpus[0]
+        seen += 1
+    assert seen > 150
 
 
 def test_fifo_admits_the_longest_fitting_prefix_and_its_optimum() -> None:

@@ -35,11 +35,11 @@ import numpy as np
 
 from bellows.autoscaler.config import AutoscalerConfig, Mode, Policy, restart_seconds
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
-from bellows.autoscaler.pricing import exact, priced
+from bellows.autoscaler.pricing import exact, kept, priced
 from bellows.autoscaler.progress import RunningJob
 from bellows.autoscaler.rounds import RoundClock
 from bellows.jobs import Allocation, JobSpec, SpecError
-from bellows.optimizer import admit
+from bellows.optimizer import admit, best_count
 from bellows.scaling import ClusterProfile, single_gpu_throughput, throughput, tsf_tables
 from bellows.scaling.tables import candidate_count
 
@@ -61,6 +61,8 @@ class _Row:
     rate: np.ndarray  # float64 [k_max+1], samples/s at (k, batch[k])
     min_gpus: int  # smallest feasible k (k_max + 1 when none)
     x1: float  # samples/s on one GPU at the job's largest per-GPU batch (TSF's unit)
+    grid: np.ndarray  # values on the optimizer's exact grid (pricing.exact), no keep bonus
+    batches: tuple[int, ...]  # batch, as Python ints (read per admitted job each round)
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,11 @@ class _State:
 
 class Autoscaler:
     """Decides GPUs and batch sizes for every job; see the module docstring."""
+
+    # Shortcuts that decide exactly as the full optimizer, in less time: only the candidates
+    # FIFO admission takes get a row, a lone candidate is placed without the DP, waiting
+    # jobs' grid rows are computed once. The tests turn them off to hold them to it.
+    shortcuts = True
 
     def __init__(self, config: AutoscalerConfig, *, capacity: int, cluster: ClusterProfile) -> None:
         self._config = config
@@ -301,20 +308,25 @@ class Autoscaler:
     def _round(self, now: float) -> list[Decision]:
         decisions: list[Decision] = []
         decisions.extend(self._preempt_to_fit(now))
-        names = list(self._s.running) + self._candidates(self._capacity - len(self._s.running))
+        running = list(self._s.running)
+        offered = self._candidates(self._capacity - len(running))
+        # only the candidates admission takes get a row: a long queue costs the DP nothing
+        free = self._capacity - self._min_need(running)
+        names = running + (self._fitting(offered, free) if self.shortcuts else offered)
         admitted, objective = self._optimize(
-            names, self._capacity, now, decisions, required=len(self._s.running)
+            names, self._capacity, now, decisions, required=len(running)
         )
         decisions.extend(self._reject())
         self._clock.round_done(now, running=len(self._s.running))
-        self._stats(now, len(names), admitted, objective, decisions, kind="round")
+        candidates = len(running) + len(offered)
+        self._stats(now, candidates, admitted, objective, decisions, kind="round")
         return decisions
 
     def _fill(self, now: float) -> list[Decision]:
         """Start waiting jobs on the free GPUs; running jobs are left as they are."""
         free = self._capacity - self._s.in_use
         decisions: list[Decision] = []
-        names = self._fitting(free)
+        names = self._fitting(self._s.arrived, free) if self.shortcuts else self._candidates(free)
         admitted, objective = self._optimize(names, free, now, decisions, required=0)
         self._stats(now, len(names), admitted, objective, decisions, kind="fill")
         return decisions
@@ -331,9 +343,17 @@ class Autoscaler:
         """Admit and place ``names`` (the ``required`` running jobs first) on ``capacity``."""
         if not names:
             return 0, 0.0
-        values, keep = self._values(names, capacity, now)
+        if len(names) == 1 and not required and self.shortcuts:
+            # most fills: one waiting job and the free GPUs; admitted when it fits
+            row = self._s.rows[names[0]]
+            if row.min_gpus > capacity:
+                return 0, 0.0
+            k = best_count(row.grid, row.min_gpus, capacity)
+            decisions.extend(self._apply({names[0]: k}, now))
+            return 1, float(row.values[k])
+        values, graded = self._values(names, capacity, now)
         admission = admit(
-            exact(values, keep),
+            graded,
             capacity,
             required=required,
             backfill=self._config.backfill,
@@ -376,12 +396,13 @@ class Autoscaler:
         fit = [n for n in self._s.arrived if self._s.rows[n].min_gpus <= self._capacity]
         return fit if self._config.backfill else fit[: max(0, slots)]
 
-    def _fitting(self, free: int) -> list[str]:
-        """The waiting jobs a fill admits, in FIFO order: each while its smallest allocation
-        fits in what is left (past one that does not, with backfill) — the admission rule
-        of :func:`bellows.optimizer.admit`, so a long queue costs the DP nothing."""
+    def _fitting(self, waiting: Sequence[str], free: int) -> list[str]:
+        """The ``waiting`` jobs admission takes on ``free`` GPUs, in FIFO order: each while
+        its smallest allocation fits in what is left (past one that does not, with
+        backfill) — the admission rule of :func:`bellows.optimizer.admit`, so a long queue
+        costs the DP nothing."""
         out: list[str] = []
-        for name in self._s.arrived:
+        for name in waiting:
             if free <= 0:
                 break
             least = self._s.rows[name].min_gpus
@@ -397,39 +418,58 @@ class Autoscaler:
     def _values(
         self, names: Sequence[str], capacity: int, now: float
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Values ``[jobs, width+1]`` (restarts priced) and each running job's current k."""
-        width = max(1, min(capacity, max(self._s.jobs[n].k_max for n in names)))
+        """Values ``[jobs, width+1]`` (restarts priced), and the same on the exact grid with
+        each running job's current k kept on a tie (:func:`exact`): what the DP maximises.
+
+        Grid rows are computed once per TSF row; only the rows of running jobs whose moves
+        are priced go on the grid here, as their remaining work changes."""
+        s = self._s
+        width = max(1, min(capacity, max(s.jobs[n].k_max for n in names)))
         values = np.full((len(names), width + 1), -np.inf)  # [jobs, width+1]
-        keep = np.full(len(names), -1, dtype=np.int64)
+        graded = np.full_like(values, -np.inf)  # [jobs, width+1]
         hold = max(1.0, self._config.hysteresis)
-        rates = np.zeros_like(values)  # [jobs, width+1], filled for running jobs
-        moving: list[tuple[int, int, float, float, float]] = []  # i, current, left, penalty, x1
+        held: list[int] = []  # rows of running jobs
+        current: list[int] = []  # their GPUs (-1: wider than the table)
+        moving: list[tuple[int, float, float, np.ndarray, float]] = []  # i, left, penalty, ..
         for i, name in enumerate(names):
-            row = self._s.rows[name]
+            row = s.rows[name]
             cols = min(width + 1, row.values.shape[0])
             values[i, :cols] = row.values[:cols]
-            running = self._s.running.get(name)
+            graded[i, :cols] = row.grid[:cols]
+            running = s.running.get(name)
             if running is None:
                 continue
-            current = running.allocation.gpus
-            if current <= width:
-                keep[i] = current
-            penalty = self.restart_cost(name) * hold
+            gpus = running.allocation.gpus
+            held.append(i)
+            current.append(gpus if gpus <= width else -1)
+            job = s.jobs[name]
+            penalty = restart_seconds(job, self._config) * hold
             if penalty > 0:
-                rates[i, :cols] = row.rate[:cols]
-                left = max(self._s.jobs[name].work - running.done_at(now), 0.0)
-                moving.append((i, current, left, penalty, row.x1))
+                left = max(job.work - running.done_at(now), 0.0)
+                moving.append((i, left, penalty, row.rate[:cols], row.x1))
+        at = np.array(held, dtype=np.int64)
+        keep = np.array(current, dtype=np.int64)
         if moving:
-            at = np.array([m[0] for m in moving], dtype=np.int64)
-            values[at] = priced(
-                values[at],
-                rates[at],
-                current=np.array([m[1] for m in moving], dtype=np.int64),
-                remaining=np.array([m[2] for m in moving]),
-                penalty_s=np.array([m[3] for m in moving]),
+            priced_at = np.array([m[0] for m in moving], dtype=np.int64)
+            rates = np.zeros((len(moving), width + 1))  # [moving, width+1], 0 past a row
+            for r, m in enumerate(moving):
+                rates[r, : m[3].shape[0]] = m[3]
+            values[priced_at] = priced(
+                values[priced_at],
+                rates,
+                current=keep[np.searchsorted(at, priced_at)],
+                remaining=np.array([m[1] for m in moving]),
+                penalty_s=np.array([m[2] for m in moving]),
                 x1=np.array([m[4] for m in moving]),
             )
-        return values, keep
+            graded[priced_at] = exact(values[priced_at], np.full(len(moving), -1, np.int64))
+        if held:
+            kept(graded, at, keep)
+        if not self.shortcuts:
+            every = np.full(len(names), -1, dtype=np.int64)
+            every[at] = keep
+            graded = exact(values, every)
+        return values, graded
 
     def _halt_newest(self, now: float) -> list[Decision]:
         """Halt the newest running jobs until the rest fit in the capacity (at its drop)."""
@@ -462,14 +502,13 @@ class Autoscaler:
         downs: list[Decision] = []
         ups: list[Decision] = []
         starts: list[Decision] = []
+        rows, jobs = self._s.rows, self._s.running
         for name, k in gpus.items():
-            row = self._s.rows[name]
-            batch = int(row.batch[k])
-            running = self._s.running.get(name)
-            if running is not None and (running.allocation.gpus, running.allocation.batch) == (
-                k,
-                batch,
-            ):
+            row = rows[name]
+            batch = row.batches[k]
+            running = jobs.get(name)
+            held = None if running is None else running.allocation
+            if held is not None and held.gpus == k and held.batch == batch:
                 continue  # the common case in a round: the job keeps what it has
             alloc = Allocation(k, batch)
             rate = float(row.rate[k])
@@ -586,17 +625,21 @@ class Autoscaler:
         fixed = self._config.policy is Policy.BASELINE
         width = max(job.k_max for job in jobs)
         tables = tsf_tables(jobs, self._cluster, fixed_batch=fixed, width=width)
+        grids = exact(tables.values.astype(np.float64), np.full(len(jobs), -1, dtype=np.int64))
         rows = []
         for j, job in enumerate(jobs):
             values = tables.values[j, : job.k_max + 1].astype(np.float64)
             finite = np.flatnonzero(np.isfinite(values[1:]))
+            batch = tables.batch[j, : job.k_max + 1].astype(np.int64)
             rows.append(
                 _Row(
                     values=values,
-                    batch=tables.batch[j, : job.k_max + 1].astype(np.int64),
+                    batch=batch,
                     rate=tables.throughput[j, : job.k_max + 1].astype(np.float64),
                     min_gpus=int(finite[0]) + 1 if finite.size else job.k_max + 1,
                     x1=single_gpu_throughput(job, self._cluster),
+                    grid=grids[j, : job.k_max + 1].copy(),
+                    batches=tuple(batch.tolist()),
                 )
             )
         return rows

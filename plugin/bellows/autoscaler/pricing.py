@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["GRID", "KEEP", "exact", "priced"]
+__all__ = ["GRID", "KEEP", "exact", "kept", "priced"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -65,8 +65,13 @@ def exact(values: F64, keep: npt.NDArray[np.int64]) -> F64:
     """
     finite = np.isfinite(values)
     out = np.where(finite, np.floor(np.where(finite, values, 0.0) * GRID + 0.5) * KEEP, -np.inf)
-    rows = np.flatnonzero(keep >= 0)
-    cols = keep[rows]
-    bonus = np.isfinite(out[rows, cols])
-    out[rows[bonus], cols[bonus]] += 1.0
+    kept(out, np.arange(out.shape[0]), keep)
     return np.asarray(out, dtype=np.float64)
+
+
+def kept(graded: F64, rows: npt.NDArray[np.int64], keep: npt.NDArray[np.int64]) -> None:
+    """Add the keep bonus to grid values in place: at ``graded[rows[i], keep[i]]`` where
+    ``keep[i] >= 0`` and the value is allowed (what :func:`exact` adds)."""
+    rows, keep = rows[keep >= 0], keep[keep >= 0]
+    bonus = np.isfinite(graded[rows, keep])
+    graded[rows[bonus], keep[bonus]] += 1.0

@@ -49,7 +49,15 @@ from numpy.lib.stride_tricks import as_strided
 
 from bellows.optimizer.errors import Values
 
-__all__ = ["BANDS_FROM", "Windows", "band_bounds", "choice_dtype", "solve_windowed", "windows"]
+__all__ = [
+    "BANDS_FROM",
+    "Windows",
+    "band_bounds",
+    "best_count",
+    "choice_dtype",
+    "solve_windowed",
+    "windows",
+]
 
 Row = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
@@ -65,7 +73,7 @@ CHUNK = 1 << 16
 # Choices are staged as intp (what argmax writes) and cast to the compact type in bulk.
 STAGE = 1 << 14
 # From this window width a layer gathers its maxima from the argmax instead of reducing again.
-GATHER_FROM = 48
+GATHER_FROM = 8
 # Layers at least this many times wider than their counts use the transposed block.
 TRANSPOSE_FROM = 16
 # ndarray.max goes through two Python wrappers to reach this very ufunc reduction; a layer
@@ -288,12 +296,17 @@ def solve_windowed(rows: Values, capacity: int, *, bands: bool | None = None) ->
     return solved
 
 
+def best_count(row: Row, least: int, capacity: int) -> int:
+    """What the DP gives a table of one row: its first largest value over
+    ``least..capacity`` (the fewest GPUs on a tie). ``least`` is the row's smallest finite
+    column and must be at most ``capacity``; columns past the row are not allowed."""
+    return least + int(np.argmax(row[least : capacity + 1]))
+
+
 def _one_row(row: Row, least: int, capacity: int) -> tuple[Ints, float]:
-    """What the DP finds for one row: its first largest value over ``least..capacity``
-    (the fewest GPUs on a tie), each value added to the empty prefix's 0.0 as there."""
-    sums = row[least : capacity + 1] + 0.0  # [capacity+1-least]
-    used = int(np.argmax(sums))
-    return np.array([least + used], dtype=np.int64), float(sums[used])
+    """The DP's one layer: :func:`best_count`, its value added to the empty prefix's 0.0."""
+    k = best_count(row, least, capacity)
+    return np.array([k], dtype=np.int64), float(row[k] + 0.0)
 
 
 class _Dp:
@@ -356,7 +369,8 @@ class _Dp:
             strict=True,
         )
         scratch, views = self.scratch, self.by_rows
-        blocks: dict[tuple[int, int], Values] = {}  # views of scratch, by shape
+        # by shape: a view of scratch, each row's first index in it, and where to gather
+        blocks: dict[tuple[int, int], tuple[Values, Index, Index]] = {}
         for j, low, end, first, last, start, value_row in layers:
             side = j & 1  # the previous layer's buffer
             new, old = buffers[side ^ 1], held[side ^ 1]
@@ -381,15 +395,19 @@ class _Dp:
             elif width * span > scratch.size:
                 self._by_rows(side, x, values, out, picked)
             else:  # the common case, inline: one [width, ks] block
-                block = blocks.get((width, span))
-                if block is None:
-                    block = blocks[width, span] = scratch[: width * span].reshape(width, span)
+                shaped = blocks.get((width, span))
+                if shaped is None:
+                    block = scratch[: width * span].reshape(width, span)
+                    firsts = self.ramp[:width] * span
+                    shaped = blocks[width, span] = (block, firsts, self.flat[:width])
+                block, firsts, at = shaped
                 np.add(views[side][x : x + width, :span], values, out=block)
                 block.argmax(axis=1, out=picked)  # first maximum: the smallest k
                 if width < GATHER_FROM:
                     _MAX(block, axis=1, out=out)
-                else:
-                    self._gather(block, picked, out)
+                else:  # out[r] = block[r, picked[r]]
+                    np.add(firsts, picked, out=at)
+                    scratch.take(at, out=out)
         total = int(self.starts[-1])
         np.copyto(choices[staged:total], stage[: total - staged], casting="unsafe")
         final = buffers[jobs & 1][int(self.lo[-1]) + pad : int(self.hi[-1]) + pad + 1]
@@ -446,12 +464,13 @@ class _Dp:
         """GPUs per row from the choices, ``used`` GPUs in all; None if it leaves a window."""
         lows, highs = self.lo.tolist(), self.hi.tolist()
         firsts, starts = self.firsts.tolist(), self.starts.tolist()
-        gpus = np.zeros(len(lows), dtype=np.int64)
+        choices = memoryview(self.choices.data)  # reads Python ints, not NumPy scalars
+        gpus = [0] * len(lows)
         g = used
         for j in range(len(lows) - 1, -1, -1):
             if not lows[j] <= g <= highs[j]:
                 return None
-            k = int(self.choices[starts[j] + g - lows[j]]) + firsts[j]
+            k = choices[starts[j] + g - lows[j]] + firsts[j]
             gpus[j] = k
             g -= k
-        return gpus if g == 0 else None
+        return np.array(gpus, dtype=np.int64) if g == 0 else None
