@@ -36,7 +36,7 @@ import numpy as np
 from bellows.autoscaler.config import AutoscalerConfig, Mode, Policy, restart_seconds
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
 from bellows.autoscaler.pricing import exact, kept, priced
-from bellows.autoscaler.progress import RunningJob
+from bellows.autoscaler.progress import RunningJob, done_at_all
 from bellows.autoscaler.rounds import RoundClock
 from bellows.jobs import Allocation, JobSpec, SpecError
 from bellows.optimizer import admit, best_count
@@ -421,50 +421,52 @@ class Autoscaler:
         """Values ``[jobs, width+1]`` (restarts priced), and the same on the exact grid with
         each running job's current k kept on a tie (:func:`exact`): what the DP maximises.
 
-        Grid rows are computed once per TSF row; only the rows of running jobs whose moves
-        are priced go on the grid here, as their remaining work changes."""
+        Built per distinct TSF row (jobs of one template share theirs) and gathered, and the
+        running jobs' progress and prices computed in whole arrays: a round over a hundred
+        running jobs costs a few array operations, not a hundred rounds of Python. Grid rows
+        are computed once per TSF row; only priced rows go on the grid here."""
         s = self._s
+        rows = [s.rows[n] for n in names]
         width = max(1, min(capacity, max(s.jobs[n].k_max for n in names)))
-        values = np.full((len(names), width + 1), -np.inf)  # [jobs, width+1]
-        graded = np.full_like(values, -np.inf)  # [jobs, width+1]
-        hold = max(1.0, self._config.hysteresis)
-        held: list[int] = []  # rows of running jobs
-        current: list[int] = []  # their GPUs (-1: wider than the table)
-        moving: list[tuple[int, float, float, np.ndarray, float]] = []  # i, left, penalty, ..
-        for i, name in enumerate(names):
-            row = s.rows[name]
+        slots: dict[int, int] = {}
+        distinct: list[_Row] = []
+        for row in rows:
+            if slots.setdefault(id(row), len(distinct)) == len(distinct):
+                distinct.append(row)
+        table = np.full((3, len(distinct), width + 1), -np.inf)  # values, grid, rates
+        table[2] = 0.0  # no rate past a row
+        for u, row in enumerate(distinct):
             cols = min(width + 1, row.values.shape[0])
-            values[i, :cols] = row.values[:cols]
-            graded[i, :cols] = row.grid[:cols]
-            running = s.running.get(name)
-            if running is None:
-                continue
-            gpus = running.allocation.gpus
-            held.append(i)
-            current.append(gpus if gpus <= width else -1)
-            job = s.jobs[name]
-            penalty = restart_seconds(job, self._config) * hold
-            if penalty > 0:
-                left = max(job.work - running.done_at(now), 0.0)
-                moving.append((i, left, penalty, row.rate[:cols], row.x1))
+            table[0, u, :cols] = row.values[:cols]
+            table[1, u, :cols] = row.grid[:cols]
+            table[2, u, :cols] = row.rate[:cols]
+        index = np.array([slots[id(row)] for row in rows], dtype=np.int64)
+        values, graded = table[0][index], table[1][index]  # [jobs, width+1] each
+        runs = [s.running.get(n) for n in names]
+        held = [i for i, run in enumerate(runs) if run is not None]
+        if not held:
+            return values, graded
         at = np.array(held, dtype=np.int64)
-        keep = np.array(current, dtype=np.int64)
-        if moving:
-            priced_at = np.array([m[0] for m in moving], dtype=np.int64)
-            rates = np.zeros((len(moving), width + 1))  # [moving, width+1], 0 past a row
-            for r, m in enumerate(moving):
-                rates[r, : m[3].shape[0]] = m[3]
+        running = [run for run in runs if run is not None]
+        gpus = np.array([run.allocation.gpus for run in running], dtype=np.int64)
+        keep = np.where(gpus <= width, gpus, -1)
+        hold = max(1.0, self._config.hysteresis)
+        penalty = np.array([restart_seconds(s.jobs[names[i]], self._config) for i in held]) * hold
+        moving = penalty > 0
+        if moving.any():
+            work = np.array([s.jobs[names[i]].work for i in held])
+            left = np.maximum(work - done_at_all(running, now), 0.0)
+            priced_at = at[moving]
             values[priced_at] = priced(
                 values[priced_at],
-                rates,
-                current=keep[np.searchsorted(at, priced_at)],
-                remaining=np.array([m[1] for m in moving]),
-                penalty_s=np.array([m[2] for m in moving]),
-                x1=np.array([m[4] for m in moving]),
+                table[2][index[priced_at]],
+                current=gpus[moving],
+                remaining=left[moving],
+                penalty_s=penalty[moving],
+                x1=np.array([rows[i].x1 for i in priced_at.tolist()]),
             )
-            graded[priced_at] = exact(values[priced_at], np.full(len(moving), -1, np.int64))
-        if held:
-            kept(graded, at, keep)
+            graded[priced_at] = exact(values[priced_at], np.full(priced_at.size, -1, np.int64))
+        kept(graded, at, keep)
         if not self.shortcuts:
             every = np.full(len(names), -1, dtype=np.int64)
             every[at] = keep
