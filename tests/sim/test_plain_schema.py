@@ -67,3 +67,34 @@ def test_an_unknown_keyword_makes_the_check_say_no() -> None:
     check = compile_check({"type": "object", "patternProperties": {}})
     assert not check({})
     assert compile_check({"type": "object"})({})
+
+
+def test_what_the_check_does_not_understand_makes_it_say_no() -> None:
+    for odd in (
+        {"type": ["integer", "null"]},  # a list of types
+        {"type": "integer", "minimum": "1"},  # a bound that is not a number
+        {"type": "object", "required": "ab"},  # required as a string
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {}},
+        {"type": "array", "items": {"type": "tuple"}},  # an unknown type, nested
+    ):
+        assert not compile_check(odd)(1), odd
+        assert not compile_check(odd)({}), odd
+        assert not compile_check(odd)([]), odd
+
+
+def test_nested_checks_and_bounds() -> None:
+    check = compile_check({
+        "type": "object", "required": ["a"], "additionalProperties": False,
+        "properties": {
+            "a": {"type": "array", "minItems": 1, "maxItems": 2,
+                  "items": {"type": "number", "exclusiveMinimum": 0, "maximum": 10}},
+            "b": {"type": "string", "minLength": 2},
+        },
+    })  # fmt: skip
+    assert check({"a": [1, 2.5]})
+    assert check({"a": [10], "b": "xy"})
+    for bad in (
+        {}, {"a": []}, {"a": [1, 2, 3]}, {"a": [0]}, {"a": [10.5]}, {"a": [True]},
+        {"a": [1], "b": "x"}, {"a": [1], "c": 1}, {"a": [float("nan")]}, {"a": "1"},
+    ):  # fmt: skip
+        assert not check(bad), bad
