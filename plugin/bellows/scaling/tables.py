@@ -16,6 +16,7 @@ keeps the tables exact (equal to the scalar loop over every feasible batch) and 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -131,7 +132,8 @@ def _combine(cluster: ClusterProfile, compute: F64, communicate: F64) -> F64:
     return np.asarray(np.where(communicate > 0, mixed, compute), dtype=np.float64)
 
 
-def _candidates(profile: StepProfile, limit: int) -> list[int]:
+@functools.lru_cache(maxsize=4096)  # jobs of one template share a profile and a limit
+def _candidates(profile: StepProfile, limit: int) -> tuple[int, ...]:
     """Per-GPU batches (<= limit) that can be best for some k: see the module docstring."""
     ms, ts = profile.local_batches, profile.seconds
     out = {m for m in ms if m <= limit}
@@ -139,7 +141,7 @@ def _candidates(profile: StepProfile, limit: int) -> list[int]:
         slope = (ts[i + 1] - ts[i]) / (ms[i + 1] - ms[i])
         if ts[i] - slope * ms[i] < 0:
             out.update(range(ms[i] + 1, min(ms[i + 1], limit + 1)))
-    return sorted(out)
+    return tuple(sorted(out))
 
 
 def candidate_count(job: JobSpec) -> int:
