@@ -74,8 +74,13 @@ CHUNK = 1 << 16
 STAGE = 1 << 14
 # From this window width a layer gathers its maxima from the argmax instead of reducing again.
 GATHER_FROM = 8
-# Layers at least this many times wider than their counts use the transposed block.
+# Row offsets kept per block shape for the gather, at most this many in all (~0.5 MiB).
+FIRSTS_KEPT = 1 << 16
+# Layers at least this many times wider than their counts, over at most TRANSPOSE_SPAN
+# counts, use the transposed block (past a few counts its six calls cost more than the
+# [width, ks] block's three: the 400-GPU bursty replay's rounds, 0.80 -> 0.66 s; issue 11).
 TRANSPOSE_FROM = 16
+TRANSPOSE_SPAN = 4
 # ndarray.max goes through two Python wrappers to reach this very ufunc reduction; a layer
 # calls it once, ~300 000 times in a long replay (issue 11)
 _MAX = np.maximum.reduce
@@ -348,6 +353,8 @@ class _Dp:
         self.equal = np.empty(self.scratch.size, dtype=np.bool_)
         self.weighted = np.empty(self.scratch.size, dtype=weight_type)
         self.top = np.empty(self.ramp.size, dtype=weight_type)
+        self.blocks: dict[tuple[int, int], tuple[Values, Index | None, Index]] = {}
+        self.kept = 0  # row offsets kept in blocks
 
     def run(self) -> tuple[Ints, float] | None:
         """The optimal allocation and objective; None if no optimum lies in the windows."""
@@ -369,8 +376,7 @@ class _Dp:
             strict=True,
         )
         scratch, views = self.scratch, self.by_rows
-        # by shape: a view of scratch, each row's first index in it, and where to gather
-        blocks: dict[tuple[int, int], tuple[Values, Index, Index]] = {}
+        blocks = self.blocks
         for j, low, end, first, last, start, value_row in layers:
             side = j & 1  # the previous layer's buffer
             new, old = buffers[side ^ 1], held[side ^ 1]
@@ -390,22 +396,20 @@ class _Dp:
                 continue  # (no count: nothing reaches the window, it stays -inf)
             # candidates of the state at window position r: prev at x + r, m counts back
             x, values, out = low - first, value_row[first : last + 1], new[low:end]
-            if width >= TRANSPOSE_FROM * span:
+            if width >= TRANSPOSE_FROM * span and span <= TRANSPOSE_SPAN:
                 self._by_ks(side, x, values, out, picked)
             elif width * span > scratch.size:
                 self._by_rows(side, x, values, out, picked)
             else:  # the common case, inline: one [width, ks] block
-                shaped = blocks.get((width, span))
-                if shaped is None:
-                    block = scratch[: width * span].reshape(width, span)
-                    firsts = self.ramp[:width] * span
-                    shaped = blocks[width, span] = (block, firsts, self.flat[:width])
-                block, firsts, at = shaped
+                block, firsts, at = blocks.get((width, span)) or self._shaped(width, span)
                 np.add(views[side][x : x + width, :span], values, out=block)
                 block.argmax(axis=1, out=picked)  # first maximum: the smallest k
                 if width < GATHER_FROM:
                     _MAX(block, axis=1, out=out)
                 else:  # out[r] = block[r, picked[r]]
+                    if firsts is None:
+                        np.multiply(self.ramp[:width], span, out=at)
+                        firsts = at
                     np.add(firsts, picked, out=at)
                     scratch.take(at, out=out)
         total = int(self.starts[-1])
@@ -415,6 +419,17 @@ class _Dp:
         objective = float(final[used])
         gpus = self._backtrack(int(self.lo[-1]) + used)
         return None if gpus is None or objective == -np.inf else (gpus, objective)
+
+    def _shaped(self, width: int, span: int) -> tuple[Values, Index | None, Index]:
+        """A ``[width, span]`` view of the scratch, each row's first index in it (kept for
+        the first FIRSTS_KEPT indices' worth of shapes, else made per layer), and where to
+        gather; kept for the layers of the same shape."""
+        block = self.scratch[: width * span].reshape(width, span)
+        firsts = None
+        if self.kept + width <= FIRSTS_KEPT:
+            firsts, self.kept = self.ramp[:width] * span, self.kept + width
+        shaped = self.blocks[width, span] = (block, firsts, self.flat[:width])
+        return shaped
 
     def _by_rows(self, side: int, x: int, values: Row, out: Row, picked: Index) -> None:
         """A layer as ``[width, ks]`` blocks: argmax along ks, then gather the maxima."""
