@@ -24,17 +24,30 @@ at once, and inside :meth:`RentRule.compiling` (a controller's start-up rehearsa
 shape is compiled at once. Below ``NUMPY_BELOW`` cells the NumPy engine beats even a
 compiled JAX dispatch. Whichever path runs, the allocation is the same.
 
+Compiling in the background (:meth:`RentRule.in_background`, the live controller's mode):
+there ``auto`` never compiles in the caller. A call that needs a kernel not compiled yet (a
+shape the rent rule has just bought, a new band width, the dense fallback) starts its
+compile on one worker thread, ahead of time for exactly the arguments the calls pass (so
+they find it in ``jax.jit``'s cache), and is answered by the NumPy engine meanwhile; the
+calls after the compile run the kernel. Each kernel is compiled once; one whose compile
+fails stays with NumPy (:attr:`RentRule.failed`). Inside :meth:`RentRule.compiling` compiles
+stay in the caller, and ``"dense"``/``"band"`` always compile in the caller.
+
 JAX (and :mod:`bellows.optimizer.kernels`) is imported the first time a JAX path runs, not
-before: importing it costs ~125 MiB of RSS, which the live controller (``"numpy"``) never pays.
+before: importing it costs ~125 MiB of RSS, which a process on the NumPy engine (``"numpy"``,
+or ``"auto"`` where no shape pays for a compile, as in most simulations) never pays.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -48,11 +61,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RENT",
+    "Kernel",
     "Method",
     "RentRule",
     "Solution",
     "allocate",
     "bucket",
+    "compile_kernel",
     "padded_shape",
     "solve_rows",
 ]
@@ -73,6 +88,7 @@ NUMPY_S_PER_CELL = 3e-9
 COMPILE_S = 2.0
 Gpus = npt.NDArray[np.int64]
 Shape = tuple[int, int, int]  # padded (rows, k_max, dense width): one compiled kernel set
+Kernel = tuple[Literal["dp", "banded"], int, int, int]  # kind, padded rows, k_max, width
 
 
 @dataclass(frozen=True)
@@ -111,6 +127,30 @@ def _banded(jobs: int, k_max: int, width: int) -> kernels.BandedFn:
     return fn
 
 
+def _jitted(kernel: Kernel) -> Any:
+    """The jitted function of ``kernel`` (typed loosely: the AOT ``lower`` is used too)."""
+    kind, jobs, k_max, width = kernel
+    return (_dp if kind == "dp" else _banded)(jobs, k_max, width)
+
+
+def compile_kernel(kernel: Kernel) -> None:
+    """Compile ``kernel`` ahead of time for exactly the argument types its calls pass
+    (``_solve_jax``: float64 values, int32 offsets and capacity, under ``enable_x64``), so
+    that the calls find it in ``jax.jit``'s cache and do not compile again."""
+    import jax  # noqa: PLC0415 - lazy: only the JAX paths pay for it
+
+    struct: Any = jax.ShapeDtypeStruct
+    kind, jobs, k_max, _ = kernel
+    values = struct((jobs, k_max + 1), np.float64)
+    capacity = struct((), np.int32)
+    with jax.enable_x64(True):  # thread-local: the caller's thread is left as it is
+        if kind == "dp":
+            offsets = struct((jobs,), np.int32)
+            _jitted(kernel).lower(values, offsets, capacity).compile()
+        else:
+            _jitted(kernel).lower(values, capacity).compile()
+
+
 # Band width of the last banded call per (rows, columns) bucket: the next call's guess.
 _last_width: dict[tuple[int, int], int] = {}
 FIRST_WIDTH = 64
@@ -124,13 +164,21 @@ def padded_shape(rows: int, k_max: int, capacity: int) -> Shape:
 @dataclass
 class RentRule:
     """``auto``'s choice past ``NUMPY_BELOW`` (the module docstring): per padded shape, the
-    estimated NumPy seconds spent so far, and the shapes whose JAX kernels are compiled."""
+    estimated NumPy seconds spent so far, and the shapes bought (sent to JAX); per kernel,
+    whether it is compiled, compiling in the background, or failed to compile there."""
 
     compile_s: float = COMPILE_S
     s_per_cell: float = NUMPY_S_PER_CELL
     spent: dict[Shape, float] = field(default_factory=dict)
-    compiled: set[Shape] = field(default_factory=set)
+    compiled: set[Shape] = field(default_factory=set)  # bought: kernels compiled or compiling
     buying: int = 0  # > 0 inside :meth:`compiling`
+    background: int = 0  # > 0 inside :meth:`in_background`
+    ready: set[Kernel] = field(default_factory=set)  # compiled in this process
+    pending: dict[Kernel, Future[None]] = field(default_factory=dict)  # on the worker
+    failed: dict[Kernel, str] = field(default_factory=dict)  # its compile's error: NumPy
+    compiler: Callable[[Kernel], None] = compile_kernel  # what the worker runs (tests swap it)
+    _worker: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def uses_jax(self, shape: Shape, cells: int) -> bool:
         """Whether this call goes to JAX; if not, its NumPy estimate is added to the rent."""
@@ -143,8 +191,66 @@ class RentRule:
         return False
 
     def mark_compiled(self, shape: Shape) -> None:
-        """Record that ``shape``'s kernels are compiled (``auto`` then uses them at once)."""
+        """Record that ``shape`` is bought (``auto`` then sends it to JAX at once)."""
         self.compiled.add(shape)
+
+    def may_run(self, kernel: Kernel, *, inline: bool = False) -> bool:
+        """Whether a call may run ``kernel`` now; ``inline``: it may compile it itself.
+
+        A compiled kernel runs. In background mode, outside :meth:`compiling` and unless
+        ``inline``, one not compiled does not: its compile starts on the worker thread (once;
+        not again after it failed) and the caller answers with NumPy. Otherwise the caller
+        compiles it as it runs it (after waiting for the worker, if that is compiling it:
+        never twice), except a kernel whose compile failed: that one is left to NumPy, not
+        retried (only an ``inline`` call, a forced ``"dense"``/``"band"``, compiles it).
+        """
+        with self._lock:
+            if kernel in self.ready:
+                return True
+            future = self.pending.get(kernel)
+            if self.background and not self.buying and not inline:
+                if future is None and kernel not in self.failed:
+                    self._start(kernel)
+                return False
+        if future is not None:  # compiling on the worker: wait for it (it may be cancelled)
+            with contextlib.suppress(Exception):
+                future.result()
+            with self._lock:
+                if self.pending.get(kernel) is future:  # cancelled before it started
+                    del self.pending[kernel]
+        with self._lock:
+            if kernel in self.failed and not inline:
+                return False
+            self.ready.add(kernel)  # compiled by the time the caller's call returns
+            return True
+
+    def _start(self, kernel: Kernel) -> None:
+        """Queue ``kernel``'s compile on the worker (called holding the lock)."""
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bellows-xla")
+        self.pending[kernel] = self._worker.submit(self._compile, kernel)
+
+    def _compile(self, kernel: Kernel) -> None:
+        """The worker's task: compile ``kernel``, then record it ready or failed."""
+        try:
+            self.compiler(kernel)
+        except Exception as err:  # any failure: the kernel stays with NumPy
+            with self._lock:
+                self.failed[kernel] = f"{type(err).__name__}: {err}"
+                self.pending.pop(kernel, None)
+            return
+        with self._lock:
+            self.ready.add(kernel)
+            self.pending.pop(kernel, None)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the background compiles queued now; whether
+        none is left pending."""
+        with self._lock:
+            futures = list(self.pending.values())
+        concurrent.futures.wait(futures, timeout=timeout)
+        with self._lock:
+            return not self.pending
 
     @contextlib.contextmanager
     def compiling(self) -> Iterator[None]:
@@ -155,6 +261,29 @@ class RentRule:
             yield
         finally:
             self.buying -= 1
+
+    @contextlib.contextmanager
+    def in_background(self) -> Iterator[None]:
+        """Inside, ``auto`` compiles on a worker thread and NumPy answers until the kernel is
+        ready (the module docstring): a live controller's rounds never wait for XLA. On
+        leaving the last, compiles not started are dropped; one under way runs out."""
+        self.background += 1
+        try:
+            yield
+        finally:
+            self.background -= 1
+            if not self.background:
+                self._stop()
+
+    def _stop(self) -> None:
+        """Let the worker go: queued compiles are dropped (to be queued again if met)."""
+        with self._lock:
+            worker, self._worker = self._worker, None
+            if worker is not None:
+                worker.shutdown(wait=False, cancel_futures=True)
+            for kernel, future in list(self.pending.items()):
+                if future.cancelled():
+                    del self.pending[kernel]
 
 
 RENT = RentRule()  # this process's: kernels compiled here serve every later call
@@ -185,38 +314,60 @@ def solve_rows(rows: Values, capacity: int, *, method: Method = "auto") -> Solut
         and (cells < NUMPY_BELOW or not RENT.uses_jax(padded_shape(n, cols - 1, capacity), cells))
     ):
         return Solution(*solve_windowed(rows, capacity), "numpy")
-    return _solve_jax(
-        rows, capacity, band=method == "band" or (method == "auto" and cells >= BAND_FROM)
-    )
+    band = method == "band" or (method == "auto" and cells >= BAND_FROM)
+    try:
+        return _solve_jax(rows, capacity, band=band, inline=method != "auto")
+    except _Compiling:  # "auto" in background mode: NumPy answers while the kernel compiles
+        return Solution(*solve_windowed(rows, capacity), "numpy")
 
 
-def _solve_jax(rows: Values, capacity: int, *, band: bool) -> Solution:
-    """The JAX paths on validated, feasible ``rows`` (capacity already cut to what fits)."""
-    import jax  # noqa: PLC0415 - lazy: only the JAX paths pay for it
+class _Compiling(Exception):  # noqa: N818 - a signal, not an error
+    """A kernel this call needs is not compiled; its compile runs on the worker thread."""
 
+
+def _runnable(kernel: Kernel, *, inline: bool) -> Any:
+    """``kernel``'s jitted function, if this call may run it (:meth:`RentRule.may_run`)."""
+    if not RENT.may_run(kernel, inline=inline):
+        raise _Compiling
+    return _jitted(kernel)
+
+
+def _solve_jax(rows: Values, capacity: int, *, band: bool, inline: bool) -> Solution:
+    """The JAX paths on validated, feasible ``rows`` (capacity already cut to what fits).
+
+    Raises :class:`_Compiling` when a kernel is not compiled and this call may not compile
+    it (``inline`` False, in background mode: see :meth:`RentRule.may_run`).
+    """
     n, cols = rows.shape
     shape = padded_shape(n, cols - 1, capacity)
-    padded = _pad(rows, shape[0], shape[1])
-    dense = shape[2]
-    RENT.mark_compiled(shape)  # compiled by the time this call returns
+    jobs, k_max, dense = shape
+    RENT.mark_compiled(shape)
+    width = min(_last_width.get((jobs, k_max + 1), FIRST_WIDTH), dense) if band else dense
+    # the first kernel is checked before JAX is imported: the caller waits for no import
+    _runnable(("banded" if width < dense else "dp", jobs, k_max, width), inline=inline)
+    import jax  # noqa: PLC0415 - lazy: only the JAX paths pay for it
+
+    padded = _pad(rows, jobs, k_max)
     with jax.enable_x64(True):
         if band:
-            banded = _banded_solve(padded, capacity, dense)
+            banded = _banded_solve(padded, capacity, dense, inline=inline)
             if banded is not None:
                 return Solution(banded[0][:n], banded[1], "band")
-        gpus, objective = _dp(padded.shape[0], padded.shape[1] - 1, dense)(
-            padded, np.zeros(padded.shape[0], dtype=np.int32), np.int32(capacity)
+        gpus, objective = _runnable(("dp", jobs, k_max, dense), inline=inline)(
+            padded, np.zeros(jobs, dtype=np.int32), np.int32(capacity)
         )
         return Solution(np.asarray(gpus)[:n].astype(np.int64), float(objective), "dense")
 
 
-def _banded_solve(padded: Values, capacity: int, dense: int) -> tuple[Gpus, float] | None:
+def _banded_solve(
+    padded: Values, capacity: int, dense: int, *, inline: bool
+) -> tuple[Gpus, float] | None:
     """The band path, guessing the width from the last call; None: no narrower than dense."""
     key = (padded.shape[0], padded.shape[1])
     width = min(_last_width.get(key, FIRST_WIDTH), dense)
     while width < dense:
-        fn = _banded(padded.shape[0], padded.shape[1] - 1, width)
-        gpus, objective, needed = fn(padded, np.int32(capacity))
+        kernel: Kernel = ("banded", padded.shape[0], padded.shape[1] - 1, width)
+        gpus, objective, needed = _runnable(kernel, inline=inline)(padded, np.int32(capacity))
         fits = int(needed) <= width
         # remember the width this instance needed (narrower or wider) for the next call
         _last_width[key] = bucket(min(int(needed), dense), minimum=8)

@@ -295,7 +295,9 @@ class Controller:
 
         The optimizer compiles a kernel for each new problem shape it meets, once per
         process, which takes a second or more; meeting the likely shapes now, before events
-        are consumed, keeps those seconds out of the first windows' latency. The copies
+        are consumed, keeps those seconds out of the first windows' latency (later, in
+        ``run_controller``, a kernel not met here compiles in the background while the
+        NumPy engine answers: :meth:`RentRule.in_background`). The copies
         (:meth:`Autoscaler.fork`) and their decisions are thrown away. The NumPy path
         compiles nothing, so it skips this. Returns the seconds it took.
         """

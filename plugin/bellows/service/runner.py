@@ -33,6 +33,7 @@ from bellows.bus import (
 from bellows.inputs import brief
 from bellows.jobs import SpecError
 from bellows.kube import Actuator, JobReader, KubeApi, Outcome
+from bellows.optimizer.solving import RENT
 from bellows.scaling import ClusterProfile, default_cluster, load_cluster_profile
 from bellows.service import capacity
 from bellows.service.allocator import release_free_heap
@@ -311,8 +312,24 @@ async def run_controller(
     api_client: k8s.ApiClient | None = None,
     clock: ServiceClock | None = None,
 ) -> None:
-    """The controller process: consume events, decide, act — while holding its Lease."""
+    """The controller process: consume events, decide, act — while holding its Lease.
+
+    The optimizer compiles in the background here (:meth:`RentRule.in_background`): a
+    round that meets a kernel not yet compiled is solved by the NumPy engine (the same
+    allocation) while XLA compiles it beside, so no window waits seconds for a compile.
+    """
     clock = clock or ServiceClock()
+    with RENT.in_background():
+        await _run_controller(config, stop=stop, api_client=api_client, clock=clock)
+
+
+async def _run_controller(
+    config: BellowsConfig,
+    *,
+    stop: asyncio.Event,
+    api_client: k8s.ApiClient | None,
+    clock: ServiceClock,
+) -> None:
     async with _component(config, "controller", api_client) as (api, js, metrics, health):
         health.set_ready("nats", True)
         cluster = _cluster(config)
