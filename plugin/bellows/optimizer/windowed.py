@@ -76,11 +76,13 @@ STAGE = 1 << 14
 GATHER_FROM = 8
 # Row offsets kept per block shape for the gather, at most this many in all (~0.5 MiB).
 FIRSTS_KEPT = 1 << 16
-# Layers at least this many times wider than their counts, over at most TRANSPOSE_SPAN
-# counts, use the transposed block (past a few counts its six calls cost more than the
-# [width, ks] block's three: the 400-GPU bursty replay's rounds, 0.80 -> 0.66 s; issue 11).
+# Layers at least this many times wider than their counts use the transposed block, if
+# they are over at most TRANSPOSE_SPAN counts or at least TRANSPOSE_WIDE wide: in between
+# its six calls cost more than the [width, ks] block's three (the 400-GPU bursty replay's
+# DPs, widths up to 400 over 9 counts: 0.80 -> 0.63 s; at 4 000 GPUs it wins, 79 vs 105 ms).
 TRANSPOSE_FROM = 16
 TRANSPOSE_SPAN = 4
+TRANSPOSE_WIDE = 2048
 # ndarray.max goes through two Python wrappers to reach this very ufunc reduction; a layer
 # calls it once, ~300 000 times in a long replay (issue 11)
 _MAX = np.maximum.reduce
@@ -396,7 +398,9 @@ class _Dp:
                 continue  # (no count: nothing reaches the window, it stays -inf)
             # candidates of the state at window position r: prev at x + r, m counts back
             x, values, out = low - first, value_row[first : last + 1], new[low:end]
-            if width >= TRANSPOSE_FROM * span and span <= TRANSPOSE_SPAN:
+            if width >= TRANSPOSE_FROM * span and (
+                span <= TRANSPOSE_SPAN or width >= TRANSPOSE_WIDE
+            ):
                 self._by_ks(side, x, values, out, picked)
             elif width * span > scratch.size:
                 self._by_rows(side, x, values, out, picked)
