@@ -164,7 +164,10 @@ def make_bands(*, jobs: int, k_max: int, steps: int = 16, fine: int = 12) -> Ban
         below = jnp.concatenate([star[None], star * (1.0 - scale), jnp.zeros(1)])
         lams = jnp.concatenate([above, below])  # [m]
         d = jnp.max(values[:, None, :] - lams[None, :, None] * ks, axis=2)  # [jobs, m]
-        head = lax.associative_scan(jnp.add, d, axis=0)  # [jobs, m] rows 0..j
+        # cumsum, not associative_scan (log-depth slices): sums equal to rounding far below
+        # the margin, and XLA compiles it in a third less memory and time (the band kernel
+        # at 896 rows: +256 -> +190 MiB of RSS, 3.3 -> 2.3 s; issue 11's controller peak)
+        head = jnp.cumsum(d, axis=0)  # [jobs, m] rows 0..j
         tail = d.sum(axis=0) - head + lams * cap  # [jobs, m] rows j+1.. (+ their capacity)
         need = lower_bound - margin
         split = above.shape[0]
@@ -196,8 +199,8 @@ def make_banded(*, jobs: int, k_max: int, width: int) -> BandedFn:
         # rounding in the bound sums is ~jobs * 1e-16 of this; 1e-9 is far on the safe side
         margin = 1e-9 * (1.0 + jnp.max(jnp.where(finite, jnp.abs(values), 0.0), axis=1).sum())
         low, high, _ = bands(values, capacity, margin)
-        used_min = lax.associative_scan(jnp.add, least)  # rows 0..j use at least this
-        used_max = lax.associative_scan(jnp.add, most)  # ... and at most this
+        used_min = jnp.cumsum(least, dtype=jnp.int32)  # rows 0..j use at least this
+        used_max = jnp.cumsum(most, dtype=jnp.int32)  # ... and at most this
         after_min = used_min[-1] - used_min  # the later rows need at least this
         cap = capacity.astype(values.dtype)
         low = jnp.ceil(jnp.clip(low, -1.0, cap + 1.0)).astype(jnp.int32) - 1
