@@ -57,12 +57,11 @@ class _Row:
     """A job's TSF row under the configured policy, computed once on arrival."""
 
     values: np.ndarray  # float64 [k_max+1], -inf where infeasible, column 0 = -inf
-    batch: np.ndarray  # int64 [k_max+1], best global batch per GPU count
+    batch: tuple[int, ...]  # [k_max+1], best global batch per GPU count (Python ints)
     rate: np.ndarray  # float64 [k_max+1], samples/s at (k, batch[k])
     min_gpus: int  # smallest feasible k (k_max + 1 when none)
     x1: float  # samples/s on one GPU at the job's largest per-GPU batch (TSF's unit)
     grid: np.ndarray  # values on the optimizer's exact grid (pricing.exact), no keep bonus
-    batches: tuple[int, ...]  # batch, as Python ints (read per admitted job each round)
 
 
 @dataclass(frozen=True)
@@ -451,7 +450,7 @@ class Autoscaler:
         gpus = np.array([run.allocation.gpus for run in running], dtype=np.int64)
         keep = np.where(gpus <= width, gpus, -1)
         hold = max(1.0, self._config.hysteresis)
-        penalty = np.array([restart_seconds(s.jobs[names[i]], self._config) for i in held]) * hold
+        penalty = np.array([self.restart_cost(names[i]) for i in held]) * hold
         moving = penalty > 0
         if moving.any():
             work = np.array([s.jobs[names[i]].work for i in held])
@@ -507,7 +506,7 @@ class Autoscaler:
         rows, jobs = self._s.rows, self._s.running
         for name, k in gpus.items():
             row = rows[name]
-            batch = row.batches[k]
+            batch = row.batch[k]
             running = jobs.get(name)
             held = None if running is None else running.allocation
             if held is not None and held.gpus == k and held.batch == batch:
@@ -632,16 +631,14 @@ class Autoscaler:
         for j, job in enumerate(jobs):
             values = tables.values[j, : job.k_max + 1].astype(np.float64)
             finite = np.flatnonzero(np.isfinite(values[1:]))
-            batch = tables.batch[j, : job.k_max + 1].astype(np.int64)
             rows.append(
                 _Row(
                     values=values,
-                    batch=batch,
+                    batch=tuple(tables.batch[j, : job.k_max + 1].tolist()),
                     rate=tables.throughput[j, : job.k_max + 1].astype(np.float64),
                     min_gpus=int(finite[0]) + 1 if finite.size else job.k_max + 1,
                     x1=single_gpu_throughput(job, self._cluster),
                     grid=grids[j, : job.k_max + 1].copy(),
-                    batches=tuple(batch.tolist()),
                 )
             )
         return rows

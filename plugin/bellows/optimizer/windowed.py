@@ -410,10 +410,9 @@ class _Dp:
                 block.argmax(axis=1, out=picked)  # first maximum: the smallest k
                 if width < GATHER_FROM:
                     _MAX(block, axis=1, out=out)
-                else:  # out[r] = block[r, picked[r]]
-                    if firsts is None:
-                        np.multiply(self.ramp[:width], span, out=at)
-                        firsts = at
+                elif firsts is None:  # past FIRSTS_KEPT shapes
+                    self._gather(block, picked, out)
+                else:  # out[r] = block[r, picked[r]], the row offsets kept
                     np.add(firsts, picked, out=at)
                     scratch.take(at, out=out)
         total = int(self.starts[-1])
