@@ -91,6 +91,12 @@ class JobLog:
     # starts preempted before Kueue admitted them (a Start journals a size Kueue has yet to
     # admit): a Started Event without a resume
     unrun_starts: int = 0
+    # resumes Kueue made while Bellows halted the job: a halt writes its journal, then
+    # deactivates the Workload, and Kueue may admit a pending Start's size between the two;
+    # the halt then stops the job again, so the next resume is no repeat (nor an Event's)
+    halted_resumes: int = 0
+    halted_resume: bool = False  # the last resume was one of those
+    after_halted_resume: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -207,6 +213,10 @@ class Witness:
             if log.preempted:
                 log.after_preemption.add(len(log.resumes))
                 log.preempted = False
+            if log.halted_resume:
+                log.after_halted_resume.add(len(log.resumes))
+            log.halted_resume = log.phases[-1:] in (["preempted"], ["queued"])
+            log.halted_resumes += log.halted_resume
             log.resumes.append(_allocation(change.resource, change.obj))
         log.finished = finished_state(change.obj)
 
@@ -285,7 +295,9 @@ class Witness:
             repeats = [
                 i
                 for i in range(1, len(log.resumes))
-                if log.resumes[i] == log.resumes[i - 1] and i not in log.after_preemption
+                if log.resumes[i] == log.resumes[i - 1]
+                and i not in log.after_preemption
+                and i not in log.after_halted_resume
             ]
             if (repeats and not repeats_ok) or not log.resumes:
                 problems.append(f"{name}: resumes {log.resumes}")
@@ -309,7 +321,9 @@ class Witness:
             )
             # a preempted job is started again (also one Kueue had not admitted yet)
             starts = 1 + len(log.after_preemption) + log.unrun_starts - log.evicted_unmanaged
-            bellows_resumes = len(log.resumes) - log.evicted_unmanaged + log.unrun_starts
+            bellows_resumes = (
+                len(log.resumes) - log.evicted_unmanaged + log.unrun_starts - log.halted_resumes
+            )
             if started > starts or recorded > bellows_resumes:
                 problems.append(f"{name}: events {dict(log.events)} vs resumes {log.resumes}")
             exact = recorded == bellows_resumes

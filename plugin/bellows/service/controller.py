@@ -537,8 +537,11 @@ class Controller:
         # a Kueue job is held even when suspended: its Workload is deactivated, so that
         # Kueue does not admit (and resume) it before Bellows has sized it
         kueue = seen.view.queue is not None and seen.spec.name not in self._active
-        if kueue and not seen.view.suspended and await self._take_admitted(seen, now, arrived_at):
-            return
+        if kueue and not seen.view.suspended:
+            if self.ledger is not None:
+                self.ledger.kueue_admitted_first(seen.spec.name)
+            if await self._take_admitted(seen, now, arrived_at):
+                return
         if (not seen.view.suspended or kueue) and seen.spec.name not in self._auto.allocations:
             outcome = await self._actuator.hold(seen.spec.name)
             _log.info("job.held", job=seen.spec.name, result=outcome.result)

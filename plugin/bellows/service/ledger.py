@@ -36,9 +36,16 @@ class Ledger:
     def __init__(self, cluster: ClusterProfile) -> None:
         self._cluster = cluster
         self._jobs: dict[str, _Entry] = {}
+        self.admitted_first: set[str] = set()
+        """Kueue jobs Kueue admitted, at their owner's size, before Bellows held or sized
+        them (Kueue admits within milliseconds of a job's creation or of freed quota): the
+        simulator does not model these admissions, so ``bellows demo --kueue`` counts them."""
 
     def arrived(self, spec: JobSpec, at: float) -> None:
         self._jobs.setdefault(spec.name, _Entry(spec, at))
+
+    def kueue_admitted_first(self, job: str) -> None:
+        self.admitted_first.add(job)
 
     def applied(self, decision: Decision, at: float) -> None:
         entry = self._jobs.get(decision.job)
