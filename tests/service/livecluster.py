@@ -94,9 +94,7 @@ class JobLog:
     # resumes Kueue made while Bellows halted the job: a halt writes its journal, then
     # deactivates the Workload, and Kueue may admit a pending Start's size between the two;
     # the halt then stops the job again, so the next resume is no repeat (nor an Event's)
-    halted_resumes: int = 0
-    halted_resume: bool = False  # the last resume was one of those
-    after_halted_resume: set[int] = field(default_factory=set)
+    halted_resumes: set[int] = field(default_factory=set)  # their indices in resumes
 
 
 @dataclass
@@ -213,10 +211,8 @@ class Witness:
             if log.preempted:
                 log.after_preemption.add(len(log.resumes))
                 log.preempted = False
-            if log.halted_resume:
-                log.after_halted_resume.add(len(log.resumes))
-            log.halted_resume = log.phases[-1:] in (["preempted"], ["queued"])
-            log.halted_resumes += log.halted_resume
+            if log.phases[-1:] in (["preempted"], ["queued"]):
+                log.halted_resumes.add(len(log.resumes))
             log.resumes.append(_allocation(change.resource, change.obj))
         log.finished = finished_state(change.obj)
 
@@ -297,7 +293,7 @@ class Witness:
                 for i in range(1, len(log.resumes))
                 if log.resumes[i] == log.resumes[i - 1]
                 and i not in log.after_preemption
-                and i not in log.after_halted_resume
+                and i - 1 not in log.halted_resumes
             ]
             if (repeats and not repeats_ok) or not log.resumes:
                 problems.append(f"{name}: resumes {log.resumes}")
@@ -321,9 +317,8 @@ class Witness:
             )
             # a preempted job is started again (also one Kueue had not admitted yet)
             starts = 1 + len(log.after_preemption) + log.unrun_starts - log.evicted_unmanaged
-            bellows_resumes = (
-                len(log.resumes) - log.evicted_unmanaged + log.unrun_starts - log.halted_resumes
-            )
+            kueue_resumes = log.evicted_unmanaged + len(log.halted_resumes)
+            bellows_resumes = len(log.resumes) - kueue_resumes + log.unrun_starts
             if started > starts or recorded > bellows_resumes:
                 problems.append(f"{name}: events {dict(log.events)} vs resumes {log.resumes}")
             exact = recorded == bellows_resumes

@@ -170,8 +170,8 @@ def compare(live: dict[str, Any], simulated: dict[str, Any]) -> tuple[Bound, ...
     size before Bellows held or sized them), SJS efficiency is held to
     :data:`KUEUE_SJS_SHARE` instead: each such job runs at its owner's size until Bellows
     takes or evicts it, often then paying one restart, which the simulator does not model
-    (it has no Kueue), and which of the jobs it happens to follows the live stack's
-    timing (docs/kube.md, "Known limits": the early-admission race).
+    (it has no Kueue); which jobs it happens to depends on the live stack's timing
+    (docs/kube.md, "Beside Kueue": the early-admission race).
     """
 
     def within(metric: str, share: float, why: str = "") -> Bound:
@@ -316,7 +316,7 @@ async def run_demo(
                 task.cancel()
             await consumer.close()
         records = ledger.records()
-    live = _live_summary(records, ledger, options, mode=live_config.mode.value)
+    live = _live_summary(records, ledger, options, horizon_s, mode=live_config.mode.value)
     oracle = true_trace(trace) if options.wrong_priors else trace  # decisions on the truth
     sim = simulate(
         fit_trace(oracle, options.gpus)[0],  # k_max clamped, as the controller does
@@ -332,13 +332,17 @@ async def run_demo(
 
 
 def _live_summary(
-    records: Sequence[JobRecord], ledger: Ledger, options: DemoOptions, *, mode: str
+    records: Sequence[JobRecord],
+    ledger: Ledger,
+    options: DemoOptions,
+    horizon_s: float,
+    *,
+    mode: str,
 ) -> dict[str, Any]:
-    horizon_s = options.minutes * 60.0
     live = summarize(records, gpus=options.gpus, horizon_s=horizon_s, span_s=horizon_s)
     live["mode"] = mode
     if options.kueue:
-        live["kueue_admitted_first"] = len(ledger.admitted_first)
+        live["kueue_admitted_first"] = ledger.admitted_first
     return live
 
 

@@ -36,16 +36,21 @@ class Ledger:
     def __init__(self, cluster: ClusterProfile) -> None:
         self._cluster = cluster
         self._jobs: dict[str, _Entry] = {}
-        self.admitted_first: set[str] = set()
-        """Kueue jobs Kueue admitted, at their owner's size, before Bellows held or sized
-        them (Kueue admits within milliseconds of a job's creation or of freed quota): the
-        simulator does not model these admissions, so ``bellows demo --kueue`` counts them."""
+        self._admitted_first: set[str] = set()
 
     def arrived(self, spec: JobSpec, at: float) -> None:
         self._jobs.setdefault(spec.name, _Entry(spec, at))
 
     def kueue_admitted_first(self, job: str) -> None:
-        self.admitted_first.add(job)
+        """Kueue admitted ``job`` at its owner's size before Bellows held or sized it (Kueue
+        admits within milliseconds of a job's creation or of freed quota). The simulator
+        does not model these admissions, so ``bellows demo --kueue`` counts them."""
+        self._admitted_first.add(job)
+
+    @property
+    def admitted_first(self) -> int:
+        """How many jobs :meth:`kueue_admitted_first` noted."""
+        return len(self._admitted_first)
 
     def applied(self, decision: Decision, at: float) -> None:
         entry = self._jobs.get(decision.job)
