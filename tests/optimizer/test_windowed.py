@@ -1,4 +1,8 @@
-"""The NumPy engine (``method="numpy"``): bit-equal to the reference, compact, JAX-free."""
+"""The NumPy engine (``method="numpy"``): bit-equal to the reference, compact, JAX-free.
+
+Every test here runs twice: on the compiled layers (``_windowed.c``) and on the NumPy layers
+that run where they are not built.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import json
 import subprocess
 import sys
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -22,6 +26,23 @@ from bellows.optimizer.windowed import Windows, choice_dtype, solve_windowed, wi
 from tests.optimizer.brute import benchmark, random_table
 
 Table = np.ndarray
+
+
+@pytest.fixture(autouse=True, scope="module", params=["compiled", "numpy layers"])
+def layers(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each test on both DP layers (module-scoped: hypothesis allows no function fixtures)."""
+    kept = engine.COMPILED
+    engine.COMPILED = request.param == "compiled"
+    try:
+        yield str(request.param)
+    finally:
+        engine.COMPILED = kept
+
+
+def test_the_compiled_layers_are_built() -> None:
+    # pip builds them wherever a C compiler is at hand (setup.py), CI's machine included; a
+    # missing build would silently run every DP on the slower NumPy layers.
+    assert engine._compiled_run is not None, "bellows.optimizer._windowed was not built"
 
 
 BENCHMARK = benchmark()
@@ -266,3 +287,45 @@ def test_the_numpy_path_never_imports_jax() -> None:
     assert gpus == allocate_reference(values, 600).tolist()
     assert sum(admitted) <= 450
     assert small == allocate_reference(values[:3, :3], 4).tolist()
+
+
+def test_the_compiled_layers_refuse_what_would_read_or_write_outside_their_arrays() -> None:
+    run = engine._compiled_run
+    assert run is not None
+    rows = np.array([[-np.inf, 1.0, 2.0], [0.0, 1.0, 1.5]])
+    ok = {
+        "lo": np.array([1, 1]), "hi": np.array([2, 4]), "firsts": np.array([1, 0]),
+        "lasts": np.array([2, 2]), "starts": np.array([0, 2, 6]),
+    }  # fmt: skip
+
+    def call(**change: object) -> tuple[bool, float]:
+        args = {**ok, **change}
+        choices = args.pop("choices", np.zeros(6, dtype=np.uint8))
+        gpus = args.pop("gpus", np.zeros(2, dtype=np.int64))
+        table = args.pop("rows", rows)
+        order = ("lo", "hi", "firsts", "lasts", "starts")
+        return run(table, *(args[name] for name in order), choices, gpus)
+
+    found, objective = call()
+    assert found
+    assert objective == 3.5  # 2 + 1.5: both rows at their best
+    bad: list[dict[str, object]] = [
+        {"lo": np.array([3, 1])},  # lo > hi
+        {"lo": np.array([-1, 1]), "starts": np.array([0, 4, 8])},  # a negative window
+        {"starts": np.array([0, 2, 7])},  # choices do not match the windows
+        {"lasts": np.array([3, 2])},  # a count past the row
+        {"firsts": np.array([-1, 0])},
+        {"hi": np.array([2, 4, 5])},  # wrong length
+        {"lo": np.array([1.0, 1.0])},  # not int64
+        {"rows": rows.astype(np.float32)},
+        {"rows": np.asfortranarray(np.ones((2, 3)))[:, :2]},  # not C-contiguous
+        {"choices": np.zeros(6, dtype=np.uint64)},  # 8-byte choices
+        {"choices": np.zeros(5, dtype=np.uint8)},  # fewer choices than states
+    ]
+    for change in bad:
+        with pytest.raises((ValueError, TypeError)):
+            call(**change)
+    frozen = np.zeros(6, dtype=np.uint8)
+    frozen.flags.writeable = False
+    with pytest.raises((ValueError, TypeError)):
+        call(choices=frozen)

@@ -20,6 +20,7 @@ from bellows.scaling import (
     throughput_table,
     tsf_tables,
 )
+from bellows.scaling import tables as scaling_tables
 
 FREE = ClusterProfile(LinkCost(0.0, 0.0), LinkCost(0.0, 0.0), source="no communication cost")
 
@@ -117,6 +118,24 @@ def test_tables_equal_scalar_loop(
             assert tables.throughput[j, k] == pytest.approx(x, rel=1e-9)
         assert np.all(tables.batch[j, ~finite] == 0)
         assert np.all(tables.throughput[j, ~finite] == 0)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(st.lists(jobs(), min_size=1, max_size=6), clusters(), st.sampled_from([1, 7, 50]))
+def test_tables_cut_into_candidate_chunks_are_the_same_bits(
+    batch: list[JobSpec], cluster: ClusterProfile, elements: int
+) -> None:
+    # candidates are weighed in chunks (one per column at the smallest): ties between chunks
+    # keep the earlier (smaller) batch, as one argmax over all of them does
+    whole = tsf_tables(batch, cluster, fixed_batch=False)
+    kept = scaling_tables._CHUNK_ELEMENTS
+    scaling_tables._CHUNK_ELEMENTS = elements
+    try:
+        cut = tsf_tables(batch, cluster, fixed_batch=False)
+    finally:
+        scaling_tables._CHUNK_ELEMENTS = kept
+    for part in ("values", "batch", "throughput"):
+        assert getattr(cut, part).tobytes() == getattr(whole, part).tobytes(), part
 
 
 def job(**changes: object) -> JobSpec:

@@ -17,8 +17,10 @@ DOCKERFILE = REPO / "Dockerfile"
 
 
 def _instructions() -> list[tuple[str, str]]:
-    """``(INSTRUCTION, arguments)`` with comments dropped and continuation lines joined."""
-    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    """``(INSTRUCTION, arguments)`` with comments dropped and continuation lines joined
+    (as Docker does: a comment line inside a continued instruction is dropped first)."""
+    lines = DOCKERFILE.read_text().splitlines()
+    text = re.sub(r"\\\n", " ", "\n".join(x for x in lines if not x.strip().startswith("#")))
     out = []
     for line in text.splitlines():
         stripped = line.strip()
@@ -70,6 +72,19 @@ def test_final_stage_runs_as_a_numeric_non_root_user() -> None:
     assert values["podSecurityContext"]["runAsUser"] == int(uid)
     entrypoint = [rest for word, rest in instructions[last_from:] if word == "ENTRYPOINT"]
     assert entrypoint == ['["bellows"]']
+
+
+def test_the_build_stage_compiles_the_dp_layers_and_fails_without_them() -> None:
+    # setup.py's extension is optional (a user without a compiler still installs), so the
+    # image's build must check for it: else a missing compiler would ship the slow layers
+    instructions = _instructions()
+    runtime = max(i for i, (word, _) in enumerate(instructions) if word == "FROM")
+    build = [rest for word, rest in instructions[:runtime] if word == "RUN"]
+    assert any("gcc" in rest and "apt-get install" in rest for rest in build)
+    assert any(
+        "pip install" in rest and "import bellows.optimizer._windowed" in rest for rest in build
+    )
+    assert not any("gcc" in rest for word, rest in instructions[runtime:] if word == "RUN")
 
 
 def test_no_secrets_in_the_image_definition() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from bellows.cli.main import main
@@ -177,17 +178,23 @@ def test_reproduce_only_beyond_skips_the_paper_and_needs_the_traces(tmp_path: Pa
     assert not report.exists()
 
 
-def test_simulate_fails_cleanly_when_the_plotting_process_fails(tmp_path: Path) -> None:
-    # the plots are drawn by a child process (bellows.sim.plotting): its failure is the
-    # command's, with the child's last words, and summary.json and jobs.csv are still written
+@pytest.mark.parametrize("figure", ["gpus.png", "batches.png"])
+def test_simulate_fails_cleanly_when_the_plotting_process_fails(
+    tmp_path: Path, figure: str
+) -> None:
+    # the plots are drawn by a child process (bellows.sim.plotting), gpus.png by the child
+    # itself and batches.png by its forked copy: a failure in either is the command's, with
+    # its last words, and summary.json and jobs.csv are still written
     trace = tmp_path / "t.jsonl"
     _ok(["workload", "generate", "--pattern", "high", "--minutes", "10", "--categories", "1",
          "--gpus", "8", "--seed", "3", "--out", str(trace)])  # fmt: skip
     out = tmp_path / "run"
-    (out / "gpus.png").mkdir(parents=True)  # a folder where a figure must go
+    (out / figure).mkdir(parents=True)  # a folder where a figure must go
     result = CliRunner().invoke(main, ["simulate", str(trace), "--gpus", "8", "--out", str(out)])
     assert result.exit_code == 1, result.output
     assert "drawing the plots failed" in result.output
-    assert "gpus.png" in result.output
+    assert figure in result.output
+    others = {"gpus.png", "batches.png", "completed.png"} - {figure}
+    assert all((out / other).is_file() for other in others)  # the other drawings went on
     assert (out / "summary.json").is_file()
     assert (out / "jobs.csv").is_file()

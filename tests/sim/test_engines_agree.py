@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bellows.autoscaler import Autoscaler, AutoscalerConfig
-from bellows.optimizer import Method
+from bellows.optimizer import Method, windowed
 from bellows.scaling import default_cluster, tsf_tables
 from bellows.sim import run
 from bellows.sim.metrics import jobs_csv_text
@@ -47,6 +47,16 @@ def test_every_optimizer_path_gives_the_same_run(trace: tuple[TraceJob, ...], mo
     assert runs["auto"] == runs["numpy"]
     assert runs["dense"] == runs["numpy"]
     assert len(runs["numpy"][0].splitlines()) == len(trace) + 1
+
+
+@pytest.mark.parametrize("mode", sorted(CONFIGS))
+def test_the_compiled_and_the_numpy_dp_layers_give_the_same_run(
+    trace: tuple[TraceJob, ...], mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = AutoscalerConfig(**{**vars(CONFIGS[mode]), "optimizer": "numpy"})
+    compiled = _outputs(trace, config)
+    monkeypatch.setattr(windowed, "COMPILED", False)
+    assert _outputs(trace, config) == compiled
 
 
 def test_batched_rows_equal_rows_one_job_at_a_time(trace: tuple[TraceJob, ...]) -> None:

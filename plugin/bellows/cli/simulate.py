@@ -7,8 +7,9 @@ The simulator, its plots and the optimizer are imported when the command runs, n
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -55,9 +56,10 @@ def fit_note(trace: tuple[TraceJob, ...], gpus: int, *, source: str = "") -> tup
     return fitted
 
 
-def describe_run(result: SimResult) -> str:
-    """The line every run prints: offered load, speed, where the time went."""
-    s = result.summary()
+def describe_run(result: SimResult, summary: Mapping[str, Any] | None = None) -> str:
+    """The line every run prints: offered load, speed, where the time went (``summary``:
+    the run's, if already made)."""
+    s = summary if summary is not None else result.summary()
     st = result.stats
     share = (st.core_s / st.wall_s) if st.wall_s > 0 else 0.0
     load = "n/a" if s["offered_load"] is None else f"{s['offered_load']:.2f}"
@@ -201,4 +203,4 @@ def simulate(
     finally:
         if plotter is not None:
             plotter.cancel()
-    click.echo(f"{out}: {describe_run(result)}")
+    click.echo(f"{out}: {describe_run(result, summary)}")

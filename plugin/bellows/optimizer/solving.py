@@ -80,11 +80,13 @@ METHODS: tuple[str, ...] = ("auto", "numpy", "dense", "band")
 # paths win at every size measured (the engine's per-row NumPy calls cost ~5 us a row).
 NUMPY_BELOW = 800
 BAND_FROM = 8_000_000  # from here the band pass (about 1 ms) pays for itself
-# The rent rule (module docstring), from benchmarks/optimizer.py on the 2-core machine: the
-# NumPy engine took 42.7 ms at 1.3e7 cells (200 jobs x 1 000 GPUs x k_max 64), ~3.3 ns a
-# cell; the first call of a new JAX shape took 4.3 s (dense) to 24 s (band), of which ~1.5 s
-# is importing JAX. COMPILE_S is the low end, so a long run still reaches JAX.
-NUMPY_S_PER_CELL = 3e-9
+# The rent rule (module docstring), on the 2-core machine: the NumPy engine on its compiled
+# layers took 7.2 ms at 1.3e7 cells (200 jobs x 1 000 GPUs x k_max 64, TSF table of
+# benchmarks/optimizer.py), ~0.55 ns a cell (2.7 ms, 1 ns a cell, at 100 x 400 x 64; on its
+# NumPy layers 16.6 ms, 1.3 ns, and before them 42.7 ms); the first call of a new JAX shape
+# took 4.3 s (dense) to 24 s (band), of which ~1.5 s is importing JAX. COMPILE_S is the low
+# end, so a long run still reaches JAX.
+NUMPY_S_PER_CELL = 6e-10
 COMPILE_S = 2.0
 Gpus = npt.NDArray[np.int64]
 Shape = tuple[int, int, int]  # padded (rows, k_max, dense width): one compiled kernel set

@@ -41,6 +41,7 @@ narrow bands of real tables; see ``docs/optimizer.md`` for the figures.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -49,8 +50,20 @@ from numpy.lib.stride_tricks import as_strided
 
 from bellows.optimizer.errors import Values
 
+# The compiled layers (bellows/optimizer/_windowed.c, built at install where a C compiler is
+# at hand): the same DP and backtrack, bit for bit, without a NumPy call per layer. Without
+# them (or with COMPILED set False) the NumPy layers of _Dp run.
+_Run = Callable[..., tuple[bool, float]]
+_compiled_run: _Run | None
+try:
+    from bellows.optimizer._windowed import run as _compiled_run
+except ImportError:  # pragma: no cover - built wherever the suite runs (test_compiled_layers)
+    _compiled_run = None
+COMPILED = _compiled_run is not None  # run the compiled layers (tests switch it off)
+
 __all__ = [
     "BANDS_FROM",
+    "COMPILED",
     "Windows",
     "band_bounds",
     "best_count",
@@ -293,11 +306,11 @@ def solve_windowed(rows: Values, capacity: int, *, bands: bool | None = None) ->
     if jobs == 1:  # most fills of a simulation (issue 11): the DP's one layer, directly
         return _one_row(rows[0], int(least[0]), capacity)
     window = _windows(rows, capacity, (least, most), bands=bands)
-    solved = _Dp(rows, capacity, window, least, most).run()
+    solved = _solve(rows, capacity, window, least, most)
     if window.floor > -np.inf and (solved is None or solved[1] < window.floor):
         # the optimum left the band (rounding beyond the margin): again, without it
         reach = _windows(rows, capacity, (least, most), bands=False)
-        solved = _Dp(rows, capacity, reach, least, most).run()
+        solved = _solve(rows, capacity, reach, least, most)
     if solved is None:  # pragma: no cover - the reachable windows hold every feasible path
         raise AssertionError("the windowed DP lost every allocation of a feasible table")
     return solved
@@ -316,22 +329,55 @@ def _one_row(row: Row, least: int, capacity: int) -> tuple[Ints, float]:
     return np.array([k], dtype=np.int64), float(row[k] + 0.0)
 
 
-class _Dp:
-    """The windowed DP over ``rows`` and its backtrack (see the module docstring)."""
+class _Layers(NamedTuple):
+    """What the DP's layers share, compiled or not: per layer its window, where its choices
+    start, and the counts it tries (finite for the row, reaching the previous window)."""
 
-    def __init__(
-        self, rows: Values, capacity: int, window: Windows, least: Ints, most: Ints
-    ) -> None:
-        lo, hi = window.lo, window.hi
+    lo: Ints
+    hi: Ints
+    firsts: Ints
+    lasts: Ints
+    starts: Ints  # [jobs + 1]
+
+
+def _layers(window: Windows, least: Ints, most: Ints) -> _Layers:
+    lo = np.ascontiguousarray(window.lo, dtype=np.int64)
+    hi = np.ascontiguousarray(window.hi, dtype=np.int64)
+    starts = np.zeros(lo.size + 1, dtype=np.int64)
+    np.cumsum(hi - lo + 1, out=starts[1:])
+    prev_lo = np.concatenate([[0], lo[:-1]])
+    prev_hi = np.concatenate([[0], hi[:-1]])
+    firsts = np.maximum(least, lo - prev_hi)
+    lasts = np.minimum(most, hi - prev_lo)
+    return _Layers(lo, hi, firsts, lasts, starts)
+
+
+def _solve(
+    rows: Values, capacity: int, window: Windows, least: Ints, most: Ints
+) -> tuple[Ints, float] | None:
+    """The windowed DP and its backtrack: compiled where built, else in NumPy layers."""
+    layers = _layers(window, least, most)
+    if not COMPILED or _compiled_run is None:
+        return _Dp(rows, capacity, layers, most).run()
+    # what each state keeps: its choice less the row's first count, compact
+    choices = np.empty(int(layers.starts[-1]), dtype=choice_dtype(int(most.max())))
+    gpus = np.empty(rows.shape[0], dtype=np.int64)
+    table = np.ascontiguousarray(rows, dtype=np.float64)
+    found, objective = _compiled_run(table, *layers, choices, gpus)  # the order of run()
+    return (gpus, objective) if found else None
+
+
+class _Dp:
+    """The windowed DP over ``rows`` and its backtrack in NumPy layers (see the module
+    docstring): what runs where the compiled layers are not built."""
+
+    def __init__(self, rows: Values, capacity: int, layers: _Layers, most: Ints) -> None:
+        lo, hi = layers.lo, layers.hi
         self.rows = rows
         self.lo, self.hi = lo, hi
         widths = hi - lo + 1
-        self.starts = np.concatenate([[0], np.cumsum(widths)])  # each layer's choices
-        prev_lo = np.concatenate([[0], lo[:-1]])
-        prev_hi = np.concatenate([[0], hi[:-1]])
-        # the counts finite for each row whose predecessors lie in the previous window
-        self.firsts = np.maximum(least, lo - prev_hi)
-        self.lasts = np.minimum(most, hi - prev_lo)
+        self.starts = layers.starts  # each layer's choices
+        self.firsts, self.lasts = layers.firsts, layers.lasts
         # what each state keeps: its choice less the row's first count, compact
         self.choices = np.zeros(int(self.starts[-1]), dtype=choice_dtype(int(most.max())))
         cols = rows.shape[1]

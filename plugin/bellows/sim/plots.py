@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -195,17 +195,25 @@ def mean_batch_by_category(result: SimResult) -> tuple[np.ndarray, dict[str, np.
     end = max((s.end_s for j in result.jobs for s in j.segments), default=0.0)
     step = max(60.0, math.ceil(end / 60.0 / _GRID_POINTS) * 60.0)
     grid = np.arange(0.0, end + step, step)
-    sums: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(grid.size))
-    counts: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(grid.size))
+    segments: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
     for job in result.jobs:
-        for seg in job.segments:
-            lo, hi = np.searchsorted(grid, [seg.start_s, seg.end_s], side="left")
-            sums[job.category][lo:hi] += seg.batch
-            counts[job.category][lo:hi] += 1
-    means = {
-        cat: np.where(counts[cat] > 0, sums[cat] / np.maximum(counts[cat], 1), np.nan)
-        for cat in sorted(sums)
-    }
+        if job.segments:  # a category none of whose jobs ran has no curve
+            segments[job.category] += [(s.start_s, s.end_s, s.batch) for s in job.segments]
+    means = {}
+    for cat in sorted(segments):
+        starts, ends, batches = np.array(segments[cat], dtype=float).reshape(-1, 3).T
+        # each segment adds its batch (and 1) to the grid points in [start, end): as steps
+        # up at its first point and down past its last, summed (whole numbers: exact)
+        lo = np.searchsorted(grid, starts, side="left")
+        hi = np.searchsorted(grid, ends, side="left")
+        sums = np.zeros(grid.size + 1)
+        counts = np.zeros(grid.size + 1)
+        np.add.at(sums, lo, batches)
+        np.add.at(sums, hi, -batches)
+        np.add.at(counts, lo, 1.0)
+        np.add.at(counts, hi, -1.0)
+        total, count = np.cumsum(sums)[:-1], np.cumsum(counts)[:-1]
+        means[cat] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
     return grid / 60.0, means
 
 
@@ -228,15 +236,23 @@ def _plain(value: float, _position: int | None = None) -> str:
     return f"{value:g}"
 
 
+def run_drawings(
+    result: SimResult, out: Path, *, label: str, summary: Mapping[str, Any] | None = None
+) -> list[Callable[[], Path]]:
+    """The three plots of one run, each as a call that draws it into ``out`` (which must
+    exist; ``summary``: the run's, if already made): ``completed.png``, ``gpus.png``,
+    ``batches.png``."""
+    curve = (summary if summary is not None else result.summary())["completed_over_time"]
+    return [
+        lambda: plot_completed({label: curve}, out / "completed.png", title=label),
+        lambda: plot_usage({label: result}, out / "gpus.png", title=label),
+        lambda: plot_batches(result, out / "batches.png", title=label),
+    ]
+
+
 def plot_run(
     result: SimResult, out: Path, *, label: str, summary: Mapping[str, Any] | None = None
 ) -> list[Path]:
     """The three plots of one run, into ``out`` (``summary``: the run's, if already made)."""
     out.mkdir(parents=True, exist_ok=True)
-    if summary is None:
-        summary = result.summary()
-    return [
-        plot_completed({label: summary["completed_over_time"]}, out / "completed.png", title=label),
-        plot_usage({label: result}, out / "gpus.png", title=label),
-        plot_batches(result, out / "batches.png", title=label),
-    ]
+    return [draw() for draw in run_drawings(result, out, label=label, summary=summary)]
