@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import UTC, datetime
 
 from kubeflow.training import (
     KubeflowOrgV1PyTorchJob,
@@ -327,3 +328,75 @@ def test_a_job_submitted_running_is_held_until_started(on_cluster, examples):
         assert (progress.gpus, progress.batch, progress.restarts) == (3, 384, 2)
 
     on_cluster(scenario, compression=1.0)
+
+
+class Gated(KubeApi):
+    """A KubeApi that records whose jobs it reads, and whose watches of a job (the waits
+    for the operator) start only once ``gate`` is set."""
+
+    def __init__(self, api_client, gate):
+        super().__init__(api_client)
+        self.gate = gate
+        self.watching = asyncio.Event()
+        self.reads = []
+
+    async def get_job(self, kind, namespace, name):
+        self.reads.append(name)
+        return await super().get_job(kind, namespace, name)
+
+    async def watch_jobs(self, kind, namespace, resource_version, **options):
+        self.watching.set()
+        await self.gate.wait()
+        async for item in super().watch_jobs(kind, namespace, resource_version, **options):
+            yield item
+
+
+def set_condition(cluster, name, condition, **status):
+    """Write what an operator would: ``condition`` True on the PyTorchJob ``name``."""
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def change(obj):
+        found = obj.setdefault("status", {}).setdefault("conditions", [])
+        found.append({"type": condition, "status": "True", "lastTransitionTime": stamp})
+        obj["status"].update(status)
+        return obj
+
+    res = cluster.store.resources["kubeflow.org/v1/pytorchjobs"]
+    cluster.store.update_with(res, "default", name, change, subresource="status")
+
+
+def test_jobs_are_driven_a_few_at_a_time_and_a_wait_gives_its_turn_up(on_cluster, examples):
+    async def scenario(cluster, api):
+        await submit(api, examples)
+        await submit(api, examples, "MPIJob")
+        gate = asyncio.Event()
+        gate.set()
+        one = Gated(api.api_client, gate)
+        act = Actuator(one, max_active=1)
+        both = await asyncio.gather(act.apply(Start(TORCH, 2, 256)), act.apply(Start(MPI, 2, 256)))
+        assert [o.result for o in both] == ["started", "started"]
+        # one job at a time: each is read, patched and read again before the other is read
+        first = one.reads[0]
+        assert one.reads == sorted(one.reads, key=lambda name: name != first), one.reads
+        # a rescale waiting for the operator to stop the pods lets another job be started
+        set_condition(cluster, "resnet50-imagenet", "Running", startTime="2024-01-01T00:00:00Z")
+        other = examples["PyTorchJob"]
+        other["metadata"]["name"] = "resnet50-other"
+        custom = k8s.CustomObjectsApi(api.api_client)
+        await asyncio.to_thread(
+            custom.create_namespaced_custom_object,
+            "kubeflow.org", "v1", "default", "pytorchjobs", other,
+        )  # fmt: skip
+        gate.clear()
+        gated = Gated(api.api_client, gate)
+        act = Actuator(gated, max_active=1)
+        rescale = asyncio.create_task(act.apply(Rescale(TORCH, 2, 256, 4, 512)))
+        await gated.watching.wait()
+        started = await act.apply(Start("pytorchjob/default/resnet50-other", 2, 256))
+        assert started.result == "started"
+        assert not rescale.done()
+        set_condition(cluster, "resnet50-imagenet", "Suspended")  # the operator stopped it
+        gate.set()
+        assert (await rescale).result == "rescaled"
+
+    on_cluster(scenario, operator=False)

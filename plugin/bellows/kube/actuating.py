@@ -15,16 +15,21 @@ A job that names a Kueue LocalQueue is refused unless Kueue cooperation is on
 job is driven by the planners of :mod:`bellows.kube.kueue_journal`: its Workload is
 deactivated and activated, and ``suspend``, which Kueue owns, is never written. Waiting for
 Kueue watches both the job and its Workload, within ``halt_timeout_s`` per call.
+
+At most ``max_active`` jobs are driven at once (:data:`MAX_ACTIVE`); a call that waits for
+the operator or Kueue gives its turn up while it waits. A round that starts 800 jobs would
+otherwise read all 800 before patching the first, holding them all (~20 MiB, whose heap
+stays resident after: docs/live.md); the API calls go through a few threads either way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
 from bellows.inputs import DATA_ERRORS, brief
@@ -64,7 +69,10 @@ from bellows.kube.kueue_journal import (
 from bellows.kube.recording import Recorder
 from bellows.kube.specs import requested_allocation
 
-__all__ = ["ActuationError", "Actuator", "Outcome"]
+__all__ = ["MAX_ACTIVE", "ActuationError", "Actuator", "Outcome"]
+
+MAX_ACTIVE = 64  # jobs driven at once by one Actuator (waits for the operator or Kueue aside)
+_T = TypeVar("_T")
 
 Result = Literal[
     "started",
@@ -108,6 +116,37 @@ class _Read:
 _Planner = Callable[[_Read], "Step | KueueStep"]
 
 
+class _Turn:
+    """One call's turn among the calls an Actuator drives at once: held from entry, given up
+    while the call waits (:meth:`waiting`), taken again after."""
+
+    def __init__(self, turns: asyncio.Semaphore) -> None:
+        self._turns = turns
+        self._held = False
+
+    async def __aenter__(self) -> _Turn:
+        await self._turns.acquire()
+        self._held = True
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self._give_up()
+
+    def _give_up(self) -> None:
+        if self._held:  # not held when cancelled while waiting to take it again
+            self._held = False
+            self._turns.release()
+
+    async def waiting(self, wait: Awaitable[_T]) -> _T:
+        """``wait`` (a watch for the operator or Kueue), the turn given up meanwhile and
+        taken again after (not after an error: the call ends with it)."""
+        self._give_up()
+        result = await wait
+        await self._turns.acquire()
+        self._held = True
+        return result
+
+
 class ActuationError(RuntimeError):
     """A job kept changing under every attempt (more conflicts than allowed)."""
 
@@ -134,9 +173,11 @@ class Actuator:
         halt_timeout_s: float = 120.0,
         max_conflicts: int = 10,
         kueue: bool = False,
+        max_active: int = MAX_ACTIVE,
     ) -> None:
         """``kueue``: size the jobs that name a Kueue LocalQueue through their Workloads
-        (``controller.kueue.enabled``); when false, such a job is refused with an Event."""
+        (``controller.kueue.enabled``); when false, such a job is refused with an Event.
+        ``max_active``: the most jobs driven at once (the others wait their turn)."""
         self._api = api
         self._kueue = kueue
         self._kinds = {k.kind.lower(): k for k in kinds}
@@ -144,6 +185,7 @@ class Actuator:
         self._now = now
         self._halt_timeout_s = halt_timeout_s
         self._max_conflicts = max_conflicts
+        self._turns = asyncio.Semaphore(max_active)
 
     def ref(self, job: str) -> JobRef:
         """The job behind a core job name (``<kind>/<namespace>/<name>``)."""
@@ -339,7 +381,22 @@ class Actuator:
         """Plan, perform, read again, until the plan says nothing is left (or the job is
         gone, refused, blocked, or ``pending``: a wait for Kueue past ``halt_timeout_s``, or
         any such wait at all when ``wait`` is false). ``event`` (reason, warning) is the
-        Event recorded once the job is in the wanted state."""
+        Event recorded once the job is in the wanted state. The call waits for its turn
+        first (``max_active``)."""
+        async with _Turn(self._turns) as turn:
+            return await self._drive_turn(ref, plan, verb, message, event, wait=wait, turn=turn)
+
+    async def _drive_turn(
+        self,
+        ref: JobRef,
+        plan: _Planner,
+        verb: Result,
+        message: str,
+        event: tuple[str, bool],
+        *,
+        wait: bool,
+        turn: _Turn,
+    ) -> Outcome:
         kind = self._kinds[ref.kind.lower()]
         job, conflicts, wrote = ref.key, 0, False
         deadline: float | None = None  # of the waits for Kueue in this call
@@ -375,7 +432,7 @@ class Actuator:
                 )
                 continue
             if isinstance(step, AwaitHalt):
-                if not await self._await_halt(kind, ref, obj):
+                if not await turn.waiting(self._await_halt(kind, ref, obj)):
                     return Outcome(
                         job,
                         "pending",
@@ -386,7 +443,9 @@ class Actuator:
             if isinstance(step, AwaitEviction | AwaitWorkload):
                 if deadline is None:
                     deadline = asyncio.get_running_loop().time() + self._halt_timeout_s
-                if not wait or not await self._await_kueue(kind, ref, obj, read.workload, deadline):
+                if not wait or not await turn.waiting(
+                    self._await_kueue(kind, ref, obj, read.workload, deadline)
+                ):
                     return Outcome(job, "pending", _waiting(step))
                 continue
             try:

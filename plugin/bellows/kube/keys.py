@@ -9,6 +9,7 @@ one module owns the whole ``bellows.io/`` namespace.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -78,6 +79,8 @@ FIT = PREFIX + "fit"  # JobProfile JSON: the profile refitted to the job's progr
 DEFAULT_PROFILE_KEY = "profile.json"
 PROFILE_MAX_BYTES = 64 * 1024  # a profile is a few hundred bytes; annotations hold 256 KiB
 PROFILE_MAX_DEPTH = 4
+SHARED_PROFILES = 64  # profile texts whose parsed profile is kept and shared
+SHARED_PROFILE_BYTES = 4096  # the longest text kept so: at most 256 KiB of texts in all
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # Names the shell, the dynamic loader, Python or the launchers read for themselves: a batch
 # size written there would change how the training process starts, not its batch.
@@ -166,7 +169,24 @@ def _profile(annotations: Mapping[str, str]) -> JobProfile | ConfigMapRef:
 
 
 def parse_profile_text(where: str, text: str) -> JobProfile:
-    """A profile from JSON text; errors name ``where`` (annotation or ConfigMap key) first."""
+    """A profile from JSON text; errors name ``where`` (annotation or ConfigMap key) first.
+
+    A text of at most :data:`SHARED_PROFILE_BYTES` gives the same (immutable) profile object
+    each time it is met again soon (the last :data:`SHARED_PROFILES` texts): the jobs of one
+    model carry one profile, and 10 000 jobs then hold a few step profiles, not 10 000
+    copies of one (docs/live.md), and are not parsed 10 000 times.
+    """
+    if isinstance(text, str) and len(text) <= SHARED_PROFILE_BYTES:
+        return _shared_profile(where, text)
+    return _parse_profile_text(where, text)
+
+
+@functools.lru_cache(maxsize=SHARED_PROFILES)
+def _shared_profile(where: str, text: str) -> JobProfile:
+    return _parse_profile_text(where, text)
+
+
+def _parse_profile_text(where: str, text: str) -> JobProfile:
     document = parse_json(
         where,
         text,
