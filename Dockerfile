@@ -11,7 +11,8 @@ ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-# A C compiler for the optimizer's compiled DP layers (setup.py); the build stage only.
+# A C compiler for the compiled parts (setup.py: the DP layers, the TSF rows' weighing); the
+# build stage only.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
@@ -22,7 +23,7 @@ COPY pyproject.toml setup.py README.md ./
 COPY plugin ./plugin
 RUN /opt/venv/bin/pip install --no-compile . \
  # optional at install (setup.py), required in the image: fail the build without them
- && /opt/venv/bin/python -c "import bellows.optimizer._windowed" \
+ && /opt/venv/bin/python -c "import bellows.optimizer._windowed, bellows.scaling._batches" \
  # The root filesystem is read-only at run time, so compile the bytecode now.
  && /opt/venv/bin/python -m compileall -q /opt/venv/lib
 

@@ -27,8 +27,8 @@ fi
 wheel="$(echo "$work"/dist/bellows-*.whl)"
 
 step "every data file of plugin/bellows is in $(basename "$wheel")"
-# (the C source is built, not shipped: its compiled module, built in place by the editable
-# install, is looked for under the same name)
+# (the C sources are built, not shipped: their compiled modules, built in place by the
+# editable install, are looked for under the same names)
 (cd "$repo/plugin" && find bellows -type f ! -name '*.py' ! -name '*.pyc' ! -name '*.c') |
     "$python" -c '
 import sys, zipfile
@@ -58,8 +58,9 @@ bellows="$work/venv/bin/bellows"
 step "bellows --version"
 "$bellows" --version
 
-step "the optimizer's compiled DP layers are in the wheel and load"
+step "the compiled parts (the DP layers, the TSF rows' weighing) are in the wheel and load"
 "$work/venv/bin/python" -c 'from bellows.optimizer import windowed; assert windowed.COMPILED'
+"$work/venv/bin/python" -c 'from bellows.scaling import tables; assert tables.COMPILED'
 
 step "bellows simulate on a generated trace"
 "$bellows" workload generate --pattern bursty --minutes 60 --categories 1,2,3,4 --gpus 16 \

@@ -1,8 +1,14 @@
-"""TSF tables: the vectorized core equals a scalar loop, and facts every table must obey."""
+"""TSF tables: the vectorized core equals a scalar loop, and facts every table must obey.
+
+Every test here runs twice: with the compiled weighing of candidates (``_batches.c``) and
+with the NumPy chunks that run where it is not built.
+"""
 
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -21,6 +27,24 @@ from bellows.scaling import (
     tsf_tables,
 )
 from bellows.scaling import tables as scaling_tables
+
+
+@pytest.fixture(autouse=True, scope="module", params=["compiled", "numpy chunks"])
+def weighing(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each test on both weighings (module-scoped: hypothesis allows no function fixtures)."""
+    kept = scaling_tables.COMPILED
+    scaling_tables.COMPILED = request.param == "compiled"
+    try:
+        yield str(request.param)
+    finally:
+        scaling_tables.COMPILED = kept
+
+
+def test_the_compiled_weighing_is_built() -> None:
+    # pip builds it wherever a C compiler is at hand (setup.py), CI's machine included; a
+    # missing build would silently weigh every TSF row in the slower NumPy chunks.
+    assert scaling_tables._compiled_best is not None, "bellows.scaling._batches was not built"
+
 
 FREE = ClusterProfile(LinkCost(0.0, 0.0), LinkCost(0.0, 0.0), source="no communication cost")
 
@@ -121,21 +145,76 @@ def test_tables_equal_scalar_loop(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
-@given(st.lists(jobs(), min_size=1, max_size=6), clusters(), st.sampled_from([1, 7, 50]))
-def test_tables_cut_into_candidate_chunks_are_the_same_bits(
+@given(
+    st.lists(jobs(), min_size=1, max_size=6),
+    clusters(),
+    st.sampled_from([1, 7, 50, scaling_tables._CHUNK_ELEMENTS]),
+)
+def test_compiled_and_chunked_weighing_are_the_same_bits(
     batch: list[JobSpec], cluster: ClusterProfile, elements: int
 ) -> None:
-    # candidates are weighed in chunks (one per column at the smallest): ties between chunks
-    # keep the earlier (smaller) batch, as one argmax over all of them does
-    whole = tsf_tables(batch, cluster, fixed_batch=False)
-    kept = scaling_tables._CHUNK_ELEMENTS
-    scaling_tables._CHUNK_ELEMENTS = elements
+    # the NumPy path weighs candidates in chunks (one per column at the smallest): ties
+    # between chunks keep the earlier (smaller) batch, as the compiled loop's strict > does
+    kept = scaling_tables.COMPILED, scaling_tables._CHUNK_ELEMENTS
     try:
+        scaling_tables.COMPILED = True
+        compiled = tsf_tables(batch, cluster, fixed_batch=False)
+        scaling_tables.COMPILED, scaling_tables._CHUNK_ELEMENTS = False, elements
         cut = tsf_tables(batch, cluster, fixed_batch=False)
     finally:
-        scaling_tables._CHUNK_ELEMENTS = kept
+        scaling_tables.COMPILED, scaling_tables._CHUNK_ELEMENTS = kept
     for part in ("values", "batch", "throughput"):
-        assert getattr(cut, part).tobytes() == getattr(whole, part).tobytes(), part
+        assert getattr(cut, part).tobytes() == getattr(compiled, part).tobytes(), part
+
+
+def _weighing_arguments(**changes: object) -> dict[str, object]:
+    n, c, cols = 2, 3, 4
+    given: dict[str, object] = {
+        "cand": np.array([[1, 2, 4], [3, 0, 0]], dtype=np.int64),
+        "sizes": np.array([3, 1], dtype=np.int64),
+        "t_proc": np.full((n, c), 0.1),
+        "t_proc_g": np.full((n, c), 0.1),
+        "t_ar": np.zeros((n, cols)),
+        "t_ar_g": np.zeros((n, cols)),
+        "lo": np.ones((n, cols), dtype=np.int64),
+        "hi": np.full((n, cols), 4, dtype=np.int64),
+        "feasible": np.ones((n, cols), dtype=bool),
+        "g": 1.0,
+        "rate": np.full((n, cols), -np.inf),
+        "batch": np.zeros((n, cols), dtype=np.int64),
+    }
+    given.update(changes)
+    return given
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.setflags(write=False)
+    return array
+
+
+def test_the_compiled_weighing_checks_its_arguments() -> None:
+    best = scaling_tables._compiled_best
+    assert best is not None
+    ok = _weighing_arguments()
+    best(*ok.values())
+    # the most samples per second: the largest batch in range (k = 0: all 0, the first)
+    assert ok["batch"].tolist() == [[1, 4, 4, 4], [3, 3, 3, 3]]  # type: ignore[attr-defined]
+    assert ok["rate"][0, 2] == 2 * 4 / 0.1  # type: ignore[index]
+    bad: list[tuple[dict[str, object], type[Exception], str]] = [
+        ({"sizes": np.array([4, 1], dtype=np.int64)}, ValueError, "sizes[0]"),
+        ({"sizes": np.array([3], dtype=np.int64)}, ValueError, "sizes: expected int64 of shape"),
+        ({"lo": np.ones((2, 3), dtype=np.int64)}, ValueError, "lo: expected int64 of shape (2, 4)"),
+        ({"t_ar": np.zeros((2, 4), dtype=np.float32)}, ValueError, "t_ar: expected float64"),
+        ({"feasible": np.ones((2, 4), dtype=np.int64)}, ValueError, "feasible: expected bool"),
+        ({"rate": np.full((4, 2), -np.inf).T}, TypeError, "rate: expected a C-contiguous writable"),
+        ({"batch": _read_only(np.zeros((2, 4), dtype=np.int64))}, TypeError, "batch"),
+        ({"cand": np.array([1, 2], dtype=np.int64)}, ValueError, "cand, rate: expected two"),
+        ({"g": 0.0}, ValueError, "g: expected a finite number > 0"),
+        ({"g": math.nan}, ValueError, "g: expected a finite number > 0"),
+    ]  # fmt: skip
+    for changes, error, words in bad:
+        with pytest.raises(error, match=re.escape(words)):
+            best(*_weighing_arguments(**changes).values())
 
 
 def job(**changes: object) -> JobSpec:

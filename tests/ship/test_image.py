@@ -74,16 +74,15 @@ def test_final_stage_runs_as_a_numeric_non_root_user() -> None:
     assert entrypoint == ['["bellows"]']
 
 
-def test_the_build_stage_compiles_the_dp_layers_and_fails_without_them() -> None:
-    # setup.py's extension is optional (a user without a compiler still installs), so the
-    # image's build must check for it: else a missing compiler would ship the slow layers
+def test_the_build_stage_compiles_the_c_parts_and_fails_without_them() -> None:
+    # setup.py's extensions are optional (a user without a compiler still installs), so the
+    # image's build must check for them: else a missing compiler would ship the slow paths
     instructions = _instructions()
     runtime = max(i for i, (word, _) in enumerate(instructions) if word == "FROM")
     build = [rest for word, rest in instructions[:runtime] if word == "RUN"]
     assert any("gcc" in rest and "apt-get install" in rest for rest in build)
-    assert any(
-        "pip install" in rest and "import bellows.optimizer._windowed" in rest for rest in build
-    )
+    for module in ("bellows.optimizer._windowed", "bellows.scaling._batches"):
+        assert any("pip install" in rest and module in rest for rest in build), module
     assert not any("gcc" in rest for word, rest in instructions[runtime:] if word == "RUN")
 
 

@@ -1,6 +1,7 @@
 """A whole simulation decides the same, to the byte of jobs.csv and summary.json, whichever
 optimizer path runs it (the NumPy engine, ``auto`` with its compile-cost rule, a forced JAX
-path) and whether the TSF rows were tabulated up front in batches or one per arrival."""
+path), whether the compiled parts or their NumPy versions run, and whether the TSF rows were
+tabulated up front in batches or one per arrival."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from bellows.autoscaler import Autoscaler, AutoscalerConfig
 from bellows.optimizer import Method, windowed
-from bellows.scaling import default_cluster, tsf_tables
+from bellows.scaling import default_cluster, tables, tsf_tables
 from bellows.sim import run
 from bellows.sim.metrics import jobs_csv_text
 from bellows.sim.workloads.generating import WorkloadSpec, generate
@@ -50,12 +51,13 @@ def test_every_optimizer_path_gives_the_same_run(trace: tuple[TraceJob, ...], mo
 
 
 @pytest.mark.parametrize("mode", sorted(CONFIGS))
-def test_the_compiled_and_the_numpy_dp_layers_give_the_same_run(
-    trace: tuple[TraceJob, ...], mode: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("part", [windowed, tables], ids=["dp layers", "tsf batches"])
+def test_the_compiled_parts_and_their_numpy_versions_give_the_same_run(
+    trace: tuple[TraceJob, ...], mode: str, part: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = AutoscalerConfig(**{**vars(CONFIGS[mode]), "optimizer": "numpy"})
     compiled = _outputs(trace, config)
-    monkeypatch.setattr(windowed, "COMPILED", False)
+    monkeypatch.setattr(part, "COMPILED", False)
     assert _outputs(trace, config) == compiled
 
 

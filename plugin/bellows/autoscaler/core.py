@@ -420,27 +420,16 @@ class Autoscaler:
         """Values ``[jobs, width+1]`` (restarts priced), and the same on the exact grid with
         each running job's current k kept on a tie (:func:`exact`): what the DP maximises.
 
-        Built per distinct TSF row (jobs of one template share theirs) and gathered, and the
-        running jobs' progress and prices computed in whole arrays: a round over a hundred
-        running jobs costs a few array operations, not a hundred rounds of Python. Grid rows
-        are computed once per TSF row; only priced rows go on the grid here."""
+        The rows are gathered in whole arrays (:func:`_stacked`), and the running jobs'
+        progress and prices computed in whole arrays: a round over a hundred running jobs
+        costs a few array operations, not a hundred rounds of Python. Grid rows are computed
+        once per TSF row; only priced rows go on the grid here."""
         s = self._s
         rows = [s.rows[n] for n in names]
         width = max(1, min(capacity, max(s.jobs[n].k_max for n in names)))
-        slots: dict[int, int] = {}
-        distinct: list[_Row] = []
-        for row in rows:
-            if slots.setdefault(id(row), len(distinct)) == len(distinct):
-                distinct.append(row)
-        table = np.full((3, len(distinct), width + 1), -np.inf)  # values, grid, rates
-        table[2] = 0.0  # no rate past a row
-        for u, row in enumerate(distinct):
-            cols = min(width + 1, row.values.shape[0])
-            table[0, u, :cols] = row.values[:cols]
-            table[1, u, :cols] = row.grid[:cols]
-            table[2, u, :cols] = row.rate[:cols]
-        index = np.array([slots[id(row)] for row in rows], dtype=np.int64)
-        values, graded = table[0][index], table[1][index]  # [jobs, width+1] each
+        lengths = np.array([row.values.size for row in rows], dtype=np.int64)  # rate, grid: same
+        values = _stacked([row.values for row in rows], lengths, width, -np.inf)
+        graded = _stacked([row.grid for row in rows], lengths, width, -np.inf)
         runs = [s.running.get(n) for n in names]
         held = [i for i, run in enumerate(runs) if run is not None]
         if not held:
@@ -450,19 +439,22 @@ class Autoscaler:
         gpus = np.array([run.allocation.gpus for run in running], dtype=np.int64)
         keep = np.where(gpus <= width, gpus, -1)
         hold = max(1.0, self._config.hysteresis)
-        penalty = np.array([self.restart_cost(names[i]) for i in held]) * hold
+        default = self._config.restart_cost_s  # restart_seconds(), inline: a job's own, else it
+        own = [s.jobs[names[i]].restart_s for i in held]
+        penalty = np.array([default if cost is None else cost for cost in own]) * hold
         moving = penalty > 0
         if moving.any():
             work = np.array([s.jobs[names[i]].work for i in held])
             left = np.maximum(work - done_at_all(running, now), 0.0)
             priced_at = at[moving]
+            moved = [rows[i] for i in priced_at.tolist()]
             values[priced_at] = priced(
                 values[priced_at],
-                table[2][index[priced_at]],
+                _stacked([row.rate for row in moved], lengths[priced_at], width, 0.0),
                 current=gpus[moving],
                 remaining=left[moving],
                 penalty_s=penalty[moving],
-                x1=np.array([rows[i].x1 for i in priced_at.tolist()]),
+                x1=np.array([row.x1 for row in moved]),
             )
             graded[priced_at] = exact(values[priced_at], np.full(priced_at.size, -1, np.int64))
         kept(graded, at, keep)
@@ -642,6 +634,19 @@ class Autoscaler:
                 )
             )
         return rows
+
+
+def _stacked(
+    rows: Sequence[np.ndarray], lengths: np.ndarray, width: int, fill: float
+) -> np.ndarray:
+    """``rows`` (1-D, ``lengths`` long) as one ``[len(rows), width+1]`` array, cut at column
+    ``width`` and padded with ``fill`` (no rate, no value past a row): one concatenation and
+    one masked store, however many rows (a row-by-row copy was a third of a 400-GPU
+    simulation's rounds, issue 11)."""
+    columns = max(int(lengths.max()), width + 1)
+    out = np.full((len(rows), columns), fill)
+    out[np.arange(columns) < lengths[:, None]] = np.concatenate(rows)  # row-major, as joined
+    return out if columns == width + 1 else np.ascontiguousarray(out[:, : width + 1])
 
 
 def _check_capacity(gpus: int) -> int:

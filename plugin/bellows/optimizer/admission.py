@@ -18,7 +18,7 @@ from bellows.optimizer.errors import (
     check_capacity,
     check_required,
     check_values,
-    min_gpus,
+    finite_counts,
 )
 from bellows.optimizer.results import Admission
 from bellows.optimizer.solving import METHODS, Method, solve_rows
@@ -48,7 +48,7 @@ def admit(
     req = check_required(required, array.shape[0])
     if method not in METHODS:
         raise SpecError("method", method, " or ".join(repr(m) for m in METHODS))
-    least = min_gpus(array)
+    least, most = finite_counts(array)
     needed = int(least[:req].sum())
     if needed > cap:
         raise Infeasible(needed, cap, "the required rows")
@@ -61,6 +61,7 @@ def admit(
         elif not backfill:
             break
     gpus = np.zeros(array.shape[0], dtype=np.int64)
-    solution = solve_rows(array[admitted], cap, method=method)
+    rows = np.asarray(admitted, dtype=np.int64)
+    solution = solve_rows(array[rows], cap, method=method, counts=(least[rows], most[rows]))
     gpus[admitted] = solution.gpus
     return Admission(admitted=tuple(admitted), gpus=gpus, objective=solution.objective)

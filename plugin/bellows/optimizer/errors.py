@@ -18,10 +18,12 @@ __all__ = [
     "check_capacity",
     "check_required",
     "check_values",
+    "finite_counts",
     "min_gpus",
 ]
 
 Values = npt.NDArray[np.float64]
+Counts = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]  # finite_counts: (least, most)
 
 # The "fewest GPUs" of a row with no finite column: more than any cluster has, yet small
 # enough that summing it over millions of rows cannot overflow int64.
@@ -87,6 +89,14 @@ def min_gpus(values: Values) -> npt.NDArray[np.int64]:
     counts sum to at most ``capacity`` (give every row its smallest count): feasibility, and
     so FIFO admission, needs no DP at all.
     """
+    return finite_counts(values)[0]
+
+
+def finite_counts(values: Values) -> Counts:
+    """Each row's smallest allowed GPU count (:func:`min_gpus`) and largest (-1 where no
+    column is finite), from one pass of ``isfinite``."""
     finite = np.isfinite(values)  # [jobs, k_max+1]
     first = np.argmax(finite, axis=1).astype(np.int64)
-    return np.where(finite.any(axis=1), first, np.int64(NO_FIT))
+    last = values.shape[1] - 1 - np.argmax(finite[:, ::-1], axis=1).astype(np.int64)
+    some = finite.any(axis=1)
+    return np.where(some, first, np.int64(NO_FIT)), np.where(some, last, np.int64(-1))

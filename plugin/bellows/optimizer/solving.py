@@ -53,7 +53,14 @@ import numpy as np
 import numpy.typing as npt
 
 from bellows.jobs import SpecError
-from bellows.optimizer.errors import Infeasible, Values, check_capacity, check_values, min_gpus
+from bellows.optimizer.errors import (
+    Counts,
+    Infeasible,
+    Values,
+    check_capacity,
+    check_values,
+    finite_counts,
+)
 from bellows.optimizer.windowed import solve_windowed
 
 if TYPE_CHECKING:
@@ -298,29 +305,32 @@ def _pad(rows: Values, jobs: int, k_max: int) -> Values:
     return padded
 
 
-def solve_rows(rows: Values, capacity: int, *, method: Method = "auto") -> Solution:
-    """Optimal GPUs per row and objective for validated ``rows``; Infeasible if none fits."""
+def solve_rows(
+    rows: Values, capacity: int, *, method: Method = "auto", counts: Counts | None = None
+) -> Solution:
+    """Optimal GPUs per row and objective for validated ``rows``; Infeasible if none fits.
+    ``counts``: the rows' :func:`~bellows.optimizer.errors.finite_counts`, if the caller has
+    them."""
     n, cols = rows.shape
-    least = min_gpus(rows)
+    least, most = finite_counts(rows) if counts is None else counts
     needed = int(least.sum())
     if needed > capacity:
         raise Infeasible(needed, capacity)
     if n == 0:
         return Solution(np.zeros(0, dtype=np.int64), 0.0, "trivial")
     # No row can use more than its largest allowed count: capacity beyond their sum is idle.
-    most_total = int((cols - 1 - np.argmax(np.isfinite(rows[:, ::-1]), axis=1)).sum())
-    capacity = min(capacity, most_total)
+    capacity = min(capacity, int(most.sum()))
     cells = n * (capacity + 1) * cols
     if method == "numpy" or (
         method == "auto"
         and (cells < NUMPY_BELOW or not RENT.uses_jax(padded_shape(n, cols - 1, capacity), cells))
     ):
-        return Solution(*solve_windowed(rows, capacity), "numpy")
+        return Solution(*solve_windowed(rows, capacity, counts=(least, most)), "numpy")
     band = method == "band" or (method == "auto" and cells >= BAND_FROM)
     try:
         return _solve_jax(rows, capacity, band=band, inline=method != "auto")
     except _Compiling:  # "auto" in background mode: NumPy answers while the kernel compiles
-        return Solution(*solve_windowed(rows, capacity), "numpy")
+        return Solution(*solve_windowed(rows, capacity, counts=(least, most)), "numpy")
 
 
 class _Compiling(Exception):  # noqa: N818 - a signal, not an error

@@ -48,7 +48,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import as_strided
 
-from bellows.optimizer.errors import Values
+from bellows.optimizer.errors import Counts, Values, finite_counts
 
 # The compiled layers (bellows/optimizer/_windowed.c, built at install where a C compiler is
 # at hand): the same DP and backtrack, bit for bit, without a NumPy call per layer. Without
@@ -108,14 +108,6 @@ def choice_dtype(k_max: int) -> type[np.unsignedinteger[Any]]:
     if k_max <= 0xFFFF:
         return np.uint16
     return np.uint32
-
-
-def _counts(rows: Values) -> tuple[Ints, Ints]:
-    """Smallest and largest finite column of each row (every row must have one)."""
-    finite = np.isfinite(rows)  # [jobs, k_max+1]
-    least = np.argmax(finite, axis=1).astype(np.int64)
-    most = (rows.shape[1] - 1 - np.argmax(finite[:, ::-1], axis=1)).astype(np.int64)
-    return least, most
 
 
 class _Tilts:
@@ -258,7 +250,7 @@ def windows(rows: Values, capacity: int, *, bands: bool | None = None) -> Window
 
     Every row must have a finite column and their smallest counts must fit in ``capacity``.
     """
-    return _windows(rows, capacity, _counts(rows), bands=bands)
+    return _windows(rows, capacity, finite_counts(rows), bands=bands)
 
 
 def _windows(
@@ -289,19 +281,22 @@ def _windows(
     return Windows(band_lo, band_hi, lower_bound - margin)
 
 
-def solve_windowed(rows: Values, capacity: int, *, bands: bool | None = None) -> tuple[Ints, float]:
+def solve_windowed(
+    rows: Values, capacity: int, *, bands: bool | None = None, counts: Counts | None = None
+) -> tuple[Ints, float]:
     """Optimal allocation of validated, feasible ``rows`` and its objective (the DP's sum).
 
     Equal, bit for bit, to :func:`bellows.optimizer.reference.solve_reference`. ``bands``:
     narrow the windows with :func:`band_bounds` (True), keep the reachable ranges (False), or
     by size (None: bounds from :data:`BANDS_FROM` reachable cells). Every row must have a
     finite column and the rows' smallest counts must fit in ``capacity`` (the caller checks;
-    raising :class:`~bellows.optimizer.errors.Infeasible` is theirs).
+    raising :class:`~bellows.optimizer.errors.Infeasible` is theirs). ``counts``: the rows'
+    :func:`~bellows.optimizer.errors.finite_counts`, if the caller has them.
     """
     jobs = rows.shape[0]
     if jobs == 0:
         return np.zeros(0, dtype=np.int64), 0.0
-    least, most = _counts(rows)
+    least, most = finite_counts(rows) if counts is None else counts
     capacity = min(capacity, int(most.sum()))  # GPUs beyond every row's largest count: idle
     if jobs == 1:  # most fills of a simulation (issue 11): the DP's one layer, directly
         return _one_row(rows[0], int(least[0]), capacity)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +27,19 @@ import numpy.typing as npt
 from bellows.jobs import JobSpec, SpecError, StepProfile
 from bellows.scaling.profiles import ClusterProfile
 
+# The compiled weighing of candidates (bellows/scaling/_batches.c, built at install where a
+# C compiler is at hand): the same operations on the same values and the same choices as the
+# NumPy chunks of _best_local_batches, visiting only the candidates inside each k's range.
+# Without it (or with COMPILED set False) the NumPy chunks run.
+_compiled_best: Callable[..., None] | None
+try:
+    from bellows.scaling._batches import best as _compiled_best
+except ImportError:  # pragma: no cover - built wherever the suite runs (test_tables)
+    _compiled_best = None
+COMPILED = _compiled_best is not None  # weigh candidates in the compiled loop (tests switch)
+
 __all__ = [
+    "COMPILED",
     "TsfTables",
     "candidate_count",
     "processing_seconds_rows",
@@ -223,11 +235,10 @@ def _best_local_batches(
     ``t_proc`` depends on the per-GPU batch alone, so it is computed once per job and
     candidate (``[n, c]``) and only the combination with ``t_ar`` runs per GPU count; the
     largest feasible ``m`` (``hi``, one per k) is the last candidate and is weighed after
-    the others. Candidates are evaluated in chunks, so that memory stays bounded whatever a
-    profile holds, and only where usable (inside the k's batch range: about a quarter of the
-    job x k x candidate block on real traces; issue 11: the 400-GPU trace's rows 1.2 -> 0.86 s
-    of CPU, the ITP trace's 6.1 -> 2.7 s, profiled by hand). Every value is the one the scalar
-    rule gives, to the last bit.
+    the others. Only the candidates inside each k's batch range are weighed: by the compiled
+    loop (``_batches.c``, where built), else in NumPy chunks, so that memory stays bounded
+    whatever a profile holds (about a quarter of the job x k x candidate block is usable on
+    real traces). Every value is the one the scalar rule gives, to the last bit.
     """
     n, columns = lo.shape
     col = np.arange(columns, dtype=np.int64)[None, :]
@@ -238,6 +249,33 @@ def _best_local_batches(
         cand[j, : len(c)] = c
     t_cand = processing_seconds_rows(knots, np.maximum(cand, 1).astype(np.float64))  # [n, c]
     mix = _Mixer(cluster, tar, t_cand)
+    if COMPILED and _compiled_best is not None:
+        x_best = np.full((n, columns), -np.inf)
+        m_best = np.zeros((n, columns), dtype=np.int64)
+        sizes = np.array([len(c) for c in lists], dtype=np.int64)
+        _compiled_best(
+            cand, sizes, *(np.ascontiguousarray(a) for a in mix.arrays()),
+            np.ascontiguousarray(lo), np.ascontiguousarray(hi), np.ascontiguousarray(feasible),
+            mix.g, x_best, m_best,
+        )  # fmt: skip
+    else:
+        x_best, m_best = _weigh_in_chunks(cand, mix, lo=lo, hi=hi, feasible=feasible)
+    usable_hi = (hi >= lo) & (hi >= 1) & feasible
+    m_hi = np.where(usable_hi, hi, 1).astype(np.float64)  # [n, columns]
+    t_hi = processing_seconds_rows(knots, m_hi)
+    x_hi = np.where(usable_hi, col * m_hi / _combine(cluster, t_hi, tar), -np.inf)
+    better = x_hi > x_best
+    return np.where(better, x_hi, x_best), np.where(better, hi, m_best)
+
+
+def _weigh_in_chunks(
+    cand: I64, mix: _Mixer, *, lo: I64, hi: I64, feasible: npt.NDArray[np.bool_]
+) -> tuple[F64, I64]:
+    """The best rate over the candidates inside each (job, k)'s range and its per-GPU batch
+    (``-inf`` and 0 where none is), in NumPy chunks of candidates: the first maximum, as one
+    argmax over every candidate would give."""
+    n, columns = lo.shape
+    size = cand.shape[1]
     x_best = np.full(n * columns, -np.inf)  # [n, columns], flat
     m_best = np.zeros(n * columns, dtype=np.int64)
     chunk = max(1, _CHUNK_ELEMENTS // (n * columns))
@@ -263,14 +301,7 @@ def _best_local_batches(
         better = x[firsts] > x_best[at]
         x_best[at[better]] = x[firsts[better]]
         m_best[at[better]] = m_used[firsts[better]]
-    x_best = x_best.reshape(n, columns)
-    m_best = m_best.reshape(n, columns)
-    usable_hi = (hi >= lo) & (hi >= 1) & feasible
-    m_hi = np.where(usable_hi, hi, 1).astype(np.float64)  # [n, columns]
-    t_hi = processing_seconds_rows(knots, m_hi)
-    x_hi = np.where(usable_hi, col * m_hi / _combine(cluster, t_hi, tar), -np.inf)
-    better = x_hi > x_best
-    return np.where(better, x_hi, x_best), np.where(better, hi, m_best)
+    return x_best.reshape(n, columns), m_best.reshape(n, columns)
 
 
 class _Mixer:
@@ -283,6 +314,10 @@ class _Mixer:
         self.tar, self.t_cand = tar, t_cand
         self.tar_g = tar if self.g == 1.0 else tar**self.g
         self.t_cand_g = t_cand if self.g == 1.0 else t_cand**self.g
+
+    def arrays(self) -> tuple[F64, F64, F64, F64]:
+        """``t_proc`` at the candidates and its g-th power, ``t_ar`` and its g-th power."""
+        return self.t_cand, self.t_cand_g, self.tar, self.tar_g
 
     def iteration_at(self, job: I64, k: I64, cand: I64) -> F64:
         """:func:`_combine` of ``t_proc`` of job ``job[i]``'s candidate ``cand[i]`` with its
