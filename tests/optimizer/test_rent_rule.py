@@ -1,5 +1,6 @@
-"""``auto`` counts compile cost: it rents the NumPy engine per padded shape until the rent
-reaches one compile, and takes a shape already compiled in this process at once."""
+"""``auto`` counts compile cost: it rents the NumPy engine per padded shape until what JAX
+would have saved reaches one compile, and takes a shape already compiled in this process at
+once."""
 
 from __future__ import annotations
 
@@ -9,12 +10,23 @@ from bellows.optimizer.solving import RENT, RentRule, padded_shape, solve_rows
 
 
 def test_rent_until_it_reaches_one_compile_then_buy() -> None:
-    rule = RentRule(compile_s=1.0, s_per_cell=0.25)
+    rule = RentRule(compile_s=1.0, s_per_cell=0.25, jax_call_s=0.0)
     shape = (8, 8, 16)
     assert [rule.uses_jax(shape, 2) for _ in range(4)] == [False, False, True, True]
     assert rule.spent == {shape: 1.0}
     other = (16, 8, 16)
     assert not rule.uses_jax(other, 2)  # rent is per shape
+
+
+def test_the_rent_is_what_jax_would_have_saved() -> None:
+    # each call rents its NumPy estimate less a JAX dispatch: a call NumPy finishes sooner
+    # than that dispatch would be no faster on JAX, however often it comes
+    rule = RentRule(compile_s=1.0, s_per_cell=0.25, jax_call_s=0.3)
+    small, large = (8, 8, 16), (16, 8, 16)
+    assert not any(rule.uses_jax(small, 1) for _ in range(1000))  # 0.25 s < 0.3 s
+    assert rule.spent[small] == 0.0
+    assert [rule.uses_jax(large, 4) for _ in range(3)] == [False, False, True]  # 0.7 s each
+    assert rule.spent[large] == 0.7 + 0.7
 
 
 def test_a_compiled_shape_is_used_at_once() -> None:

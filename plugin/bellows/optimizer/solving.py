@@ -16,13 +16,16 @@ counts what compiling costs (below). All return the same allocation.
 ``"auto"`` and compile cost: a JAX kernel is compiled once per padded shape, and that first
 call costs seconds (XLA; 4 to 24 s measured on the 2-core machine, see docs/optimizer.md)
 where the NumPy engine solves a simulator-sized round in milliseconds. So ``auto`` rents
-before it buys, per padded shape: it runs the NumPy engine and adds up its estimated time
-(``NUMPY_S_PER_CELL`` per DP cell) until that reaches ``COMPILE_S``, the measured cost of one
-compile, and only then goes to JAX (the ski-rental rule: never worse than twice the better
-of the two choices made in hindsight). A shape already compiled in this process goes to JAX
-at once, and inside :meth:`RentRule.compiling` (a controller's start-up rehearsal) every
-shape is compiled at once. Below ``NUMPY_BELOW`` cells the NumPy engine beats even a
-compiled JAX dispatch. Whichever path runs, the allocation is the same.
+before it buys, per padded shape: it runs the NumPy engine and adds up what each call would
+have saved on JAX — its estimated time (``NUMPY_S_PER_CELL`` per DP cell) less the least a
+compiled JAX call costs (``JAX_CALL_S``, its dispatch) — until that reaches ``COMPILE_S``,
+the measured cost of one compile, and only then goes to JAX (the ski-rental rule: never
+worse than twice the better of the two choices made in hindsight). A call NumPy finishes
+sooner than a JAX dispatch saves nothing on JAX, and pays no rent. A shape already
+compiled in this process goes to JAX at once, and inside :meth:`RentRule.compiling` (a
+controller's start-up rehearsal) every shape is compiled at once. Below ``NUMPY_BELOW``
+cells the NumPy engine beats even a compiled JAX dispatch. Whichever path runs, the
+allocation is the same.
 
 Compiling in the background (:meth:`RentRule.in_background`, the live controller's mode):
 there ``auto`` never compiles in the caller. A call that needs a kernel not compiled yet (a
@@ -95,6 +98,12 @@ BAND_FROM = 8_000_000  # from here the band pass (about 1 ms) pays for itself
 # end, so a long run still reaches JAX.
 NUMPY_S_PER_CELL = 6e-10
 COMPILE_S = 2.0
+# The least a compiled JAX call costs on the 2-core machine, whatever its size: 0.41-0.54 ms
+# (dense, 50 jobs x 40 GPUs x k_max 8, and admit's 20 x 40 x 8; benchmarks/optimizer.py),
+# 1.6 ms a call in the ITP Bellows-mode replay. A NumPy call estimated below it saves
+# nothing on JAX: without it, that replay's 5 490 calls of one ~1e6-cell shape (0.6 ms
+# estimated, ~0.15 ms run) bought the shape, and every call after took 1.6 ms (issue 11).
+JAX_CALL_S = 4e-4
 Gpus = npt.NDArray[np.int64]
 Shape = tuple[int, int, int]  # padded (rows, k_max, dense width): one compiled kernel set
 Kernel = tuple[Literal["dp", "banded"], int, int, int]  # kind, padded rows, k_max, width
@@ -178,6 +187,7 @@ class RentRule:
 
     compile_s: float = COMPILE_S
     s_per_cell: float = NUMPY_S_PER_CELL
+    jax_call_s: float = JAX_CALL_S
     spent: dict[Shape, float] = field(default_factory=dict)
     compiled: set[Shape] = field(default_factory=set)  # bought: kernels compiled or compiling
     buying: int = 0  # > 0 inside :meth:`compiling`
@@ -190,13 +200,14 @@ class RentRule:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def uses_jax(self, shape: Shape, cells: int) -> bool:
-        """Whether this call goes to JAX; if not, its NumPy estimate is added to the rent."""
+        """Whether this call goes to JAX; if not, what JAX would have saved on it (its NumPy
+        estimate less a JAX dispatch, if more) is added to the rent."""
         if shape in self.compiled or self.buying:
             return True
         spent = self.spent.get(shape, 0.0)
         if spent >= self.compile_s:
             return True
-        self.spent[shape] = spent + self.s_per_cell * cells
+        self.spent[shape] = spent + max(0.0, self.s_per_cell * cells - self.jax_call_s)
         return False
 
     def mark_compiled(self, shape: Shape) -> None:
