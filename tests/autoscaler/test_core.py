@@ -19,6 +19,7 @@ from bellows.autoscaler import (
     Rescale,
     Start,
 )
+from bellows.autoscaler.config import restart_seconds, restart_seconds_each
 from bellows.autoscaler.pricing import exact
 from bellows.jobs import Allocation, SpecError
 from bellows.scaling import default_cluster
@@ -356,6 +357,11 @@ def test_a_jobs_own_restart_cost_replaces_the_default() -> None:
     auto.arrive(plain, now=0.0)
     auto.arrive(own, now=0.0)
     assert (auto.restart_cost("a"), auto.restart_cost("b")) == (60.0, 5.0)
+    # a round prices its running jobs all at once, by the same rule
+    jobs = [plain, own, dataclasses.replace(make_job("c"), restart_s=0.0)]
+    config = auto.config
+    assert restart_seconds_each(jobs, config) == [restart_seconds(j, config) for j in jobs]
+    assert restart_seconds_each(jobs, config) == [60.0, 5.0, 0.0]
 
 
 @pytest.mark.parametrize("mode", list(Mode))

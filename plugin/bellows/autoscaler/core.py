@@ -33,7 +33,13 @@ from types import MappingProxyType
 
 import numpy as np
 
-from bellows.autoscaler.config import AutoscalerConfig, Mode, Policy, restart_seconds
+from bellows.autoscaler.config import (
+    AutoscalerConfig,
+    Mode,
+    Policy,
+    restart_seconds,
+    restart_seconds_each,
+)
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
 from bellows.autoscaler.pricing import exact, kept, priced
 from bellows.autoscaler.progress import RunningJob, done_at_all
@@ -439,9 +445,8 @@ class Autoscaler:
         gpus = np.array([run.allocation.gpus for run in running], dtype=np.int64)
         keep = np.where(gpus <= width, gpus, -1)
         hold = max(1.0, self._config.hysteresis)
-        default = self._config.restart_cost_s  # restart_seconds(), inline: a job's own, else it
-        own = [s.jobs[names[i]].restart_s for i in held]
-        penalty = np.array([default if cost is None else cost for cost in own]) * hold
+        penalty = np.array(restart_seconds_each([s.jobs[names[i]] for i in held], self._config))
+        penalty *= hold
         moving = penalty > 0
         if moving.any():
             work = np.array([s.jobs[names[i]].work for i in held])
