@@ -44,6 +44,7 @@ from bellows.kube.journal import (
     Journal,
     Nothing,
     Phase,
+    SendPatch,
     Step,
     plan_halt,
     plan_scale,
@@ -383,94 +384,95 @@ class Actuator:
         any such wait at all when ``wait`` is false). ``event`` (reason, warning) is the
         Event recorded once the job is in the wanted state. The call waits for its turn
         first (``max_active``)."""
-        async with _Turn(self._turns) as turn:
-            return await self._drive_turn(ref, plan, verb, message, event, wait=wait, turn=turn)
-
-    async def _drive_turn(
-        self,
-        ref: JobRef,
-        plan: _Planner,
-        verb: Result,
-        message: str,
-        event: tuple[str, bool],
-        *,
-        wait: bool,
-        turn: _Turn,
-    ) -> Outcome:
         kind = self._kinds[ref.kind.lower()]
         job, conflicts, wrote = ref.key, 0, False
         deadline: float | None = None  # of the waits for Kueue in this call
         activated: Mapping[str, Any] | None = None  # the job, once this call let Kueue in
-        while True:
-            read = await self._read(kind, ref)
-            if isinstance(read, Outcome):
-                if activated is not None and read.detail in ("succeeded", "failed"):
-                    # Kueue resumed it at the target, and it finished before the journal
-                    # said so: the resume is still this call's, and so is its Event.
-                    await self._recorder.record(activated, event[0], message, warning=event[1])
-                return read
-            obj, kueue_job = read.obj, read.kueue
-            try:
-                step = plan(read)
-            except SpecError as err:
-                return await self.report_problem(job, str(err))
-            except DATA_ERRORS as err:  # a value no check foresaw: still this job's problem
-                return await self.report_problem(job, f"its spec could not be read ({brief(err)})")
-            if isinstance(step, Nothing):
-                if wrote and kueue_job:  # a Kueue halt ends with its Workload deactivated
-                    await self._recorder.record(obj, event[0], message, warning=event[1])
-                    return Outcome(job, verb, message)
-                return Outcome(job, verb if wrote else "unchanged", step.reason)
-            if isinstance(step, Blocked):
-                await self.report_problem(
-                    job, step.problem, reason=step.reason, status=f"waiting: {step.problem}"
-                )
-                return Outcome(job, "pending", step.problem)
-            if isinstance(step, DeleteLauncher):
-                await self._api.delete_batch_job(
-                    ref.namespace, step.name, step.uid, resource_version=step.resource_version
-                )
-                continue
-            if isinstance(step, AwaitHalt):
-                if not await turn.waiting(self._await_halt(kind, ref, obj)):
-                    return Outcome(
-                        job,
-                        "pending",
-                        "the operator has not stopped the job's pods "
-                        "yet; the journal on the job lets a later call finish",
+        async with _Turn(self._turns) as turn:
+            while True:
+                read = await self._read(kind, ref)
+                if isinstance(read, Outcome):
+                    if activated is not None and read.detail in ("succeeded", "failed"):
+                        # Kueue resumed it at the target, and it finished before the journal
+                        # said so: the resume is still this call's, and so is its Event.
+                        await self._recorder.record(activated, event[0], message, warning=event[1])
+                    return read
+                obj, kueue_job = read.obj, read.kueue
+                try:
+                    step = plan(read)
+                except SpecError as err:
+                    return await self.report_problem(job, str(err))
+                except DATA_ERRORS as err:  # a value no check foresaw: still this job's problem
+                    return await self.report_problem(
+                        job, f"its spec could not be read ({brief(err)})"
                     )
-                continue
-            if isinstance(step, AwaitEviction | AwaitWorkload):
-                if deadline is None:
-                    deadline = asyncio.get_running_loop().time() + self._halt_timeout_s
-                if not wait or not await turn.waiting(
-                    self._await_kueue(kind, ref, obj, read.workload, deadline)
-                ):
-                    return Outcome(job, "pending", _waiting(step))
-                continue
-            try:
+                if isinstance(step, Nothing):
+                    if wrote and kueue_job:  # a Kueue halt ends with its Workload deactivated
+                        await self._recorder.record(obj, event[0], message, warning=event[1])
+                        return Outcome(job, verb, message)
+                    return Outcome(job, verb if wrote else "unchanged", step.reason)
+                if isinstance(step, Blocked):
+                    await self.report_problem(
+                        job, step.problem, reason=step.reason, status=f"waiting: {step.problem}"
+                    )
+                    return Outcome(job, "pending", step.problem)
+                if isinstance(step, DeleteLauncher):
+                    await self._api.delete_batch_job(
+                        ref.namespace, step.name, step.uid, resource_version=step.resource_version
+                    )
+                    continue
+                if isinstance(step, AwaitHalt):
+                    if not await turn.waiting(self._await_halt(kind, ref, obj)):
+                        return Outcome(
+                            job,
+                            "pending",
+                            "the operator has not stopped the job's pods "
+                            "yet; the journal on the job lets a later call finish",
+                        )
+                    continue
+                if isinstance(step, AwaitEviction | AwaitWorkload):
+                    if deadline is None:
+                        deadline = asyncio.get_running_loop().time() + self._halt_timeout_s
+                    if not wait or not await turn.waiting(
+                        self._await_kueue(kind, ref, obj, read.workload, deadline)
+                    ):
+                        return Outcome(job, "pending", _waiting(step))
+                    continue
+                done = await self._write(kind, ref, step)
+                if isinstance(done, Outcome):
+                    return done
+                if done is None:  # changed, or a Workload deleted: plan from a fresh read
+                    conflicts += 1
+                    if conflicts > self._max_conflicts:
+                        raise ActuationError(f"{job}: more than {self._max_conflicts} conflicts")
+                    continue
+                wrote = True
                 if isinstance(step, PatchWorkload):
-                    await self._api.patch_workload(ref.namespace, step.name, step.body)
-                else:
-                    done = await self._api.patch_job(kind, ref.namespace, ref.name, step.body)
-            except (ConflictError, NotFoundError) as err:
-                if isinstance(err, NotFoundError) and not isinstance(step, PatchWorkload):
-                    return Outcome(job, "dropped", "deleted")
-                # changed, or a Workload deleted (Kueue recreates it): plan from a fresh read
-                conflicts += 1
-                if conflicts > self._max_conflicts:
-                    raise ActuationError(
-                        f"{job}: more than {self._max_conflicts} conflicts"
-                    ) from None
-                continue
-            wrote = True
+                    if step.active:
+                        activated = obj
+                    continue
+                if step.phase is Phase.DONE or (step.phase in _EVENTS and not kueue_job):
+                    await self._recorder.record(done, event[0], message, warning=event[1])
+                    return Outcome(job, verb, message)
+
+    async def _write(
+        self, kind: JobKind, ref: JobRef, step: SendPatch | PatchWorkload
+    ) -> Mapping[str, Any] | Outcome | None:
+        """Perform a write ``step``: the job as written (``{}`` for a Workload patch), the
+        outcome that ends the call (the job deleted), or ``None`` when it must be planned
+        again from a fresh read (the job changed, or its Workload was deleted: Kueue
+        recreates it)."""
+        try:
             if isinstance(step, PatchWorkload):
-                if step.active:
-                    activated = obj
-                continue
-            if step.phase is Phase.DONE or (step.phase in _EVENTS and not kueue_job):
-                await self._recorder.record(done, event[0], message, warning=event[1])
-                return Outcome(job, verb, message)
+                await self._api.patch_workload(ref.namespace, step.name, step.body)
+                return {}
+            return await self._api.patch_job(kind, ref.namespace, ref.name, step.body)
+        except NotFoundError:
+            return (
+                None if isinstance(step, PatchWorkload) else Outcome(ref.key, "dropped", "deleted")
+            )
+        except ConflictError:
+            return None
 
     async def _read(self, kind: JobKind, ref: JobRef) -> _Read | Outcome:
         """The job read afresh with what its planner needs, or the outcome that ends the
