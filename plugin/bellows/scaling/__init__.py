@@ -18,6 +18,13 @@ from bellows.scaling.documents import (
     save_cluster_profile,
     save_job_profile,
 )
+from bellows.scaling.efficiency import (
+    PROGRESS_UNIT,
+    EfficiencyProfile,
+    ValidationRun,
+    fit_efficiency,
+    noise_scale,
+)
 from bellows.scaling.fitting import (
     FitSample,
     fit_cluster_profile,
@@ -34,7 +41,7 @@ from bellows.scaling.measurements import (
     load_scalability,
 )
 from bellows.scaling.profiles import ClusterProfile, JobProfile, LinkCost
-from bellows.scaling.reference import MODEL_WEIGHTS, default_cluster
+from bellows.scaling.reference import MODEL_EFFICIENCY, MODEL_WEIGHTS, default_cluster
 from bellows.scaling.tables import TsfTables, throughput_table, tsf_tables
 from bellows.scaling.timing import (
     processing_seconds,
@@ -42,11 +49,15 @@ from bellows.scaling.timing import (
     step_time,
     throughput,
 )
+from bellows.scaling.validation import load_validation_runs
 
 __all__ = [
     "API_VERSION",
+    "MODEL_EFFICIENCY",
     "MODEL_WEIGHTS",
+    "PROGRESS_UNIT",
     "ClusterProfile",
+    "EfficiencyProfile",
     "FitSample",
     "JobProfile",
     "LinkCost",
@@ -54,9 +65,11 @@ __all__ = [
     "MeasurementTable",
     "StepMeasurement",
     "TsfTables",
+    "ValidationRun",
     "cluster_profile_to_json",
     "default_cluster",
     "fit_cluster_profile",
+    "fit_efficiency",
     "fit_job_profile",
     "fit_step_profile",
     "job_profile_to_json",
@@ -65,6 +78,8 @@ __all__ = [
     "load_measurements",
     "load_placements",
     "load_scalability",
+    "load_validation_runs",
+    "noise_scale",
     "parse_cluster_profile",
     "parse_job_profile",
     "predict_step_time",

@@ -2,17 +2,26 @@
 
 ``MODEL_WEIGHTS`` are the parameter counts of the six models Pollux measured on AWS
 g4dn.12xlarge nodes (4 x NVIDIA T4 each); :func:`default_cluster` is the Allreduce model
-fitted to those measurements. ``python benchmarks/jsa_accuracy.py`` refits it from
-``shared/data/pollux/profiles`` and prints the same numbers (a test checks they agree).
+fitted to those measurements (``python benchmarks/jsa_accuracy.py`` refits it from
+``shared/data/pollux/profiles`` and prints the same numbers); ``MODEL_EFFICIENCY`` the
+statistical efficiency of each model fitted to its validation runs
+(``python benchmarks/efficiency_fit.py --embedded``). Tests check that both agree.
 """
 
 from __future__ import annotations
 
 from types import MappingProxyType
 
+from bellows.scaling.efficiency import EfficiencyProfile
 from bellows.scaling.profiles import ClusterProfile, LinkCost
 
-__all__ = ["DEFAULT_CLUSTER_SOURCE", "MODEL_WEIGHTS", "default_cluster"]
+__all__ = [
+    "DEFAULT_CLUSTER_SOURCE",
+    "EFFICIENCY_SOURCE",
+    "MODEL_EFFICIENCY",
+    "MODEL_WEIGHTS",
+    "default_cluster",
+]
 
 # Parameter counts of the models in the Pollux/AdaptDL artifact (petuum/adaptdl,
 # osdi21-artifact), computed from each architecture as its training script builds it:
@@ -57,3 +66,28 @@ def default_cluster() -> ClusterProfile:
         gpus_per_node=4,
         source=DEFAULT_CLUSTER_SOURCE,
     )
+
+
+EFFICIENCY_SOURCE = (
+    "fitted by bellows.scaling.fit_efficiency to every row of the model's validation-<batch>.csv "
+    "in the Pollux/AdaptDL artifact (petuum/adaptdl osdi21-artifact, Apache-2.0); "
+    "python benchmarks/efficiency_fit.py --embedded"
+)
+
+
+def _efficiency(m0: int, phi: float, growth: float, exponent: float) -> EfficiencyProfile:
+    return EfficiencyProfile(m0, phi, growth, exponent, EFFICIENCY_SOURCE)
+
+
+# Statistical efficiency of the same six models (bellows.scaling.efficiency), relative to the
+# smallest batch each was validated at; numbers rounded to four significant digits.
+MODEL_EFFICIENCY: MappingProxyType[str, EfficiencyProfile] = MappingProxyType(
+    {
+        "bert": _efficiency(12, 12240.0, 0.6250, 0.5463),
+        "cifar10": _efficiency(128, 2982.0, 0.8145, 0.1655),
+        "deepspeech2": _efficiency(20, 26910.0, 1.469, 0.2161),
+        "imagenet": _efficiency(200, 1766.0, 0.5466, 0.1032),
+        "ncf": _efficiency(256, 96330.0, 0.7613, 0.2372),
+        "yolov3": _efficiency(8, 490.9, 0.4747, 0.1823),
+    }
+)

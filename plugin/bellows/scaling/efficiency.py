@@ -1,0 +1,233 @@
+"""Statistical efficiency: how many samples a batch size costs, from the gradient noise scale.
+
+Larger batches need more samples to reach the same model quality (McCandlish et al., "An
+Empirical Model of Large-Batch Training", 2018). With the gradient noise scale
+``phi = tr(Sigma) / |G|^2`` (samples), a batch of ``b`` samples makes the progress of
+``E(b) * b`` samples at a reference batch ``M0``, where (Pollux, OSDI'21, eq. 6)::
+
+    E(b) = (phi + M0) / (phi + b)            E(M0) = 1, E falls as b grows past phi
+
+and ``phi`` grows as training progresses, so big batches cost most early on. Progress is
+counted in **reference samples**: samples at ``M0``, or efficiency-weighted samples at any
+batch (``d progress = E(b, progress) * d samples``).
+
+:class:`EfficiencyProfile` is the fitted model of one job, frozen and validated::
+
+    phi(b, s) = noise_scale * (s / PROGRESS_UNIT) ** growth * (b / M0) ** batch_exponent
+
+with ``s`` the progress in reference samples. ``growth`` models the rise of the noise scale
+through training; ``batch_exponent`` the rise of the noise scale a run *measures* with its
+batch (the runs in the Pollux validation files measure a larger ``phi`` at a larger batch at
+equal progress: 0.09-0.55 fitted; 0 is the textbook form, where ``phi`` belongs to the model
+alone). Every method is pure and vectorised: batches and progress broadcast as NumPy arrays.
+
+:func:`noise_scale` is the published estimator from the two statistics training reports
+(``grad_sqr = |G|^2`` and ``grad_var``, the gradient variance at the reference batch, as
+Pollux/AdaptDL measure them): ``phi = M0 * grad_var / grad_sqr``. :func:`fit_efficiency`
+fits a profile to validation runs (samples each batch needed to reach each progress).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from bellows.inputs import check_float, check_int
+from bellows.jobs import MAX_BATCH, MAX_WORK, SpecError
+from bellows.scaling.fitting import levenberg_marquardt
+
+__all__ = [
+    "MAX_GROWTH",
+    "PROGRESS_UNIT",
+    "EfficiencyProfile",
+    "ValidationRun",
+    "fit_efficiency",
+    "noise_scale",
+]
+
+F64 = npt.NDArray[np.float64]
+
+PROGRESS_UNIT = 1e6
+"""Reference samples at which :attr:`EfficiencyProfile.noise_scale` is stated."""
+
+MAX_GROWTH = 4.0
+"""Largest ``growth`` accepted (``phi`` rising as the fourth power of progress)."""
+
+MAX_NOISE_SCALE = 1e15
+"""Largest noise scale accepted, in samples (far above any batch: E = 1 to rounding)."""
+
+_QUADRATURE = 256  # midpoint nodes per integral of 1/E (error far below the fit's)
+
+
+@dataclass(frozen=True)
+class EfficiencyProfile:
+    """A job's statistical efficiency relative to ``reference_batch`` (``M0``).
+
+    * ``noise_scale``: ``phi`` (samples) at ``PROGRESS_UNIT`` reference samples of progress,
+      measured at ``M0``;
+    * ``growth``: ``phi`` grows as ``progress ** growth`` (``0 <= growth <= MAX_GROWTH``);
+    * ``batch_exponent``: ``phi`` measured at batch ``b`` is ``(b / M0) ** batch_exponent``
+      times that at ``M0`` (``0 <= batch_exponent < 1``, so ``E`` keeps falling with ``b``);
+    * ``source``: where the numbers came from.
+    """
+
+    reference_batch: int
+    noise_scale: float
+    growth: float
+    batch_exponent: float = 0.0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        check_int("reference_batch", self.reference_batch, minimum=1, maximum=MAX_BATCH)
+        phi = check_float(
+            "noise_scale", self.noise_scale, minimum=0.0, maximum=MAX_NOISE_SCALE, open_min=True
+        )
+        object.__setattr__(self, "noise_scale", phi)
+        growth = check_float("growth", self.growth, minimum=0.0, maximum=MAX_GROWTH)
+        object.__setattr__(self, "growth", growth)
+        exponent = check_float("batch_exponent", self.batch_exponent, minimum=0.0, maximum=0.99)
+        object.__setattr__(self, "batch_exponent", exponent)
+        if not isinstance(self.source, str):
+            raise SpecError("source", self.source, "a string")
+
+    def noise_scale_at(self, batch: npt.ArrayLike, progress: npt.ArrayLike) -> F64:
+        """``phi`` (samples) a run at ``batch`` measures after ``progress`` reference samples."""
+        b, s = _batches(batch), _progress(progress)
+        at = self.noise_scale * (s / PROGRESS_UNIT) ** self.growth
+        if self.batch_exponent:
+            at = at * (b / self.reference_batch) ** self.batch_exponent
+        else:
+            at = at * np.ones_like(b)
+        return np.asarray(at, dtype=np.float64)
+
+    def efficiency(self, batch: npt.ArrayLike, progress: npt.ArrayLike) -> F64:
+        """``E(b)`` at ``progress`` reference samples: reference samples per sample at ``b``.
+
+        1 at ``M0``; above 1 below ``M0`` (a smaller batch gains, as the published form says);
+        ``batch`` and ``progress`` broadcast against each other.
+        """
+        b = _batches(batch)
+        phi = self.noise_scale_at(b, progress)
+        return np.asarray((phi + self.reference_batch) / (phi + b), dtype=np.float64)
+
+    def samples(self, batch: npt.ArrayLike, progress: npt.ArrayLike) -> F64:
+        """Samples a run at constant ``batch`` needs to reach ``progress`` reference samples
+        from the start: ``integral_0^progress ds / E(b, s)``.
+
+        Midpoint rule in ``t = sqrt(s / progress)``, which puts the nodes where ``phi``
+        rises fastest (near the start, for ``growth < 1``)."""
+        b, s = np.broadcast_arrays(_batches(batch), _progress(progress))
+        t = (np.arange(_QUADRATURE, dtype=np.float64) + 0.5) / _QUADRATURE
+        inverse = 1.0 / self.efficiency(b[..., None], s[..., None] * t * t)
+        return np.asarray(s * (2.0 * t * inverse).mean(axis=-1), dtype=np.float64)
+
+
+def noise_scale(grad_sqr: npt.ArrayLike, grad_var: npt.ArrayLike, reference_batch: int) -> F64:
+    """The gradient noise scale ``M0 * grad_var / grad_sqr`` (samples; ``inf`` where
+    ``grad_sqr`` is 0): ``grad_sqr`` the squared norm of the mean gradient, ``grad_var`` the
+    gradient variance at the reference batch ``M0`` (Pollux's ``PGNS``)."""
+    check_int("reference_batch", reference_batch, minimum=1, maximum=MAX_BATCH)
+    sqr = np.asarray(grad_sqr, dtype=np.float64)
+    var = np.asarray(grad_var, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(sqr > 0, reference_batch * var / np.where(sqr > 0, sqr, 1.0), np.inf)
+    return np.asarray(out, dtype=np.float64)
+
+
+def _batches(batch: npt.ArrayLike) -> F64:
+    b = np.asarray(batch, dtype=np.float64)
+    if not np.all(np.isfinite(b)) or np.any(b < 1) or np.any(b > MAX_BATCH):
+        raise SpecError("batch", _shown(b), f"batch sizes in [1, {MAX_BATCH}]")
+    return b
+
+
+def _progress(progress: npt.ArrayLike) -> F64:
+    s = np.asarray(progress, dtype=np.float64)
+    if not np.all(np.isfinite(s)) or np.any(s < 0) or np.any(s > MAX_WORK):
+        raise SpecError("progress", _shown(s), f"reference samples in [0, {MAX_WORK:g}]")
+    return s
+
+
+def _shown(values: F64) -> object:
+    return values.item() if values.size == 1 else f"an array of {values.size} values"
+
+
+@dataclass(frozen=True)
+class ValidationRun:
+    """One training run at a constant global ``batch``: at each row, the ``progress`` made
+    (reference samples), the ``samples`` it took, the validation ``metric`` there and the
+    gradient statistics measured (``grad_sqr``, ``grad_var``)."""
+
+    batch: int
+    progress: tuple[float, ...]
+    samples: tuple[float, ...]
+    metric: tuple[float, ...]
+    grad_sqr: tuple[float, ...]
+    grad_var: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        check_int("batch", self.batch, minimum=1, maximum=MAX_BATCH)
+        size = len(self.progress)
+        if size < 1:
+            raise SpecError("progress", self.progress, "at least one row")
+        for name in ("samples", "metric", "grad_sqr", "grad_var"):
+            column = getattr(self, name)
+            if len(column) != size:
+                raise SpecError(name, f"{len(column)} rows", f"{size} rows, one per progress")
+        for i, (s, n) in enumerate(zip(self.progress, self.samples, strict=True)):
+            check_float(f"progress[{i}]", s, minimum=0.0, maximum=MAX_WORK, open_min=True)
+            check_float(f"samples[{i}]", n, minimum=0.0, maximum=MAX_WORK, open_min=True)
+
+
+def fit_efficiency(
+    runs: Sequence[ValidationRun],
+    *,
+    reference_batch: int | None = None,
+    until: float | None = None,
+    source: str = "",
+) -> EfficiencyProfile:
+    """Fit an :class:`EfficiencyProfile` to runs at several batch sizes.
+
+    Least squares on the log of the samples each run needed to reach each of its rows'
+    progress (:meth:`EfficiencyProfile.samples` against ``samples``), over the rows at or
+    below ``until`` reference samples (all when ``None``; at least the first row of each run).
+    ``reference_batch`` defaults to the smallest batch; its run only fixes the scale (it is
+    ``E = 1`` by definition). Needs a run at a batch other than the reference.
+    """
+    if not runs:
+        raise SpecError("runs", "no runs", "validation runs at two batch sizes or more")
+    m0 = min(run.batch for run in runs) if reference_batch is None else reference_batch
+    check_int("reference_batch", m0, minimum=1, maximum=MAX_BATCH)
+    rows: list[tuple[F64, F64, F64]] = []
+    for run in runs:
+        if run.batch == m0:
+            continue
+        s = np.array(run.progress)
+        keep = np.ones_like(s, dtype=bool) if until is None else s <= until
+        keep[0] = True
+        batch = np.full(int(keep.sum()), float(run.batch))
+        rows.append((batch, s[keep], np.array(run.samples)[keep]))
+    if not rows:
+        raise SpecError("runs", f"batches {sorted({r.batch for r in runs})}", f"a batch != {m0}")
+    b = np.concatenate([r[0] for r in rows])
+    s = np.concatenate([r[1] for r in rows])
+    log_measured = np.log(np.concatenate([r[2] for r in rows]))
+
+    def model(theta: F64) -> EfficiencyProfile:
+        return EfficiencyProfile(
+            m0,
+            float(np.exp(np.clip(theta[0], -30.0, math.log(MAX_NOISE_SCALE)))),
+            float(np.clip(theta[1], 0.0, MAX_GROWTH)),
+            float(np.clip(theta[2], 0.0, 0.99)),
+            source,
+        )
+
+    def residual(theta: F64) -> F64:
+        return np.asarray(np.log(model(theta).samples(b, s)) - log_measured, dtype=np.float64)
+
+    theta = levenberg_marquardt(residual, np.array([math.log(1000.0), 1.0, 0.2]))
+    return model(theta)
