@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from bellows.cli.main import main
-from bellows.scaling import load_job_profile
+from bellows.scaling import MODEL_EFFICIENCY, JobProfile, load_job_profile, save_job_profile
+from bellows.sim.workloads.models import MODELS
 
 
 def train_csv(shared_data: Path, tmp_path: Path) -> Path:
@@ -103,3 +104,38 @@ def test_bad_csv_is_reported(shared_data: Path, tmp_path: Path) -> None:
     )
     assert result.exit_code == 1
     assert "1-GPU" in result.output
+
+
+def test_predict_shows_throughput_efficiency_and_goodput(shared_data: Path, tmp_path: Path) -> None:
+    profile = tmp_path / "cifar10.json"
+    model = MODELS["cifar10"]
+    save_job_profile(profile, JobProfile(weights=model.weights, step=model.step))
+    rows = shared_data / "pollux" / "profiles" / "cifar10" / "placements.csv"
+    runner = CliRunner()
+    plain = tmp_path / "plain.csv"
+    result = runner.invoke(main, ["jsa", "predict", str(profile), str(rows), "--out", str(plain)])
+    assert result.exit_code == 0, result.output
+    for option in (["--efficiency", "cifar10"], ["--validation", str(rows.parent)]):
+        out = tmp_path / "good.csv"
+        args = ["jsa", "predict", str(profile), str(rows), "--out", str(out), "--progress", "1e6"]
+        result = runner.invoke(main, [*args, *option])
+        assert result.exit_code == 0, result.output
+        with out.open() as handle:
+            got = list(csv.reader(handle))
+        with plain.open() as handle:
+            before = list(csv.reader(handle))
+        assert got[0] == [*before[0], "predicted_throughput", "efficiency", "goodput"]
+        assert [row[:-3] for row in got] == before  # the step times are unchanged
+        for row in got[1:]:
+            gpus, local = sum(int(d) for d in row[0]), int(row[1])
+            rate, gain, good = (float(x) for x in row[-3:])
+            assert rate == pytest.approx(gpus * local / float(row[-4]), rel=1e-5)
+            expected = float(MODEL_EFFICIENCY["cifar10"].efficiency(gpus * local, 1e6))
+            assert gain == pytest.approx(expected, rel=2e-2)
+            assert good == pytest.approx(rate * gain, rel=1e-4)
+    both = ["--efficiency", "ncf", "--validation", str(rows.parent)]
+    result = runner.invoke(
+        main, ["jsa", "predict", str(profile), str(rows), "--out", str(out), *both]
+    )
+    assert result.exit_code != 0
+    assert "not both" in result.output

@@ -15,7 +15,7 @@ from bellows.cli.params import BoundedInt, ClusterFile, JobProfileFile, OutputFi
 from bellows.jobs import MAX_WEIGHTS, SpecError
 
 if TYPE_CHECKING:
-    from bellows.scaling import ClusterProfile, JobProfile
+    from bellows.scaling import ClusterProfile, EfficiencyProfile, JobProfile
 
 __all__ = ["jsa"]
 
@@ -67,30 +67,87 @@ def fit(
     )
 
 
+def _efficiency(model: str | None, validation: Path | None) -> EfficiencyProfile | None:
+    from bellows.scaling import MODEL_EFFICIENCY, fit_efficiency, load_validation_runs
+
+    if model is not None and validation is not None:
+        raise click.UsageError("give --efficiency or --validation, not both")
+    if model is not None:
+        return MODEL_EFFICIENCY[model]
+    if validation is None:
+        return None
+    try:
+        return fit_efficiency(load_validation_runs(validation), source=str(validation))
+    except (SpecError, OSError) as error:
+        raise click.ClickException(f"--validation {validation}: {error}") from None
+
+
+_MODELS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")  # MODEL_EFFICIENCY
+
+
 @jsa.command("predict")
 @click.argument("profile", type=JobProfileFile())
 @click.argument("rows", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--out", type=OutputFile(), required=True)
 @click.option("--cluster", type=ClusterFile(), help=_CLUSTER_HELP)
-def predict(profile: JobProfile, rows: Path, out: Path, cluster: ClusterProfile | None) -> None:
+@click.option(
+    "--efficiency",
+    "efficiency_model",
+    type=click.Choice(_MODELS),
+    default=None,
+    help="Charge statistical efficiency with this Pollux model's embedded fit (docs/jsa.md).",
+)
+@click.option(
+    "--validation",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Fit the efficiency to this folder's validation-<batch>.csv runs instead.",
+)
+@click.option(
+    "--progress",
+    type=click.FloatRange(0.0, 1e15),
+    default=0.0,
+    show_default=True,
+    help="Training progress (reference samples) at which the efficiency is taken.",
+)
+def predict(
+    profile: JobProfile,
+    rows: Path,
+    *,
+    out: Path,
+    cluster: ClusterProfile | None,
+    efficiency_model: str | None,
+    validation: Path | None,
+    progress: float,
+) -> None:
     """Write PRED.csv: each row of ROWS.csv plus its predicted_step_time.
 
     ROWS.csv is in the placements.csv or the scalability.csv layout (the header decides).
-    Prints the mean absolute percentage error against the rows' measured step_time.
+    Prints the mean absolute percentage error against the rows' measured step_time. With
+    --efficiency or --validation, each row also gets its global batch's predicted
+    throughput (samples/s), efficiency E(b) at --progress and goodput (reference samples/s).
     """
     from bellows.scaling import load_measurements, predict_step_time
 
+    efficiency = _efficiency(efficiency_model, validation)
     try:
         table = load_measurements(rows)
     except SpecError as error:
         raise click.ClickException(str(error)) from None
     model = _cluster(cluster)
     predicted = [predict_step_time(profile, model, row) for row in table.rows]
+    extra = ["predicted_throughput", "efficiency", "goodput"] if efficiency else []
     with output_errors(out), out.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow([*table.header, "predicted_step_time"])
-        for cells, seconds in zip(table.cells, predicted, strict=True):
-            writer.writerow([*cells, f"{seconds:.6g}"])
+        writer.writerow([*table.header, "predicted_step_time", *extra])
+        for cells, seconds, row in zip(table.cells, predicted, table.rows, strict=True):
+            more: list[str] = []
+            if efficiency is not None:
+                batch = row.gpus * row.local_batch
+                rate = batch / seconds
+                gain = float(efficiency.efficiency(batch, progress))
+                more = [f"{rate:.6g}", f"{gain:.6g}", f"{rate * gain:.6g}"]
+            writer.writerow([*cells, f"{seconds:.6g}", *more])
     if table.rows:
         pairs = zip(predicted, table.rows, strict=True)
         errors = [abs(p - r.step_time) / r.step_time for p, r in pairs]

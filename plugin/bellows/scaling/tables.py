@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bellows.jobs import JobSpec, SpecError, StepProfile
+from bellows.scaling.efficiency import EfficiencyProfile
 from bellows.scaling.profiles import ClusterProfile
 
 # The compiled weighing of candidates (bellows/scaling/_batches.c, built at install where a
@@ -60,21 +61,33 @@ class TsfTables:
     ``values[j, k]`` is ``TSF_j(k)`` (``-inf`` where no batch is feasible, always in column
     0); ``batch[j, k]`` the global batch that achieves it (0 where infeasible);
     ``throughput[j, k]`` the samples/s there (0 where infeasible). Arrays are read-only.
+    ``efficiency[j, k]``, when the tables were built with efficiency profiles, is ``E(b)`` at
+    the chosen batch (1 for a job without one; ``None`` when no job had one).
     """
 
     values: F64
     batch: I64
     throughput: F64
+    efficiency: F64 | None = None
 
     def __post_init__(self) -> None:
         shape = self.values.shape
         if len(shape) != 2 or shape[1] < 1:
             raise SpecError("values", shape, "a 2-D array [jobs, width+1]")
-        for name in ("batch", "throughput"):
+        names = ("batch", "throughput") + (() if self.efficiency is None else ("efficiency",))
+        for name in names:
             if getattr(self, name).shape != shape:
                 raise SpecError(name, getattr(self, name).shape, f"shape {shape}")
-        for array in (self.values, self.batch, self.throughput):
-            array.setflags(write=False)
+        for name in ("values", *names):
+            getattr(self, name).setflags(write=False)
+
+    @property
+    def goodput(self) -> F64:
+        """Reference samples per second at the chosen batch: ``throughput * efficiency``
+        (``throughput`` itself where the tables carry no efficiency)."""
+        if self.efficiency is None:
+            return self.throughput
+        return np.asarray(self.throughput * self.efficiency, dtype=np.float64)
 
     @property
     def width(self) -> int:
@@ -168,12 +181,39 @@ def tsf_tables(
     *,
     fixed_batch: bool,
     width: int | None = None,
+    efficiency: Sequence[EfficiencyProfile | None] | None = None,
+    progress: Sequence[float] | None = None,
 ) -> TsfTables:
     """TSF tables ``[len(jobs), width+1]`` under the elastic policy or the fixed-batch baseline.
 
     ``width`` defaults to the largest ``k_max``; columns above a job's ``k_max`` are ``-inf``.
     Rigid jobs (``elastic=False``) have one finite entry, at ``(gpus, batch_size)``.
+
+    ``efficiency[j]`` (with ``progress[j]``, the reference samples job ``j`` has made, 0 when
+    not given) makes row ``j`` a goodput row: per k the batch maximising ``X * E(b)`` and
+    ``values`` that goodput over the one-GPU goodput at ``x1_batch``. Rows without a profile,
+    and every row when ``efficiency`` is ``None`` or all ``None``, are today's, bit for bit.
     """
+    if efficiency is not None and len(efficiency) != len(jobs):
+        raise SpecError("efficiency", f"{len(efficiency)} profiles", f"{len(jobs)}, one per job")
+    if progress is not None and len(progress) != len(jobs):
+        raise SpecError("progress", f"{len(progress)} values", f"{len(jobs)}, one per job")
+    base = _throughput_tables(jobs, cluster, fixed_batch=fixed_batch, width=width)
+    if efficiency is None or all(e is None for e in efficiency):
+        return base
+    return _goodput_tables(
+        base, jobs, cluster, fixed_batch=fixed_batch, efficiency=efficiency, progress=progress
+    )
+
+
+def _throughput_tables(
+    jobs: Sequence[JobSpec],
+    cluster: ClusterProfile,
+    *,
+    fixed_batch: bool,
+    width: int | None,
+) -> TsfTables:
+    """The tables of :func:`tsf_tables` without efficiency (the paper's premise)."""
     if width is None:
         width = max((job.k_max for job in jobs), default=1)
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
@@ -337,6 +377,100 @@ def _finish(x: F64, b: I64, ok: npt.NDArray[np.bool_], x1: F64) -> TsfTables:
         batch=np.ascontiguousarray(np.where(ok, b, 0), dtype=np.int64),
         throughput=np.ascontiguousarray(np.where(ok, x, 0.0), dtype=np.float64),
     )
+
+
+GOODPUT_EXACT = 256  # per-GPU batches up to which a goodput row weighs every integer
+
+
+def _goodput_tables(
+    base: TsfTables,
+    jobs: Sequence[JobSpec],
+    cluster: ClusterProfile,
+    *,
+    fixed_batch: bool,
+    efficiency: Sequence[EfficiencyProfile | None],
+    progress: Sequence[float] | None,
+) -> TsfTables:
+    """``base`` with the rows of jobs that carry an efficiency profile made goodput rows.
+
+    Efficiency falls with the batch while throughput rises, so the best batch may lie
+    between the profiled points: every feasible ``m`` of each k is weighed up to
+    ``GOODPUT_EXACT``, a fine geometric grid beyond (:func:`_goodput_candidates`), with
+    throughput by the same rule as :func:`throughput_table`. A fixed-batch or rigid
+    row keeps its batch and its values (E is the same at every k); only its efficiency is set.
+    """
+    values = base.values.copy()
+    batch = base.batch.copy()
+    rate = base.throughput.copy()
+    gain = np.ones_like(values)
+    width = base.width
+    for j, (job, profile) in enumerate(zip(jobs, efficiency, strict=True)):
+        if profile is None:
+            continue
+        done = 0.0 if progress is None else float(progress[j])
+        if fixed_batch or not job.elastic:
+            gain[j] = np.where(batch[j] > 0, float(profile.efficiency(job.batch_size, done)), 1.0)
+            continue
+        x1_batch = np.array([[float(job.x1_batch)]])
+        x1 = job.x1_batch / float(processing_seconds_rows(_pack([job.profile]), x1_batch)[0, 0])
+        g1 = x1 * float(profile.efficiency(job.x1_batch, done))
+        x, b, e = _best_goodput(job, cluster, profile, done, width)
+        ok = b > 0
+        values[j] = np.where(ok, x * e / g1, -np.inf)
+        batch[j] = b
+        rate[j] = np.where(ok, x, 0.0)
+        gain[j] = np.where(ok, e, 1.0)
+    return TsfTables(values=values, batch=batch, throughput=rate, efficiency=gain)
+
+
+def _goodput_candidates(profile: StepProfile, top: int) -> I64:
+    """Per-GPU batches a goodput row weighs: every ``m <= top`` when ``top <= GOODPUT_EXACT``,
+    else the profiled points and ``GOODPUT_EXACT`` geometric steps over ``[1, top]`` (4 %
+    apart: goodput is smooth in ``m`` there, so the best of them is within about 0.1 % of
+    the best integer)."""
+    if top <= GOODPUT_EXACT:
+        return np.arange(1, top + 1, dtype=np.int64)
+    grid = np.rint(np.geomspace(1.0, float(top), GOODPUT_EXACT)).astype(np.int64)
+    points = np.array([m for m in profile.local_batches if m <= top], dtype=np.int64)
+    return np.unique(np.concatenate([grid, points, np.array([top], dtype=np.int64)]))
+
+
+def _best_goodput(
+    job: JobSpec, cluster: ClusterProfile, profile: EfficiencyProfile, done: float, width: int
+) -> tuple[F64, I64, F64]:
+    """Per k = 0..width: the throughput, batch and efficiency of the feasible ``b = k*m``
+    with the highest goodput among the candidates (:func:`_goodput_candidates`, plus each
+    k's smallest and largest feasible ``m``; the first maximum in m; zeros where none is
+    feasible)."""
+    top = min(job.m_max, job.b_max)
+    knots = _pack([job.profile])
+    tar = _allreduce_rows(cluster, np.array([float(job.weights)]), width)[0]  # [width+1]
+    x_out = np.zeros(width + 1)
+    b_out = np.zeros(width + 1, dtype=np.int64)
+    e_out = np.ones(width + 1)
+    last = min(job.k_max, width)
+    if last < 1:
+        return x_out, b_out, e_out
+    k = np.arange(1, last + 1, dtype=np.int64)[:, None]  # [K, 1]
+    lo = np.maximum(1, -(-job.b_min // k))
+    hi = np.minimum(top, job.b_max // k)
+    cand = _goodput_candidates(job.profile, top)[None, :]
+    m = np.sort(np.concatenate([np.broadcast_to(cand, (k.shape[0], cand.shape[1])), lo, hi],
+                               axis=1), axis=1)  # fmt: skip
+    ok = (m >= lo) & (m <= hi)
+    t_proc = processing_seconds_rows(knots, m.reshape(1, -1).astype(np.float64)).reshape(m.shape)
+    b = k * m
+    x = b / _combine(cluster, t_proc, np.broadcast_to(tar[k], b.shape))
+    e = profile.efficiency(np.where(ok, b, 1), done)
+    good = np.where(ok, x * e, -np.inf)
+    at = np.argmax(good, axis=1)
+    rows = np.arange(k.shape[0])
+    hit = ok[rows, at]
+    cols = k[:, 0]
+    x_out[cols] = np.where(hit, x[rows, at], 0.0)
+    b_out[cols] = np.where(hit, b[rows, at], 0)
+    e_out[cols] = np.where(hit, e[rows, at], 1.0)
+    return x_out, b_out, e_out
 
 
 def throughput_table(job: JobSpec, cluster: ClusterProfile) -> F64:
