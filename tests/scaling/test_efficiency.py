@@ -157,3 +157,25 @@ def test_loader_names_the_bad_cell(tmp_path: Path) -> None:
     assert [r.batch for r in runs] == [8, 16]
     assert runs[1].progress == (80.0,)
     assert runs[1].samples == (96.0,)
+
+
+def test_progress_after_inverts_samples_between() -> None:
+    profile = MODEL_EFFICIENCY["cifar10"]
+    batches = np.array([128, 1024, 4096])
+    start = np.array([0.0, 2e5, 3e6])
+    samples = np.array([5e4, 1e6, 2e3])
+    end = profile.progress_after(batches, start, samples)
+    assert np.all(end > start)
+    np.testing.assert_allclose(profile.samples_between(batches, start, end), samples, rtol=1e-9)
+    # the reference batch advances one reference sample per sample (E = 1)
+    assert float(profile.progress_after(128, 1e6, 777.0)) == pytest.approx(1e6 + 777.0)
+    # piecewise charging adds up: two halves make the whole
+    half = profile.progress_after(4096, 0.0, 1e6)
+    whole = profile.progress_after(4096, 0.0, 2e6)
+    # (to the quadrature's accuracy, 1e-5 where phi starts from 0)
+    assert float(profile.progress_after(4096, half, 1e6)) == pytest.approx(float(whole), rel=1e-4)
+    # short intervals late in training are charged accurately (not a difference of totals)
+    late = profile.samples_between(4096, 3e6, 3e6 + 100.0)
+    assert float(late) == pytest.approx(100.0 / float(profile.efficiency(4096, 3e6 + 50)), rel=1e-6)
+    with pytest.raises(SpecError, match="end"):
+        profile.samples_between(128, 2.0, 1.0)

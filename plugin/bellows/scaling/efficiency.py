@@ -116,14 +116,42 @@ class EfficiencyProfile:
 
     def samples(self, batch: npt.ArrayLike, progress: npt.ArrayLike) -> F64:
         """Samples a run at constant ``batch`` needs to reach ``progress`` reference samples
-        from the start: ``integral_0^progress ds / E(b, s)``.
+        from the start: ``integral_0^progress ds / E(b, s)``."""
+        return self.samples_between(batch, 0.0, progress)
 
-        Midpoint rule in ``t = sqrt(s / progress)``, which puts the nodes where ``phi``
-        rises fastest (near the start, for ``growth < 1``)."""
-        b, s = np.broadcast_arrays(_batches(batch), _progress(progress))
+    def samples_between(
+        self, batch: npt.ArrayLike, start: npt.ArrayLike, end: npt.ArrayLike
+    ) -> F64:
+        """Samples at constant ``batch`` that take progress from ``start`` to ``end``
+        (reference samples, ``end >= start``): ``integral_start^end ds / E(b, s)``.
+
+        Midpoint rule in ``t = sqrt((s - start) / (end - start))``, which puts the nodes
+        where ``phi`` rises fastest when ``start`` is 0 (for ``growth < 1``)."""
+        b, lo, hi = np.broadcast_arrays(_batches(batch), _progress(start), _progress(end))
+        if np.any(hi < lo):
+            raise SpecError("end", _shown(hi), "progress at or after start")
+        span = hi - lo
         t = (np.arange(_QUADRATURE, dtype=np.float64) + 0.5) / _QUADRATURE
-        inverse = 1.0 / self.efficiency(b[..., None], s[..., None] * t * t)
-        return np.asarray(s * (2.0 * t * inverse).mean(axis=-1), dtype=np.float64)
+        at = lo[..., None] + span[..., None] * t * t
+        inverse = 1.0 / self.efficiency(b[..., None], at)
+        return np.asarray(span * (2.0 * t * inverse).mean(axis=-1), dtype=np.float64)
+
+    def progress_after(
+        self, batch: npt.ArrayLike, start: npt.ArrayLike, samples: npt.ArrayLike
+    ) -> F64:
+        """Progress (reference samples) after ``samples`` more samples at constant ``batch``
+        from ``start``: the inverse of :meth:`samples_between` (what a simulator charges a
+        job for an interval at one batch). Newton's method from below (``1/E`` falls as
+        progress grows, so every iterate stays below the answer), to 1e-12 relative."""
+        b, lo, n = np.broadcast_arrays(_batches(batch), _progress(start), _progress(samples))
+        end = lo + n * self.efficiency(b, lo)
+        for _ in range(60):
+            missing = n - self.samples_between(b, lo, end)
+            step = np.maximum(missing, 0.0) * self.efficiency(b, end)
+            end = np.minimum(end + step, MAX_WORK)
+            if np.all(step <= 1e-12 * np.maximum(end, 1.0)):
+                break
+        return np.asarray(end, dtype=np.float64)
 
 
 def noise_scale(grad_sqr: npt.ArrayLike, grad_var: npt.ArrayLike, reference_batch: int) -> F64:
