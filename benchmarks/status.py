@@ -1,0 +1,55 @@
+"""``bellows status`` on the emulated cluster holding 10 000 opted-in jobs, as a whole
+process, cold and warm, medians (target, issue 28: <= 2 s).
+
+    python benchmarks/status.py [--jobs 10000] [--repeat 3]
+
+The cluster (``controller_latency.ClusterProcess``: the mixed workload's jobs, suspended,
+opted in, each with its inline profile) runs in a child process; each run is
+``bellows status -A --kubeconfig ...`` to its end, output discarded: one list per kind in
+pages of 500, one list of Bellows' Events, one of the nodes, every row built. Cold: a fresh,
+empty bytecode cache (``PYTHONPYCACHEPREFIX``) for every run; warm: the installed bytecode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from controller_latency import ClusterProcess
+from controller_memory import _kubeconfig
+from processes import bellows_command, median_of, time_process
+
+TARGET_S = 2.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=11)
+    args = parser.parse_args()
+    with (
+        ClusterProcess(args.jobs, args.jobs, args.seed) as url,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        config = _kubeconfig(Path(tmp) / "kubeconfig", url)
+        command, _ = bellows_command()
+        argv = [*command, "status", "-A", "--kubeconfig", str(config)]
+        time_process(argv)  # the server's first lists warm its caches, as a running cluster's
+        cold, warm = [], []
+        for i in range(args.repeat):
+            with tempfile.TemporaryDirectory() as prefix:
+                cold.append(time_process(argv, env={"PYTHONPYCACHEPREFIX": prefix}))
+            warm.append(time_process(argv))
+            print(f"run {i + 1}: cold {cold[-1].wall_s:.2f} s, warm {warm[-1].wall_s:.2f} s")
+    c, w = median_of(cold), median_of(warm)
+    flag = "" if w.wall_s <= TARGET_S else "  (over target)"
+    print(
+        f"bellows status, {args.jobs} jobs: cold {c.wall_s:.2f} s, warm {w.wall_s:.2f} s, "
+        f"{w.peak_mib:.0f} MiB (medians of {args.repeat}; target {TARGET_S} s){flag}"
+    )
+
+
+if __name__ == "__main__":
+    main()
