@@ -4,7 +4,9 @@ Read-only, from what is on the cluster: the jobs' own ``bellows.io/`` journal (p
 target, allocation, reason, restarts, first start) and, for the jobs whose journal says
 nothing yet (skipped, clamped, refused before any decision), the newest Event Bellows
 recorded on them. One list per job kind (paged) and one list of Bellows' Events: no read
-per job, so that 10 000 jobs print in a second or two (``benchmarks/status.py``).
+per job (``benchmarks/status.py``). Only a running job's spec is parsed (its GPUs, batch and
+speeds); a waiting one's state and reason are its journal's, so that a job whose settings
+are wrong shows as invalid once the controller has said so (``bellows.io/status``).
 
 :func:`job_status` is pure (one raw object in, one :class:`JobStatus` out); :func:`read_status`
 does the lists. Speeds are the JSA's ``X(b, k)`` at the job's allocation: predicted from the
@@ -27,7 +29,14 @@ from bellows.kube import keys
 from bellows.kube.adapters import KINDS
 from bellows.kube.client import KubeApi, NotFoundError
 from bellows.kube.journal import Journal, Phase
-from bellows.kube.kinds import JobKind, finished_state, foreign_manager, parse_time
+from bellows.kube.kinds import (
+    KUEUE_QUEUE,
+    JobKind,
+    finished_state,
+    foreign_manager,
+    parse_time,
+    suspend_set,
+)
 from bellows.kube.recording import COMPONENT
 from bellows.kube.specs import build_spec
 from bellows.scaling import ClusterProfile, JobProfile, throughput
@@ -219,39 +228,42 @@ def job_status(
     finished = finished_state(obj)
     try:
         manager = foreign_manager(obj, kind.manager)
-        if manager is not None:
-            reason = f"skipped: spec.runPolicy.managedBy={manager} runs it; never written to"
-            return dataclasses.replace(base, state=State.SKIPPED, reason=reason)
-        settings = keys.parse_settings(annotations)
-        view = kind.view(obj, settings.env_names)
     except SpecError as err:
-        state = State.FINISHED if finished else State.INVALID
-        return dataclasses.replace(base, state=state, reason=f"invalid: {err}")
-    except DATA_ERRORS as err:
-        state = State.FINISHED if finished else State.INVALID
-        return dataclasses.replace(base, state=state, reason=f"invalid: {brief(err)}")
-    running = not view.suspended and finished is None
-    state, reason = _state(journal, view.suspended, running, annotations)
+        return dataclasses.replace(base, state=State.INVALID, reason=f"invalid: {err}")
+    if manager is not None:
+        reason = f"skipped: spec.runPolicy.managedBy={manager} runs it; never written to"
+        return dataclasses.replace(base, state=State.SKIPPED, reason=reason)
+    suspended = suspend_set(obj)
+    running = not suspended and finished is None
+    state, reason = _state(journal, suspended, running, annotations)
     if finished is not None:
         state, reason = State.FINISHED, f"{finished.lower()}" + (f" ({reason})" if reason else "")
     if not reason:
         reason = event or (
-            "arrived; not seen by the controller yet" if view.suspended else "not sized by Bellows"
+            "arrived; not seen by the controller yet" if suspended else "not sized by Bellows"
         )
-    gpus = view.gpus if running else 0
-    allocation = journal.allocation if running and journal.allocation else None
-    if (running and allocation is None) or (allocation and allocation[0] != gpus):
+    labels = meta.get("labels") or {}
+    queue = labels.get(KUEUE_QUEUE) or annotations.get(KUEUE_QUEUE)
+    base = dataclasses.replace(base, state=state, reason=reason, queue=queue)
+    if not running or state is State.INVALID:
+        return base  # only a running job's spec is read: its GPUs, batch and speeds
+    try:
+        settings = keys.parse_settings(annotations)
+        view = kind.view(obj, settings.env_names)
+    except SpecError as err:
+        return dataclasses.replace(base, state=State.INVALID, reason=f"invalid: {err}")
+    except DATA_ERRORS as err:
+        return dataclasses.replace(base, state=State.INVALID, reason=f"invalid: {brief(err)}")
+    allocation = journal.allocation
+    if allocation is None or allocation[0] != view.gpus:
         allocation = None  # running at a size Bellows did not journal: its owner's
-    batch = allocation[1] if allocation else None
     profile = _profile(settings, namespace, configmaps)
     return dataclasses.replace(
         base,
-        state=state,
-        gpus=gpus,
-        batch=batch,
+        gpus=view.gpus,
+        batch=allocation[1] if allocation else None,
         predicted=_speed(view, settings, profile, allocation, cluster),
         learned=_speed(view, settings, _fit(annotations), allocation, cluster),
-        reason=reason,
         queue=view.queue,
     )
 
