@@ -2,7 +2,7 @@
 
 from bellows.autoscaler.config import DEFAULT_RESTART_S, AutoscalerConfig, Mode, Policy
 from bellows.autoscaler.core import Autoscaler, ClockError, RoundStats
-from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
+from bellows.autoscaler.decisions import Decision, Keep, Preempt, Reject, Rescale, Start
 
 __all__ = [
     "DEFAULT_RESTART_S",
@@ -10,6 +10,7 @@ __all__ = [
     "AutoscalerConfig",
     "ClockError",
     "Decision",
+    "Keep",
     "Mode",
     "Policy",
     "Preempt",

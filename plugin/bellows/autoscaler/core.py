@@ -40,9 +40,10 @@ from bellows.autoscaler.config import (
     restart_seconds,
     restart_seconds_each,
 )
-from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
+from bellows.autoscaler.decisions import Decision, Keep, Preempt, Reject, Rescale, Start
 from bellows.autoscaler.pricing import exact, kept, priced
 from bellows.autoscaler.progress import RunningJob, done_at_all
+from bellows.autoscaler.reasons import keep_reason, preempt_reason, reasoned, reject_reason
 from bellows.autoscaler.rounds import RoundClock
 from bellows.jobs import Allocation, JobSpec, SpecError
 from bellows.optimizer import admit, best_count
@@ -113,6 +114,12 @@ class Autoscaler:
         self._preempt_at: float | None = None  # capacity fell below the GPUs in use
         self._fill_at: float | None = None  # GPUs may be free while jobs wait
         self.last_round: RoundStats | None = None
+        # With note_keeps on (the live controller), each round lists in ``keeps`` the running
+        # jobs it kept although free GPUs would have run them faster: a move that would not
+        # pay for its restart (bellows status shows why). The simulator leaves it off.
+        self.note_keeps = False
+        self.keeps: tuple[Keep, ...] = ()
+        self._priced: tuple[list[str], np.ndarray] | None = None  # the last round's values
 
     def fork(self) -> Autoscaler:
         """An independent core in this one's state: what either is told or decides from now
@@ -318,9 +325,12 @@ class Autoscaler:
         # only the candidates admission takes get a row: a long queue costs the DP nothing
         free = self._capacity - self._min_need(running)
         names = running + (self._fitting(offered, free) if self.shortcuts else offered)
+        self._priced = None
         admitted, objective = self._optimize(
             names, self._capacity, now, decisions, required=len(running)
         )
+        if self.note_keeps:
+            self.keeps = self._kept(decisions)
         decisions.extend(self._reject())
         self._clock.round_done(now, running=len(self._s.running))
         candidates = len(running) + len(offered)
@@ -357,6 +367,8 @@ class Autoscaler:
             decisions.extend(self._apply({names[0]: k}, now))
             return 1, float(row.values[k])
         values, graded = self._values(names, capacity, now)
+        if self.note_keeps:
+            self._priced = (names, values)
         admission = admit(
             graded,
             capacity,
@@ -491,15 +503,17 @@ class Autoscaler:
         self._s.arrived.insert(0, name)
         # the job resumes later from its checkpoint, with the progress it had
         self._s.carried[name] = running.done_at(now)
-        return Preempt(name, f"cluster capacity fell to {self._capacity} GPUs")
+        return Preempt(name, preempt_reason(self._capacity))
 
     def _min_need(self, names: Sequence[str]) -> int:
         return sum(self._s.rows[n].min_gpus for n in names)
 
     def _apply(self, gpus: Mapping[str, int], now: float) -> list[Decision]:
-        downs: list[Decision] = []
-        ups: list[Decision] = []
-        starts: list[Decision] = []
+        downs: list[Rescale] = []
+        ups: list[Rescale] = []
+        starts: list[Start] = []
+        resumed: set[str] = set()
+        faster_alone: set[str] = set()
         rows, jobs = self._s.rows, self._s.running
         for name, k in gpus.items():
             row = rows[name]
@@ -516,6 +530,8 @@ class Autoscaler:
                 # a job halted by a capacity drop restarts from its checkpoint: it pays again
                 done = self._s.carried.pop(name, None)
                 pause = 0.0 if done is None else cost
+                if done is not None:
+                    resumed.add(name)
                 self._s.running[name] = RunningJob(alloc, rate, done or 0.0, now, now + pause)
                 self._s.in_use += k
                 starts.append(Start(name, alloc.gpus, alloc.batch))
@@ -527,8 +543,41 @@ class Autoscaler:
                 self._s.in_use += k - old.gpus
                 change = Rescale(name, old.gpus, old.batch, alloc.gpus, alloc.batch)
                 (downs if alloc.gpus < old.gpus else ups).append(change)
+                if alloc.gpus < old.gpus and row.values[k] > row.values[old.gpus]:
+                    faster_alone.add(name)
         # scale-downs free GPUs before scale-ups and starts claim them
-        return downs + ups + starts
+        return reasoned(
+            downs,
+            ups,
+            starts,
+            resumed=frozenset(resumed),
+            faster_alone=frozenset(faster_alone),
+            capacity=self._capacity,
+        )
+
+    def _kept(self, decisions: Sequence[Decision]) -> tuple[Keep, ...]:
+        """The running jobs this round left as they were although GPUs it left free would
+        have run them faster (higher TSF on the exact grid, so not a tie): the optimizer
+        is exact, so only the restart priced into their moves kept them."""
+        if self._priced is None:
+            return ()
+        names, values = self._priced
+        moved = {d.job for d in decisions}
+        free = self._capacity - self._s.in_use
+        out: list[Keep] = []
+        for i, name in enumerate(names):
+            running = self._s.running.get(name)
+            if running is None or name in moved or not np.isfinite(values[i]).any():
+                continue
+            grid, k = self._s.rows[name].grid, running.allocation.gpus
+            if k >= grid.size:
+                continue
+            reach = grid[1 : min(grid.size, k + free + 1)]
+            best = int(np.argmax(reach)) + 1
+            if reach[best - 1] > grid[k] and best != k:
+                reason = keep_reason(k, best)
+                out.append(Keep(name, k, running.allocation.batch, best, reason))
+        return tuple(out)
 
     def _batch_move_pays(
         self, name: str, running: RunningJob, rate: float, cost: float, now: float
@@ -560,7 +609,7 @@ class Autoscaler:
         dropped = [n for n in self._s.arrived if n not in self._s.carried]
         self._s.arrived[:] = kept
         self._s.rejected.update(dropped)
-        return [Reject(name, f"did not fit in {self._capacity} GPUs") for name in dropped]
+        return [Reject(name, reject_reason(self._capacity)) for name in dropped]
 
     # ------------------------------------------------------------------ bookkeeping
     def _advance(self, now: float) -> None:

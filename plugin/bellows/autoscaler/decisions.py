@@ -1,10 +1,18 @@
-"""Decisions the autoscaler emits: typed values, applied by the simulator or the controller."""
+"""Decisions the autoscaler emits: typed values, applied by the simulator or the controller.
+
+Every decision carries ``reason``, one sentence saying why in words (what ``bellows status``
+shows and the Events say: "started into free GPUs", "scaled 8→4 to start team-a/bert").
+A start's and a rescale's reason never takes part in equality: two decisions that do the
+same thing are equal whatever they say about it. :class:`Keep` is no decision (nothing is
+applied): the note a round leaves on a running job it kept where a move would have sped it
+up but not paid for its restart.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["Decision", "Preempt", "Reject", "Rescale", "Start"]
+__all__ = ["Decision", "Keep", "Preempt", "Reject", "Rescale", "Start"]
 
 
 @dataclass(frozen=True)
@@ -14,6 +22,7 @@ class Start:
     job: str
     gpus: int
     batch: int
+    reason: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -25,6 +34,7 @@ class Rescale:
     batch_from: int
     gpus: int
     batch: int
+    reason: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -48,3 +58,15 @@ class Preempt:
 
 
 Decision = Start | Rescale | Reject | Preempt
+
+
+@dataclass(frozen=True)
+class Keep:
+    """A running job a round left at ``(gpus, batch)`` although ``better`` GPUs (free after
+    the round) would have run it faster: the move would not have paid for its restart."""
+
+    job: str
+    gpus: int
+    batch: int
+    better: int
+    reason: str

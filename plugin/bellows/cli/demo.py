@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,8 +15,10 @@ from bellows.cli.data import DATA_ENV, crd_files, kueue_crd_files
 from bellows.cli.params import MAX_SEED, BoundedInt, FiniteFloat, OutputFile, output_errors
 
 if TYPE_CHECKING:  # the live stack, the simulator and rich load when the demo runs
+    from rich.console import RenderableType
     from rich.table import Table
 
+    from bellows.kube.statuses import JobStatus
     from bellows.service.demo import DemoResult, Progress
 
 # The demo runs live, in real time: its ranges keep one run within an afternoon.
@@ -35,6 +38,41 @@ def _progress_table(p: Progress) -> Table:
         str(p.rejected), str(p.gpus_allocated),
     )  # fmt: skip
     return table
+
+
+JOB_ROWS_MARGIN = 14  # terminal lines the counts, the titles and the borders take
+
+
+def busiest(jobs: Sequence[JobStatus], rows: int) -> list[JobStatus]:
+    """The ``rows`` busiest jobs: running ones by GPUs held, then halted, then waiting (the
+    longest waiting first), then the others."""
+    order = {"running": 0, "halted": 1, "waiting": 2}
+    return sorted(
+        jobs,
+        key=lambda j: (order.get(str(j.state), 3), -j.gpus, -(j.waited_s or 0.0), j.name),
+    )[: max(0, rows)]
+
+
+def _jobs_table(p: Progress, height: int) -> Table:
+    from rich.table import Table
+
+    shown = busiest(p.jobs, height - JOB_ROWS_MARGIN)
+    table = Table(title=f"jobs — the {len(shown)} busiest of {len(p.jobs)}", min_width=60)
+    for column in ("job", "state", "GPUs", "batch", "restarts", "reason"):
+        table.add_column(column, justify="right" if column in ("GPUs", "batch") else "left")
+    for job in shown:
+        table.add_row(
+            job.name, str(job.state), str(job.gpus), "-" if job.batch is None else str(job.batch),
+            str(job.restarts), job.reason,
+        )  # fmt: skip
+    return table
+
+
+def _view(p: Progress, height: int) -> RenderableType:
+    """Today's counts, and beside them the per-job table fitted to the terminal."""
+    from rich.console import Group
+
+    return Group(_progress_table(p), _jobs_table(p, height))
 
 
 def _result_table(result: DemoResult) -> Table:
@@ -82,11 +120,13 @@ def _result_table(result: DemoResult) -> Table:
 @click.option("--kueue", is_flag=True,
               help="Run the emulated Kueue too: every job in a LocalQueue whose ClusterQueue "
               "holds the GPUs as quota, the controller cooperating (docs/kube.md).")  # fmt: skip
+@click.option("--no-live", is_flag=True,
+              help="No live view: the stack's logs, plain, on standard error.")  # fmt: skip
 def demo(
     *,
     gpus: int, minutes: float, speedup: float, seed: int, delta_min: float | None,
     paper: bool, policy: str, crds: Path | None, json_out: Path | None,
-    wrong_priors: bool, no_learning: bool, kueue: bool,
+    wrong_priors: bool, no_learning: bool, kueue: bool, no_live: bool,
 ) -> None:  # fmt: skip
     """Run nats-server, an emulated Kubeflow cluster, the bridge and the controller on a bursty
     workload, then the simulator on the same trace; exit 1 if they disagree beyond the paper's
@@ -113,10 +153,14 @@ def demo(
     )  # fmt: skip
     fit_note(workload(options, default_cluster()), gpus)  # the count both halves clamp
     console = Console()
-    with Live(_progress_table(Progress()), console=console, refresh_per_second=4) as live:
-        result = asyncio.run(
-            run_demo(options, on_progress=lambda p: live.update(_progress_table(p)))
-        )
+    if no_live:  # plain logs on standard error, no live view
+        configure_logging(LoggingSettings(level=LogLevel.INFO), stream=sys.stderr)
+        result = asyncio.run(run_demo(options))
+    else:
+        with Live(_view(Progress(), console.height), console=console, refresh_per_second=4) as live:
+            result = asyncio.run(
+                run_demo(options, on_progress=lambda p: live.update(_view(p, console.height)))
+            )
     console.print(_result_table(result))
     for line in result.mismatches:
         console.print(f"  {line}")

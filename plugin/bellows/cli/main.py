@@ -79,6 +79,10 @@ COMMANDS: dict[str, LazyCommand] = {
         "bursty workload, then the simulator on the same trace; exit 1 if they disagree beyond "
         "the paper's bounds (jobs completed 5 %, SJS efficiency 5 %, drop ratio 4 points).",
     ),
+    "status": LazyCommand(
+        "bellows.cli.status:status",
+        "Show what Bellows decided for each opted-in job, and why.",
+    ),
     "controller": LazyCommand(
         "bellows.cli.live:controller",
         "Consume job events from NATS, decide GPUs and batch sizes, and apply them to the jobs.",

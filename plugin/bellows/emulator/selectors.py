@@ -2,7 +2,9 @@
 
 Label selectors: ``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a,b)``, ``k``,
 ``!k``, joined by commas. Field selectors on custom resources support only
-``metadata.name`` and ``metadata.namespace`` (with ``=``, ``==``, ``!=``), as the real server.
+``metadata.name`` and ``metadata.namespace`` (with ``=``, ``==``, ``!=``), as the real server;
+core Events also the fields its event strategy selects on (:data:`EVENT_FIELDS`: ``source``,
+``reportingComponent``, ``reason``, ``type``, ``involvedObject.*``).
 A selector it cannot parse raises :class:`SelectorError` (the server answers 400).
 """
 
@@ -12,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["Matcher", "SelectorError", "field_selector", "label_selector"]
+__all__ = ["EVENT_FIELDS", "Matcher", "SelectorError", "field_selector", "label_selector"]
 
 Matcher = Callable[[Mapping[str, Any]], bool]
 
@@ -20,6 +22,16 @@ Matcher = Callable[[Mapping[str, Any]], bool]
 _SET_TERM = re.compile(r"\s*(!?)\s*([A-Za-z0-9_./-]+)\s*(?:(notin|in)\s*\(([^)]*)\))?\s*")
 _EQ_TERM = re.compile(r"\s*([A-Za-z0-9_./-]+)\s*(==|!=|=)\s*([A-Za-z0-9_.-]*)\s*")
 _FIELDS = {"metadata.name": ("metadata", "name"), "metadata.namespace": ("metadata", "namespace")}
+# kube-apiserver's pkg/registry/core/event: the fields an Event list or watch selects on
+EVENT_FIELDS = {
+    **{f"involvedObject.{f}": ("involvedObject", f) for f in (
+        "kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath",
+    )},
+    "reason": ("reason",),
+    "reportingComponent": ("reportingComponent",),
+    "source": ("source", "component"),
+    "type": ("type",),
+}  # fmt: skip
 
 
 class SelectorError(ValueError):
@@ -75,22 +87,26 @@ def label_selector(text: str | None) -> Matcher:
     return matches
 
 
-def field_selector(text: str | None) -> Matcher:
-    """A predicate on ``metadata.name`` / ``metadata.namespace`` for the selector ``text``."""
-    checks: list[tuple[tuple[str, str], bool, str]] = []
+def field_selector(text: str | None, extra: Mapping[str, tuple[str, ...]] | None = None) -> Matcher:
+    """A predicate on ``metadata.name`` / ``metadata.namespace`` (and the ``extra`` fields
+    the resource selects on: :data:`EVENT_FIELDS` for Events) for the selector ``text``."""
+    fields: Mapping[str, tuple[str, ...]] = {**_FIELDS, **(extra or {})}
+    checks: list[tuple[tuple[str, ...], bool, str]] = []
     for term in _split_terms(text or ""):
         eq = _EQ_TERM.fullmatch(term)
-        if not eq or eq.group(1) not in _FIELDS:
+        if not eq or eq.group(1) not in fields:
             raise SelectorError(
-                f"field selector {term.strip()!r} is not supported: expected "
-                "metadata.name or metadata.namespace with =, == or !="
+                f"field selector {term.strip()!r} is not supported: expected one of "
+                f"{', '.join(sorted(fields))} with =, == or !="
             )
-        checks.append((_FIELDS[eq.group(1)], eq.group(2) != "!=", eq.group(3)))
+        checks.append((fields[eq.group(1)], eq.group(2) != "!=", eq.group(3)))
 
     def matches(obj: Mapping[str, Any]) -> bool:
-        for (outer, inner), equal, value in checks:
-            actual = obj.get(outer, {}).get(inner, "")
-            if (actual == value) != equal:
+        for path, equal, value in checks:
+            actual: Any = obj
+            for step in path:
+                actual = actual.get(step) if isinstance(actual, Mapping) else None
+            if ((actual or "") == value) != equal:
                 return False
         return True
 

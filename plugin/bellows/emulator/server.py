@@ -31,7 +31,7 @@ from bellows.emulator.faults import Faults
 from bellows.emulator.metadata import go_type
 from bellows.emulator.patching import PatchError, check_json_patch, json_patch, merge_patch
 from bellows.emulator.resources import ResourceType
-from bellows.emulator.selectors import SelectorError, field_selector, label_selector
+from bellows.emulator.selectors import EVENT_FIELDS, SelectorError, field_selector, label_selector
 from bellows.emulator.store import MAX_DEPTH, ApiError, Change, Store
 from bellows.inputs import SpecError, check_int, parse_int, parse_json
 
@@ -302,13 +302,18 @@ def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
         raise ApiError(400, "BadRequest", "the continue token is invalid") from None
 
 
+def _selectable(t: _Target) -> Mapping[str, tuple[str, ...]] | None:
+    """The fields beyond ``metadata.name``/``namespace`` a list or watch of ``t`` selects on."""
+    return EVENT_FIELDS if t.res.api_version == "v1" and t.res.plural == "events" else None
+
+
 def _list(store: Store, request: web.Request, t: _Target) -> dict[str, Any]:
     """A list, paged as the API server pages it: every page carries the first page's
     resourceVersion (a watch from it misses nothing changed while paging), the continue
     token names where the next page starts, and one older than a compaction is 410."""
     matchers = [
         label_selector(request.query.get("labelSelector")),
-        field_selector(request.query.get("fieldSelector")),
+        field_selector(request.query.get("fieldSelector"), _selectable(t)),
     ]
     token = request.query.get("continue")
     after: tuple[str, str] | None = None
@@ -354,7 +359,7 @@ def _event(t: _Target, change: Change, matchers: list[Any]) -> dict[str, Any] | 
 async def _watch(store: Store, request: web.Request, t: _Target) -> web.StreamResponse:
     matchers = [
         label_selector(request.query.get("labelSelector")),
-        field_selector(request.query.get("fieldSelector")),
+        field_selector(request.query.get("fieldSelector"), _selectable(t)),
     ]
     since = _query_int(request, "resourceVersion", default=0)
     # 0 (or none) means the server's default: kube-apiserver's minimum request timeout

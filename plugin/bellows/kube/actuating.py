@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
-from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
+from bellows.autoscaler.decisions import Decision, Keep, Preempt, Reject, Rescale, Start
 from bellows.inputs import DATA_ERRORS, brief
 from bellows.jobs import SpecError
 from bellows.kube import keys
@@ -201,7 +201,9 @@ class Actuator:
         if isinstance(decision, Start | Rescale):
             verb: Result = "started" if isinstance(decision, Start) else "rescaled"
             target = (decision.gpus, decision.batch)
-            return await self._scale(self.ref(decision.job), target, verb, done=done)
+            return await self._scale(
+                self.ref(decision.job), target, verb, done=done, reason=decision.reason
+            )
         if isinstance(decision, Reject):
             return await self._halt(
                 self.ref(decision.job), Phase.REJECTED, f"rejected: {decision.reason}"
@@ -262,6 +264,42 @@ class Actuator:
             return Outcome(job, "invalid" if reason == "InvalidSettings" else "refused", problem)
         raise ActuationError(f"{job}: more than {self._max_conflicts} conflicts")
 
+    async def note_kept(self, keep: Keep) -> Outcome:
+        """Say on a running job why a round kept it as it is (``bellows.io/reason`` and an
+        Event ``Kept``), once: nothing is written when the reason already says the same or
+        the job no longer runs at the kept allocation."""
+        ref = self.ref(keep.job)
+        kind = self._kinds[ref.kind.lower()]
+        for _ in range(self._max_conflicts):
+            obj = await self._api.get_job(kind, ref.namespace, ref.name)
+            if obj is None:
+                return Outcome(keep.job, "dropped", "deleted")
+            notes = obj["metadata"].get("annotations") or {}
+            journal = Journal.read(notes)
+            if (
+                not keys.opted_in(notes)
+                or _foreign(kind, obj) is not None
+                or journal.phase is not Phase.DONE
+                or journal.allocation != (keep.gpus, keep.batch)
+                or notes.get(keys.REASON) == keep.reason
+            ):
+                return Outcome(keep.job, "unchanged", keep.reason)
+            patch = {
+                "metadata": {
+                    "resourceVersion": obj["metadata"]["resourceVersion"],
+                    "annotations": {keys.REASON: keep.reason},
+                }
+            }
+            try:
+                done = await self._api.patch_job(kind, ref.namespace, ref.name, patch)
+            except ConflictError:
+                continue
+            except NotFoundError:
+                return Outcome(keep.job, "dropped", "deleted")
+            await self._recorder.record(done, "Kept", keep.reason)
+            return Outcome(keep.job, "unchanged", keep.reason)
+        raise ActuationError(f"{keep.job}: more than {self._max_conflicts} conflicts")
+
     async def notify(self, job: str, reason: str, message: str, *, warning: bool = False) -> None:
         """Record an Event on the job (best effort, as every Event; nothing else is written)."""
         ref = self.ref(job)
@@ -303,7 +341,13 @@ class Actuator:
     # ----- the loop ----------------------------------------------------------------------------
 
     async def _scale(
-        self, ref: JobRef, target: tuple[int, int], verb: Result, *, done: float | None = None
+        self,
+        ref: JobRef,
+        target: tuple[int, int],
+        verb: Result,
+        *,
+        done: float | None = None,
+        reason: str = "",
     ) -> Outcome:
         def plan(read: _Read) -> Step | KueueStep:
             kind, obj, settings = read.kind, read.obj, read.settings
@@ -321,6 +365,7 @@ class Actuator:
                     launcher=read.launcher,
                     now=self._now(),
                     done=done,
+                    reason=reason,
                 )
             return plan_scale(
                 kind,
@@ -331,14 +376,16 @@ class Actuator:
                 launcher=read.launcher,
                 now=self._now(),
                 done=done,
+                reason=reason,
             )
 
         gpus, batch = target
+        message = f"{verb} on {gpus} GPUs with global batch {batch}"
         return await self._drive(
             ref,
             plan,
             verb,
-            f"{verb} on {gpus} GPUs with global batch {batch}",
+            f"{message}: {reason}" if reason else message,
             (verb.capitalize(), False),
         )
 

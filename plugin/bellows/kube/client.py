@@ -12,18 +12,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
 from kubernetes import client as k8s
+from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
 from bellows.kube import kueue
 from bellows.kube.kinds import JobKind
 
-__all__ = ["ConflictError", "ExpiredError", "KubeApi", "NotFoundError"]
+__all__ = ["ConflictError", "ExpiredError", "KubeApi", "NotFoundError", "client_from_config"]
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -59,6 +61,24 @@ async def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
     except ApiException as err:
         raise _translate(err) from err
+
+
+def client_from_config(
+    kubeconfig: str | None = None, context: str | None = None, *, in_cluster: bool | None = None
+) -> k8s.ApiClient:
+    """A client from the service account (in a pod: ``in_cluster``, by default when
+    ``KUBERNETES_SERVICE_HOST`` is set) or from a kubeconfig (default ``$KUBECONFIG`` or
+    ``~/.kube/config``) and its ``context`` (default: the current one)."""
+    configuration = k8s.Configuration()
+    if in_cluster is None:
+        in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
+    if in_cluster:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    else:
+        k8s_config.load_kube_config(
+            config_file=kubeconfig, context=context, client_configuration=configuration
+        )
+    return k8s.ApiClient(configuration)
 
 
 class KubeApi:
@@ -295,6 +315,37 @@ class KubeApi:
 
     async def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
         await _call(self._core.create_namespaced_event, namespace, dict(event))
+
+    async def list_events(
+        self, namespace: str | None = None, *, field_selector: str | None = None
+    ) -> list[Obj]:
+        """Core Events (of ``namespace``, or all) matching ``field_selector``, as plain dicts
+        (read as JSON: an Event model validates fields a recorder may leave out)."""
+        options: dict[str, Any] = {"_preload_content": False}
+        if field_selector:
+            options["field_selector"] = field_selector
+        found: list[Obj] = []
+        token: str | None = None
+        while True:
+            if token:
+                options["_continue"] = token
+            listed = await _call(self._list_event_json, namespace, PAGE, **options)
+            found.extend(listed.get("items") or [])
+            token = (listed.get("metadata") or {}).get("continue")
+            if not token:
+                return found
+
+    def _list_event_json(self, namespace: str | None, limit: int, **options: Any) -> Obj:
+        """One page of Events, read and decoded in the calling (worker) thread."""
+        if namespace is None:
+            response = self._core.list_event_for_all_namespaces(limit=limit, **options)
+        else:
+            response = self._core.list_namespaced_event(namespace, limit=limit, **options)
+        try:
+            listed: Obj = json.loads(response.data)
+        finally:
+            response.release_conn()
+        return listed
 
     # ----- nodes (the cluster's GPUs) ----------------------------------------------------------
 

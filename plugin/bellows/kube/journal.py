@@ -46,6 +46,7 @@ __all__ = [
     "Step",
     "done_notes",
     "foreign_launcher",
+    "halt_notes",
     "plan_halt",
     "plan_scale",
     "target_env",
@@ -71,6 +72,8 @@ class Journal:
     requested: tuple[int, int] | None = None
     suspended_at: datetime | None = None
     progress: tuple[float, datetime] | None = None  # samples done when it last resumed, when
+    restarts: int = 0  # resumes after a halt (bellows.io/restarts)
+    started_at: datetime | None = None  # first start (bellows.io/started-at)
 
     @classmethod
     def read(cls, annotations: Mapping[str, str]) -> Journal:
@@ -86,6 +89,7 @@ class Journal:
             except SpecError:
                 return None
 
+        restarts = annotations.get(keys.RESTARTS, "0")
         phase_text = annotations.get(keys.PHASE)
         phase = Phase(phase_text) if phase_text in set(Phase) else None
         return cls(
@@ -95,6 +99,8 @@ class Journal:
             requested=pair(keys.REQUESTED),
             suspended_at=parse_time(annotations.get(keys.SUSPENDED_AT)),
             progress=progress(),
+            restarts=int(restarts) if restarts.isdecimal() and len(restarts) < 10 else 0,
+            started_at=parse_time(annotations.get(keys.STARTED_AT)),
         )
 
 
@@ -224,11 +230,13 @@ def plan_scale(
     launcher: Mapping[str, Any] | None,
     now: datetime,
     done: float | None = None,
+    reason: str = "",
 ) -> Step:
     """The next step towards running ``obj`` on ``target = (gpus, batch)`` with ``env``.
 
     ``done`` (samples the job has processed, as the caller estimates them) is written with
-    the resume, so that a restarted controller knows the job's progress (``progress``).
+    the resume, so that a restarted controller knows the job's progress (``progress``);
+    ``reason``, the decision's, with it (``bellows.io/reason``).
     """
     view = kind.view(obj, tuple(env))
     journal = Journal.read(view.annotations)
@@ -268,21 +276,37 @@ def plan_scale(
     if launcher is not None and _launcher_stale(launcher, env):
         meta = launcher["metadata"]
         return DeleteLauncher(meta["name"], meta["uid"], meta["resourceVersion"])
-    notes |= done_notes(target, done, now)
+    notes |= done_notes(target, done, now, journal=journal, reason=reason)
     return SendPatch(_body(obj, notes, {"runPolicy": {"suspend": False}}), Phase.DONE)
 
 
-def done_notes(target: tuple[int, int], done: float | None, now: datetime) -> dict[str, str | None]:
+def done_notes(
+    target: tuple[int, int],
+    done: float | None,
+    now: datetime,
+    *,
+    journal: Journal | None = None,
+    reason: str = "",
+) -> dict[str, str | None]:
     """The journal of a scaling's last step: phase ``done``, the allocation, the status
-    line and, when known, the samples ``done`` by ``now`` (``progress``)."""
+    line, the decision's ``reason`` and, when known, the samples ``done`` by ``now``
+    (``progress``). With the ``journal`` read before: the first start's time, or one more
+    restart when the job had run before (an allocation journaled)."""
     gpus, batch = target
     notes: dict[str, str | None] = {
         keys.PHASE: Phase.DONE,
         keys.ALLOCATION: keys.format_pair(gpus, batch),
         keys.STATUS: f"running on {gpus} GPUs with global batch {batch}",
     }
+    if reason:
+        notes[keys.REASON] = reason
     if done is not None:
         notes[keys.PROGRESS] = keys.format_progress(done, now)
+    if journal is not None:
+        if journal.started_at is None:
+            notes[keys.STARTED_AT] = _stamp(now)
+        if journal.allocation is not None:
+            notes[keys.RESTARTS] = str(journal.restarts + 1)
     return notes
 
 
@@ -300,9 +324,23 @@ def plan_halt(
     journal = Journal.read(view.annotations)
     if view.suspended and journal.phase is phase:
         return Nothing(f"already {phase}")
-    notes: dict[str, str | None] = {keys.PHASE: phase, keys.TARGET: None, keys.STATUS: message}
-    if journal.requested is None and requested is not None:
-        notes[keys.REQUESTED] = keys.format_pair(*requested)
+    notes = halt_notes(phase, message, journal, requested)
     if not view.suspended:
         notes[keys.SUSPENDED_AT] = _stamp(now)
     return SendPatch(_body(obj, notes, {"runPolicy": {"suspend": True}}), phase)
+
+
+def halt_notes(
+    phase: Phase, message: str, journal: Journal, requested: tuple[int, int] | None
+) -> dict[str, str | None]:
+    """The journal of a halt into ``phase``: no target, ``message`` as the status line and
+    the reason, and the owner's ask when not saved yet."""
+    notes: dict[str, str | None] = {
+        keys.PHASE: phase,
+        keys.TARGET: None,
+        keys.STATUS: message,
+        keys.REASON: message,
+    }
+    if journal.requested is None and requested is not None:
+        notes[keys.REQUESTED] = keys.format_pair(*requested)
+    return notes

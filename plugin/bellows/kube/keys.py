@@ -26,7 +26,10 @@ __all__ = [
     "PHASE",
     "PREFIX",
     "PROGRESS",
+    "REASON",
     "REQUESTED",
+    "RESTARTS",
+    "STARTED_AT",
     "STATUS",
     "SUSPENDED_AT",
     "TARGET",
@@ -75,6 +78,9 @@ ALLOCATION = PREFIX + "allocation"  # "k=4,b=128": the allocation the job runs w
 PROGRESS = PREFIX + "progress"  # "samples=1.2e6,at=<RFC 3339>": done when last resumed
 STATUS = PREFIX + "status"  # one human-readable line: what Bellows did or refused
 FIT = PREFIX + "fit"  # JobProfile JSON: the profile refitted to the job's progress reports
+REASON = PREFIX + "reason"  # why the last decision on the job, one sentence (bellows status)
+RESTARTS = PREFIX + "restarts"  # how many times Bellows resumed the job after a halt
+STARTED_AT = PREFIX + "started-at"  # when Bellows first started the job (RFC 3339)
 
 DEFAULT_PROFILE_KEY = "profile.json"
 PROFILE_MAX_BYTES = 64 * 1024  # a profile is a few hundred bytes; annotations hold 256 KiB

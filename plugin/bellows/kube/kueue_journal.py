@@ -60,6 +60,7 @@ from bellows.kube.journal import (
     _stamp,
     done_notes,
     foreign_launcher,
+    halt_notes,
 )
 from bellows.kube.kinds import JobKind
 from bellows.kube.kueue import WorkloadView
@@ -136,6 +137,7 @@ def plan_kueue_scale(
     launcher: Mapping[str, Any] | None,
     now: datetime,
     done: float | None = None,
+    reason: str = "",
 ) -> KueueStep:
     """The next step towards running the Kueue job ``obj`` on ``target = (gpus, batch)``.
 
@@ -169,7 +171,7 @@ def plan_kueue_scale(
     ):
         # Kueue already runs it at the target (admitted at its owner's size before Bellows
         # held it, or resumed on a recreated Workload): journal it, restart nothing
-        return _done(obj, notes, target, done, now)
+        return _done(obj, notes, target, done, now, journal=journal, reason=reason)
     if journal.target != target or journal.phase not in (Phase.SUSPENDING, Phase.PATCHED):
         # Step 1: say what is about to happen, before anything else changes.
         notes |= {keys.TARGET: pair, keys.PHASE: Phase.SUSPENDING}
@@ -201,7 +203,7 @@ def plan_kueue_scale(
         return AwaitWorkload("Kueue to update the Workload's podSets to the job's replicas")
     if not workload.active:
         return workload_patch(workload, active=True)
-    return _done(obj, notes, target, done, now)
+    return _done(obj, notes, target, done, now, journal=journal, reason=reason)
 
 
 def _done(
@@ -210,10 +212,14 @@ def _done(
     target: tuple[int, int],
     done: float | None,
     now: datetime,
+    *,
+    journal: Journal,
+    reason: str,
 ) -> SendPatch:
     """The last step: the journal says the job runs at ``target`` (with its progress); the
     target is written too, for a job Kueue ran at it before Bellows journaled any."""
-    notes = notes | done_notes(target, done, now) | {keys.TARGET: keys.format_pair(*target)}
+    done_now = done_notes(target, done, now, journal=journal, reason=reason)
+    notes = notes | done_now | {keys.TARGET: keys.format_pair(*target)}
     return SendPatch(_journal_only(obj, notes), Phase.DONE)
 
 
@@ -233,9 +239,7 @@ def plan_kueue_halt(
     view = kind.view(obj, ())
     journal = Journal.read(view.annotations)
     if journal.phase is not phase:
-        notes: dict[str, str | None] = {keys.PHASE: phase, keys.TARGET: None, keys.STATUS: message}
-        if journal.requested is None and requested is not None:
-            notes[keys.REQUESTED] = keys.format_pair(*requested)
+        notes = halt_notes(phase, message, journal, requested)
         if not view.suspended:
             notes[keys.SUSPENDED_AT] = _stamp(now)
         return SendPatch(_journal_only(obj, notes), phase)

@@ -180,6 +180,8 @@ class Controller:
         self._queues = queues
         self._let_go_some = False  # a job left this pool: its core cannot take it back
         self._lock = asyncio.Lock()  # one window, retry or rebuild at a time
+        autoscaler.note_keeps = True  # each round says which jobs it kept, and why
+        self._kept: dict[str, str] = {}  # the reason last written on each kept job
 
     @property
     def autoscaler(self) -> Autoscaler:
@@ -631,6 +633,7 @@ class Controller:
             _log.info("job.finished", job=job)
             self._retry.pop(job, None)
             self._held.pop(job, None)
+            self._kept.pop(job, None)
             self._active.discard(job)
             if self.ledger is not None:
                 self.ledger.finished(job, at)
@@ -676,7 +679,24 @@ class Controller:
         decisions = self._auto.step(now)
         seconds = self._timer() - started
         await self._settle(decisions, now, seconds=seconds)
+        await self._note_keeps(decisions)
         return seconds
+
+    async def _note_keeps(self, decisions: Sequence[Decision]) -> None:
+        """Write on each job the round kept why (once per reason: the controller remembers
+        what it wrote); a job a decision touched says that decision's reason instead."""
+        for decision in decisions:
+            self._kept.pop(decision.job, None)
+        keeps = [k for k in self._auto.keeps if self._kept.get(k.job) != k.reason]
+        self._auto.keeps = ()
+        noted = await asyncio.gather(
+            *(self._actuator.note_kept(k) for k in keeps), return_exceptions=True
+        )
+        for keep, outcome in zip(keeps, noted, strict=True):
+            if isinstance(outcome, BaseException):  # best effort, as an Event
+                _log.warning("job.note_failed", job=keep.job, error=brief(outcome))
+            else:
+                self._kept[keep.job] = keep.reason
 
     async def _settle(self, decisions: Sequence[Decision], now: float, *, seconds: float) -> None:
         """Drive ``decisions`` and the retried ones: frees first, then what fits of the claims."""

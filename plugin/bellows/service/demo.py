@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,10 @@ from bellows.bus import (
 )
 from bellows.bus.server import running_nats_server
 from bellows.emulator import EmulatedCluster
+from bellows.inputs import brief
 from bellows.kube import Actuator, JobReader, KubeApi
 from bellows.kube.kueue import Strategy
+from bellows.kube.statuses import JobStatus, read_status
 from bellows.optimizer import Method
 from bellows.scaling import ClusterProfile, default_cluster
 from bellows.scaling.online import SpeedFactors
@@ -143,6 +146,9 @@ class Progress:
     rejected: int = 0
     gpus_allocated: int = 0
     notes: list[str] = field(default_factory=list)
+    # what bellows status shows of each job, read from the emulated cluster while the view
+    # is live (one list per kind, no Events): what was decided for it, and why
+    jobs: list[JobStatus] = field(default_factory=list)
 
 
 def workload(options: DemoOptions, cluster: ClusterProfile) -> tuple[TraceJob, ...]:
@@ -304,6 +310,8 @@ async def run_demo(
                 learn=options.learn, stop=stop,
             )  # fmt: skip
         progress = Progress(total=len(trace))
+        if on_progress is not None:
+            tasks.append(asyncio.create_task(_read_jobs(api, cluster, progress, stop)))
         try:
             await _replay_and_wait(
                 trace, api=api, clock=clock, ledger=ledger, controller=controller,
@@ -418,6 +426,22 @@ async def _replay_and_wait(
     else:
         progress.notes.append(f"stopped waiting at minute {deadline / 60:.0f}")
     refresh()
+
+
+async def _read_jobs(
+    api: KubeApi, cluster: ClusterProfile, progress: Progress, stop: asyncio.Event
+) -> None:
+    """Keep ``progress.jobs`` to what ``bellows status`` would print, about once a second."""
+    while not stop.is_set():
+        try:
+            progress.jobs = await read_status(
+                api, now=datetime.now(UTC), cluster=cluster, namespace=NAMESPACE, events=False
+            )
+        except Exception as err:  # the view only: a failed read keeps the last rows
+            progress.notes.append(f"job table not read: {brief(err)}")
+            del progress.notes[:-5]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 1.0)
 
 
 async def _sleep_refreshing(clock: ServiceClock, until: float, refresh: Callable[[], None]) -> None:

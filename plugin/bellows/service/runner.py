@@ -16,7 +16,6 @@ from dataclasses import replace
 
 import structlog
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from nats.js import JetStreamContext
 
 from bellows.autoscaler import AutoscalerConfig, Decision, Mode
@@ -33,6 +32,7 @@ from bellows.bus import (
 from bellows.inputs import brief
 from bellows.jobs import SpecError
 from bellows.kube import Actuator, JobReader, KubeApi, Outcome
+from bellows.kube.client import client_from_config
 from bellows.optimizer.solving import RENT
 from bellows.scaling import ClusterProfile, default_cluster, load_cluster_profile
 from bellows.service import capacity
@@ -96,19 +96,8 @@ class MetricsObserver(ControllerObserver):
 
 def kube_api_client(settings: KubernetesSettings) -> k8s.ApiClient:
     """A client from the service account (in a pod) or from a kubeconfig."""
-    configuration = k8s.Configuration()
-    in_cluster = settings.in_cluster
-    if in_cluster is None:
-        in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
-    if in_cluster:
-        k8s_config.load_incluster_config(client_configuration=configuration)
-    else:
-        k8s_config.load_kube_config(
-            config_file=str(settings.kubeconfig) if settings.kubeconfig else None,
-            context=settings.context,
-            client_configuration=configuration,
-        )
-    return k8s.ApiClient(configuration)
+    kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
+    return client_from_config(kubeconfig, settings.context, in_cluster=settings.in_cluster)
 
 
 async def read_capacity(api_client: k8s.ApiClient, settings: CapacitySettings) -> int:

@@ -1,0 +1,81 @@
+"""``bellows status`` on the emulated cluster holding 10 000 opted-in jobs, as a whole
+process, cold and warm, medians (target, issue 28: <= 2 s).
+
+    python benchmarks/status.py [--jobs 10000] [--repeat 3]
+
+The cluster (``controller_latency.ClusterProcess``: the mixed workload's jobs, suspended,
+opted in, each with its inline profile) runs in a child process; each run is
+``bellows status -A --kubeconfig ...`` to its end, output discarded: one list per kind in
+pages of 500, one list of Bellows' Events, one of the nodes, every row built. Cold: a fresh,
+empty bytecode cache (``PYTHONPYCACHEPREFIX``) for every run; warm: the installed bytecode.
+Each run also times the same lists as plain HTTP requests, the emulated API server's share
+(it serves 10 000 jobs from Python, far slower than a real API server's watch cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from controller_latency import ClusterProcess
+from controller_memory import _kubeconfig
+from processes import bellows_command, median_of, time_process
+
+TARGET_S = 2.0
+KINDS = (("kubeflow.org/v1", "pytorchjobs"), ("kubeflow.org/v2beta1", "mpijobs"))
+
+
+def _raw_lists(url: str) -> float:
+    """Seconds to list every job page by page as plain HTTP: the server's share of a run."""
+    started = time.perf_counter()
+    for group_version, plural in KINDS:
+        token = ""
+        while True:
+            query = f"{url}/apis/{group_version}/{plural}?limit=500"
+            with urllib.request.urlopen(query + (f"&continue={token}" if token else "")) as got:
+                token = json.loads(got.read())["metadata"].get("continue") or ""
+            if not token:
+                break
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=11)
+    args = parser.parse_args()
+    with (
+        ClusterProcess(args.jobs, args.jobs, args.seed) as url,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        config = _kubeconfig(Path(tmp) / "kubeconfig", url)
+        command, _ = bellows_command()
+        argv = [*command, "status", "-A", "--kubeconfig", str(config)]
+        time_process(argv)  # the server's first lists warm its caches, as a running cluster's
+        cold, warm, lists = [], [], []
+        for i in range(args.repeat):
+            lists.append(_raw_lists(url))
+            with tempfile.TemporaryDirectory() as prefix:
+                cold.append(time_process(argv, env={"PYTHONPYCACHEPREFIX": prefix}))
+            warm.append(time_process(argv))
+            print(
+                f"run {i + 1}: cold {cold[-1].wall_s:.2f} s, warm {warm[-1].wall_s:.2f} s, "
+                f"the server's lists alone {lists[-1]:.2f} s"
+            )
+    c, w = median_of(cold), median_of(warm)
+    flag = "" if w.wall_s <= TARGET_S else "  (over target)"
+    print(
+        f"bellows status, {args.jobs} jobs: cold {c.wall_s:.2f} s, warm {w.wall_s:.2f} s, "
+        f"{w.peak_mib:.0f} MiB (medians of {args.repeat}; target {TARGET_S} s){flag}; "
+        f"the emulated server's lists alone {statistics.median(lists):.2f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()

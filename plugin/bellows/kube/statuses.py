@@ -1,0 +1,363 @@
+"""What Bellows decided for each opted-in job, and why: the rows of ``bellows status``.
+
+Read-only, from what is on the cluster: the jobs' own ``bellows.io/`` journal (phase,
+target, allocation, reason, restarts, first start) and, for the jobs whose journal says
+nothing yet (skipped, clamped, refused before any decision), the newest Event Bellows
+recorded on them. One list per job kind (paged) and one list of Bellows' Events: no read
+per job (``benchmarks/status.py``). Only a running job's spec is parsed (its GPUs, batch and
+speeds); a waiting one's state and reason are its journal's, so that a job whose settings
+are wrong shows as invalid once the controller has said so (``bellows.io/status``).
+
+:func:`job_status` is pure (one raw object in, one :class:`JobStatus` out); :func:`read_status`
+does the lists. Speeds are the JSA's ``X(b, k)`` at the job's allocation: predicted from the
+owner's profile (``bellows.io/profile``, a ConfigMap's, read once per ConfigMap, or the
+default prior), learned from the controller's refit (``bellows.io/fit``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from bellows.inputs import DATA_ERRORS, brief
+from bellows.jobs import SpecError
+from bellows.kube import keys
+from bellows.kube.adapters import KINDS
+from bellows.kube.client import KubeApi, NotFoundError
+from bellows.kube.journal import Journal, Phase
+from bellows.kube.kinds import (
+    KUEUE_QUEUE,
+    JobKind,
+    finished_state,
+    foreign_manager,
+    parse_time,
+    suspend_set,
+)
+from bellows.kube.recording import COMPONENT
+from bellows.kube.specs import build_spec
+from bellows.scaling import ClusterProfile, JobProfile, throughput
+
+__all__ = [
+    "ClusterLine",
+    "JobStatus",
+    "State",
+    "Status",
+    "cluster_line",
+    "job_status",
+    "latest_events",
+    "read_status",
+]
+
+
+class State(StrEnum):
+    WAITING = "waiting"  # suspended until Bellows starts it (queued, preempted, just arrived)
+    RUNNING = "running"
+    HALTED = "halted"  # suspended by Bellows: a rescale under way, or rejected (no queue)
+    FINISHED = "finished"
+    INVALID = "invalid"  # left alone: its settings or spec are wrong, or it was refused
+    SKIPPED = "skipped"  # another controller runs it (spec.runPolicy.managedBy): never written
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """One opted-in job as ``bellows status`` shows it (``None``: not known or not applicable).
+
+    ``gpus`` and ``batch`` are what it runs with now (0 and ``None`` while suspended),
+    ``target`` the GPUs of the last decision's target; ``predicted`` and ``learned`` its
+    samples/s at its allocation by the owner's profile and by the controller's refit;
+    ``waited_s`` from creation to its first start (to now while it has never started).
+    """
+
+    kind: str
+    namespace: str
+    name: str
+    state: State
+    gpus: int
+    target: int | None
+    batch: int | None
+    predicted: float | None
+    learned: float | None
+    restarts: int
+    waited_s: float | None
+    reason: str
+    phase: str | None = None
+    queue: str | None = None
+    event: str | None = None  # the newest Bellows Event on the job: "Reason: message"
+
+    @property
+    def job(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as plain data (``-o json|yaml``), keys in camelCase as kubectl prints."""
+        return {
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "state": str(self.state),
+            "gpus": self.gpus,
+            "targetGpus": self.target,
+            "batch": self.batch,
+            "predictedSamplesPerSecond": self.predicted,
+            "learnedSamplesPerSecond": self.learned,
+            "restarts": self.restarts,
+            "waitedSeconds": self.waited_s,
+            "reason": self.reason,
+            "phase": self.phase,
+            "queue": self.queue,
+            "event": self.event,
+        }
+
+
+@dataclass(frozen=True)
+class ClusterLine:
+    """The cluster as a whole: GPUs (``None`` when the nodes cannot be read), in use by the
+    running jobs, and how many jobs are in each state."""
+
+    capacity: int | None
+    in_use: int
+    states: Mapping[str, int]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"capacity": self.capacity, "inUse": self.in_use, "jobs": dict(self.states)}
+
+
+@dataclass(frozen=True)
+class Status:
+    cluster: ClusterLine
+    jobs: tuple[JobStatus, ...]
+
+
+def _seconds(later: datetime | None, earlier: datetime | None) -> float | None:
+    if later is None or earlier is None:
+        return None
+    return max(0.0, (later - earlier).total_seconds())
+
+
+def _speed(
+    view: Any,
+    settings: keys.Settings,
+    profile: JobProfile | None,
+    allocation: tuple[int, int] | None,
+    cluster: ClusterProfile,
+) -> float | None:
+    if profile is None or allocation is None:
+        return None
+    try:
+        spec = build_spec(view, settings, profile)
+        gpus, batch = allocation
+        return throughput(dataclasses.replace(spec, batch_size=batch), gpus, batch, cluster)
+    except (SpecError, *DATA_ERRORS):
+        return None
+
+
+def _fit(annotations: Mapping[str, str]) -> JobProfile | None:
+    text = annotations.get(keys.FIT)
+    if text is None:
+        return None
+    try:
+        return keys.parse_profile_text(keys.FIT, text)
+    except SpecError:
+        return None
+
+
+def _profile(
+    settings: keys.Settings, namespace: str, configmaps: Mapping[tuple[str, str, str], JobProfile]
+) -> JobProfile | None:
+    if isinstance(settings.profile, keys.ConfigMapRef):
+        ref = settings.profile
+        return configmaps.get((namespace, ref.name, ref.key))
+    return settings.profile
+
+
+def _state(
+    journal: Journal, suspended: bool, running: bool, annotations: Mapping[str, str]
+) -> tuple[State, str]:
+    """The state and the reason the journal gives (``""``: it gives none)."""
+    reason = annotations.get(keys.REASON) or ""
+    status = annotations.get(keys.STATUS) or ""
+    if status.startswith("not managed: "):
+        return State.INVALID, "invalid: " + status.removeprefix("not managed: ")
+    phase = journal.phase
+    if phase in (Phase.SUSPENDING, Phase.PATCHED):
+        gpus = journal.target[0] if journal.target else "?"
+        return State.HALTED, f"halted to resume on {gpus} GPUs: {reason or 'a rescale'}"
+    if phase is Phase.REJECTED:
+        return State.HALTED, reason or status
+    if phase is Phase.DONE and not suspended:
+        return State.RUNNING, reason or status
+    if phase is Phase.DONE:  # a Kueue job journaled at its target, until Kueue admits it
+        return State.WAITING, f"waiting for Kueue to admit it: {reason or status}"
+    if status.startswith("waiting: "):  # a scaling blocked (an MPIJob launcher not its own)
+        return (State.RUNNING if running else State.WAITING), status
+    if phase in (Phase.QUEUED, Phase.PREEMPTED):
+        return State.WAITING, reason or status
+    if suspended:
+        return State.WAITING, ""
+    return State.RUNNING, ""
+
+
+def job_status(
+    kind: JobKind,
+    obj: Mapping[str, Any],
+    *,
+    now: datetime,
+    cluster: ClusterProfile,
+    configmaps: Mapping[tuple[str, str, str], JobProfile] = {},
+    event: str | None = None,
+) -> JobStatus | None:
+    """The row of one job (``None`` for a job that did not opt in: never read further)."""
+    meta = obj.get("metadata") or {}
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    if not keys.opted_in(annotations):
+        return None
+    namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+    journal = Journal.read(annotations)
+    created = parse_time(meta.get("creationTimestamp"))
+    waited = _seconds(journal.started_at or now, created)
+    base = JobStatus(
+        kind=kind.kind, namespace=namespace, name=name, state=State.WAITING, gpus=0,
+        target=journal.target[0] if journal.target else None, batch=None, predicted=None,
+        learned=None, restarts=journal.restarts, waited_s=waited, reason="",
+        phase=None if journal.phase is None else str(journal.phase), event=event,
+    )  # fmt: skip
+    finished = finished_state(obj)
+    try:
+        manager = foreign_manager(obj, kind.manager)
+    except SpecError as err:
+        return dataclasses.replace(base, state=State.INVALID, reason=f"invalid: {err}")
+    if manager is not None:
+        reason = f"skipped: spec.runPolicy.managedBy={manager} runs it; never written to"
+        return dataclasses.replace(base, state=State.SKIPPED, reason=reason)
+    suspended = suspend_set(obj)
+    running = not suspended and finished is None
+    state, reason = _state(journal, suspended, running, annotations)
+    if finished is not None:
+        state, reason = State.FINISHED, f"{finished.lower()}" + (f" ({reason})" if reason else "")
+    if not reason:
+        reason = event or (
+            "arrived; not seen by the controller yet" if suspended else "not sized by Bellows"
+        )
+    labels = meta.get("labels") or {}
+    queue = labels.get(KUEUE_QUEUE) or annotations.get(KUEUE_QUEUE)
+    base = dataclasses.replace(base, state=state, reason=reason, queue=queue)
+    if not running or state is State.INVALID:
+        return base  # only a running job's spec is read: its GPUs, batch and speeds
+    try:
+        settings = keys.parse_settings(annotations)
+        view = kind.view(obj, settings.env_names)
+    except SpecError as err:
+        return dataclasses.replace(base, state=State.INVALID, reason=f"invalid: {err}")
+    except DATA_ERRORS as err:
+        return dataclasses.replace(base, state=State.INVALID, reason=f"invalid: {brief(err)}")
+    allocation = journal.allocation
+    if allocation is None or allocation[0] != view.gpus:
+        allocation = None  # running at a size Bellows did not journal: its owner's
+    profile = _profile(settings, namespace, configmaps)
+    return dataclasses.replace(
+        base,
+        gpus=view.gpus,
+        batch=allocation[1] if allocation else None,
+        predicted=_speed(view, settings, profile, allocation, cluster),
+        learned=_speed(view, settings, _fit(annotations), allocation, cluster),
+        queue=view.queue,
+    )
+
+
+def latest_events(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """The newest Bellows Event on each object, by its uid: ``"Reason: message"``."""
+    newest: dict[str, tuple[tuple[str, int], str]] = {}
+    for event in events:
+        uid = (event.get("involvedObject") or {}).get("uid")
+        if not uid:
+            continue
+        # timestamps have whole seconds: within one, the later write (resourceVersion) wins
+        version = str((event.get("metadata") or {}).get("resourceVersion", ""))
+        order = (
+            str(event.get("lastTimestamp") or event.get("eventTime") or ""),
+            int(version) if version.isdecimal() and len(version) < 20 else 0,
+        )
+        text = f"{event.get('reason', '')}: {event.get('message', '')}"
+        if uid not in newest or order >= newest[uid][0]:
+            newest[uid] = (order, text)
+    return {uid: text for uid, (_, text) in newest.items()}
+
+
+def cluster_line(capacity: int | None, jobs: Sequence[JobStatus]) -> ClusterLine:
+    states = {str(s): 0 for s in State}
+    for job in jobs:
+        states[str(job.state)] += 1
+    in_use = sum(job.gpus for job in jobs if job.state is State.RUNNING)
+    return ClusterLine(capacity, in_use, states)
+
+
+async def _configmap_profiles(
+    api: KubeApi, refs: Iterable[tuple[str, str, str]]
+) -> dict[tuple[str, str, str], JobProfile]:
+    """The profiles the jobs name in ConfigMaps: each ConfigMap read once."""
+    out: dict[tuple[str, str, str], JobProfile] = {}
+    read: dict[tuple[str, str], Mapping[str, Any] | None] = {}
+    for namespace, name, key in sorted(set(refs)):
+        if (namespace, name) not in read:
+            try:
+                read[namespace, name] = await api.get_configmap(namespace, name)
+            except Exception:  # forbidden, gone: the job's predicted speed stays unknown
+                read[namespace, name] = None
+        found = read[namespace, name]
+        text = ((found or {}).get("data") or {}).get(key)
+        if isinstance(text, str):
+            try:
+                out[namespace, name, key] = keys.parse_profile_text(key, text)
+            except SpecError:
+                continue
+    return out
+
+
+def _configmap_ref(obj: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    meta = obj.get("metadata") or {}
+    text = (meta.get("annotations") or {}).get(keys.PROFILE_CONFIGMAP)
+    if not isinstance(text, str):
+        return None
+    name, _, key = text.partition("/")
+    return str(meta.get("namespace", "")), name, key or keys.DEFAULT_PROFILE_KEY
+
+
+async def read_status(
+    api: KubeApi,
+    *,
+    now: datetime,
+    cluster: ClusterProfile,
+    namespace: str | None = None,
+    kinds: Sequence[JobKind] = KINDS,
+    events: bool = True,
+) -> list[JobStatus]:
+    """Every opted-in job of ``kinds`` (in ``namespace``, or all): one list per kind and,
+    with ``events``, one list of the Events Bellows recorded."""
+    opted: list[tuple[JobKind, dict[str, Any]]] = []
+    for kind in kinds:
+        try:
+            async for page, _ in api.list_job_pages(kind, namespace):
+                for obj in page:
+                    if keys.opted_in((obj.get("metadata") or {}).get("annotations")):
+                        opted.append((kind, obj))
+        except NotFoundError:  # the kind's CRD is not installed here
+            continue
+    newest: dict[str, str] = {}
+    if events:
+        listed = await api.list_events(namespace, field_selector=f"source={COMPONENT}")
+        newest = latest_events(listed)
+    refs = [ref for _, obj in opted if (ref := _configmap_ref(obj)) is not None]
+    configmaps = await _configmap_profiles(api, refs) if refs else {}
+    rows = []
+    for kind, obj in opted:
+        uid = str((obj.get("metadata") or {}).get("uid", ""))
+        row = job_status(
+            kind, obj, now=now, cluster=cluster, configmaps=configmaps, event=newest.get(uid)
+        )
+        if row is not None:
+            rows.append(row)
+    return rows

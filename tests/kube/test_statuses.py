@@ -1,0 +1,185 @@
+"""``bellows status`` against the emulated cluster: the rows come from what the actuator
+wrote on the jobs (journal, reason, restarts) and the Events Bellows recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from datetime import UTC, datetime
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from kubernetes import client as k8s
+
+from bellows.autoscaler.decisions import Keep, Rescale, Start
+from bellows.cli.main import main
+from bellows.cli.status import human_duration, kubectl_bellows
+from bellows.kube import Actuator, PyTorchJobKind, keys
+from bellows.kube.statuses import State, read_status
+from bellows.scaling import default_cluster
+
+from .test_actuator import MPI, TORCH, submit
+
+CLUSTER = default_cluster()
+
+
+async def _create(api, body):
+    custom = k8s.CustomObjectsApi(api.api_client)
+    await asyncio.to_thread(
+        custom.create_namespaced_custom_object,
+        "kubeflow.org", "v2beta1", body["metadata"].get("namespace", "default"), "mpijobs", body,
+    )  # fmt: skip
+
+
+def _mpijob(examples, name, **annotations):
+    body = copy.deepcopy(examples["MPIJob"])
+    body["metadata"]["name"] = name
+    body["metadata"]["annotations"] = {**body["metadata"]["annotations"], **annotations}
+    return body
+
+
+async def _cli(*args):
+    return await asyncio.to_thread(CliRunner().invoke, main, ["status", *args])
+
+
+def test_status_shows_each_decision_and_its_reason(on_cluster, examples, tmp_path):  # noqa: PLR0915 - one cluster, every row and format
+    async def scenario(cluster, api):  # noqa: PLR0915
+        await submit(api, examples)  # the PyTorchJob, its profile in a ConfigMap
+        await submit(api, examples, kind="MPIJob")
+        bad = _mpijob(examples, "bad-gpus", **{keys.MAX_GPUS: "zero"})
+        await _create(api, bad)
+        multikueue = _mpijob(examples, "copy")
+        multikueue["spec"]["runPolicy"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+        await _create(api, multikueue)
+        plain = _mpijob(examples, "not-opted-in")
+        plain["metadata"]["annotations"] = {}
+        await _create(api, plain)
+
+        act = Actuator(api)
+        started = await act.apply(Start(TORCH, 2, 256, reason="started into free GPUs"))
+        assert started.result == "started"
+        why = "scaled 2→4 into free GPUs: it finishes sooner, its restart included"
+        assert (await act.apply(Rescale(TORCH, 2, 256, 4, 512, reason=why))).result == "rescaled"
+        assert (await act.hold(MPI)).result == "queued"
+        invalid = await act.report_problem("mpijob/default/bad-gpus", "bellows.io/max-gpus: x")
+        assert invalid.result == "invalid"
+
+        rows = {r.name: r for r in await read_status(api, now=datetime.now(UTC), cluster=CLUSTER)}
+        assert set(rows) == {"resnet50-imagenet", "cifar10-horovod", "bad-gpus", "copy"}
+        torch = rows["resnet50-imagenet"]
+        assert (torch.kind, torch.state, torch.gpus, torch.target, torch.batch) == (
+            "PyTorchJob", State.RUNNING, 4, 4, 512,
+        )  # fmt: skip
+        assert torch.reason == why
+        assert torch.restarts == 1
+        assert torch.waited_s is not None
+        assert torch.waited_s >= 0
+        assert torch.predicted is not None  # from the ConfigMap's profile, read once
+        assert torch.predicted > 0
+        assert torch.learned is None  # no bellows.io/fit yet
+        assert torch.event is not None
+        assert torch.event.startswith("Rescaled: rescaled on 4 GPUs with global batch 512: ")
+        mpi = rows["cifar10-horovod"]
+        assert (mpi.state, mpi.gpus, mpi.phase) == (State.WAITING, 0, "queued")
+        assert mpi.reason == "queued by Bellows until it is started"
+        assert rows["bad-gpus"].state is State.INVALID
+        assert rows["bad-gpus"].reason == "invalid: bellows.io/max-gpus: x"
+        assert rows["copy"].state is State.SKIPPED
+        assert "managedBy=kueue.x-k8s.io/multikueue" in rows["copy"].reason
+
+        # a round kept the job: the reason says so once, with an Event
+        keep = Keep(TORCH, 4, 512, 8, "kept on 4 GPUs: 8 would run it faster but not pay")
+        await act.note_kept(keep)
+        await act.note_kept(keep)  # the same again: nothing written
+        obj = await api.get_job(PyTorchJobKind(), "default", "resnet50-imagenet")
+        assert obj["metadata"]["annotations"][keys.REASON] == keep.reason
+        core = k8s.CoreV1Api(api.api_client)
+        listed = await asyncio.to_thread(core.list_namespaced_event, "default")
+        assert [e.reason for e in listed.items].count("Kept") == 1
+        # a note for an allocation the job no longer has is not written
+        stale = Keep(TORCH, 2, 256, 8, "stale")
+        assert (await act.note_kept(stale)).detail == "stale"
+        obj = await api.get_job(PyTorchJobKind(), "default", "resnet50-imagenet")
+        assert obj["metadata"]["annotations"][keys.REASON] == keep.reason
+
+        config = str(cluster.write_kubeconfig(tmp_path / "kubeconfig", "default"))
+        shown = await _cli("--kubeconfig", config)
+        assert shown.exit_code == 0, shown.output
+        lines = shown.output.splitlines()
+        assert lines[0].startswith("cluster: ")
+        assert "4 in use" in lines[0]
+        assert "jobs: 1 waiting, 1 running, 0 halted, 1 invalid, 1 skipped" in lines[0]
+        assert lines[1].split()[:5] == ["KIND", "NAME", "STATE", "GPUS", "TARGET"]
+        assert lines[1].endswith("REASON")
+        body = {line.split()[1]: line for line in lines[2:]}
+        assert body["resnet50-imagenet"].split()[:6] == [
+            "PyTorchJob", "resnet50-imagenet", "running", "4", "4", "512",
+        ]  # fmt: skip
+        assert body["resnet50-imagenet"].endswith(keep.reason)
+        assert body["bad-gpus"].endswith("invalid: bellows.io/max-gpus: x")
+
+        as_json = json.loads((await _cli("--kubeconfig", config, "-o", "json")).output)
+        assert as_json["cluster"]["inUse"] == 4
+        assert {i["name"]: i["state"] for i in as_json["items"]} == {
+            "resnet50-imagenet": "running",
+            "cifar10-horovod": "waiting",
+            "bad-gpus": "invalid",
+            "copy": "skipped",
+        }
+        as_yaml = yaml.safe_load((await _cli("--kubeconfig", config, "-o", "yaml")).output)
+        for document in (as_yaml, as_json):  # waited grows between the two calls
+            for item in document["items"]:
+                item.pop("waitedSeconds")
+        assert as_yaml == as_json
+
+        waiting = await _cli("--kubeconfig", config, "--state", "waiting", "--no-headers")
+        assert [line.split()[1] for line in waiting.output.splitlines()] == ["cifar10-horovod"]
+        mpis = await _cli("--kubeconfig", config, "-A", "--kind", "MPIJob", "--no-headers")
+        assert sorted(line.split()[1] for line in mpis.output.splitlines()) == [
+            "default/bad-gpus", "default/cifar10-horovod", "default/copy",
+        ]  # fmt: skip
+        wide = await _cli("--kubeconfig", config, "-o", "wide")
+        assert "EVENT" in wide.output.splitlines()[1]
+        assert "Kept: kept on 4 GPUs" in wide.output
+        other = await _cli("--kubeconfig", config, "-n", "elsewhere")
+        assert "No opted-in jobs found in namespace elsewhere." in other.output
+        bad_kind = await _cli("--kubeconfig", config, "--kind", "tfjob")
+        assert bad_kind.exit_code == 2
+        assert "mpijob" in bad_kind.output
+        assert "pytorchjob" in bad_kind.output
+
+    on_cluster(scenario, limit_s=60.0)
+
+
+def test_status_makes_no_read_per_job(on_cluster, examples, tmp_path):
+    """Lists only: a GET of any one job would fail (and the command with it)."""
+
+    async def scenario(cluster, api):
+        for i in range(30):
+            await _create(api, _mpijob(examples, f"job-{i}"))
+        config = str(cluster.write_kubeconfig(tmp_path / "kubeconfig", "default"))
+        cluster.faults.inject("GET", r"/(mpijobs|pytorchjobs)/[^/]+$", 500, count=1000)
+        shown = await _cli("--kubeconfig", config)
+        assert shown.exit_code == 0, shown.output
+        assert len(shown.output.splitlines()) == 2 + 30
+        assert cluster.faults.pending == 1000
+
+    on_cluster(scenario, limit_s=60.0)
+
+
+def test_human_durations_read_as_kubectl_prints_ages():
+    assert [human_duration(s) for s in (5, 119, 130, 600, 7200, 3 * 86400, 30 * 86400)] == [
+        "5s", "119s", "2m10s", "10m", "120m", "3d", "30d",
+    ]  # fmt: skip
+    assert human_duration(None) == "-"
+
+
+def test_kubectl_plugin_is_the_bellows_command(monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["kubectl-bellows", "status", "--help"])
+    with pytest.raises(SystemExit) as done:
+        kubectl_bellows()
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Usage: kubectl bellows status [OPTIONS]")
