@@ -107,6 +107,11 @@ _EVENTS: dict[Phase, tuple[str, bool]] = {
 }
 
 
+_KUEUE_TRAINJOB = (
+    "a TrainJob in a Kueue LocalQueue is not sized by Bellows yet: its spec.trainer is "
+    "immutable, so a resize re-creates it, and Bellows does not re-create it beside Kueue; "
+    "remove the queue name or the bellows.io/ annotations"
+)
 RecreationSteps = (ProbeInPlace, WriteRecord, DeleteJob, CreateJob, DeleteRecord)
 _HALT_RESULTS: dict[Phase, Result] = {
     Phase.QUEUED: "queued",
@@ -622,6 +627,8 @@ class Actuator:
                 return await self.report_problem(job, view.blocker, reason="Refused")
             if view.queue is not None and not self._kueue:
                 return await self.report_problem(job, kueue_refusal(view.queue), reason="Refused")
+            if view.queue is not None and getattr(kind, "recreates", False):
+                return await self.report_problem(job, _KUEUE_TRAINJOB, reason="Refused")
             settings = keys.parse_settings(notes)
             name = kind.launcher(obj)
             launcher = await self._api.get_batch_job(ref.namespace, name) if name else None
