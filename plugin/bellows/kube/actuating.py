@@ -208,6 +208,11 @@ class Actuator:
         self._max_conflicts = max_conflicts
         self._turns = asyncio.Semaphore(max_active)
 
+    @property
+    def kinds(self) -> tuple[JobKind, ...]:
+        """The job kinds this actuator drives (and its controller reads)."""
+        return tuple(self._kinds.values())
+
     def ref(self, job: str) -> JobRef:
         """The job behind a core job name (``<kind>/<namespace>/<name>``)."""
         return JobRef.parse(job, {name: k.kind for name, k in self._kinds.items()})
@@ -289,6 +294,22 @@ class Actuator:
         if obj is not None:
             await self._recorder.record(obj, reason, message, warning=warning)
 
+    async def finish_recreations(self, namespace: str | None = None) -> list[Outcome]:
+        """Finish every re-creation a previous controller left half done (its record is
+        there): a TrainJob deleted and not yet created again is in no list of jobs, so a
+        controller calls this before it reads the jobs (``resume_interrupted`` does)."""
+        outcomes: list[Outcome] = []
+        for kind in self._kinds.values():
+            if not getattr(kind, "recreates", False):
+                continue
+            for item in await self._api.list_configmaps(namespace, RECORD_LABEL):
+                record = read_record(item)
+                if record is None or not record.job or record.target is None:
+                    continue
+                ref = JobRef(kind.kind, item["metadata"]["namespace"], record.job)
+                outcomes.append(await self._scale(ref, record.target, "rescaled"))
+        return outcomes
+
     async def resume_interrupted(self, namespace: str | None = None) -> list[Outcome]:
         """Finish every scaling a previous controller left half done (journal not ``done``).
 
@@ -296,17 +317,8 @@ class Actuator:
         active (journal ``queued``, ``rejected`` or ``preempted``); those already complete
         give no outcome.
         """
-        outcomes: list[Outcome] = []
+        outcomes = await self.finish_recreations(namespace)
         for kind in self._kinds.values():
-            if getattr(kind, "recreates", False):
-                # a TrainJob deleted by a re-creation and not yet created again is in no
-                # list of jobs: its record is
-                for item in await self._api.list_configmaps(namespace, RECORD_LABEL):
-                    record = read_record(item)
-                    if record is None or not record.job or record.target is None:
-                        continue
-                    ref = JobRef(kind.kind, item["metadata"]["namespace"], record.job)
-                    outcomes.append(await self._scale(ref, record.target, "rescaled"))
             async for page, _ in self._api.list_job_pages(kind, namespace):
                 for obj in page:
                     notes = obj["metadata"].get("annotations") or {}
@@ -396,9 +408,9 @@ class Actuator:
         def plan(read: _Read) -> Step | KueueStep | RecreateStep:
             kind, obj = read.kind, read.obj
             if _record_due(obj, read.record):  # finish the re-creation first: never lost
-                target = read.record.target if read.record and read.record.target else (1, 1)
+                # (no target of a halt: the record's delete does not end the call)
                 return plan_recreate(
-                    kind, obj, read.record, target=target, env={}, requested=target,
+                    kind, obj, read.record, target=(0, 0), env={}, requested=(0, 0),
                     now=self._now(), in_place=None,
                 )  # fmt: skip
             assert obj is not None

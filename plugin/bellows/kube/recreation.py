@@ -276,7 +276,10 @@ def plan_recreate(
     if record is not None and meta.get("uid") != record.old_uid:
         # the copy, created (its recreated-from names the old uid), or someone's new job
         created = notes_now.get(keys.RECREATED_FROM) == record.old_uid
-        return DeleteRecord(record.name, record.resource_version, created)
+        # done only when the copy is this call's target: else the call goes on from it
+        return DeleteRecord(
+            record.name, record.resource_version, created and record.target == target
+        )
     view, journal, notes = reading(kind, obj, env, requested)
     gpus, batch = target
     pair = keys.format_pair(gpus, batch)
