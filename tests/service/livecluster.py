@@ -28,7 +28,7 @@ from kubernetes import client as k8s
 
 from bellows.bus.server import NatsServer, running_nats_server
 from bellows.emulator import EmulatedCluster
-from bellows.emulator.crds import kueue_crd_paths
+from bellows.emulator.crds import kueue_crd_paths, trainer_crd_paths
 from bellows.emulator.nodes import schedulable_gpus
 from bellows.emulator.store import Change
 from bellows.jobs import SpecError
@@ -51,7 +51,11 @@ SPEEDUP = 1200.0  # one real second is 20 cluster minutes
 # One event-to-patch latency, as a bound for a loaded 2-core machine (the benchmark's p99 is
 # 0.4 s at 1 000 jobs): how long GPUs may stay over a capacity that just dropped
 LATENCY_S = 5.0
-JOB_KEYS = {"kubeflow.org/v1/pytorchjobs": "PyTorchJob", "kubeflow.org/v2beta1/mpijobs": "MPIJob"}
+JOB_KEYS = {
+    "kubeflow.org/v1/pytorchjobs": "PyTorchJob",
+    "kubeflow.org/v2beta1/mpijobs": "MPIJob",
+    "trainer.kubeflow.org/v1alpha1/trainjobs": "TrainJob",  # served with live(trainer=True)
+}
 CLUSTER_QUEUE_KEY = f"{GROUP}/{VERSION}/{CLUSTER_QUEUES}"
 QUEUE, CLUSTER_QUEUE = "team", "gpus"  # the LocalQueue and ClusterQueue of live(kueue=...)
 
@@ -245,8 +249,11 @@ class Witness:
         operator = self.kube.operator
         assert operator is not None
         held: dict[str, int] = {}
+        trainer = self.kube.trainer
         for uid, name in self.uids.items():
             progress = operator.progress(uid)
+            if progress is None and trainer is not None:
+                progress = trainer.progress(uid)
             if progress is not None and progress.gpus is not None:
                 held[name] = progress.gpus
         return held
@@ -370,6 +377,7 @@ class Live:
     overrides: list[str]
     tasks: dict[str, tuple[asyncio.Task[None], asyncio.Event]] = field(default_factory=dict)
     queue: str | None = None  # the LocalQueue every submitted job names (live(kueue=...))
+    kinds: tuple[str, ...] = ("PyTorchJob", "MPIJob")  # the kinds submitted jobs take in turn
 
     def config(self, *more: str) -> BellowsConfig:
         return load_config(None, env={}, overrides=[*self.overrides, *more])
@@ -419,7 +427,7 @@ class Live:
         custom = k8s.CustomObjectsApi(self.kube.api_client())
         names = []
         for i, job in enumerate(trace, start=first):
-            ref, body = job_manifest(job, i, namespace=NS, queue=self.queue)
+            ref, body = job_manifest(job, i, namespace=NS, queue=self.queue, kinds=self.kinds)
             group, version = body["apiVersion"].split("/")
             await asyncio.to_thread(
                 custom.create_namespaced_custom_object,
@@ -436,6 +444,8 @@ class Live:
         store = self.kube.store
         out = {}
         for key in JOB_KEYS:
+            if key not in store.resources:
+                continue  # TrainJob, without live(trainer=True)
             for obj in store.list_objects(store.resources[key], NS)[0]:
                 out[obj["metadata"]["name"]] = obj
         return out
@@ -490,6 +500,7 @@ async def live(
     true_speed: Callable[[str, str], SpeedFactors | None] | None = None,
     kueue: int | None = None,
     strategy: Strategy = "BestEffortFIFO",
+    trainer: bool = False,
 ) -> AsyncIterator[Live]:
     """The stack with no controller or bridge started yet; everything stopped on exit.
 
@@ -502,19 +513,28 @@ async def live(
     :data:`QUEUE` of ClusterQueue :data:`CLUSTER_QUEUE` with that quota and ``strategy``, the
     controller cooperates (``controller.kueue.enabled``), and the witness judges the GPUs
     against the quota as it changes (``capacity`` still sizes the default pool).
+    ``trainer``: the emulated Kubeflow Trainer runs, every job is submitted as a TrainJob and
+    the stack sizes TrainJobs (``controller.trainer.enabled``).
     """
+    more_crds = [
+        *(kueue_crd_paths(shared_data_dir() / "crds") if kueue else ()),
+        *(trainer_crd_paths(shared_data_dir() / "crds") if trainer else ()),
+    ]
     async with (
         running_nats_server() as nats_server,
         EmulatedCluster(
-            crds=[*crds(), *(kueue_crd_paths(shared_data_dir() / "crds") if kueue else ())],
+            crds=[*crds(), *more_crds],
             compression=SPEEDUP,
             restart_cost_s=0.0,
             namespaces=(NS, LEASES, *namespaces),
             gpu_nodes=nodes,
             true_speed=true_speed,
             kueue=kueue is not None,
+            trainer=trainer,
         ) as kube,
     ):
+        if trainer:
+            extra = ["controller.trainer.enabled=true", *extra]
         if kueue is not None:
             kube.add_cluster_queue(CLUSTER_QUEUE, kueue, strategy=strategy)
             kube.add_local_queue(QUEUE, CLUSTER_QUEUE, namespace=NS)
@@ -549,6 +569,7 @@ async def live(
             capacity,
             overrides,
             queue=QUEUE if kueue is not None else None,
+            kinds=("TrainJob",) if trainer else ("PyTorchJob", "MPIJob"),
         )
         try:
             yield stack

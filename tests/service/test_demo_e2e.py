@@ -14,7 +14,7 @@ from bellows.service.demo import KUEUE_SJS_SHARE, compare
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["bellows", "paper", "kueue"])
+@pytest.mark.parametrize("mode", ["bellows", "paper", "kueue", "trainjob"])
 def test_live_stack_agrees_with_the_simulator(mode: str, shared_data: Path, tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
     result = CliRunner().invoke(
@@ -24,6 +24,8 @@ def test_live_stack_agrees_with_the_simulator(mode: str, shared_data: Path, tmp_
             "--crds", str(shared_data / "crds"), "--json-out", str(out),
             *(["--paper"] if mode == "paper" else []),
             *(["--kueue"] if mode == "kueue" else []),
+            # every job a Kubeflow Trainer v2 TrainJob: each resize a re-creation
+            *(["--kinds", "trainjob"] if mode == "trainjob" else []),
         ],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -31,7 +33,7 @@ def test_live_stack_agrees_with_the_simulator(mode: str, shared_data: Path, tmp_
     assert report["ok"] is True
     live, simulated = report["live"], report["simulated"]
     # --kueue: Bellows mode, every job admitted by the emulated Kueue within its quota
-    assert live["mode"] == simulated["mode"] == ("bellows" if mode == "kueue" else mode)
+    assert live["mode"] == simulated["mode"] == ("paper" if mode == "paper" else "bellows")
     assert live["jobs_total"] == simulated["jobs_total"] > 3
     # the comparison is not vacuous: jobs ran, and the elastic policy rescaled some of them
     assert live["jobs_completed_total"] == simulated["jobs_completed_total"] == live["jobs_total"]

@@ -62,6 +62,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     "kueue": {"kueue": {"enabled": True}},
     "kueue-namespaced": {"kueue": {"enabled": True}, "watchNamespaces": ["team-a", "team-b"]},
+    "trainer": {"trainer": {"enabled": True}},
     "no-leader-election": {
         "networkPolicy": {"enabled": False},
         "leaderElection": {"enabled": False},
@@ -82,14 +83,26 @@ ALLOWED_VERBS: dict[tuple[str, str], set[str]] = {
     ("batch", "jobs"): {"get", "list", "delete"},
     ("", "events"): {"create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
-    ("", "configmaps"): {"get"},
+    ("", "configmaps"): {"get"},  # with trainer.enabled also the re-creation records (below)
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
     ("", "nodes"): {"list", "watch"},
     # with kueue.enabled only (docs/kube.md, "Beside Kueue")
     ("kueue.x-k8s.io", "localqueues"): {"get", "list", "watch"},
     ("kueue.x-k8s.io", "clusterqueues"): {"get", "list", "watch"},
     ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch", "patch"},
+    # with trainer.enabled only (docs/kube.md, "TrainJob": a resize re-creates the TrainJob)
+    ("trainer.kubeflow.org", "trainjobs"): {
+        "get",
+        "list",
+        "watch",
+        "patch",
+        "update",
+        "create",
+        "delete",
+    },
+    ("trainer.kubeflow.org", "trainjobs/status"): {"get"},
 }
+TRAINER_CONFIGMAPS = {"get", "list", "create", "update", "delete"}
 
 
 def test_helm_lint_is_clean() -> None:
@@ -174,7 +187,7 @@ def _rules(objs: list[dict[str, Any]], kind: str) -> list[tuple[str, dict[str, A
 
 
 @pytest.mark.parametrize(
-    "variant", ["defaults", "production", "quickstart", "kueue", "kueue-namespaced"]
+    "variant", ["defaults", "production", "quickstart", "kueue", "kueue-namespaced", "trainer"]
 )
 def test_rbac_grants_only_the_listed_verbs(variant: str) -> None:
     objs = render(VARIANTS[variant])
@@ -185,6 +198,8 @@ def test_rbac_grants_only_the_listed_verbs(variant: str) -> None:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 allowed = ALLOWED_VERBS.get((group, resource))
+                if (group, resource) == ("", "configmaps") and variant == "trainer":
+                    allowed = TRAINER_CONFIGMAPS
                 assert allowed is not None, f"{role} grants {group}/{resource}"
                 assert set(rule["verbs"]) <= allowed, f"{role}: {group}/{resource} {rule}"
                 assert "*" not in rule["verbs"]
@@ -509,3 +524,31 @@ def test_compiled_kernels_persist_on_a_volume_the_cache_reads() -> None:
 def test_the_controller_runs_the_jax_optimizer_by_default() -> None:
     config = yaml.safe_load(named(render(), "ConfigMap", "bellows-config")["data"]["config.yaml"])
     assert config["controller"]["optimizer"] == "auto"
+
+
+def test_trainjob_permissions_only_when_the_trainer_is_enabled() -> None:
+    def grants(objs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+        return {
+            (role, resource)
+            for role, rule in _rules(objs, "ClusterRole") + _rules(objs, "Role")
+            for resource in rule["resources"]
+            if "trainer.kubeflow.org" in rule["apiGroups"]
+            or (resource == "configmaps" and "create" in rule["verbs"])
+        }
+
+    assert grants(render()) == set()
+    assert grants(render(VARIANTS["trainer"])) == {
+        ("bellows-bridge", "trainjobs"),
+        ("bellows-controller", "trainjobs"),
+        ("bellows-controller", "trainjobs/status"),
+        ("bellows-controller", "configmaps"),
+    }
+    config = next(
+        o
+        for o in render(VARIANTS["trainer"])
+        if o["kind"] == "ConfigMap" and "config.yaml" in o.get("data", {})
+    )
+    assert (
+        "trainer:\n    enabled: true" in config["data"]["config.yaml"]
+        or "trainer" in config["data"]["config.yaml"]
+    )

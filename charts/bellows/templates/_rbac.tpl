@@ -4,6 +4,9 @@ see KUBEFLOW.md in the design notes): the bridge reads jobs; the controller also
 patches and resumes them, deletes the MPIJob launcher batch Job while a job is suspended
 (the launcher is not refreshed on resume otherwise), reads profile ConfigMaps and records
 Events.
+With trainer.enabled both also read TrainJobs, and the controller creates and deletes them
+(a resize re-creates one: spec.trainer is immutable) and writes its re-creation records
+(ConfigMaps bellows-recreate-<name>).
 With kueue.enabled the controller also reads LocalQueues and ClusterQueues (its pools) and
 reads and patches Workloads (spec.active); ClusterQueues are cluster-scoped, so with
 watchNamespaces they come from a ClusterRole of their own (rbac-kueue.yaml).
@@ -12,6 +15,11 @@ watchNamespaces they come from a ClusterRole of their own (rbac-kueue.yaml).
 - apiGroups: ["kubeflow.org"]
   resources: ["pytorchjobs", "mpijobs"]
   verbs: ["get", "list", "watch"]
+{{- if .Values.trainer.enabled }}
+- apiGroups: ["trainer.kubeflow.org"]
+  resources: ["trainjobs"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
 {{- end -}}
 
 {{- define "bellows.rules.controller" -}}
@@ -33,6 +41,17 @@ watchNamespaces they come from a ClusterRole of their own (rbac-kueue.yaml).
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if .Values.trainer.enabled }}
+- apiGroups: ["trainer.kubeflow.org"]
+  resources: ["trainjobs"]
+  verbs: ["get", "list", "watch", "patch", "update", "create", "delete"]
+- apiGroups: ["trainer.kubeflow.org"]
+  resources: ["trainjobs/status"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["list", "create", "update", "delete"]
+{{- end }}
 {{- if .Values.kueue.enabled }}
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["localqueues"]

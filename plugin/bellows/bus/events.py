@@ -41,6 +41,7 @@ class JobKind(StrEnum):
 
     PYTORCHJOB = "PyTorchJob"
     MPIJOB = "MPIJob"
+    TRAINJOB = "TrainJob"  # Kubeflow Trainer v2
 
 
 class Outcome(StrEnum):

@@ -23,7 +23,7 @@ DEFAULT_LOAD_HIGH: Final = 1.0
 CATEGORY_COUNT: Final = 4
 # bellows.bus: EventType, JobKind, Outcome
 EVENT_TYPES: Final = ("job.arrived", "job.completed")
-JOB_KINDS: Final = ("PyTorchJob", "MPIJob")
+JOB_KINDS: Final = ("PyTorchJob", "MPIJob", "TrainJob")
 OUTCOMES: Final = ("Succeeded", "Failed", "Deleted")
 # the keys of bellows.sim.reproduce.EXPERIMENTS, in order
 EXPERIMENT_KEYS: Final = (

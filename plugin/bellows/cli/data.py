@@ -14,9 +14,12 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import click
+
+if TYPE_CHECKING:
+    from bellows.emulator.crds import PinnedCrd
 
 __all__ = [
     "DATA_ENV",
@@ -108,16 +111,35 @@ def crd_files(given: Path | None, env: Mapping[str, str] = os.environ) -> list[P
         raise click.ClickException(str(error)) from None
 
 
+def trainer_crd_files(kubeflow: Sequence[Path], env: Mapping[str, str] = os.environ) -> list[Path]:
+    """Kubeflow Trainer v2.3.0's pinned CRDs for ``demo --kinds trainjob``, found as
+    :func:`kueue_crd_files` finds Kueue's (``trainer-v2.3.0/`` beside the Kubeflow CRDs)."""
+    from bellows.emulator.crds import TRAINER_PINNED
+
+    return _pinned_files(TRAINER_PINNED, kubeflow, env)
+
+
 def kueue_crd_files(kubeflow: Sequence[Path], env: Mapping[str, str] = os.environ) -> list[Path]:
     """Kueue's pinned CRDs for ``demo --kueue``: beside the Kubeflow CRDs in use (a folder in
     the workspace's layout, ``kueue-v0.19.2/<plural>.yaml``, or the download cache's), else
     from the user's cache, downloaded and verified on first use."""
-    from bellows.emulator.crds import MIRROR_ENV, CrdError, cache_root, kueue_crd_paths
+    from bellows.emulator.crds import KUEUE_PINNED
+
+    return _pinned_files(KUEUE_PINNED, kubeflow, env)
+
+
+def _pinned_files(
+    pins: Sequence[PinnedCrd], kubeflow: Sequence[Path], env: Mapping[str, str]
+) -> list[Path]:
+    """``pins`` beside the Kubeflow CRDs in use, else from the user's verified cache."""
+    from bellows.emulator.crds import MIRROR_ENV, CrdError, cache_root, cached_crds, find_pinned
 
     folder = kubeflow[0].parent if kubeflow else None
     try:
-        return kueue_crd_paths(
-            folder, cache=cache_root(env), base_url=env.get(MIRROR_ENV), stream=sys.stderr
+        if folder is not None and (found := find_pinned(folder, pins)) is not None:
+            return found
+        return cached_crds(
+            cache=cache_root(env), base_url=env.get(MIRROR_ENV), stream=sys.stderr, pins=pins
         )
     except CrdError as error:
         raise click.ClickException(str(error)) from None

@@ -159,7 +159,7 @@ def _read(
     import asyncio
     from datetime import UTC, datetime
 
-    from bellows.kube.adapters import KINDS
+    from bellows.kube.adapters import ALL_KINDS as KINDS
     from bellows.kube.client import KubeApi, client_from_config
     from bellows.kube.statuses import cluster_line, read_status
 
@@ -186,13 +186,13 @@ def _read(
 
 
 def _kind_names() -> list[str]:
-    from bellows.kube.adapters import KINDS
+    from bellows.kube.adapters import ALL_KINDS as KINDS
 
     return sorted(k.kind.lower() for k in KINDS)
 
 
 class _KindChoice(click.Choice):  # type: ignore[type-arg]
-    """The kinds of the registry (bellows.kube.adapters.KINDS), read when first used."""
+    """The kinds of the registry (bellows.kube.adapters.ALL_KINDS), read when first used."""
 
     def __init__(self) -> None:
         super().__init__([], case_sensitive=False)

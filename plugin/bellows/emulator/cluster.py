@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -47,6 +48,12 @@ from bellows.emulator.operator import EmulatedOperator
 from bellows.emulator.resources import builtin_resources, crd_resources
 from bellows.emulator.server import build_app
 from bellows.emulator.store import Store
+from bellows.emulator.trainer import (
+    CLUSTER_RUNTIMES,
+    TORCH_DISTRIBUTED,
+    EmulatedTrainer,
+    relax_trainer_rule,
+)
 from bellows.kube.kinds import GPU
 from bellows.kube.kueue import CLUSTER_QUEUES, GROUP, LOCAL_QUEUES, VERSION, Strategy
 from bellows.scaling import ClusterProfile
@@ -72,8 +79,20 @@ class EmulatedCluster:
         gpu_nodes: Mapping[str, int] | None = None,
         true_speed: Callable[[str, str], SpeedFactors | None] | None = None,
         kueue: bool = False,
+        trainer: bool = False,
+        mutable_trainer: bool = False,
     ) -> None:
-        self.store = Store([*builtin_resources(), *crd_resources(crds)], admission=admit)
+        """``trainer``: run the emulated Kubeflow Trainer v2 (``trainer.py``; the CRDs must
+        include ``trainer-v2.3.0/``'s, :func:`bellows.emulator.crds.trainer_crd_paths`) and
+        serve :data:`~bellows.emulator.trainer.TORCH_DISTRIBUTED`. ``mutable_trainer``:
+        serve the TrainJob CRD of a future Trainer whose ``spec.trainer`` may change while
+        suspended (kubeflow/trainer#3995)."""
+
+        def edit(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
+            return relax_trainer_rule(schema) if kind == "TrainJob" else schema
+
+        resources = crd_resources(crds, edit if mutable_trainer else None)
+        self.store = Store([*builtin_resources(), *resources], admission=admit)
         for name in namespaces:
             self.store.create_namespace(name)
         self._nodes = self.store.resources["v1/nodes"]
@@ -92,6 +111,16 @@ class EmulatedCluster:
         )
         # raises ValueError naming what to pass when the CRDs lack Kueue's kinds
         self.kueue: EmulatedKueue | None = EmulatedKueue(self.store) if kueue else None
+        self.trainer: EmulatedTrainer | None = None
+        if trainer:  # raises ValueError naming the CRDs when they lack the Trainer's
+            self.trainer = EmulatedTrainer(
+                self.store,
+                compression=compression,
+                restart_cost_s=restart_cost_s,
+                cluster=cluster,
+            )
+            self.add_training_runtime(TORCH_DISTRIBUTED)
+        self._trainer_task: asyncio.Task[None] | None = None
         self.faults = Faults()  # fault tests add rules here (see faults.py)
         self._runner: web.AppRunner | None = None
         self._task: asyncio.Task[None] | None = None
@@ -112,6 +141,8 @@ class EmulatedCluster:
             self._task = asyncio.create_task(self.operator.run(), name="emulated-operator")
         if self.kueue is not None:
             self._kueue_task = asyncio.create_task(self.kueue.run(), name="emulated-kueue")
+        if self.trainer is not None:
+            self._trainer_task = asyncio.create_task(self.trainer.run(), name="emulated-trainer")
         return self
 
     async def __aexit__(
@@ -121,7 +152,7 @@ class EmulatedCluster:
         tb: TracebackType | None,
     ) -> None:
         self.store.close_watches()
-        for task in (self._task, self._kueue_task):
+        for task in (self._task, self._kueue_task, self._trainer_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -176,6 +207,11 @@ class EmulatedCluster:
     def gpus_available(self) -> int:
         """GPUs new pods could get now: the ready, schedulable nodes' allocatable GPUs."""
         return schedulable_gpus(self.store.list_objects(self._nodes, None)[0])
+
+    def add_training_runtime(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a ``ClusterTrainingRuntime`` (validated against its CRD), as an admin would."""
+        res = self.store.resources[CLUSTER_RUNTIMES]
+        return self.store.create(res, None, copy.deepcopy(dict(body)))
 
     # ----- Kueue's queues (a cluster admin's objects; tests change quota at run time) ----------
 

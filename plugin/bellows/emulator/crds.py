@@ -37,6 +37,8 @@ __all__ = [
     "MIRROR_ENV",
     "PINNED",
     "PINS_VERSION",
+    "TRAINER_PINNED",
+    "TRAINER_PINS_VERSION",
     "UPSTREAM",
     "CrdError",
     "PinnedCrd",
@@ -46,6 +48,7 @@ __all__ = [
     "kueue_crd_paths",
     "pins_version",
     "sha256_of",
+    "trainer_crd_paths",
 ]
 
 CRDS_ENV: Final = "BELLOWS_CRDS"  # a folder of CRD files to use instead of the cache
@@ -123,6 +126,25 @@ KUEUE_PINNED: Final = (
 :data:`PINNED`: a cluster without Kueue needs none of them)."""
 
 
+_TRAINER_SHA256: Final = {
+    "trainjobs": "a742cafc5b5582640c7e0b7467c024fc237256fbca5ba0a9f0531dfb66d64416",
+    "clustertrainingruntimes": "ec84dc3388fcdbe8c61d3c247a773d14458dd9438e995bea8e50d2a18080eef9",
+    "trainingruntimes": "69b8dbdf60a18e28cddcc2b8dfc4ce72a943e14b531b9389d593118faee4919f",
+}
+TRAINER_PINNED: Final = tuple(
+    PinnedCrd(
+        "trainer-v2.3.0",
+        "kubeflow/trainer",
+        "v2.3.0",
+        f"manifests/base/crds/trainer.kubeflow.org_{plural}.yaml",
+        sha256,
+        local=f"trainer-v2.3.0/trainer.kubeflow.org_{plural}.yaml",
+    )
+    for plural, sha256 in _TRAINER_SHA256.items()
+)
+"""Kubeflow Trainer v2's CRDs, served when the cluster emulates the Trainer (TrainJob)."""
+
+
 def pins_version(pins: Sequence[PinnedCrd]) -> str:
     """The cache folder of a table of pins: its releases joined (a changed pin downloads
     into a new folder)."""
@@ -134,6 +156,9 @@ PINS_VERSION: Final = pins_version(PINNED)
 
 KUEUE_PINS_VERSION: Final = pins_version(KUEUE_PINNED)
 """The cache folder of :data:`KUEUE_PINNED`."""
+
+TRAINER_PINS_VERSION: Final = pins_version(TRAINER_PINNED)
+"""The cache folder of :data:`TRAINER_PINNED`."""
 
 
 class CrdError(Exception):
@@ -358,8 +383,39 @@ def kueue_crd_paths(
     beside the Kubeflow ones: from ``folder`` (a folder of CRDs such as the workspace's
     ``shared/data/crds``, which keeps them in ``kueue-v0.19.2/``) when it holds them all,
     else from the download cache (:func:`cached_crds`), downloaded and verified once."""
-    if folder is not None and (found := find_pinned(folder, KUEUE_PINNED)) is not None:
+    return _pinned_paths(
+        KUEUE_PINNED, folder, cache=cache, base_url=base_url, stream=stream, timeout_s=timeout_s
+    )
+
+
+def _pinned_paths(
+    pins: Sequence[PinnedCrd],
+    folder: Path | None,
+    *,
+    cache: Path | None,
+    base_url: str | None,
+    stream: TextIO | None,
+    timeout_s: float,
+) -> list[Path]:
+    """``pins`` from ``folder`` when it holds them all, else from the verified cache."""
+    if folder is not None and (found := find_pinned(folder, pins)) is not None:
         return found
     return cached_crds(
-        cache=cache, base_url=base_url, stream=stream, timeout_s=timeout_s, pins=KUEUE_PINNED
+        cache=cache, base_url=base_url, stream=stream, timeout_s=timeout_s, pins=pins
+    )
+
+
+def trainer_crd_paths(
+    folder: Path | None = None,
+    *,
+    cache: Path | None = None,
+    base_url: str | None = None,
+    stream: TextIO | None = None,
+    timeout_s: float = 60.0,
+) -> list[Path]:
+    """Kubeflow Trainer v2.3.0's pinned CRDs (:data:`TRAINER_PINNED`), as
+    :func:`kueue_crd_paths` finds Kueue's: from ``folder`` (the workspace keeps them in
+    ``trainer-v2.3.0/``) when it holds them all, else from the verified download cache."""
+    return _pinned_paths(
+        TRAINER_PINNED, folder, cache=cache, base_url=base_url, stream=stream, timeout_s=timeout_s
     )

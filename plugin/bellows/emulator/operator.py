@@ -42,7 +42,7 @@ from bellows.kube.specs import build_spec
 from bellows.scaling import ClusterProfile, JobProfile, default_cluster
 from bellows.scaling.online import SpeedFactors
 
-__all__ = ["EmulatedOperator", "Progress"]
+__all__ = ["EmulatedOperator", "Progress", "parse_batch", "progress_of", "warning_event"]
 
 _BATCH_JOBS = "batch/v1/jobs"
 _LAUNCHER = "-launcher"
@@ -63,6 +63,44 @@ class Progress:
     batch: int | None
     restarts: int
     step_seconds: float | None = None
+
+
+def progress_of(state: Training, now: float) -> Progress:
+    """Where the training ``state`` stands at emulated time ``now``."""
+    seg = state.segment
+    return Progress(
+        state.samples(now),
+        state.work,
+        seg.gpus if seg else None,
+        seg.batch if seg else None,
+        state.restarts,
+        seg.batch / seg.rate if seg and seg.rate > 0 else None,
+    )
+
+
+def warning_event(
+    obj: Mapping[str, Any], reason: str, message: str, *, component: str, now: datetime
+) -> dict[str, Any]:
+    """A Warning Event on ``obj`` as an operator's recorder writes it."""
+    meta = obj["metadata"]
+    stamp = rfc3339(now)
+    return {
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+        },
+        "reason": reason,
+        "message": message,
+        "type": "Warning",
+        "source": {"component": component},
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
 
 
 class EmulatedOperator:
@@ -110,17 +148,7 @@ class EmulatedOperator:
     def progress(self, uid: str) -> Progress | None:
         """The training progress of the job with ``uid`` (None if it never had a model)."""
         state = self._training.get(uid)
-        if state is None:
-            return None
-        seg = state.segment
-        return Progress(
-            state.samples(self.emulated_now()),
-            state.work,
-            seg.gpus if seg else None,
-            seg.batch if seg else None,
-            state.restarts,
-            seg.batch / seg.rate if seg and seg.rate > 0 else None,
-        )
+        return None if state is None else progress_of(state, self.emulated_now())
 
     async def run(self) -> None:
         """Reconcile on every change until cancelled."""
@@ -273,7 +301,7 @@ class EmulatedOperator:
             if truth is not None:
                 profile = truth.apply(profile)
             job = build_spec(view, settings, profile)
-            batch = _batch(view.env, settings, view.gpus, launcher)
+            batch = parse_batch(view.env, settings, view.gpus, launcher)
         except DATA_ERRORS as err:  # SpecError, or a value no check foresaw
             return f"the training script cannot start: {err}"
         if -(-batch // view.gpus) > settings.m_max:
@@ -361,24 +389,9 @@ class EmulatedOperator:
         if pair in self._reported:
             return error
         self._reported.add(pair)
-        stamp = rfc3339(self._now())
-        event = {
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": obj["apiVersion"],
-                "kind": obj["kind"],
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta["uid"],
-            },
-            "reason": "ErrResourceExists",
-            "message": message,
-            "type": "Warning",
-            "source": {"component": "mpi-job-controller"},
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
+        event = warning_event(
+            obj, "ErrResourceExists", message, component="mpi-job-controller", now=self._now()
+        )
         self._store.create(self._store.resources["v1/events"], meta["namespace"], event)
         return error
 
@@ -414,7 +427,7 @@ def _count(kind: JobKind, obj: Mapping[str, Any], rtype: str) -> int:
     return int(obj["spec"][field][rtype].get("replicas", 1))
 
 
-def _batch(
+def parse_batch(
     env: Mapping[str, tuple[str | None, ...]],
     settings: keys.Settings,
     gpus: int,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bellows.emulator.nodes import canonical_nodes, node_problems
-from bellows.emulator.schemas import FieldProblem, SchemaChecker, load_crd
+from bellows.emulator.schemas import FieldProblem, SchemaChecker, SchemaEdit, load_crd
 
 __all__ = ["ResourceType", "builtin_resources", "crd_resources"]
 
@@ -62,8 +62,10 @@ class ResourceType:
         """``plural.group`` as the server names the resource in error messages."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
-    def problems(self, obj: Mapping[str, Any]) -> list[FieldProblem]:
-        found = self.schema.problems(obj) if self.schema else []
+    def problems(
+        self, obj: Mapping[str, Any], old: Mapping[str, Any] | None = None
+    ) -> list[FieldProblem]:
+        found = self.schema.problems(obj, old) if self.schema else []
         return found + (self.check(obj) if self.check else [])
 
     def defaulted(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -205,11 +207,12 @@ def builtin_resources() -> list[ResourceType]:
     ]
 
 
-def crd_resources(paths: Iterable[Path]) -> list[ResourceType]:
-    """One resource type per served version of each CRD file in ``paths``."""
+def crd_resources(paths: Iterable[Path], edit: SchemaEdit | None = None) -> list[ResourceType]:
+    """One resource type per served version of each CRD file in ``paths`` (``edit``: see
+    :func:`~bellows.emulator.schemas.load_crd`)."""
     out: list[ResourceType] = []
     for path in paths:
-        for crd in load_crd(Path(path)):
+        for crd in load_crd(Path(path), edit):
             out.append(
                 ResourceType(
                     crd.group,

@@ -10,7 +10,9 @@ the server does on every write.
 One deliberate difference: the real server *prunes* unknown fields (or rejects them only
 under ``fieldValidation=Strict``); this checker always rejects them, so that a typo in a patch
 Bellows builds fails a test instead of vanishing. CEL rules (``x-kubernetes-validations``,
-one transition rule in the PyTorchJob CRD, many in Kueue's) are not evaluated.
+many in Kueue's) are evaluated by :mod:`bellows.emulator.cel` for every CRD loaded with
+``cel=True`` (Trainer's and the Kubeflow v1 kinds'; Kueue's are not evaluated), after the
+structural checks pass, as the server does.
 
 A ``pattern`` is matched as Go's ``regexp`` matches it: ``$`` is the end of the text, never
 the place before a trailing newline (Python's ``$``), so ``"1\n"`` is no quantity.
@@ -22,13 +24,15 @@ import copy
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from bellows.emulator.cel import Rules
 
 __all__ = ["CustomResource", "FieldProblem", "SchemaChecker", "go_regexp", "load_crd"]
 
@@ -67,8 +71,9 @@ def _jsonable(value: object) -> bool:
 class SchemaChecker:
     """Validates and defaults objects against one structural schema."""
 
-    def __init__(self, schema: Mapping[str, Any]) -> None:
+    def __init__(self, schema: Mapping[str, Any], *, cel: bool = False) -> None:
         self._schema = schema
+        self._rules = Rules(schema) if cel else None
 
     def default(self, obj: dict[str, Any]) -> dict[str, Any]:
         """A copy of ``obj`` with the schema's ``default`` values filled in where absent."""
@@ -76,8 +81,11 @@ class SchemaChecker:
         _apply_defaults(self._schema, out)
         return out
 
-    def problems(self, obj: Mapping[str, Any]) -> list[FieldProblem]:
-        """Every violation in ``obj`` (``metadata`` is the API server's, not checked here)."""
+    def problems(
+        self, obj: Mapping[str, Any], old: Mapping[str, Any] | None = None
+    ) -> list[FieldProblem]:
+        """Every violation in ``obj`` (``metadata`` is the API server's, not checked here);
+        ``old`` is the object an update replaces (for CEL transition rules)."""
         found: list[FieldProblem] = []
         body = {k: v for k, v in obj.items() if k != "metadata"}
         schema = dict(self._schema)
@@ -85,6 +93,8 @@ class SchemaChecker:
             k: v for k, v in self._schema.get("properties", {}).items() if k != "metadata"
         }
         _check(schema, body, "", found)
+        if not found and self._rules is not None:
+            found = [FieldProblem(f, v, m) for f, v, m in self._rules.violations(obj, old)]
         return found
 
 
@@ -266,19 +276,25 @@ class CustomResource:
     checker: SchemaChecker
 
 
+_NO_CEL = ("kueue.x-k8s.io",)  # groups whose CEL rules are not evaluated (docs/kube.md)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 15x faster on 9k-line CRDs
 
 
-def load_crd(path: Path) -> list[CustomResource]:
+SchemaEdit = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+
+def load_crd(path: Path, edit: SchemaEdit | None = None) -> list[CustomResource]:
     """The served versions of the CRD in the YAML file at ``path``.
 
     No conversion between versions is emulated, so of several served versions (Kueue's
     ``v1beta1`` and ``v1beta2``) only the storage one is served: one object never lives
-    twice, apart, under two versions.
+    twice, apart, under two versions. ``edit(kind, schema)``, when given, returns the
+    schema to serve instead (an emulated future release of the CRD).
     """
     with path.open() as handle:
         crd = yaml.load(handle, Loader=_LOADER)
     spec = crd["spec"]
+    cel = spec["group"] not in _NO_CEL
     out: list[CustomResource] = []
     served = [v for v in spec["versions"] if v.get("served", False)]
     if len(served) > 1:
@@ -292,7 +308,12 @@ def load_crd(path: Path) -> list[CustomResource]:
                 kind=spec["names"]["kind"],
                 namespaced=spec.get("scope", "Namespaced") == "Namespaced",
                 status_subresource="status" in version.get("subresources", {}),
-                checker=SchemaChecker(version["schema"]["openAPIV3Schema"]),
+                checker=SchemaChecker(
+                    edit(spec["names"]["kind"], version["schema"]["openAPIV3Schema"])
+                    if edit is not None
+                    else version["schema"]["openAPIV3Schema"],
+                    cel=cel,
+                ),
             )
         )
     return out

@@ -150,8 +150,11 @@ def build_app(store: Store, *, faults: Faults | None = None) -> web.Application:
         if fault is not None and not fault.after_commit:
             return _status(fault.error())
         try:
-            if request.query.get("dryRun"):
-                raise ApiError(400, "BadRequest", "dryRun is not emulated")
+            dry = request.query.getall("dryRun", [])
+            if any(value != "All" for value in dry):
+                raise ApiError(400, "BadRequest", f"unsupported dryRun {dry}: only All is valid")
+            if dry and request.method not in ("POST", "PUT", "PATCH"):
+                raise ApiError(400, "BadRequest", f"dryRun of {request.method} is not emulated")
             target = _parse(store, request.path)
             if request.method == "GET":
                 if target.name is not None:
@@ -161,7 +164,8 @@ def build_app(store: Store, *, faults: Faults | None = None) -> web.Application:
                 if request.query.get("watch") in _WATCH_TRUE:
                     return await _watch(store, request, target)
                 return web.json_response(_list(store, request, target))
-            body, code = await _write(store, request, target)
+            with store.dry_run(bool(dry)):
+                body, code = await _write(store, request, target)
             if fault is not None:  # the write landed; the answer is "lost"
                 return _status(fault.error())
             return web.json_response(body, status=code)

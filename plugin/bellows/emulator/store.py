@@ -17,11 +17,12 @@ server. Objects nest at most :data:`MAX_DEPTH` levels: a deliberate limit of the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import secrets
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -72,6 +73,7 @@ class Store:
         self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._history: deque[Change] = deque(maxlen=history)
         self._revision = 0
+        self._dry = False  # inside dry_run(): writes are checked, not stored
         self._compacted = 0  # versions at or below this one are gone from the history
         # Every subscriber's queue, and whether it serves an HTTP watch (close_watches ends those).
         self._subscribers: dict[asyncio.Queue[Change | None], bool] = {}
@@ -391,7 +393,7 @@ class Store:
                     new_meta[key] = meta[key]
                 else:
                     new_meta.pop(key, None)
-        obj = self._admit(res, obj)
+        obj = self._admit(res, obj, current)
         obj["metadata"]["resourceVersion"] = meta["resourceVersion"]
         if obj == current:
             return current  # a no-op write: no new version, no event (as the real server)
@@ -401,17 +403,29 @@ class Store:
         verb = "update" if subresource is None else f"update/{subresource}"
         return self._commit(res, ns, name, obj, current, verb=verb)
 
-    def _admit(self, res: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    def _admit(
+        self, res: ResourceType, obj: dict[str, Any], old: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         _within_depth(res, obj)
         obj["apiVersion"], obj["kind"] = res.api_version, res.kind
         obj = res.defaulted(obj)
         label = res.key == "v1/namespaces"  # a namespace's name is a DNS label
-        problems = metadata_problems(obj["metadata"], label_name=label) + res.problems(obj)
+        problems = metadata_problems(obj["metadata"], label_name=label) + res.problems(obj, old)
         if self._admission is not None and not problems:
             problems = self._admission(res, obj)
         if problems:
             raise _invalid(res, obj, problems)
         return obj
+
+    @contextlib.contextmanager
+    def dry_run(self, dry: bool = True) -> Iterator[None]:
+        """Writes inside are checked in full (schema, CEL, admission, versions) and answered
+        as if made, but nothing is stored, versioned or watched (``?dryRun=All``)."""
+        before, self._dry = self._dry, dry
+        try:
+            yield
+        finally:
+            self._dry = before
 
     def _commit(
         self,
@@ -423,6 +437,8 @@ class Store:
         *,
         verb: str,
     ) -> dict[str, Any]:
+        if self._dry:
+            return copy.deepcopy(obj)  # as the server answers a dry run: nothing persisted
         self._revision += 1
         obj["metadata"]["resourceVersion"] = str(self._revision)
         self._objects[(res.key, ns, name)] = obj

@@ -68,6 +68,19 @@ from bellows.kube.kueue_journal import (
     plan_kueue_scale,
 )
 from bellows.kube.recording import Recorder
+from bellows.kube.recreation import (
+    RECORD_LABEL,
+    CreateJob,
+    DeleteJob,
+    DeleteRecord,
+    ProbeInPlace,
+    Record,
+    RecreateStep,
+    WriteRecord,
+    plan_recreate,
+    read_record,
+    record_name,
+)
 from bellows.kube.specs import requested_allocation
 
 __all__ = ["MAX_ACTIVE", "ActuationError", "Actuator", "Outcome"]
@@ -94,6 +107,12 @@ _EVENTS: dict[Phase, tuple[str, bool]] = {
 }
 
 
+_KUEUE_TRAINJOB = (
+    "a TrainJob in a Kueue LocalQueue is not sized by Bellows yet: its spec.trainer is "
+    "immutable, so a resize re-creates it, and Bellows does not re-create it beside Kueue; "
+    "remove the queue name or the bellows.io/ annotations"
+)
+RecreationSteps = (ProbeInPlace, WriteRecord, DeleteJob, CreateJob, DeleteRecord)
 _HALT_RESULTS: dict[Phase, Result] = {
     Phase.QUEUED: "queued",
     Phase.REJECTED: "rejected",
@@ -107,14 +126,15 @@ class _Read:
     job (then ``workload`` is its Workload, ``None`` when there is none now)."""
 
     kind: JobKind
-    obj: Mapping[str, Any]
+    obj: Mapping[str, Any] | None  # None: a TrainJob deleted by its re-creation (record set)
     settings: keys.Settings
     launcher: Mapping[str, Any] | None
     kueue: bool
     workload: WorkloadView | None
+    record: Record | None = None  # a TrainJob's re-creation record (bellows.kube.recreation)
 
 
-_Planner = Callable[[_Read], "Step | KueueStep"]
+_Planner = Callable[[_Read], "Step | KueueStep | RecreateStep"]
 
 
 class _Turn:
@@ -187,6 +207,11 @@ class Actuator:
         self._halt_timeout_s = halt_timeout_s
         self._max_conflicts = max_conflicts
         self._turns = asyncio.Semaphore(max_active)
+
+    @property
+    def kinds(self) -> tuple[JobKind, ...]:
+        """The job kinds this actuator drives (and its controller reads)."""
+        return tuple(self._kinds.values())
 
     def ref(self, job: str) -> JobRef:
         """The job behind a core job name (``<kind>/<namespace>/<name>``)."""
@@ -307,6 +332,22 @@ class Actuator:
         if obj is not None:
             await self._recorder.record(obj, reason, message, warning=warning)
 
+    async def finish_recreations(self, namespace: str | None = None) -> list[Outcome]:
+        """Finish every re-creation a previous controller left half done (its record is
+        there): a TrainJob deleted and not yet created again is in no list of jobs, so a
+        controller calls this before it reads the jobs (``resume_interrupted`` does)."""
+        outcomes: list[Outcome] = []
+        for kind in self._kinds.values():
+            if not getattr(kind, "recreates", False):
+                continue
+            for item in await self._api.list_configmaps(namespace, RECORD_LABEL):
+                record = read_record(item)
+                if record is None or not record.job or record.target is None:
+                    continue
+                ref = JobRef(kind.kind, item["metadata"]["namespace"], record.job)
+                outcomes.append(await self._scale(ref, record.target, "rescaled"))
+        return outcomes
+
     async def resume_interrupted(self, namespace: str | None = None) -> list[Outcome]:
         """Finish every scaling a previous controller left half done (journal not ``done``).
 
@@ -314,7 +355,7 @@ class Actuator:
         active (journal ``queued``, ``rejected`` or ``preempted``); those already complete
         give no outcome.
         """
-        outcomes: list[Outcome] = []
+        outcomes = await self.finish_recreations(namespace)
         for kind in self._kinds.values():
             async for page, _ in self._api.list_job_pages(kind, namespace):
                 for obj in page:
@@ -349,11 +390,31 @@ class Actuator:
         done: float | None = None,
         reason: str = "",
     ) -> Outcome:
-        def plan(read: _Read) -> Step | KueueStep:
+        in_place: list[bool] = []  # this call's dry-run answer, once asked
+
+        def plan(read: _Read) -> Step | KueueStep | RecreateStep:
             kind, obj, settings = read.kind, read.obj, read.settings
-            view = kind.view(obj, settings.env_names)
             env = target_env(settings, *target)
+            if _record_due(obj, read.record):  # create from the record, or drop the record
+                return plan_recreate(
+                    kind, obj, read.record, target=target, env=env, requested=target,
+                    now=self._now(), in_place=None,
+                )  # fmt: skip
+            assert obj is not None  # a job not there always has a record due
+            view = kind.view(obj, settings.env_names)
             requested = requested_allocation(view, settings)
+            if getattr(kind, "recreates", False) and not read.kueue:
+                return plan_recreate(
+                    kind,
+                    obj,
+                    read.record,
+                    target=target,
+                    env=env,
+                    requested=requested,
+                    now=self._now(),
+                    in_place=in_place[0] if in_place else None,
+                    done=done,
+                )
             if read.kueue:
                 return plan_kueue_scale(
                     kind,
@@ -387,11 +448,19 @@ class Actuator:
             verb,
             f"{message}: {reason}" if reason else message,
             (verb.capitalize(), False),
+            in_place=in_place,
         )
 
     async def _halt(self, ref: JobRef, phase: Phase, message: str, *, wait: bool = True) -> Outcome:
-        def plan(read: _Read) -> Step | KueueStep:
+        def plan(read: _Read) -> Step | KueueStep | RecreateStep:
             kind, obj = read.kind, read.obj
+            if _record_due(obj, read.record):  # finish the re-creation first: never lost
+                # (no target of a halt: the record's delete does not end the call)
+                return plan_recreate(
+                    kind, obj, read.record, target=(0, 0), env={}, requested=(0, 0),
+                    now=self._now(), in_place=None,
+                )  # fmt: skip
+            assert obj is not None
             try:
                 requested: tuple[int, int] | None = requested_allocation(
                     kind.view(obj, read.settings.env_names), read.settings
@@ -425,6 +494,7 @@ class Actuator:
         event: tuple[str, bool],
         *,
         wait: bool = True,
+        in_place: list[bool] | None = None,
     ) -> Outcome:
         """Plan, perform, read again, until the plan says nothing is left (or the job is
         gone, refused, blocked, or ``pending``: a wait for Kueue past ``halt_timeout_s``, or
@@ -445,16 +515,12 @@ class Actuator:
                         await self._recorder.record(activated, event[0], message, warning=event[1])
                     return read
                 obj, kueue_job = read.obj, read.kueue
-                try:
-                    step = plan(read)
-                except SpecError as err:
-                    return await self.report_problem(job, str(err))
-                except DATA_ERRORS as err:  # a value no check foresaw: still this job's problem
-                    return await self.report_problem(
-                        job, f"its spec could not be read ({brief(err)})"
-                    )
+                step = await self._planned(job, plan, read)
+                if isinstance(step, Outcome):
+                    return step
                 if isinstance(step, Nothing):
-                    if wrote and kueue_job:  # a Kueue halt ends with its Workload deactivated
+                    if wrote and kueue_job and obj is not None:  # a Kueue halt ends with its
+                        # Workload deactivated
                         await self._recorder.record(obj, event[0], message, warning=event[1])
                         return Outcome(job, verb, message)
                     return Outcome(job, verb if wrote else "unchanged", step.reason)
@@ -463,6 +529,16 @@ class Actuator:
                         job, step.problem, reason=step.reason, status=f"waiting: {step.problem}"
                     )
                     return Outcome(job, "pending", step.problem)
+                if isinstance(step, RecreationSteps):
+                    outcome = await self._recreate(
+                        kind, ref, step, in_place, event=event, message=message
+                    )
+                    if outcome == "done":
+                        return Outcome(job, verb, message)
+                    wrote = wrote or outcome == "written"
+                    continue
+                if obj is None:  # only a re-creation step is planned for a job not there
+                    return Outcome(job, "dropped", "deleted")
                 if isinstance(step, DeleteLauncher):
                     await self._api.delete_batch_job(
                         ref.namespace, step.name, step.uid, resource_version=step.resource_version
@@ -502,6 +578,69 @@ class Actuator:
                     await self._recorder.record(done, event[0], message, warning=event[1])
                     return Outcome(job, verb, message)
 
+    async def _planned(
+        self, job: str, plan: _Planner, read: _Read
+    ) -> Step | KueueStep | RecreateStep | Outcome:
+        """The next step planned from ``read``, or the outcome of reporting why there is
+        none (a spec Bellows cannot work with: still this job's problem, never the loop's)."""
+        try:
+            return plan(read)
+        except SpecError as err:
+            return await self.report_problem(job, str(err))
+        except DATA_ERRORS as err:  # a value no check foresaw
+            return await self.report_problem(job, f"its spec could not be read ({brief(err)})")
+
+    async def _record_on(
+        self, kind: JobKind, ref: JobRef, event: tuple[str, bool], message: str
+    ) -> None:
+        """Record the call's Event on the job as it is now (a re-created TrainJob)."""
+        obj = await self._api.get_job(kind, ref.namespace, ref.name)
+        if obj is not None:
+            await self._recorder.record(obj, event[0], message, warning=event[1])
+
+    async def _recreate(
+        self,
+        kind: JobKind,
+        ref: JobRef,
+        step: ProbeInPlace | WriteRecord | DeleteJob | CreateJob | DeleteRecord,
+        in_place: list[bool] | None,
+        *,
+        event: tuple[str, bool],
+        message: str,
+    ) -> Literal["written", "done"] | None:
+        """Perform one step of a TrainJob's re-creation (``bellows.kube.recreation``):
+        ``"written"``, ``"done"`` once the record of a complete re-creation is deleted
+        (the Event ``event`` then recorded on the new job),
+        ``None`` when the next plan must be made from a fresh read (a probe answered, or a
+        write that met a change: 409/404)."""
+        ns = ref.namespace
+        if isinstance(step, ProbeInPlace):
+            answer = await self._api.dry_run_patch_job(kind, ns, ref.name, step.body)
+            if answer is not None and in_place is not None:
+                in_place[:] = [answer]
+            return None
+        try:
+            if isinstance(step, WriteRecord):
+                await self._api.write_configmap(
+                    ns, step.body, resource_version=step.resource_version
+                )
+            elif isinstance(step, DeleteJob):
+                gone = await self._api.delete_job(
+                    kind, ns, ref.name, uid=step.uid, resource_version=step.resource_version
+                )
+                return "written" if gone else None
+            elif isinstance(step, CreateJob):
+                await self._api.create_job(kind, ns, step.body)
+            else:
+                deleted = await self._api.delete_configmap(ns, step.name, step.resource_version)
+                if not (deleted and step.done):
+                    return None
+                await self._record_on(kind, ref, event, message)  # the call's Event, once
+                return "done"
+        except (ConflictError, NotFoundError):
+            return None
+        return "written"
+
     async def _write(
         self, kind: JobKind, ref: JobRef, step: SendPatch | PatchWorkload
     ) -> Mapping[str, Any] | Outcome | None:
@@ -526,6 +665,12 @@ class Actuator:
         call (gone, finished, not opted in, another controller's, or refused)."""
         job = ref.key
         obj = await self._api.get_job(kind, ref.namespace, ref.name)
+        record = await self._record(kind, ref) if getattr(kind, "recreates", False) else None
+        if record is not None and record.job == ref.name and _record_due(obj, record):
+            # a re-creation to finish first (the job deleted, or its copy made: the record
+            # goes), or a stale record (the owner made a new job): whatever the job says
+            settings = keys.parse_settings(record.body["metadata"].get("annotations") or {})
+            return _Read(kind, obj, settings, None, False, None, record)
         if obj is None:
             return Outcome(job, "dropped", "deleted")
         if (state := finished_state(obj)) is not None:
@@ -541,6 +686,8 @@ class Actuator:
                 return await self.report_problem(job, view.blocker, reason="Refused")
             if view.queue is not None and not self._kueue:
                 return await self.report_problem(job, kueue_refusal(view.queue), reason="Refused")
+            if view.queue is not None and getattr(kind, "recreates", False):
+                return await self.report_problem(job, _KUEUE_TRAINJOB, reason="Refused")
             settings = keys.parse_settings(notes)
             name = kind.launcher(obj)
             launcher = await self._api.get_batch_job(ref.namespace, name) if name else None
@@ -550,7 +697,15 @@ class Actuator:
             return await self.report_problem(job, str(err))
         except DATA_ERRORS as err:  # a value no check foresaw: still this job's problem
             return await self.report_problem(job, f"its spec could not be read ({brief(err)})")
-        return _Read(kind, obj, settings, launcher, queued, workload)
+        return _Read(kind, obj, settings, launcher, queued, workload, record)
+
+    async def _record(self, kind: JobKind, ref: JobRef) -> Record | None:
+        """The re-creation record of the TrainJob ``ref`` (``None``: none, or unreadable)."""
+        found = await self._api.list_configmaps(ref.namespace, f"{RECORD_LABEL}={ref.name}")
+        for item in found:
+            if item["metadata"]["name"] == record_name(ref.name):
+                return read_record(item)
+        return None
 
     async def _workload(self, obj: Mapping[str, Any]) -> WorkloadView | None:
         """The Workload Kueue keeps for the job ``obj``, or ``None`` when there is none now."""
@@ -641,6 +796,14 @@ class Actuator:
             return False
         except ExpiredError:
             return True  # re-plan from a fresh read
+
+
+def _record_due(obj: Mapping[str, Any] | None, record: Record | None) -> bool:
+    """Whether ``record`` is the next thing to act on: the job it re-creates is gone (create
+    it), or the job now there is another (its copy, or a new one: delete the record)."""
+    if record is None:
+        return False
+    return obj is None or obj["metadata"].get("uid") != record.old_uid
 
 
 def _waiting(step: AwaitEviction | AwaitWorkload) -> str:

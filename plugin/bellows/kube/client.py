@@ -158,6 +158,52 @@ class KubeApi:
         )
         return obj
 
+    async def dry_run_patch_job(
+        self, kind: JobKind, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> bool | None:
+        """Whether the server would accept this merge patch (``dryRun=All``: checked in
+        full, nothing stored): True, False when it is refused as invalid (422), ``None``
+        when the job changed since (409). Another answer raises, as every call."""
+        try:
+            await _call(
+                self._custom.patch_namespaced_custom_object,
+                kind.group, kind.version, namespace, kind.plural, name, dict(patch),
+                dry_run="All",
+            )  # fmt: skip
+        except ConflictError:
+            return None
+        except ApiException as err:
+            if err.status == 422:
+                return False
+            raise
+        return True
+
+    async def create_job(self, kind: JobKind, namespace: str, body: Mapping[str, Any]) -> Obj:
+        """Create a job; :class:`ConflictError` when one of that name exists (409)."""
+        obj: Obj = await _call(
+            self._custom.create_namespaced_custom_object,
+            kind.group, kind.version, namespace, kind.plural, dict(body),
+        )  # fmt: skip
+        return obj
+
+    async def delete_job(
+        self, kind: JobKind, namespace: str, name: str, *, uid: str, resource_version: str
+    ) -> bool:
+        """Delete the job: only the one with ``uid``, still at ``resource_version``; False
+        when it is gone or no longer that one (404 / 409)."""
+        body = k8s.V1DeleteOptions(
+            propagation_policy="Background",
+            preconditions=k8s.V1Preconditions(uid=uid, resource_version=resource_version),
+        )
+        try:
+            await _call(
+                self._custom.delete_namespaced_custom_object,
+                kind.group, kind.version, namespace, kind.plural, name, body=body,
+            )  # fmt: skip
+        except (NotFoundError, ConflictError):
+            return False
+        return True
+
     async def watch_jobs(
         self,
         kind: JobKind,
@@ -291,6 +337,45 @@ class KubeApi:
             return self._plain(await _call(self._core.read_namespaced_config_map, name, namespace))
         except NotFoundError:
             return None
+
+    async def list_configmaps(self, namespace: str | None, label_selector: str) -> list[Obj]:
+        """The ConfigMaps matching ``label_selector`` (in ``namespace``, or all)."""
+        if namespace is None:
+            listed = await _call(
+                self._core.list_config_map_for_all_namespaces, label_selector=label_selector
+            )
+        else:
+            listed = await _call(
+                self._core.list_namespaced_config_map, namespace, label_selector=label_selector
+            )
+        return [self._plain(item) for item in listed.items or []]
+
+    async def write_configmap(
+        self, namespace: str, body: Mapping[str, Any], *, resource_version: str | None = None
+    ) -> Obj:
+        """Create the ConfigMap ``body`` (``resource_version`` ``None``), or replace it at
+        that version; :class:`ConflictError` when it exists already, or changed since."""
+        if resource_version is None:
+            made = await _call(self._core.create_namespaced_config_map, namespace, dict(body))
+            return self._plain(made)
+        meta = {**body["metadata"], "resourceVersion": resource_version}
+        name = meta["name"]
+        replaced = await _call(
+            self._core.replace_namespaced_config_map, name, namespace, {**body, "metadata": meta}
+        )
+        return self._plain(replaced)
+
+    async def delete_configmap(self, namespace: str, name: str, resource_version: str) -> bool:
+        """Delete the ConfigMap, still at ``resource_version``; False when it is gone or
+        changed since."""
+        body = k8s.V1DeleteOptions(
+            preconditions=k8s.V1Preconditions(resource_version=resource_version)
+        )
+        try:
+            await _call(self._core.delete_namespaced_config_map, name, namespace, body=body)
+        except (NotFoundError, ConflictError):
+            return False
+        return True
 
     async def get_batch_job(self, namespace: str, name: str) -> Obj | None:
         try:

@@ -33,7 +33,7 @@ from typing import Any
 from bellows.inputs import shown
 from bellows.jobs import SpecError
 from bellows.kube import keys
-from bellows.kube.kinds import JobKind, parse_time
+from bellows.kube.kinds import JobKind, JobView, parse_time
 
 __all__ = [
     "AwaitHalt",
@@ -49,6 +49,7 @@ __all__ = [
     "halt_notes",
     "plan_halt",
     "plan_scale",
+    "reading",
     "target_env",
 ]
 
@@ -220,6 +221,19 @@ def foreign_launcher(obj: Mapping[str, Any], launcher: Mapping[str, Any]) -> str
     )
 
 
+def reading(
+    kind: JobKind, obj: Mapping[str, Any], env: Mapping[str, str], requested: tuple[int, int]
+) -> tuple[JobView, Journal, dict[str, str | None]]:
+    """What every scaling planner reads first: the job's view (with the ``env`` names),
+    its journal, and the notes to write (the owner's ``requested`` ask, saved once)."""
+    view = kind.view(obj, tuple(env))
+    journal = Journal.read(view.annotations)
+    notes: dict[str, str | None] = {}
+    if journal.requested is None:
+        notes[keys.REQUESTED] = keys.format_pair(*requested)
+    return view, journal, notes
+
+
 def plan_scale(
     kind: JobKind,
     obj: Mapping[str, Any],
@@ -238,14 +252,10 @@ def plan_scale(
     the resume, so that a restarted controller knows the job's progress (``progress``);
     ``reason``, the decision's, with it (``bellows.io/reason``).
     """
-    view = kind.view(obj, tuple(env))
-    journal = Journal.read(view.annotations)
+    view, journal, notes = reading(kind, obj, env, requested)
     gpus, batch = target
     pair = keys.format_pair(gpus, batch)
-    notes: dict[str, str | None] = {}
-    if journal.requested is None:
-        notes[keys.REQUESTED] = keys.format_pair(*requested)
-    suspend = {"runPolicy": {"suspend": True}}
+    suspend = kind.suspend_spec(True)
     if launcher is not None and (problem := foreign_launcher(obj, launcher)) is not None:
         return Blocked(
             "LauncherNotOwned", problem
@@ -277,7 +287,7 @@ def plan_scale(
         meta = launcher["metadata"]
         return DeleteLauncher(meta["name"], meta["uid"], meta["resourceVersion"])
     notes |= done_notes(target, done, now, journal=journal, reason=reason)
-    return SendPatch(_body(obj, notes, {"runPolicy": {"suspend": False}}), Phase.DONE)
+    return SendPatch(_body(obj, notes, kind.suspend_spec(False)), Phase.DONE)
 
 
 def done_notes(
@@ -327,7 +337,7 @@ def plan_halt(
     notes = halt_notes(phase, message, journal, requested)
     if not view.suspended:
         notes[keys.SUSPENDED_AT] = _stamp(now)
-    return SendPatch(_body(obj, notes, {"runPolicy": {"suspend": True}}), phase)
+    return SendPatch(_body(obj, notes, kind.suspend_spec(True)), phase)
 
 
 def halt_notes(

@@ -27,6 +27,7 @@ __all__ = [
     "PREFIX",
     "PROGRESS",
     "REASON",
+    "RECREATED_FROM",
     "REQUESTED",
     "RESTARTS",
     "STARTED_AT",
@@ -77,6 +78,7 @@ SUSPENDED_AT = PREFIX + "suspended-at"  # when Bellows last set suspend=true (RF
 ALLOCATION = PREFIX + "allocation"  # "k=4,b=128": the allocation the job runs with
 PROGRESS = PREFIX + "progress"  # "samples=1.2e6,at=<RFC 3339>": done when last resumed
 STATUS = PREFIX + "status"  # one human-readable line: what Bellows did or refused
+RECREATED_FROM = PREFIX + "recreated-from"  # uid of the TrainJob this one re-creates (resize)
 FIT = PREFIX + "fit"  # JobProfile JSON: the profile refitted to the job's progress reports
 REASON = PREFIX + "reason"  # why the last decision on the job, one sentence (bellows status)
 RESTARTS = PREFIX + "restarts"  # how many times Bellows resumed the job after a halt

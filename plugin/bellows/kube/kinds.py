@@ -112,6 +112,10 @@ class JobKind(Protocol):
         """Whether the operator has stopped the job's pods after a suspend at ``since``."""
         ...
 
+    def suspend_spec(self, suspend: bool) -> dict[str, Any]:
+        """The ``spec`` part of a merge patch that sets the job's suspend flag."""
+        ...
+
     def launcher(self, obj: Mapping[str, Any]) -> str | None:
         """Name of the batch Job to delete while suspended so that a new spec applies."""
         ...
@@ -138,11 +142,16 @@ def running_since(obj: Mapping[str, Any]) -> datetime | None:
 
 
 def finished_state(obj: Mapping[str, Any]) -> str | None:
-    """``Succeeded`` or ``Failed`` when that condition is ``True``, else ``None``."""
+    """``Succeeded`` (a TrainJob's ``Complete``) or ``Failed`` when that condition is
+    ``True``, else ``None``."""
     by_type = conditions(obj)
-    for state in ("Succeeded", "Failed"):
+    for state, named in (
+        ("Succeeded", "Succeeded"),
+        ("Complete", "Succeeded"),
+        ("Failed", "Failed"),
+    ):
         if by_type.get(state, {}).get("status") == "True":
-            return state
+            return named  # a TrainJob says Complete where Kubeflow v1 says Succeeded
     return None
 
 
@@ -159,7 +168,10 @@ def parse_time(text: object) -> datetime | None:
 def suspend_set(obj: Mapping[str, Any]) -> bool:
     """Whether the job's ``spec.runPolicy.suspend`` is set (as written; whether the operator
     has stopped its pods is :func:`halted_by_conditions`'s question)."""
-    return bool(((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend", False))
+    spec = obj.get("spec") or {}
+    if "runPolicy" not in spec and "suspend" in spec:
+        return bool(spec["suspend"])  # a TrainJob's spec.suspend
+    return bool((spec.get("runPolicy") or {}).get("suspend", False))
 
 
 def halted_by_conditions(obj: Mapping[str, Any], since: datetime | None) -> bool:
@@ -237,12 +249,17 @@ def foreign_manager(obj: Mapping[str, Any], own: str) -> str | None:
     """The controller named in ``spec.runPolicy.managedBy`` when it is not ``own`` (the
     kind's operator), else ``None``: such a job (a MultiKueue manager cluster's copy, whose
     worker cluster runs it) is Kueue's, and Bellows must never write to it."""
-    run_policy = (obj.get("spec") or {}).get("runPolicy") or {}
+    spec = obj.get("spec") or {}
+    field = "spec.runPolicy.managedBy"
+    if obj.get("kind") == "TrainJob" or ("managedBy" in spec and "runPolicy" not in spec):
+        run_policy, field = spec, "spec.managedBy"  # Trainer v2 keeps it in spec
+    else:
+        run_policy = spec.get("runPolicy") or {}
     if not isinstance(run_policy, Mapping):
         raise SpecError("spec.runPolicy", run_policy, "an object")
     managed_by = run_policy.get("managedBy")
     if managed_by is None or managed_by in ("", own):
         return None
     if not isinstance(managed_by, str):
-        raise SpecError("spec.runPolicy.managedBy", managed_by, "a string")
+        raise SpecError(field, managed_by, "a string")
     return managed_by

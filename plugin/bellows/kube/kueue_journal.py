@@ -61,6 +61,7 @@ from bellows.kube.journal import (
     done_notes,
     foreign_launcher,
     halt_notes,
+    reading,
 )
 from bellows.kube.kinds import JobKind
 from bellows.kube.kueue import WorkloadView
@@ -146,13 +147,9 @@ def plan_kueue_scale(
     suspended waiting for Kueue to admit it. ``done`` (samples processed) is journaled with
     the last step, as by :func:`bellows.kube.journal.plan_scale`.
     """
-    view = kind.view(obj, tuple(env))
-    journal = Journal.read(view.annotations)
+    view, journal, notes = reading(kind, obj, env, requested)
     gpus, batch = target
     pair = keys.format_pair(gpus, batch)
-    notes: dict[str, str | None] = {}
-    if journal.requested is None:
-        notes[keys.REQUESTED] = keys.format_pair(*requested)
     if launcher is not None and (problem := foreign_launcher(obj, launcher)) is not None:
         return Blocked("LauncherNotOwned", problem)
     matches = _spec_matches(kind, obj, gpus, env)

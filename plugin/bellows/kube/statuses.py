@@ -26,7 +26,7 @@ from typing import Any
 from bellows.inputs import DATA_ERRORS, brief
 from bellows.jobs import SpecError
 from bellows.kube import keys
-from bellows.kube.adapters import KINDS
+from bellows.kube.adapters import ALL_KINDS as KINDS
 from bellows.kube.client import KubeApi, NotFoundError
 from bellows.kube.journal import Journal, Phase
 from bellows.kube.kinds import (

@@ -123,6 +123,20 @@ class KueueSettings:
 
 
 @dataclass(frozen=True)
+class TrainerSettings:
+    """Kubeflow Trainer v2 TrainJobs (docs/kube.md, "TrainJob")."""
+
+    enabled: bool = field(
+        default=False,
+        metadata=doc(
+            "also watch and size trainer.kubeflow.org TrainJobs on torch runtimes (resized by "
+            "re-creation, spec.trainer being immutable); needs the Trainer's CRDs installed and "
+            "the chart value trainer.enabled for its RBAC"
+        ),
+    )
+
+
+@dataclass(frozen=True)
 class ControllerSettings:
     """How the controller decides (the autoscaler core's options) and what it may use."""
 
@@ -212,6 +226,7 @@ class ControllerSettings:
     )
     capacity: CapacitySettings = field(default_factory=CapacitySettings)
     kueue: KueueSettings = field(default_factory=KueueSettings)
+    trainer: TrainerSettings = field(default_factory=TrainerSettings)
     cluster_profile_file: Path | None = field(
         default=None, metadata=doc("the cluster's measured Allreduce profile (JSON)")
     )

@@ -46,7 +46,6 @@ from bellows.bus import Event, JobArrived, JobCompleted, PartlyAppliedError
 from bellows.inputs import DATA_ERRORS, SpecError, brief
 from bellows.jobs import Allocation, JobSpec, fit_to_cluster, is_feasible
 from bellows.kube import (
-    KINDS,
     ActuationError,
     Actuator,
     Arrived,
@@ -236,7 +235,11 @@ class Controller:
         adopted as they are met, the waiting ones queued after, in creation order."""
         waiting: list[tuple[str, Arrived]] = []
         for namespace in self._namespaces:
-            for kind in KINDS:
+            # a TrainJob a killed controller deleted to re-create it is in no list: its
+            # record is; the copy is then read below, running at the journal's allocation
+            for outcome in await self._actuator.finish_recreations(namespace):
+                _log.info("rebuild.recreated", job=outcome.job, result=outcome.result)
+            for kind in self._actuator.kinds:
                 async for page, _ in self._api.list_job_pages(kind, namespace):
                     for obj in page:
                         key = _key(kind, obj)
@@ -461,6 +464,10 @@ class Controller:
             return  # never arrived here, or already finished: nothing to free
         obj = await self._api.get_job(kind, ref.namespace, ref.name)
         gone = obj is None or obj["metadata"].get("uid") != event.job.uid
+        if isinstance(event, JobCompleted) and gone and _recreated(obj, event.job.uid):
+            # a TrainJob Bellows deleted and created again to resize it: the same job
+            _log.info("event.stale", job=ref.key, reason="re-created by its resize")
+            return
         if isinstance(event, JobCompleted):
             # the cluster is the truth: a completion it does not show frees no GPUs yet
             if gone or finished_state(obj or {}) is not None:
@@ -794,3 +801,10 @@ def _lean(view: JobView) -> JobView:
 def _created(seen: Arrived) -> str:
     created = seen.view.raw.get("metadata", {}).get("creationTimestamp")
     return str(created or "")
+
+
+def _recreated(obj: Mapping[str, Any] | None, uid: str) -> bool:
+    """Whether ``obj`` is the copy of the job ``uid`` that a resize re-created (a TrainJob,
+    ``bellows.kube.recreation``): its ``bellows.io/recreated-from`` names that uid."""
+    notes = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+    return notes.get(keys.RECREATED_FROM) == uid

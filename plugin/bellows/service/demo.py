@@ -45,7 +45,7 @@ from bellows.bus import (
 from bellows.bus.server import running_nats_server
 from bellows.emulator import EmulatedCluster
 from bellows.inputs import brief
-from bellows.kube import Actuator, JobReader, KubeApi
+from bellows.kube import Actuator, JobReader, KubeApi, kind_named
 from bellows.kube.kueue import Strategy
 from bellows.kube.statuses import JobStatus, read_status
 from bellows.optimizer import Method
@@ -55,7 +55,7 @@ from bellows.service.clock import ServiceClock
 from bellows.service.ledger import Ledger
 from bellows.service.pools import Pools
 from bellows.service.queues import QueueIndex
-from bellows.service.replay import job_manifest, manifest_name, unique_names
+from bellows.service.replay import DEFAULT_KINDS, job_manifest, manifest_name, unique_names
 from bellows.service.watching import kube_bridges
 from bellows.service.wrong_priors import learning_tasks, true_speeds, true_trace
 from bellows.sim import run as simulate
@@ -92,6 +92,9 @@ class DemoOptions:
     learn: bool = True
     # Kueue's CRDs: with them, every job goes through the emulated Kueue (see the docstring)
     kueue_crds: Sequence[Path] = ()
+    # the job kinds the trace's jobs take in turn; TrainJob needs the Trainer's CRDs
+    kinds: Sequence[str] = DEFAULT_KINDS
+    trainer_crds: Sequence[Path] = ()
 
     @property
     def kueue(self) -> bool:
@@ -211,13 +214,14 @@ async def _stack(
     async with (
         running_nats_server() as nats_server,
         EmulatedCluster(
-            crds=[*options.crds, *options.kueue_crds],
+            crds=[*options.crds, *options.kueue_crds, *options.trainer_crds],
             compression=options.speedup,
             restart_cost_s=options.config().restart_cost_s,
             cluster=cluster,
             namespaces=(NAMESPACE,),
             true_speed=true_speed,
             kueue=options.kueue,
+            trainer="TrainJob" in options.kinds,
         ) as kube,
     ):
         if options.kueue:  # the admin's queues: the demo's GPUs as one ClusterQueue's quota
@@ -262,6 +266,7 @@ async def run_demo(
         settings: NatsSettings = parts["settings"]
         js = parts["js"]
         api = KubeApi(parts["kube"].api_client())
+        kinds = tuple(kind_named(k) for k in options.kinds)
         clock = ServiceClock(speedup=options.speedup)
         ledger = Ledger(cluster)
         queues = QueueIndex(api, namespaces=(NAMESPACE,)) if options.kueue else None
@@ -271,8 +276,8 @@ async def run_demo(
             core=replace(live_config, delta_s=0.0) if options.paper else live_config,
             cluster=cluster,
             capacity=options.gpus,
-            actuator=Actuator(api, kueue=options.kueue),
-            reader=JobReader(api, namespace=NAMESPACE, kueue=options.kueue),
+            actuator=Actuator(api, kueue=options.kueue, kinds=kinds),
+            reader=JobReader(api, namespace=NAMESPACE, kueue=options.kueue, kinds=kinds),
             now=clock.now,
             wall_to_clock=clock.at,
             ledger=ledger,
@@ -282,7 +287,9 @@ async def run_demo(
         stop = asyncio.Event()
         publisher = EventPublisher(js, prefix=settings.subject_prefix, stream=settings.stream)
         store = KvResumeStore(parts["kv"])
-        bridges = kube_bridges(api, publisher=publisher, store=store, namespaces=(NAMESPACE,))
+        bridges = kube_bridges(
+            api, publisher=publisher, store=store, namespaces=(NAMESPACE,), kinds=kinds
+        )
         consumer = await EventConsumer.open(js, settings)
         pump = EventPump(
             consumer,
@@ -296,8 +303,7 @@ async def run_demo(
             immediate=not options.paper,
         )
         tasks = [asyncio.create_task(b.run(stop)) for b in bridges]
-        if queues is not None:
-            tasks.append(asyncio.create_task(queues.watch()))
+        tasks += [asyncio.create_task(queues.watch())] if queues is not None else []
         tasks.append(asyncio.create_task(pump.run(stop)))
         tasks.append(
             asyncio.create_task(controller.keep_house(stop, retry_s=0.2, speedup=clock.speedup))
@@ -410,7 +416,11 @@ async def _replay_and_wait(
     for index, job in enumerate(sorted(trace, key=lambda j: j.arrival_s)):
         await _sleep_refreshing(clock, job.arrival_s, refresh)
         ref, body = job_manifest(
-            job, index, namespace=NAMESPACE, queue=QUEUE if options.kueue else None
+            job,
+            index,
+            namespace=NAMESPACE,
+            queue=QUEUE if options.kueue else None,
+            kinds=options.kinds,
         )
         group, version = body["apiVersion"].split("/")
         plural = ref.kind.lower() + "s"

@@ -1,8 +1,9 @@
 """Replaying a trace onto a cluster: each trace job becomes a suspended, opted-in Kubeflow job.
 
 Used by ``bellows demo`` to drive the emulated cluster with the very workload the simulator
-runs. Jobs alternate between PyTorchJob and MPIJob so both adapters are exercised; a job's
-profile travels inline in its ``bellows.io/profile`` annotation.
+runs. Jobs take the kinds asked for in turn (PyTorchJob and MPIJob by default, so that both
+adapters are exercised; TrainJob on the emulated Trainer's ``torch-distributed`` runtime);
+a job's profile travels inline in its ``bellows.io/profile`` annotation.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from bellows.kube.kinds import KUEUE_QUEUE
 from bellows.scaling import JobProfile, job_profile_to_json
 from bellows.sim.workloads import TraceJob
 
-__all__ = ["BATCH_ENV", "job_manifest", "manifest_name"]
+__all__ = ["BATCH_ENV", "DEFAULT_KINDS", "job_manifest", "manifest_name"]
+
+DEFAULT_KINDS = ("PyTorchJob", "MPIJob")
 
 BATCH_ENV = "GLOBAL_BATCH_SIZE"
 _IMAGE = "registry.example/bellows-demo-train:1.0"
@@ -57,10 +60,16 @@ def _container(name: str, batch: int, *, gpus: bool) -> dict[str, Any]:
 
 
 def job_manifest(
-    job: TraceJob, index: int, *, namespace: str, queue: str | None = None
+    job: TraceJob,
+    index: int,
+    *,
+    namespace: str,
+    queue: str | None = None,
+    kinds: Sequence[str] = DEFAULT_KINDS,
 ) -> tuple[JobRef, dict[str, Any]]:
-    """The object to create for ``job``: even indices PyTorchJob, odd ones MPIJob; with
-    ``queue``, in that Kueue LocalQueue (the ``kueue.x-k8s.io/queue-name`` label)."""
+    """The object to create for ``job``: of ``kinds[index % len(kinds)]`` (by default even
+    indices PyTorchJob, odd ones MPIJob); with ``queue``, in that Kueue LocalQueue (the
+    ``kueue.x-k8s.io/queue-name`` label)."""
     spec = job.spec
     name = manifest_name(job)
     metadata: dict[str, Any] = {
@@ -72,7 +81,10 @@ def job_manifest(
         metadata["labels"] = {KUEUE_QUEUE: queue}
     # the owner's ask must itself be allowed: enough replicas for the batch to fit per GPU
     replicas = spec.gpus if not spec.elastic else max(spec.gpus, -(-spec.batch_size // spec.m_max))
-    if index % 2 == 0:
+    kind = kinds[index % len(kinds)]
+    if kind == "TrainJob":
+        return JobRef("TrainJob", namespace, name), _trainjob(metadata, replicas, spec.batch_size)
+    if kind == "PyTorchJob":
         body: dict[str, Any] = {
             "apiVersion": "kubeflow.org/v1",
             "kind": "PyTorchJob",
@@ -117,6 +129,25 @@ def job_manifest(
         },
     }
     return JobRef("MPIJob", namespace, name), body
+
+
+def _trainjob(metadata: dict[str, Any], nodes: int, batch: int) -> dict[str, Any]:
+    """A TrainJob on the torch runtime: ``nodes`` nodes of one GPU, the batch env set."""
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": metadata,
+        "spec": {
+            "suspend": True,
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {
+                "numNodes": nodes,
+                "image": _IMAGE,
+                "env": [{"name": BATCH_ENV, "value": str(batch)}],
+                "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1}},
+            },
+        },
+    }
 
 
 def unique_names(trace: Sequence[TraceJob]) -> None:

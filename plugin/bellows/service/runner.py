@@ -31,7 +31,8 @@ from bellows.bus import (
 )
 from bellows.inputs import brief
 from bellows.jobs import SpecError
-from bellows.kube import Actuator, JobReader, KubeApi, Outcome
+from bellows.kube import Actuator, JobKind, JobReader, KubeApi, Outcome
+from bellows.kube.adapters import ALL_KINDS, KINDS
 from bellows.kube.client import client_from_config
 from bellows.optimizer.solving import RENT
 from bellows.scaling import ClusterProfile, default_cluster, load_cluster_profile
@@ -239,9 +240,17 @@ async def _started_controller(
             core=_core_config(config),
             cluster=cluster,
             capacity=capacity,
-            actuator=Actuator(api, halt_timeout_s=config.controller.halt_timeout_s, kueue=kueue),
+            actuator=Actuator(
+                api,
+                halt_timeout_s=config.controller.halt_timeout_s,
+                kueue=kueue,
+                kinds=served_kinds(config),
+            ),
             reader=JobReader(
-                api, namespace=namespaces[0] if len(namespaces) == 1 else None, kueue=kueue
+                api,
+                namespace=namespaces[0] if len(namespaces) == 1 else None,
+                kueue=kueue,
+                kinds=served_kinds(config),
             ),
             namespaces=namespaces,
             now=clock.now,
@@ -397,7 +406,11 @@ async def run_bridge(
         async def lead(lost: asyncio.Event) -> None:
             either, watcher = _either(stop, lost)
             bridges = kube_bridges(
-                api, publisher=publisher, store=store, namespaces=_namespaces(config)
+                api,
+                publisher=publisher,
+                store=store,
+                namespaces=_namespaces(config),
+                kinds=served_kinds(config),
             )
             tasks = [asyncio.create_task(b.run(either)) for b in bridges]
             try:
@@ -414,3 +427,9 @@ async def run_bridge(
             config, api.api_client, lease=config.leader_election.bridge_lease, lead=lead,
             stop=stop, health=health,
         )  # fmt: skip
+
+
+def served_kinds(config: BellowsConfig) -> tuple[JobKind, ...]:
+    """The job kinds the bridge watches and the controller sizes: PyTorchJob and MPIJob,
+    and TrainJob with ``controller.trainer.enabled`` (its CRDs must then be installed)."""
+    return ALL_KINDS if config.controller.trainer.enabled else KINDS

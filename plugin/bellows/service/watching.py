@@ -138,6 +138,7 @@ def kube_bridges(
     publisher: EventPublisher,
     store: ResumeStore,
     namespaces: Iterable[str | None],
+    kinds: Iterable[JobKind] = KINDS,
 ) -> list[Bridge]:
     """One :class:`~bellows.bus.Bridge` per job kind and namespace (``None``: all), each
     resuming from the resourceVersion stored under its own watch key."""
@@ -148,6 +149,6 @@ def kube_bridges(
             source=kube_watch_source(api, kind, namespace),
             key=watch_key(BusKind(kind.kind), namespace),
         )
-        for kind in KINDS
+        for kind in kinds
         for namespace in namespaces
     ]

@@ -4,16 +4,30 @@ from __future__ import annotations
 
 from bellows.kube.adapters.mpijob import MPIJobKind
 from bellows.kube.adapters.pytorchjob import PyTorchJobKind
+from bellows.kube.adapters.trainjob import TrainJobKind
 from bellows.kube.kinds import JobKind
 
-__all__ = ["KINDS", "MPIJobKind", "PyTorchJobKind", "kind_named"]
+__all__ = [
+    "ALL_KINDS",
+    "KINDS",
+    "TRAINJOB",
+    "MPIJobKind",
+    "PyTorchJobKind",
+    "TrainJobKind",
+    "kind_named",
+]
 
 KINDS: tuple[JobKind, ...] = (PyTorchJobKind(), MPIJobKind())
+TRAINJOB = TrainJobKind()
+# Every kind an adapter reads. TrainJob is apart from KINDS until the controller's watches
+# and rebuild serve it (docs/kube.md, "TrainJob"): a server without the Trainer's CRD
+# answers 404 to its list.
+ALL_KINDS: tuple[JobKind, ...] = (*KINDS, TRAINJOB)
 
 
 def kind_named(kind: str) -> JobKind:
-    """The adapter of ``kind`` (``PyTorchJob`` or ``MPIJob``)."""
-    for adapter in KINDS:
+    """The adapter of ``kind`` (``PyTorchJob``, ``MPIJob`` or ``TrainJob``)."""
+    for adapter in ALL_KINDS:
         if adapter.kind == kind:
             return adapter
     raise KeyError(kind)

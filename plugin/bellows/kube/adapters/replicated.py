@@ -158,3 +158,6 @@ class ReplicatedKind:
 
     def halted(self, obj: Mapping[str, Any], since: datetime | None) -> bool:
         return halted_by_conditions(obj, since)
+
+    def suspend_spec(self, suspend: bool) -> dict[str, Any]:
+        return {"runPolicy": {"suspend": suspend}}

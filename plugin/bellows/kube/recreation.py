@@ -1,0 +1,315 @@
+"""Resizing a TrainJob whose ``spec.trainer`` is immutable: halt, record, delete, re-create.
+
+Kubeflow Trainer v2.2+ forbids any change of ``spec.trainer`` (``numNodes``, the env), even
+while the TrainJob is suspended (CEL ``self == oldSelf``, kubeflow/trainer PR #3157; issue
+#3995 asks for ``numNodes`` mutable when suspended). So, to run a TrainJob on ``(k, b)``:
+
+1. journal ``target``, phase ``suspending``, ``suspended-at`` and ``suspend: true`` (one
+   patch; ``spec.suspend`` is mutable);
+2. wait until the Trainer says ``Suspended=True`` and no child Job has an active pod;
+3. probe the API server with a *dry-run* patch of ``spec.trainer`` (:class:`ProbeInPlace`):
+   a server that accepts it (a future Trainer) gets the patch for real, phase ``patched``,
+   and the resume of :func:`bellows.kube.journal.plan_scale`. The answer decides, not a
+   version string;
+4. otherwise write the **record**: a ConfigMap ``bellows-recreate-<name>`` in the job's
+   namespace holding the whole TrainJob to create (labels, annotations, owner references,
+   runtime reference and the rest of its spec kept; ``numNodes`` and the batch env new;
+   the journal at ``done`` with the allocation and the progress; ``bellows.io/recreated-from``
+   naming the old uid), the old uid and the fingerprint of the object it was built from;
+5. delete the TrainJob, preconditioned on its uid and ``resourceVersion``: only the object
+   the record was built from is deleted;
+6. create the TrainJob from the record;
+7. delete the record.
+
+:func:`plan_recreate` is pure, as ``plan_scale``: from the job as read (``None`` when
+there is none) and the record (``None`` when there is none) it returns the one next step.
+A controller killed anywhere is followed by one that reads both and goes on: the old job
+and a record built from it (fingerprint equal) → delete; no job and a record → create, once
+(a create that meets ``AlreadyExists`` reads again); a job whose ``recreated-from`` names
+the record's old uid → it was created, delete the record. A record whose fingerprint
+no longer matches the old job (it changed since) is rewritten before any delete, so no
+stale copy is ever created; a job of that name that is neither the old one nor its copy
+(the owner made a new one) makes the record stale, and it is deleted untouched.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from bellows.jobs import SpecError
+from bellows.kube import keys
+from bellows.kube.journal import (
+    AwaitHalt,
+    Nothing,
+    Phase,
+    SendPatch,
+    _body,
+    _spec_matches,
+    _stamp,
+    done_notes,
+    reading,
+)
+from bellows.kube.kinds import JobKind
+
+__all__ = [
+    "RECORD_LABEL",
+    "CreateJob",
+    "DeleteJob",
+    "DeleteRecord",
+    "ProbeInPlace",
+    "Record",
+    "RecreateStep",
+    "WriteRecord",
+    "plan_recreate",
+    "read_record",
+    "record_name",
+]
+
+RECORD_LABEL: Final = keys.PREFIX + "recreates"  # on the record: the TrainJob's name
+_MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "bellows"}
+_KUEUE_PATCHES: Final = "kueue.x-k8s.io/"  # runtimePatches Kueue writes (re-injected on admit)
+
+
+def record_name(job: str) -> str:
+    """The record ConfigMap of TrainJob ``job`` (names are <= 63: this is <= 80 < 253)."""
+    return f"bellows-recreate-{job}"
+
+
+@dataclass(frozen=True)
+class Record:
+    """A re-creation under way, as read from its ConfigMap."""
+
+    name: str
+    resource_version: str
+    job: str
+    old_uid: str
+    source: str  # fingerprint of the TrainJob it was built from
+    target: tuple[int, int] | None
+    body: Mapping[str, Any]  # the TrainJob to create
+
+
+def read_record(obj: Mapping[str, Any]) -> Record | None:
+    """The record in ConfigMap ``obj``; ``None`` when it is not a readable record."""
+    meta = obj.get("metadata") or {}
+    data = obj.get("data") or {}
+    try:
+        body = json.loads(data["trainjob.json"])
+        target = keys.parse_pair(keys.TARGET, data.get("target"))
+    except (KeyError, ValueError, TypeError, SpecError):
+        return None
+    if not isinstance(body, dict) or not data.get("old-uid"):
+        return None
+    return Record(
+        name=str(meta.get("name", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        job=str((meta.get("labels") or {}).get(RECORD_LABEL, "")),
+        old_uid=str(data["old-uid"]),
+        source=str(data.get("source", "")),
+        target=target,
+        body=body,
+    )
+
+
+@dataclass(frozen=True)
+class ProbeInPlace:
+    """Ask the API server, in a dry run, whether it accepts this patch of the suspended job."""
+
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class WriteRecord:
+    """Create the record ConfigMap ``body`` (or replace it, at ``resource_version``)."""
+
+    body: dict[str, Any]
+    resource_version: str | None
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """Delete the TrainJob: only the one with ``uid``, still at ``resource_version``."""
+
+    uid: str
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class CreateJob:
+    """Create the TrainJob ``body`` (from the record)."""
+
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class DeleteRecord:
+    """Delete the record ConfigMap ``name`` (at ``resource_version``); ``done``: the
+    re-creation it recorded is complete (else the record was stale)."""
+
+    name: str
+    resource_version: str
+    done: bool
+
+
+RecreateStep = (
+    SendPatch
+    | AwaitHalt
+    | ProbeInPlace
+    | WriteRecord
+    | DeleteJob
+    | CreateJob
+    | DeleteRecord
+    | Nothing
+)
+
+
+def fingerprint(obj: Mapping[str, Any]) -> str:
+    """What a record must have been built from: the job's uid, labels, annotations, owner
+    references and spec (not its status nor its resourceVersion, which the Trainer bumps)."""
+    meta = obj.get("metadata") or {}
+    kept = {
+        "uid": meta.get("uid"),
+        "labels": meta.get("labels") or {},
+        "annotations": meta.get("annotations") or {},
+        "ownerReferences": meta.get("ownerReferences") or [],
+        "finalizers": meta.get("finalizers") or [],
+        "spec": obj.get("spec") or {},
+    }
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
+
+
+def successor(
+    kind: JobKind,
+    obj: Mapping[str, Any],
+    *,
+    target: tuple[int, int],
+    env: Mapping[str, str],
+    done: float | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """The TrainJob that replaces ``obj`` on ``target``: its metadata kept (name, labels,
+    annotations, owner references, finalizers), its spec kept but for ``spec.trainer``
+    (``numNodes``, batch env) and ``suspend: false``, Kueue's runtime patches dropped (Kueue
+    writes them again when it admits the new Workload), and the journal at ``done``."""
+    meta = obj["metadata"]
+    spec = copy.deepcopy(dict(obj["spec"]))
+    gpus, _ = target
+    spec["trainer"] = kind.scale_patch(obj, gpus, env)["trainer"]
+    spec["suspend"] = False
+    patches = [
+        p
+        for p in spec.get("runtimePatches") or []
+        if not str(p.get("manager", "")).startswith(_KUEUE_PATCHES)
+    ]
+    if patches:
+        spec["runtimePatches"] = patches
+    else:
+        spec.pop("runtimePatches", None)
+    notes = dict(meta.get("annotations") or {})
+    notes.update({k: v for k, v in done_notes(target, done, now).items() if v is not None})
+    notes[keys.TARGET] = keys.format_pair(*target)
+    notes[keys.RECREATED_FROM] = meta["uid"]
+    new_meta: dict[str, Any] = {"name": meta["name"], "namespace": meta["namespace"]}
+    for field in ("labels", "ownerReferences", "finalizers"):
+        if meta.get(field):
+            new_meta[field] = copy.deepcopy(meta[field])
+    new_meta["annotations"] = notes
+    return {
+        "apiVersion": obj.get("apiVersion", f"{kind.group}/{kind.version}"),
+        "kind": kind.kind,
+        "metadata": new_meta,
+        "spec": spec,
+    }
+
+
+def record_body(
+    obj: Mapping[str, Any], new: Mapping[str, Any], target: tuple[int, int]
+) -> dict[str, Any]:
+    """The record ConfigMap of the re-creation of ``obj`` as ``new``."""
+    meta = obj["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": record_name(meta["name"]),
+            "namespace": meta["namespace"],
+            "labels": {**_MANAGED_BY, RECORD_LABEL: meta["name"]},
+        },
+        "data": {
+            "trainjob.json": json.dumps(new, sort_keys=True),
+            "old-uid": meta["uid"],
+            "source": fingerprint(obj),
+            "target": keys.format_pair(*target),
+        },
+    }
+
+
+def plan_recreate(
+    kind: JobKind,
+    obj: Mapping[str, Any] | None,
+    record: Record | None,
+    *,
+    target: tuple[int, int],
+    env: Mapping[str, str],
+    requested: tuple[int, int],
+    now: datetime,
+    in_place: bool | None,
+    done: float | None = None,
+) -> RecreateStep:
+    """The next step towards running the TrainJob on ``target = (gpus, batch)``.
+
+    ``obj`` is the job as read (``None``: there is none), ``record`` its re-creation record
+    (``None``: none). ``in_place`` is the answer of this call's dry-run probe (``None``: not
+    asked yet): true when the server accepts the patch of a suspended job's ``spec.trainer``.
+    """
+    if obj is None:
+        if record is not None:
+            return CreateJob(dict(record.body))  # deleted by the re-creation: create it
+        return Nothing("deleted")
+    meta = obj["metadata"]
+    notes_now = meta.get("annotations") or {}
+    if record is not None and meta.get("uid") != record.old_uid:
+        # the copy, created (its recreated-from names the old uid), or someone's new job
+        created = notes_now.get(keys.RECREATED_FROM) == record.old_uid
+        # done only when the copy is this call's target: else the call goes on from it
+        return DeleteRecord(
+            record.name, record.resource_version, created and record.target == target
+        )
+    view, journal, notes = reading(kind, obj, env, requested)
+    gpus, batch = target
+    pair = keys.format_pair(gpus, batch)
+    matches = _spec_matches(kind, obj, gpus, env)
+    if (
+        journal.phase is Phase.DONE
+        and journal.target == target == journal.allocation
+        and not view.suspended
+        and matches
+    ):
+        return Nothing("already running at the target")
+    suspend = kind.suspend_spec(True)
+    ongoing = journal.target == target and journal.phase in (Phase.SUSPENDING, Phase.PATCHED)
+    if not ongoing or not view.suspended:
+        notes |= {keys.TARGET: pair, keys.PHASE: Phase.SUSPENDING}
+        if not view.suspended:
+            notes[keys.SUSPENDED_AT] = _stamp(now)
+        return SendPatch(_body(obj, notes, suspend), Phase.SUSPENDING)
+    if not kind.halted(obj, journal.suspended_at):
+        return AwaitHalt()
+    if matches:  # patched in place (a future Trainer), or sized before its first start
+        notes |= done_notes(target, done, now)
+        return SendPatch(_body(obj, notes, kind.suspend_spec(False)), Phase.DONE)
+    if in_place is None:
+        return ProbeInPlace(_body(obj, {}, kind.scale_patch(obj, gpus, env)))
+    if in_place:
+        notes |= {keys.PHASE: Phase.PATCHED}
+        return SendPatch(_body(obj, notes, kind.scale_patch(obj, gpus, env)), Phase.PATCHED)
+    if record is None or record.source != fingerprint(obj) or record.target != target:
+        new = successor(kind, obj, target=target, env=env, done=done, now=now)
+        body = record_body(obj, new, target)
+        return WriteRecord(body, None if record is None else record.resource_version)
+    return DeleteJob(meta["uid"], meta["resourceVersion"])
