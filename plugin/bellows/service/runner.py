@@ -41,6 +41,7 @@ from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig, CapacitySettings, KubernetesSettings
 from bellows.service.controller import ControllerObserver
 from bellows.service.health import Health, serving
+from bellows.service.kubeconfig import KubeconfigError, checked_kubeconfig
 from bellows.service.leader import LeaderElector, default_identity
 from bellows.service.logging import configure_logging
 from bellows.service.metrics import Metrics
@@ -95,7 +96,9 @@ class MetricsObserver(ControllerObserver):
 
 
 def kube_api_client(settings: KubernetesSettings) -> k8s.ApiClient:
-    """A client from the service account (in a pod) or from a kubeconfig."""
+    """A client from the service account (in a pod) or from a kubeconfig;
+    :class:`~bellows.service.kubeconfig.KubeconfigError` names a kubeconfig that is
+    missing, empty, not UTF-8 or not a usable kubeconfig."""
     configuration = k8s.Configuration()
     in_cluster = settings.in_cluster
     if in_cluster is None:
@@ -103,11 +106,13 @@ def kube_api_client(settings: KubernetesSettings) -> k8s.ApiClient:
     if in_cluster:
         k8s_config.load_incluster_config(client_configuration=configuration)
     else:
-        k8s_config.load_kube_config(
-            config_file=str(settings.kubeconfig) if settings.kubeconfig else None,
-            context=settings.context,
-            client_configuration=configuration,
-        )
+        files = checked_kubeconfig(settings.kubeconfig)  # KubeconfigError: one line
+        try:
+            k8s_config.load_kube_config(
+                config_file=files, context=settings.context, client_configuration=configuration
+            )
+        except k8s_config.ConfigException as err:  # a mapping, but not a usable kubeconfig
+            raise KubeconfigError(f"kubeconfig {files}: {err}") from None
     return k8s.ApiClient(configuration)
 
 
