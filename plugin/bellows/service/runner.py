@@ -37,6 +37,7 @@ from bellows.optimizer.solving import RENT
 from bellows.scaling import ClusterProfile, default_cluster, load_cluster_profile
 from bellows.service import capacity
 from bellows.service.allocator import release_free_heap
+from bellows.service.capacity import NoGpuNodeError
 from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig, CapacitySettings, KubernetesSettings
 from bellows.service.controller import ControllerObserver
@@ -122,13 +123,18 @@ async def read_capacity(api_client: k8s.ApiClient, settings: CapacitySettings) -
     return await capacity.read_capacity(KubeApi(api_client), settings)
 
 
-def _capacity_watch(config: BellowsConfig, api: KubeApi, pools: Pools) -> list[asyncio.Task[None]]:
+def _capacity_watch(
+    config: BellowsConfig, api: KubeApi, pools: Pools, clock: ServiceClock
+) -> list[asyncio.Task[None]]:
     """With ``capacity.gpus`` 0, the task that keeps the default pool's capacity to the
-    nodes' (nodes lost, added, cordoned, not ready); none with a fixed capacity."""
+    nodes' (nodes lost, added, cordoned, not ready past their grace); none with a fixed
+    capacity."""
     settings = config.controller.capacity
     if settings.gpus:
         return []
-    watch = capacity.watch_capacity(api, settings, pools.set_capacity)
+    watch = capacity.watch_capacity(
+        api, settings, pools.set_capacity, now=clock.now, speedup=clock.speedup
+    )
     return [asyncio.create_task(watch, name="capacity-watch")]
 
 
@@ -230,12 +236,16 @@ async def _started_controller(
     cluster: ClusterProfile,
     metrics: Metrics,
     stop: asyncio.Event,
+    health: Health | None = None,
 ) -> Pools | None:
     """The pools' controllers (one, the default pool, unless ``controller.kueue.enabled``),
     their state rebuilt from the cluster; ``None`` if ``stop`` came first.
 
     A failed rebuild (the API server unreachable or answering errors) is tried again with
-    fresh controllers, waiting longer each time, rather than ending the process.
+    fresh controllers, waiting longer each time, rather than ending the process. So is a
+    cluster with no GPU node yet (:class:`~bellows.service.capacity.NoGpuNodeError`): the
+    controller logs ``controller.waiting_for_gpu_nodes`` and its readiness check
+    ``capacity`` fails until a node with the resource appears.
     """
     wait, longest = REBUILD_BACKOFF_S
     namespaces = _namespaces(config)
@@ -243,6 +253,13 @@ async def _started_controller(
     while not stop.is_set():
         try:
             capacity = await read_capacity(api_client, config.controller.capacity)
+        except NoGpuNodeError as err:  # nodes join later (an autoscaled or new cluster)
+            _log.warning("controller.waiting_for_gpu_nodes", problem=str(err), retry_s=wait)
+            if health is not None:
+                health.set_ready("capacity", False, f"waiting for a GPU node: {err}")
+            await _wait(stop, wait)
+            wait = min(wait * 2, longest)
+            continue
         except SpecError:
             raise  # a configuration error does not heal by waiting
         except Exception as err:
@@ -274,6 +291,8 @@ async def _started_controller(
             wait = min(wait * 2, longest)
             continue
         release_free_heap()  # what the rehearsal's compilations and copies freed
+        if health is not None:
+            health.set_ready("capacity", True)
         return pools
     return None
 
@@ -344,7 +363,7 @@ async def _run_controller(
             try:
                 controller = await _started_controller(
                     config, api_client=api.api_client, api=api, clock=clock, cluster=cluster,
-                    metrics=metrics, stop=either,
+                    metrics=metrics, stop=either, health=health,
                 )  # fmt: skip
                 if controller is None:
                     return  # stopped (or the lease lost) before the state was rebuilt
@@ -370,7 +389,7 @@ async def _run_controller(
                 )
                 helpers = [
                     retrier,
-                    *_capacity_watch(config, api, controller),
+                    *_capacity_watch(config, api, controller, clock),
                     *_queue_watch(controller.queues),
                 ]
                 if config.controller.learn_progress:
