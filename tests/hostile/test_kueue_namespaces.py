@@ -138,7 +138,7 @@ async def test_a_queue_that_does_not_select_the_namespace_never_pools_its_job() 
                 "the pool takes the job", lambda: key("intruder") in jobs_of(pools, "team-a")
             )
             await until("one job still skipped", lambda: _skipped(metrics, "queue-unknown") == 1)
-            assert actuator.started() == {key("intruder")}
+            await until("the job started", lambda: actuator.started() == {key("intruder")})
             # the label goes again: the job leaves the pool, never written to
             k.cluster.label_namespace(NS, {"team": None})
             await until("the pool lets it go", lambda: jobs_of(pools, "team-a") == set())
