@@ -2,6 +2,7 @@
 
     python benchmarks/policies.py [--seeds 1 2 3] [--workers 2] [--skip-real] [--data DIR]
                                   [--gpus 400 --minutes 480 --period-min 120] [--restart-s 60]
+                                  [--min-runtime-s 0]
 
 The scenario of issue 10: the paper's 400-GPU bursty workload (categories 1-4, random baseline
 batches, as ``bellows workload generate --pattern bursty --period-min 120 --minutes 480
@@ -136,6 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--period-min", type=float, default=120.0)
     parser.add_argument("--restart-s", type=float, default=DEFAULT_RESTART_S,
                         help="restart cost charged to every policy per halt")  # fmt: skip
+    parser.add_argument("--min-runtime-s", type=float, default=0.0,
+                        help="Bellows mode: shrink no job this soon after a start")  # fmt: skip
     parser.add_argument("--real", action=argparse.BooleanOptionalAction, default=True,
                         help="also the ITP cluster04 replay and the Pollux workloads")  # fmt: skip
     parser.add_argument("--skip-real", dest="real", action="store_false", help="= --no-real")
@@ -164,7 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     def done(r: PolicyRun) -> None:
         print(f"  {r.scenario:<24} {r.policy:<8} {r.wall_s:7.1f} s", flush=True)
 
-    runs = run_many(tasks, workers=args.workers, restart_s=args.restart_s, on_done=done)
+    runs = run_many(
+        tasks, workers=args.workers, restart_s=args.restart_s, on_done=done,
+        min_runtime_s=args.min_runtime_s,
+    )  # fmt: skip
     by_key = {(r.scenario, r.policy): r for r in runs}
     by_seed = {seed: {p: by_key[(s.key, p)] for p in POLICIES} for seed, s in seeds.items()}
     first = next(iter(seeds.values()))

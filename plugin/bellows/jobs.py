@@ -21,6 +21,7 @@ __all__ = [
     "MAX_BATCH",
     "MAX_GPUS",
     "MAX_LOCAL_BATCH",
+    "MAX_MIN_RUNTIME_S",
     "MAX_PROFILE_POINTS",
     "MAX_RESTART_S",
     "MAX_STEP_SECONDS",
@@ -47,6 +48,7 @@ MAX_WORK = 1e15  # samples to process
 MAX_STEP_SECONDS = 1e5  # one profiled iteration on one GPU
 MAX_PROFILE_POINTS = 256
 MAX_RESTART_S = 86_400.0  # seconds one halt may cost a job
+MAX_MIN_RUNTIME_S = 86_400.0  # seconds a job may be kept from shrinking after a (re)start
 
 
 def _require_positive_float(name: str, value: object, *, maximum: float) -> float:
@@ -112,6 +114,9 @@ class JobSpec:
       ``batch_size``. For elastic jobs ``gpus`` is what the owner requested (informative).
     * ``restart_s``: seconds of progress one halt costs this job (checkpoint, pods restart,
       reload), when the owner knows it better than the cluster's default (``None``).
+    * ``min_runtime_s``: seconds after a start or resume during which no round shrinks the
+      job to give its GPUs to another (``None``: the cluster's default); at most
+      ``MAX_MIN_RUNTIME_S``.
     """
 
     name: str
@@ -127,6 +132,7 @@ class JobSpec:
     gpus: int = 1
     category: str = field(default="", compare=False)
     restart_s: float | None = None
+    min_runtime_s: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -153,6 +159,11 @@ class JobSpec:
         if self.restart_s is not None:
             restart = check_float("restart_s", self.restart_s, minimum=0.0, maximum=MAX_RESTART_S)
             object.__setattr__(self, "restart_s", restart)
+        if self.min_runtime_s is not None:
+            least = check_float(
+                "min_runtime_s", self.min_runtime_s, minimum=0.0, maximum=MAX_MIN_RUNTIME_S
+            )
+            object.__setattr__(self, "min_runtime_s", least)
         if self.gpus > self.k_max:
             raise SpecError("gpus", self.gpus, f"<= k_max ({self.k_max})")
         if self.elastic:

@@ -24,6 +24,7 @@ from bellows.service.capacity import NodeGpus, node_gpus, read_capacity, watch_c
 from bellows.service.config import MAX_CLUSTER_GPUS, CapacitySettings
 
 GPU = "nvidia.com/gpu"
+AT_ONCE = CapacitySettings(node_grace_s=0.0)  # a node lost counts at once (no grace)
 
 
 def _node(name: str, gpus: Any, **changes: Any) -> dict[str, Any]:
@@ -145,7 +146,7 @@ async def watching(api: KubeApi, settings: CapacitySettings, told: Told, **optio
 def test_the_watcher_follows_nodes_lost_added_cordoned_and_not_ready(crds):
     async def scenario(cluster: EmulatedCluster, api: KubeApi) -> None:
         told = Told()
-        async with watching(api, CapacitySettings(), told):
+        async with watching(api, AT_ONCE, told):
             await told.until([8])
             cluster.remove_node("b")
             await told.until([8, 4])
@@ -171,7 +172,7 @@ def test_the_watcher_counts_only_the_selected_nodes_and_another_resource(crds):
         cluster.add_node("train-1", 8, labels={"pool": "train"})
         cluster.add_node("serve-1", 8, labels={"pool": "serve"})
         told = Told()
-        settings = CapacitySettings(node_selector={"pool": "train"})
+        settings = CapacitySettings(node_selector={"pool": "train"}, node_grace_s=0.0)
         async with watching(api, settings, told):
             await told.until([8])
             cluster.add_node("train-2", 4, labels={"pool": "train"})
@@ -222,7 +223,7 @@ def test_the_watcher_outlives_api_errors_expired_versions_and_a_failed_update(cr
         api = CountingApi(cluster.api_client())
         cluster.faults.inject("GET", r"^/api/v1/nodes$", 500, count=2)
         told = Told(fail=1)  # the first total is refused once: told again after the back-off
-        async with watching(api, CapacitySettings(), told, retry_s=(0.05, 0.2)):
+        async with watching(api, AT_ONCE, told, retry_s=(0.05, 0.2)):
             await told.until([8])
             assert cluster.faults.pending == 0
             lists = api.lists  # two failed, one whose total was refused, one that took

@@ -268,9 +268,11 @@ def _suspended(stack: Live, name: str) -> bool:
 
 @pytest.mark.parametrize("mode", ["bellows", "paper"])
 async def test_a_node_lost_under_running_jobs_halts_the_newest_until_it_is_back(mode: str) -> None:
-    # two nodes of 4 GPUs; the controller watches them (capacity.gpus 0)
+    # two nodes of 4 GPUs; the controller watches them (capacity.gpus 0), and a node gone
+    # counts at once (no grace: tests/hostile/test_node_flaps.py has the grace)
     nodes = {"gpu-a": 4, "gpu-b": 4}
-    async with live(nodes=nodes, extra=(f"controller.mode={mode}",)) as stack:
+    extra = (f"controller.mode={mode}", "controller.capacity.nodeGraceSeconds=0")
+    async with live(nodes=nodes, extra=extra) as stack:
         witness = stack.witness
         stack.start_bridge()
         stack.start_controller("controller")

@@ -90,6 +90,7 @@ ALLOWED_VERBS: dict[tuple[str, str], set[str]] = {
     ("kueue.x-k8s.io", "localqueues"): {"get", "list", "watch"},
     ("kueue.x-k8s.io", "clusterqueues"): {"get", "list", "watch"},
     ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch", "patch"},
+    ("", "namespaces"): {"get", "list", "watch"},  # their labels, for namespaceSelector
     # with trainer.enabled only (docs/kube.md, "TrainJob": a resize re-creates the TrainJob)
     ("trainer.kubeflow.org", "trainjobs"): {
         "get",
@@ -255,12 +256,15 @@ def test_node_permission_only_when_capacity_is_read_from_nodes() -> None:
 
 
 def _kueue_grants(objs: list[dict[str, Any]]) -> dict[tuple[str, str, str], set[str]]:
-    """(kind, namespace, resource) -> verbs of every kueue.x-k8s.io rule, by role."""
+    """(kind, namespace, resource) -> verbs of every kueue.x-k8s.io rule, by role, and of
+    the namespaces (read beside Kueue only)."""
     out: dict[tuple[str, str, str], set[str]] = {}
     for kind in ("ClusterRole", "Role"):
         for role in by_kind(objs, kind):
             for rule in role["rules"]:
-                if "kueue.x-k8s.io" not in rule["apiGroups"]:
+                if "kueue.x-k8s.io" not in rule["apiGroups"] and rule["resources"] != [
+                    "namespaces"
+                ]:
                     continue
                 for resource in rule["resources"]:
                     key = (
@@ -284,6 +288,7 @@ def test_kueue_permissions_only_when_kueue_is_enabled() -> None:
         ("bellows-controller", "", "localqueues"): read,
         ("bellows-controller", "", "clusterqueues"): read,
         ("bellows-controller", "", "workloads"): patch,
+        ("bellows-controller", "", "namespaces"): read,
     }
     assert _config(VARIANTS["kueue"])["controller"]["kueue"] == {"enabled": True}
     # watched namespaces: LocalQueues and Workloads per namespace, the cluster-scoped
@@ -295,6 +300,7 @@ def test_kueue_permissions_only_when_kueue_is_enabled() -> None:
         ("bellows-controller", "team-b", "localqueues"): read,
         ("bellows-controller", "team-b", "workloads"): patch,
         ("bellows-controller-kueue", "", "clusterqueues"): read,
+        ("bellows-controller-kueue", "", "namespaces"): read,
     }
     (binding,) = [
         b

@@ -38,6 +38,7 @@ checksum of it so that changing any of these values rolls them. What differs per
   "queue" .Values.controller.queue
   "earlyShare" .Values.controller.earlyShare
   "restartCostSeconds" .Values.controller.restartCostSeconds
+  "minRuntimeSeconds" .Values.controller.minRuntimeSeconds
   "hysteresis" .Values.controller.hysteresis
   "backfill" .Values.controller.backfill
   "haltTimeoutSeconds" .Values.controller.haltTimeoutSeconds

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from bellows.jobs import JobSpec, SpecError
+from bellows.jobs import MAX_MIN_RUNTIME_S, JobSpec, SpecError
 from bellows.optimizer import Method
 from bellows.optimizer.solving import METHODS
 
@@ -62,6 +62,9 @@ class AutoscalerConfig:
       jobs that do not set their own (``JobSpec.restart_s``). The optimizer prices it: a
       running job moves only when its remaining work finishes sooner by more than
       ``max(1, hysteresis)`` times that cost.
+    * ``min_runtime_s``: a running job that started or resumed less than this ago is not
+      shrunk by a round to give GPUs to another (jobs may set their own,
+      ``JobSpec.min_runtime_s``); a capacity loss still shrinks and preempts it. 0: off.
     * ``backfill``: admit later arrivals past a head-of-queue job that does not fit.
     * ``optimizer``: the optimizer path each round (:data:`bellows.optimizer.Method`):
       ``"auto"`` picks the fastest by size and may load JAX; ``"numpy"`` never imports JAX
@@ -76,6 +79,7 @@ class AutoscalerConfig:
     restart_cost_s: float = DEFAULT_RESTART_S
     hysteresis: float = 1.0
     backfill: bool = True
+    min_runtime_s: float = 0.0
     optimizer: Method = "auto"
 
     @classmethod
@@ -110,6 +114,9 @@ class AutoscalerConfig:
             raise SpecError("early_share", self.early_share, "a share in (0, 1] or None")
         if not (math.isfinite(self.restart_cost_s) and self.restart_cost_s >= 0):
             raise SpecError("restart_cost_s", self.restart_cost_s, "a finite number >= 0")
+        least = self.min_runtime_s
+        if not (math.isfinite(least) and 0 <= least <= MAX_MIN_RUNTIME_S):
+            raise SpecError("min_runtime_s", least, f"seconds in [0, {MAX_MIN_RUNTIME_S:g}]")
         if not (math.isfinite(self.hysteresis) and self.hysteresis >= 0):
             raise SpecError("hysteresis", self.hysteresis, "a finite number >= 0")
         if self.optimizer not in METHODS:

@@ -92,6 +92,7 @@ class _State:
     finished: set[str] = field(default_factory=set)
     rejected: set[str] = field(default_factory=set)
     carried: dict[str, float] = field(default_factory=dict)  # progress kept over a preemption
+    resumed: dict[str, float] = field(default_factory=dict)  # running job -> (re)started at
     in_use: int = 0  # GPUs the running jobs hold
 
 
@@ -134,7 +135,7 @@ class Autoscaler:
         twin._s = _State(
             jobs=dict(s.jobs), rows=dict(s.rows), arrived=list(s.arrived),
             running=dict(s.running), finished=set(s.finished), rejected=set(s.rejected),
-            carried=dict(s.carried), in_use=s.in_use,
+            carried=dict(s.carried), in_use=s.in_use, resumed=dict(s.resumed),
         )  # fmt: skip
         twin._clock = dataclasses.replace(self._clock)
         twin._row_cache = dict(self._row_cache)
@@ -182,6 +183,7 @@ class Autoscaler:
         start = now if since is None else min(since, now)
         pause = restart_seconds(job, self._config) if done > 0 else 0.0  # a resume, not a start
         self._s.running[job.name] = RunningJob(allocation, rate, done, start, start + pause)
+        self._s.resumed[job.name] = start
         self._s.in_use += allocation.gpus
         self._clock.note_event(now)
         self._check_fit(now)
@@ -240,6 +242,7 @@ class Autoscaler:
         if name in self._s.arrived:
             self._s.arrived.remove(name)
         self._s.carried.pop(name, None)
+        self._s.resumed.pop(name, None)
         self._clock.note_event(now, finished=running is not None)
         self._may_fill(now)
         return True
@@ -322,17 +325,20 @@ class Autoscaler:
         decisions.extend(self._preempt_to_fit(now))
         running = list(self._s.running)
         offered = self._candidates(self._capacity - len(running))
+        floors = self._protected(now)
         # only the candidates admission takes get a row: a long queue costs the DP nothing
-        free = self._capacity - self._min_need(running)
+        free = self._capacity - self._min_need(running) - self._floor_need(floors)
         names = running + (self._fitting(offered, free) if self.shortcuts else offered)
         self._priced = None
         admitted, objective = self._optimize(
-            names, self._capacity, now, decisions, required=len(running)
+            names, self._capacity, now, decisions, required=len(running), floors=floors
         )
         if self.note_keeps:
             self.keeps = self._kept(decisions)
         decisions.extend(self._reject())
         self._clock.round_done(now, running=len(self._s.running))
+        if floors:  # the round the protection held back comes when it ends
+            self._clock.note_event(self._protected_until(floors, now))
         candidates = len(running) + len(offered)
         self._stats(now, candidates, admitted, objective, decisions, kind="round")
         return decisions
@@ -354,8 +360,10 @@ class Autoscaler:
         decisions: list[Decision],
         *,
         required: int,
+        floors: Mapping[str, int] | None = None,
     ) -> tuple[int, float]:
-        """Admit and place ``names`` (the ``required`` running jobs first) on ``capacity``."""
+        """Admit and place ``names`` (the ``required`` running jobs first) on ``capacity``;
+        a job in ``floors`` gets at least that many GPUs (:meth:`_protected`)."""
         if not names:
             return 0, 0.0
         if len(names) == 1 and not required and self.shortcuts:
@@ -367,6 +375,10 @@ class Autoscaler:
             decisions.extend(self._apply({names[0]: k}, now))
             return 1, float(row.values[k])
         values, graded = self._values(names, capacity, now)
+        for i, name in enumerate(names[:required]):
+            if floors and (floor := floors.get(name, 0)) > 1:
+                values[i, 1:floor] = -np.inf
+                graded[i, 1:floor] = -np.inf
         if self.note_keeps:
             self._priced = (names, values)
         admission = admit(
@@ -499,11 +511,42 @@ class Autoscaler:
 
     def _preempt(self, name: str, now: float) -> Decision:
         running = self._s.running.pop(name)
+        self._s.resumed.pop(name, None)
         self._s.in_use -= running.allocation.gpus
         self._s.arrived.insert(0, name)
         # the job resumes later from its checkpoint, with the progress it had
         self._s.carried[name] = running.done_at(now)
         return Preempt(name, preempt_reason(self._capacity))
+
+    def _protected(self, now: float) -> dict[str, int]:
+        """The running jobs a round may not shrink, each to the GPUs it holds: those that
+        (re)started less than their minimum runtime ago (``JobSpec.min_runtime_s``, else
+        ``AutoscalerConfig.min_runtime_s``). None while the running jobs hold more GPUs
+        than the cluster has: a capacity loss still shrinks and preempts them."""
+        s, default = self._s, self._config.min_runtime_s
+        if s.in_use > self._capacity:
+            return {}
+        floors: dict[str, int] = {}
+        for name, run in s.running.items():
+            own = s.jobs[name].min_runtime_s
+            if now - s.resumed.get(name, run.since) < (default if own is None else own):
+                floors[name] = run.allocation.gpus
+        return floors
+
+    def _protected_until(self, floors: Mapping[str, int], now: float) -> float:
+        """When the first of the protected jobs still running may be shrunk again."""
+        s, default = self._s, self._config.min_runtime_s
+        ends = []
+        for name in floors:
+            if (run := s.running.get(name)) is not None:
+                own = s.jobs[name].min_runtime_s
+                ends.append(s.resumed.get(name, run.since) + (default if own is None else own))
+        return max(now, min(ends, default=now))
+
+    def _floor_need(self, floors: Mapping[str, int]) -> int:
+        """GPUs the protected jobs hold beyond their smallest allocation."""
+        rows = self._s.rows
+        return sum(max(0, k - rows[n].min_gpus) for n, k in floors.items())
 
     def _min_need(self, names: Sequence[str]) -> int:
         return sum(self._s.rows[n].min_gpus for n in names)
@@ -533,6 +576,7 @@ class Autoscaler:
                 if done is not None:
                     resumed.add(name)
                 self._s.running[name] = RunningJob(alloc, rate, done or 0.0, now, now + pause)
+                self._s.resumed[name] = now
                 self._s.in_use += k
                 starts.append(Start(name, alloc.gpus, alloc.batch))
             elif running.allocation != alloc:
@@ -540,6 +584,7 @@ class Autoscaler:
                 if old.gpus == k and not self._batch_move_pays(name, running, rate, cost, now):
                     continue  # same GPUs, another batch: a restart that would not pay
                 self._s.running[name] = running.moved_to(alloc, rate, now, restart_cost_s=cost)
+                self._s.resumed[name] = now
                 self._s.in_use += k - old.gpus
                 change = Rescale(name, old.gpus, old.batch, alloc.gpus, alloc.batch)
                 (downs if alloc.gpus < old.gpus else ups).append(change)

@@ -181,6 +181,7 @@ def current(job: str, kubeconfig: Path | None, context: str | None) -> None:
     from bellows.kube import KubeApi
     from bellows.scaling import job_profile_to_json
     from bellows.service.config import KubernetesSettings
+    from bellows.service.kubeconfig import KubeconfigError
     from bellows.service.progress_loop import read_fit
     from bellows.service.runner import kube_api_client
 
@@ -194,7 +195,7 @@ def current(job: str, kubeconfig: Path | None, context: str | None) -> None:
 
     try:
         profile = asyncio.run(read())
-    except SpecError as error:
+    except (SpecError, KubeconfigError) as error:
         raise click.ClickException(str(error)) from None
     if profile is None:
         raise click.ClickException(

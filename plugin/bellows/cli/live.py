@@ -31,7 +31,12 @@ def _serve(runner: Runner, config: BellowsConfig) -> None:
             loop.add_signal_handler(sig, stop.set)
         await runner(config, stop=stop)
 
-    asyncio.run(until_signalled())
+    from bellows.service.kubeconfig import KubeconfigError
+
+    try:
+        asyncio.run(until_signalled())
+    except KubeconfigError as error:
+        raise click.ClickException(str(error)) from None
 
 
 @click.command()

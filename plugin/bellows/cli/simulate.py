@@ -25,7 +25,7 @@ from bellows.cli.params import (
     OutputDir,
     output_errors,
 )
-from bellows.jobs import MAX_GPUS, SpecError
+from bellows.jobs import MAX_GPUS, MAX_MIN_RUNTIME_S, SpecError
 
 if TYPE_CHECKING:
     from bellows.scaling import ClusterProfile
@@ -102,6 +102,12 @@ def describe_run(result: SimResult, summary: Mapping[str, Any] | None = None) ->
     "by the simulator and priced by the optimizer. [default: 60; --paper: 0]",
 )
 @click.option(
+    "--min-runtime-s",
+    type=FiniteFloat(0, MAX_MIN_RUNTIME_S),
+    help="Seconds after a start or resume during which no round shrinks a job without its "
+    "own min_runtime_s to give its GPUs to another (a capacity loss still does). [default: 0]",
+)
+@click.option(
     "--hysteresis",
     type=FiniteFloat(0, MAX_HYSTERESIS),
     help="A move must gain max(1, this) times its restart. [default: 1; --paper: 0]",
@@ -133,6 +139,7 @@ def simulate(
     delta_min: float | None,
     early_share: float | None,
     restart_cost_s: float | None,
+    min_runtime_s: float | None,
     hysteresis: float | None,
     backfill: bool | None,
     horizon_min: float | None,
@@ -162,7 +169,7 @@ def simulate(
                     "mode": "paper" if paper else "bellows", "policy": policy, "queue": queue,
                     "delta_min": delta_min, "early_share": early_share,
                     "restart_cost_s": restart_cost_s, "hysteresis": hysteresis,
-                    "backfill": backfill,
+                    "backfill": backfill, "min_runtime_s": min_runtime_s,
                 }  # fmt: skip
                 # the same settings, built the same way, as a sweep's cells (bellows sweep)
                 config = settings_config({k: v for k, v in given.items() if v is not None})

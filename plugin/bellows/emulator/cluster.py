@@ -33,7 +33,7 @@ import contextlib
 import copy
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any
 
 import yaml
@@ -62,6 +62,7 @@ from bellows.scaling.online import SpeedFactors
 __all__ = ["DEFAULT_FLAVOR", "EmulatedCluster"]
 
 DEFAULT_FLAVOR = "default-flavor"  # the flavor of a ClusterQueue given a plain GPU count
+_EVERY: Mapping[str, Any] = MappingProxyType({})  # the selector of every namespace
 
 
 class EmulatedCluster:
@@ -239,11 +240,14 @@ class EmulatedCluster:
         *,
         strategy: Strategy = "BestEffortFIFO",
         cohort: str | None = None,
+        namespaces: Mapping[str, Any] | None = _EVERY,
     ) -> dict[str, Any]:
         """Create a ClusterQueue with a ``nvidia.com/gpu`` nominal quota per flavor
         (``{"a100": 8, "h100": 4}``; a plain count is one flavor, :data:`DEFAULT_FLAVOR`),
-        admitting in ``strategy`` order from every namespace. Flavors that do not exist yet
-        are created, as the admin would (Kueue admits nothing for a missing flavor)."""
+        admitting in ``strategy`` order from the namespaces ``namespaces`` selects (a
+        LabelSelector; ``{}``, the default, every namespace; ``None``: no selector,
+        which Kueue reads as none). Flavors that do not exist yet are created, as the
+        admin would (Kueue admits nothing for a missing flavor)."""
         quotas = {DEFAULT_FLAVOR: gpus} if isinstance(gpus, int) else dict(gpus)
         flavors = self._kueue_resource("resourceflavors")
         for flavor in quotas:
@@ -252,7 +256,6 @@ class EmulatedCluster:
             ):
                 self.add_resource_flavor(flavor)
         spec: dict[str, Any] = {
-            "namespaceSelector": {},
             "queueingStrategy": strategy,
             "resourceGroups": [
                 {
@@ -266,8 +269,24 @@ class EmulatedCluster:
         }
         if cohort is not None:
             spec["cohortName"] = cohort
+        if namespaces is not None:
+            spec["namespaceSelector"] = dict(namespaces)
         body = {"metadata": {"name": name}, "spec": spec}
         return self.store.create(self._kueue_resource(CLUSTER_QUEUES), None, body)
+
+    def label_namespace(self, name: str, labels: Mapping[str, str | None]) -> dict[str, Any]:
+        """Merge ``labels`` into namespace ``name``'s (a ``None`` value removes the key),
+        creating the namespace if missing, as ``kubectl label namespace`` would."""
+        self.store.create_namespace(name)
+        res = self.store.resources["v1/namespaces"]
+
+        def change(current: dict[str, Any]) -> dict[str, Any]:
+            meta = current.setdefault("metadata", {})
+            merged = {**(meta.get("labels") or {}), **labels}
+            meta["labels"] = {k: v for k, v in merged.items() if v is not None}
+            return current
+
+        return self.store.update_with(res, None, name, change)
 
     def add_local_queue(
         self, name: str, cluster_queue: str, *, namespace: str = "default"

@@ -66,6 +66,7 @@ from bellows.kube.kueue import (
     LOCAL_QUEUES,
     VERSION,
     WORKLOADS,
+    NamespaceSelector,
     job_pod_sets,
     pod_set_gpus,
     queue_name,
@@ -81,6 +82,7 @@ KUEUE_KINDS = (FLAVORS, CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS)
 """The plurals of the Kueue kinds the emulated Kueue needs the API server to serve."""
 
 _PREFIX = f"{GROUP}/{VERSION}/"
+NAMESPACES = "v1/namespaces"
 _log = structlog.get_logger("bellows.emulator")
 
 
@@ -92,6 +94,7 @@ class _Queue:
     strict: bool  # StrictFIFO
     flavors: list[tuple[str, int]]  # (flavor, GPU nominalQuota), in order
     inactive: str | None  # why it admits nothing (a flavor is missing), else None
+    namespaces: NamespaceSelector  # the namespaces it admits from
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,8 @@ class EmulatedKueue:
             for k in KINDS
             if f"{k.group}/{k.version}/{k.plural}" in store.resources
         }
-        self._watched = {*self._kinds, *(_PREFIX + p for p in KUEUE_KINDS)}
+        # the namespaces too: a ClusterQueue's namespaceSelector matches their labels
+        self._watched = {*self._kinds, *(_PREFIX + p for p in KUEUE_KINDS), NAMESPACES}
         self.fights: list[Fight] = []
         """Every external suspend of an admitted job that was undone, oldest first."""
         self.passes = 0  # reconcile passes made (each one after a batch of changes)
@@ -443,6 +447,10 @@ class EmulatedKueue:
                 self._guard(wl, self._note_pending, wl, f"LocalQueue {queue} doesn't exist")
             elif cq_name not in queues:
                 self._guard(wl, self._note_pending, wl, f"ClusterQueue {cq_name} doesn't exist")
+            elif not queues[cq_name].namespaces.admits(self._labels(wl["metadata"]["namespace"])):
+                # Kueue's scheduler: inadmissible, set aside (it blocks no StrictFIFO head)
+                message = "Workload namespace doesn't match ClusterQueue selector"
+                self._guard(wl, self._note_pending, wl, message)
             else:
                 pending[cq_name].append(wl)
         for cq_name, items in pending.items():
@@ -477,6 +485,12 @@ class EmulatedKueue:
                 self._guard(wl, self._note_pending, wl, message)
                 blocked = queue_.strict
 
+    def _labels(self, namespace: str) -> Mapping[str, str]:
+        """The labels of ``namespace`` as last seen (none when it is not seen)."""
+        obj = self._cache[NAMESPACES].get(("", namespace)) or {}
+        labels = (obj.get("metadata") or {}).get("labels")
+        return labels if isinstance(labels, Mapping) else {}
+
     def _cluster_queues(self) -> dict[str, _Queue]:
         """Every valid ClusterQueue by name (an invalid one is logged once and admits nothing)."""
         flavors = {f["metadata"]["name"] for f in self._list(FLAVORS)}
@@ -493,7 +507,8 @@ class EmulatedKueue:
                 continue
             lost = ", ".join(sorted({f for f, _ in quotas} - flavors))
             inactive = f"ClusterQueue {name} is inactive: flavor {lost} not found" if lost else None
-            queues[name] = _Queue(view.gpus, view.strategy == "StrictFIFO", quotas, inactive)
+            strict = view.strategy == "StrictFIFO"
+            queues[name] = _Queue(view.gpus, strict, quotas, inactive, view.namespaces)
         return queues
 
     def _admit(

@@ -37,6 +37,7 @@ from bellows.inputs import json_depth
 __all__ = ["MAX_DEPTH", "ApiError", "Change", "Store", "rfc3339"]
 
 MAX_DEPTH = 64  # nesting of lists and objects in one object; real ones stay under 20
+NAME_LABEL = "kubernetes.io/metadata.name"  # the label the API server gives every namespace
 
 Admission = Callable[[ResourceType, Mapping[str, Any]], list[FieldProblem]]
 
@@ -179,12 +180,13 @@ class Store:
 
     # ----- writing -------------------------------------------------------------------------
 
-    def create_namespace(self, name: str) -> None:
+    def create_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
+        """Create namespace ``name`` (if missing) with ``labels`` and, as the API server
+        adds it to every namespace, ``kubernetes.io/metadata.name: <name>``."""
         res = self.resources["v1/namespaces"]
         if (res.key, "", name) not in self._objects:
-            self.create(
-                res, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-            )
+            meta = {"name": name, "labels": {**(labels or {}), NAME_LABEL: name}}
+            self.create(res, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
 
     def create(
         self, res: ResourceType, namespace: str | None, body: Mapping[str, Any]

@@ -432,6 +432,34 @@ class KubeApi:
             response.release_conn()
         return listed
 
+    # ----- namespaces (their labels, for Kueue's namespaceSelector) ---------------------------
+
+    async def list_namespaces(self) -> tuple[list[Obj], str]:
+        """Every namespace (as JSON, see :meth:`list_nodes`) and the list's resourceVersion."""
+        listed: Obj = await _call(self._list_json, self._core.list_namespace)
+        meta = listed.get("metadata") or {}
+        return list(listed.get("items") or []), str(meta.get("resourceVersion", ""))
+
+    async def watch_namespaces(
+        self, resource_version: str, *, timeout_s: int = 300
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        """``(type, namespace)`` events after ``resource_version`` until the server ends the
+        watch; :class:`ExpiredError` when that version is too old."""
+        kwargs: dict[str, Any] = {
+            "resource_version": resource_version,
+            "timeout_seconds": timeout_s,
+        }
+        async for event in _stream(self._core.list_namespace, (), kwargs, models=False):
+            yield event
+
+    def _list_json(self, fn: Callable[..., Any], **options: Any) -> Obj:
+        response = fn(_preload_content=False, **options)
+        try:
+            listed: Obj = json.loads(response.data)
+        finally:
+            response.release_conn()
+        return listed
+
     # ----- nodes (the cluster's GPUs) ----------------------------------------------------------
 
     async def list_nodes(

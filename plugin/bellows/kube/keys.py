@@ -56,6 +56,7 @@ BATCH_ENV = PREFIX + "batch-size-env"
 LOCAL_BATCH_ENV = PREFIX + "local-batch-size-env"
 ELASTIC = PREFIX + "elastic"
 RESTART_SECONDS = PREFIX + "restart-seconds"
+MIN_RUNTIME_SECONDS = PREFIX + "min-runtime-seconds"
 OWNER_KEYS = (
     MIN_BATCH,
     MAX_BATCH,
@@ -68,6 +69,7 @@ OWNER_KEYS = (
     LOCAL_BATCH_ENV,
     ELASTIC,
     RESTART_SECONDS,
+    MIN_RUNTIME_SECONDS,
 )
 
 # Written by Bellows (never read as owner settings).
@@ -133,6 +135,7 @@ class Settings:
     local_batch_env: str | None
     elastic: bool = True
     restart_s: float | None = None  # seconds one halt costs the job; None: the cluster default
+    min_runtime_s: float | None = None  # no rebalance shrink sooner after a (re)start
 
     @property
     def env_names(self) -> tuple[str, ...]:
@@ -248,6 +251,12 @@ def parse_settings(annotations: Mapping[str, str]) -> Settings:
         if restart is None
         else parse_float(RESTART_SECONDS, restart, minimum=0.0, maximum=jobs.MAX_RESTART_S)
     )
+    least = annotations.get(MIN_RUNTIME_SECONDS)
+    min_runtime_s = (
+        None
+        if least is None
+        else parse_float(MIN_RUNTIME_SECONDS, least, minimum=0.0, maximum=jobs.MAX_MIN_RUNTIME_S)
+    )
     return Settings(
         b_min=b_min,
         b_max=b_max,
@@ -259,6 +268,7 @@ def parse_settings(annotations: Mapping[str, str]) -> Settings:
         local_batch_env=local_env,
         elastic=elastic_text == "true",
         restart_s=restart_s,
+        min_runtime_s=min_runtime_s,
     )
 
 

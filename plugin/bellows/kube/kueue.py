@@ -14,7 +14,12 @@ Facts from Kueue's job reconciler (``pkg/controller/jobframework/reconciler.go``
   ``Deactivated``) and keeps it out of admission until ``active`` is true again;
 * a ``LocalQueue`` points at one ``ClusterQueue``, whose ``resourceGroups[].flavors[]``
   give each resource a ``nominalQuota``; its ``queueingStrategy`` is ``StrictFIFO`` or
-  ``BestEffortFIFO`` (the default).
+  ``BestEffortFIFO`` (the default);
+* a ClusterQueue admits Workloads only from the namespaces its ``namespaceSelector`` (a
+  ``metav1.LabelSelector``) matches: ``{}`` matches every namespace, and a missing (null)
+  selector matches none (Kueue reads it with ``LabelSelectorAsSelector``, whose ``nil`` is
+  ``labels.Nothing()``); a Workload from another namespace stays pending, "Workload
+  namespace doesn't match ClusterQueue selector" (:class:`NamespaceSelector`).
 """
 
 from __future__ import annotations
@@ -34,12 +39,14 @@ __all__ = [
     "MULTIKUEUE",
     "VERSION",
     "ClusterQueueView",
+    "NamespaceSelector",
     "WorkloadView",
     "job_pod_sets",
     "owned_workload",
     "pod_set_gpus",
     "queue_name",
     "read_cluster_queue",
+    "read_namespace_selector",
     "read_workload",
     "workload_gpus",
     "workload_name",
@@ -147,6 +154,81 @@ def owned_workload(
     return None
 
 
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+@dataclass(frozen=True)
+class NamespaceSelector:
+    """A ClusterQueue's ``namespaceSelector``: ``requirements`` ANDed, each ``(key,
+    operator, values)``; ``None`` is the null selector, which matches no namespace."""
+
+    requirements: tuple[tuple[str, str, tuple[str, ...]], ...] | None
+
+    def admits(self, labels: Mapping[str, str]) -> bool:
+        """Whether a namespace with ``labels`` may submit to the ClusterQueue
+        (``metav1.LabelSelector`` semantics: ``NotIn`` and ``DoesNotExist`` match a
+        namespace without the key)."""
+        if self.requirements is None:
+            return False
+        for key, operator, values in self.requirements:
+            present = key in labels
+            if operator == "In" and not (present and labels[key] in values):
+                return False
+            if operator == "NotIn" and present and labels[key] in values:
+                return False
+            if operator == "Exists" and not present:
+                return False
+            if operator == "DoesNotExist" and present:
+                return False
+        return True
+
+    def __str__(self) -> str:
+        if self.requirements is None:
+            return "null (no namespace)"
+        if not self.requirements:
+            return "{} (every namespace)"
+        return ", ".join(
+            f"{k} {op} ({','.join(v)})" if v else f"{k} {op}" for k, op, v in self.requirements
+        )
+
+
+def read_namespace_selector(field: str, value: object) -> NamespaceSelector:
+    """The selector of ``value`` (a LabelSelector, or ``None``); :class:`SpecError` names
+    a malformed part (Kueue's webhook refuses such a ClusterQueue)."""
+    if value is None:
+        return NamespaceSelector(None)
+    if not isinstance(value, Mapping):
+        raise SpecError(field, value, "a label selector (matchLabels, matchExpressions)")
+    out: list[tuple[str, str, tuple[str, ...]]] = []
+    labels = value.get("matchLabels") or {}
+    if not isinstance(labels, Mapping):
+        raise SpecError(f"{field}.matchLabels", labels, "a map of label keys to values")
+    for key, wanted in sorted(labels.items()):
+        if not isinstance(key, str) or not key or not isinstance(wanted, str):
+            raise SpecError(f"{field}.matchLabels", {key: wanted}, "string keys and values")
+        out.append((key, "In", (wanted,)))
+    expressions = value.get("matchExpressions") or []
+    if not isinstance(expressions, list):
+        raise SpecError(f"{field}.matchExpressions", expressions, "a list of requirements")
+    for i, expr in enumerate(expressions):
+        where = f"{field}.matchExpressions[{i}]"
+        if not isinstance(expr, Mapping):
+            raise SpecError(where, expr, "an object with key, operator and values")
+        key, operator, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if not isinstance(key, str) or not key:
+            raise SpecError(f"{where}.key", key, "a label key")
+        if operator not in _OPERATORS:
+            raise SpecError(f"{where}.operator", operator, f"one of {', '.join(_OPERATORS)}")
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise SpecError(f"{where}.values", values, "a list of strings")
+        if operator in ("In", "NotIn") and not values:
+            raise SpecError(f"{where}.values", values, f"at least one value for {operator}")
+        if operator in ("Exists", "DoesNotExist") and values:
+            raise SpecError(f"{where}.values", values, f"no values for {operator}")
+        out.append((key, str(operator), tuple(sorted(set(values)))))
+    return NamespaceSelector(tuple(out))
+
+
 @dataclass(frozen=True)
 class ClusterQueueView:
     """A ClusterQueue's GPUs (its ``nominalQuota`` of ``resource`` summed over every flavor
@@ -156,6 +238,7 @@ class ClusterQueueView:
     gpus: int
     strategy: Strategy
     cohort: str | None
+    namespaces: NamespaceSelector = NamespaceSelector(())  # {}: every namespace
 
     @property
     def backfill(self) -> bool:
@@ -197,7 +280,10 @@ def read_cluster_queue(obj: Mapping[str, Any], resource: str = GPU) -> ClusterQu
                     raise SpecError(field, entry.get("nominalQuota"), "a whole number of GPUs")
                 gpus += int(amount)
     cohort = spec.get("cohortName") or spec.get("cohort")
-    return ClusterQueueView(name, gpus, strategy, str(cohort) if cohort else None)
+    selector = read_namespace_selector(
+        f"clusterqueue {shown(name)} spec.namespaceSelector", spec.get("namespaceSelector")
+    )
+    return ClusterQueueView(name, gpus, strategy, str(cohort) if cohort else None, selector)
 
 
 # The replica specs of each job kind Kueue integrates, and the order of their podSets

@@ -96,6 +96,7 @@ def build_spec(view: JobView, settings: keys.Settings, profile: JobProfile) -> J
             elastic=settings.elastic,
             gpus=gpus,
             restart_s=settings.restart_s,
+            min_runtime_s=settings.min_runtime_s,
         )
     except SpecError as err:
         if err.field == "batch_size":

@@ -12,11 +12,20 @@ with the new total each time it changes: the controller's ``set_capacity``, whic
 newest jobs when the cluster shrinks below the GPUs in use and starts waiting ones when it
 grows. A node whose allocatable is not a whole number of GPUs is logged and counts 0; it
 never stops the watch. An API error is logged and the watch resumes after a back-off.
+
+Node flaps: a counted node that turns NotReady, or is deleted, keeps its GPUs counted for
+``controller.capacity.nodeGraceSeconds`` (300 s, Kubernetes' own wait before it evicts the
+pods of a NotReady or unreachable node); back Ready within that, nothing changed; still out
+after it, its GPUs leave the total (log ``capacity.node_lost``) and the controller halts the
+newest jobs to fit, as it does at once with a grace of 0. A cordon (``unschedulable``) is an
+admin's choice and counts at once. At start a cluster with no node advertising the
+resource is :class:`NoGpuNodeError`: the controller waits for one (readiness false).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -30,6 +39,7 @@ from bellows.kube import ConflictError, ExpiredError, KubeApi, NotFoundError
 from bellows.service.config import MAX_CLUSTER_GPUS, CapacitySettings
 
 __all__ = [
+    "NoGpuNodeError",
     "NodeGpus",
     "list_capacity",
     "node_gpus",
@@ -72,19 +82,55 @@ def node_gpus(node: Mapping[str, Any], resource: str) -> int:
     return int(amount) if ready else 0
 
 
-class NodeGpus:
-    """GPUs per node, as a list and then watch events show them; :attr:`total` is the sum."""
+class NoGpuNodeError(SpecError):
+    """No selected node has the resource at all (yet): nothing to share."""
 
-    def __init__(self, resource: str) -> None:
+
+class NodeGpus:
+    """GPUs per node, as a list and then watch events show them; :attr:`total` is the sum,
+    a lapsed node's included while its grace lasts (``grace_s`` on the clock ``now``)."""
+
+    def __init__(
+        self, resource: str, *, grace_s: float = 0.0, now: Callable[[], float] = lambda: 0.0
+    ) -> None:
         self._resource = resource
+        self._grace_s = grace_s
+        self._now = now
         self._gpus: dict[str, int] = {}
         self._advertised: set[str] = set()  # nodes with the resource at all, ready or not
         self._bad: dict[str, str] = {}  # node -> the problem last logged for it
+        self._lapsed: dict[str, tuple[float, int]] = {}  # NotReady or gone: (since, GPUs)
 
     @property
     def total(self) -> int:
         """The GPUs to share, at most ``MAX_CLUSTER_GPUS`` (the bound of a fixed capacity)."""
-        return min(sum(self._gpus.values()), MAX_CLUSTER_GPUS)
+        kept = sum(gpus for _, gpus in self._lapsed.values())
+        return min(sum(self._gpus.values()) + kept, MAX_CLUSTER_GPUS)
+
+    @property
+    def names(self) -> set[str]:
+        """The nodes counted or lapsed."""
+        return set(self._gpus) | set(self._lapsed)
+
+    def next_expiry(self) -> float | None:
+        """When the first lapsed node's grace ends (``None``: none lapsed)."""
+        return min((since + self._grace_s for since, _ in self._lapsed.values()), default=None)
+
+    def expire(self) -> None:
+        """Drop the lapsed nodes whose grace has ended by now: their GPUs are lost."""
+        now = self._now()
+        for name, (since, gpus) in sorted(self._lapsed.items()):
+            if now - since >= self._grace_s:
+                del self._lapsed[name]
+                _log.warning("capacity.node_lost", node=name, gpus=gpus, after_s=now - since)
+
+    def _lapse(self, name: str, counted: int) -> None:
+        """Node ``name`` stopped offering ``counted`` GPUs (NotReady or gone)."""
+        if name in self._lapsed:
+            return  # the grace runs from the first lapse
+        if counted > 0 and self._grace_s > 0:
+            _log.info("capacity.node_lapsed", node=name, gpus=counted, grace_s=self._grace_s)
+            self._lapsed[name] = (self._now(), counted)
 
     @property
     def advertised(self) -> bool:
@@ -106,6 +152,11 @@ class NodeGpus:
             gpus = 0
         else:
             self._bad.pop(name, None)
+        counted = self._gpus.get(name, 0)
+        if gpus == 0 and not _cordoned(node) and advertised:
+            self._lapse(name, counted)  # NotReady: counted for its grace still
+        elif self._lapsed.pop(name, None) is not None and gpus:
+            _log.info("capacity.node_back", node=name, gpus=gpus)
         self._gpus[name] = gpus
         if advertised:
             self._advertised.add(name)
@@ -115,9 +166,13 @@ class NodeGpus:
     def remove(self, node: Mapping[str, Any]) -> None:
         """``node`` is gone (or no longer matches the selector)."""
         name = _name(node)
-        self._gpus.pop(name, None)
+        self._lapse(name, self._gpus.pop(name, 0))
         self._advertised.discard(name)
         self._bad.pop(name, None)
+
+
+def _cordoned(node: Mapping[str, Any]) -> bool:
+    return (node.get("spec") or {}).get("unschedulable") is True
 
 
 def _name(node: Mapping[str, Any]) -> str:
@@ -126,14 +181,21 @@ def _name(node: Mapping[str, Any]) -> str:
     return name if isinstance(name, str) else ""
 
 
-async def list_capacity(api: KubeApi, settings: CapacitySettings) -> tuple[NodeGpus, str]:
-    """The selected nodes' GPUs, counted from one full list, and its resourceVersion."""
-    gpus = NodeGpus(settings.resource_name)
+async def list_capacity(
+    api: KubeApi, settings: CapacitySettings, into: NodeGpus | None = None
+) -> tuple[NodeGpus, str]:
+    """The selected nodes' GPUs, counted from one full list (into ``into``, where a node
+    no longer listed lapses as if deleted), and the list's resourceVersion."""
+    gpus = NodeGpus(settings.resource_name) if into is None else into
     version = ""
+    seen: set[str] = set()
     async for page, page_version in api.list_nodes(node_selector(settings)):
         version = page_version  # the last page's: watch from it
         for node in page:
             gpus.put(node)
+            seen.add(_name(node))
+    for name in sorted(gpus.names - seen):
+        gpus.remove({"metadata": {"name": name}})
     return gpus, version
 
 
@@ -145,7 +207,7 @@ async def read_capacity(api: KubeApi, settings: CapacitySettings) -> int:
         return settings.gpus
     gpus, _ = await list_capacity(api, settings)
     if not gpus.advertised:
-        raise SpecError(
+        raise NoGpuNodeError(
             "controller.capacity.gpus",
             0,
             f"a GPU count, or nodes{_matching(settings)} with allocatable "
@@ -168,46 +230,84 @@ async def watch_capacity(
     *,
     timeout_s: int = 300,
     retry_s: tuple[float, float] = RETRY_S,
+    now: Callable[[], float] | None = None,
+    speedup: float = 1.0,
 ) -> None:
     """Until cancelled: keep the selected nodes' GPUs and call ``on_change(total)`` whenever
     the total differs from the one last told (the first list tells it once, so a change
-    between the controller's start and this watch is not missed)."""
+    between the controller's start and this watch is not missed). ``now`` is the clock the
+    nodes' grace runs on (default: the loop's), ``speedup`` its seconds per real second."""
     selector = node_selector(settings)
+    clock = now or asyncio.get_running_loop().time
     wait, longest = retry_s
-    told: int | None = None
+    teller = _Teller(on_change)
     version: str | None = None
-    gpus = NodeGpus(settings.resource_name)
+    gpus = NodeGpus(settings.resource_name, grace_s=settings.node_grace_s, now=clock)
+    expiring = asyncio.create_task(_expire(gpus, teller, clock, speedup))
+    try:
+        while True:
+            try:
+                if version is None:
+                    gpus, version = await list_capacity(api, settings, into=gpus)
+                    await teller.tell(gpus.total)
+                    wait = retry_s[0]  # the API server answers again
+                async for event, node in api.watch_nodes(selector, version, timeout_s=timeout_s):
+                    version = str((node.get("metadata") or {}).get("resourceVersion") or version)
+                    if event == "DELETED":
+                        gpus.remove(node)
+                    else:
+                        gpus.put(node)
+                    await teller.tell(gpus.total)
+                    wait = retry_s[0]  # the watch works again
+            except ExpiredError:
+                version = None  # too old: list again
+            except Exception as err:
+                if isinstance(err, _TRANSIENT):
+                    _log.warning("capacity.watch_failed", error=brief(err), retry_s=wait)
+                else:  # on_change failed, or a fault no one foresaw: the capacity must keep up
+                    _log.exception("capacity.update_failed", retry_s=wait)
+                    version = None  # list again, and tell the total again
+                    teller.told = None
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, longest)
+    finally:
+        expiring.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await expiring
+
+
+POLL_S = 1.0  # longest real wait between checks of the lapsed nodes' grace
+
+
+async def _expire(
+    gpus: NodeGpus, teller: _Teller, clock: Callable[[], float], speedup: float
+) -> None:
+    """Until cancelled: at each lapsed node's end of grace, drop it and tell the total."""
     while True:
-        try:
-            if version is None:
-                gpus, version = await list_capacity(api, settings)
-                told = await _tell(gpus.total, told, on_change)
-                wait = retry_s[0]  # the API server answers again
-            async for event, node in api.watch_nodes(selector, version, timeout_s=timeout_s):
-                version = str((node.get("metadata") or {}).get("resourceVersion") or version)
-                if event == "DELETED":
-                    gpus.remove(node)
-                else:
-                    gpus.put(node)
-                told = await _tell(gpus.total, told, on_change)
-                wait = retry_s[0]  # the watch works again
-        except ExpiredError:
-            version = None  # too old: list again
-        except Exception as err:
-            if isinstance(err, _TRANSIENT):
-                _log.warning("capacity.watch_failed", error=brief(err), retry_s=wait)
-            else:  # on_change failed, or a fault no one foresaw: the capacity must keep up
-                _log.exception("capacity.update_failed", retry_s=wait)
-                version = None  # list again, and tell the total again
-            await asyncio.sleep(wait)
-            wait = min(wait * 2, longest)
+        due = gpus.next_expiry()
+        delay = POLL_S if due is None else min(POLL_S, max(0.0, due - clock()) / speedup)
+        await asyncio.sleep(delay)
+        if due is not None and clock() >= due:
+            gpus.expire()
+            try:
+                await teller.tell(gpus.total)
+            except Exception:  # on_change failed: the watch's next event tells it again
+                _log.exception("capacity.update_failed", retry_s=POLL_S)
+                teller.told = None
 
 
-async def _tell(
-    total: int, told: int | None, on_change: Callable[[int], Awaitable[None]]
-) -> int | None:
-    if total == told:
-        return told
-    _log.info("capacity.nodes", gpus=total, was=told)
-    await on_change(total)
-    return total
+class _Teller:
+    """Tells ``on_change`` a total that differs from the one last told, one at a time."""
+
+    def __init__(self, on_change: Callable[[int], Awaitable[None]]) -> None:
+        self._on_change = on_change
+        self._lock = asyncio.Lock()
+        self.told: int | None = None
+
+    async def tell(self, total: int) -> None:
+        async with self._lock:
+            if total == self.told:
+                return
+            _log.info("capacity.nodes", gpus=total, was=self.told)
+            await self._on_change(total)
+            self.told = total

@@ -20,7 +20,7 @@ from typing import Any
 from bellows.autoscaler.config import AutoscalerConfig, Mode, Policy
 from bellows.bus.settings import NatsSettings, bounded, check_bounds, doc
 from bellows.inputs import SpecError, check_name
-from bellows.jobs import MAX_RESTART_S
+from bellows.jobs import MAX_MIN_RUNTIME_S, MAX_RESTART_S
 from bellows.service.config_fields import (
     ENV_PREFIX,
     ConfigError,
@@ -65,6 +65,11 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _RESOURCE_NAME = re.compile(r"([a-z0-9.-]{1,253}/)?[A-Za-z0-9._-]{1,63}")
 _DAY = 86_400.0
+# Kubernetes evicts the pods of a NotReady or unreachable node after 300 s (the
+# DefaultTolerationSeconds admission plugin's not-ready and unreachable tolerations, the
+# taint-based successor of kube-controller-manager's --pod-eviction-timeout, 5m0s): a
+# node back within that keeps its pods, so its GPUs stay counted as long
+NODE_GRACE_S = 300.0
 
 MAX_CLUSTER_GPUS = 1 << 20
 """The most GPUs the controller may share: its tables are sized by the cluster."""
@@ -96,6 +101,15 @@ class CapacitySettings:
     )
     node_selector: Mapping[str, str] = field(
         default_factory=dict, hash=False, metadata=doc("labels of the nodes counted (k=v,...)")
+    )
+    node_grace_s: float = field(
+        default=NODE_GRACE_S,
+        metadata=bounded(
+            "seconds a counted node may be NotReady or gone before its GPUs leave the "
+            "capacity (Kubernetes' taint-based eviction waits 300); 0: at once",
+            minimum=0.0,
+            maximum=_DAY,
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -177,6 +191,16 @@ class ControllerSettings:
             maximum=MAX_RESTART_S,
         ),
     )
+    min_runtime_s: float = field(
+        default=0.0,
+        metadata=bounded(
+            "seconds after a start or resume during which no round shrinks a job without "
+            "bellows.io/min-runtime-seconds to give its GPUs to another (a capacity loss "
+            "still does); 0: off",
+            minimum=0.0,
+            maximum=MAX_MIN_RUNTIME_S,
+        ),
+    )
     hysteresis: float | None = field(
         default=None,
         metadata=bounded(
@@ -245,6 +269,7 @@ class ControllerSettings:
         }
         settings: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         settings.update(
+            min_runtime_s=self.min_runtime_s,
             policy=self.policy,
             queue=self.queue,
             early_share=self.early_share,

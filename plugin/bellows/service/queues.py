@@ -10,11 +10,16 @@ again, an API error is logged and the watch resumes after a back-off. It keeps
 * LocalQueue ``(namespace, name)`` -> the ClusterQueue it points at, and
 * ClusterQueue name -> its :class:`~bellows.kube.kueue.ClusterQueueView`,
 
+* namespace -> its labels (the managed namespaces'), which a ClusterQueue's
+  ``namespaceSelector`` must match for the queue to admit the namespace's jobs (one list
+  and watch of the namespaces, never a read per job),
+
 answers :meth:`QueueIndex.pool_of` for a job (``None``: no queue name, the default pool; a
 ClusterQueue's name; or a :class:`QueueProblem` saying why the job's queue cannot be
 resolved), and tells its subscribers each :class:`QueueChange`: a ClusterQueue created,
 changed (quota or strategy) or gone (deleted, or now malformed), or a LocalQueue that now
-routes jobs to a ClusterQueue.
+routes jobs to a ClusterQueue (or one whose namespace's labels, or whose ClusterQueue's
+selector, changed whether it admits them).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ __all__ = ["QueueChange", "QueueIndex", "QueueProblem", "Route"]
 _log = structlog.get_logger("bellows.queues")
 
 # What a failed request may raise: the API server down, answering 5xx, or refusing (403)
+NAMESPACES = "namespaces"  # the plural followed beside Kueue's two
 _TRANSIENT = (ApiException, urllib3.exceptions.HTTPError, OSError, NotFoundError, ConflictError)
 RETRY_S = (1.0, 30.0)  # first and longest wait after a failed list or watch
 
@@ -89,6 +95,14 @@ def _name(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    if not isinstance(labels, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in labels.items()}
 
 
 def _target(obj: Mapping[str, Any]) -> str | QueueProblem:
@@ -136,6 +150,7 @@ class QueueIndex:
         self._retry_s = retry_s
         self._locals: dict[tuple[str, str], str | QueueProblem] = {}
         self._queues: dict[str, ClusterQueueView | QueueProblem] = {}
+        self._labels: dict[str, Mapping[str, str]] = {}  # managed namespace -> its labels
         self._versions: dict[tuple[str, str | None], str] = {}  # (plural, namespace) -> rv
         self._listeners: list[Listener] = []
         self.synced = False
@@ -181,12 +196,26 @@ class QueueIndex:
             )
         if isinstance(view, QueueProblem):
             return view
+        labels = self._labels.get(namespace)
+        if labels is None:
+            return QueueProblem(f"namespace {namespace} has not been read yet")
+        if not view.namespaces.admits(labels):
+            shown_labels = ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "none"
+            return QueueProblem(
+                f"ClusterQueue {target} (of LocalQueue {namespace}/{queue}) does not admit "
+                f"namespace {namespace}: its namespaceSelector ({view.namespaces}) does not "
+                f"match the namespace's labels ({shown_labels}), so Kueue never admits the job"
+            )
         return target
 
     # ------------------------------------------------------------------ listing and watching
     async def sync(self) -> None:
         """List every LocalQueue and ClusterQueue (API errors propagate; a 404, Kueue's
-        CRDs not installed, says so); tells the changes from the state before, if any."""
+        CRDs not installed, says so), and the namespaces; tells the changes from the state
+        before, if any."""
+        items, version = await self._list(NAMESPACES, None)
+        await self._relisted_namespaces(items)
+        self._versions[NAMESPACES, None] = version
         for namespace in self._namespaces:
             items, version = await self._list(LOCAL_QUEUES, namespace)
             await self._relisted_locals(namespace, items)
@@ -198,6 +227,8 @@ class QueueIndex:
         _log.info("queues.listed", cluster_queues=len(self._queues), local_queues=len(self._locals))
 
     async def _list(self, plural: str, namespace: str | None) -> tuple[list[Any], str]:
+        if plural == NAMESPACES:
+            return await self._api.list_namespaces()
         try:
             return await self._api.list_kueue(plural, namespace)
         except NotFoundError as err:
@@ -211,6 +242,7 @@ class QueueIndex:
         docstring); lists first unless :meth:`sync` did."""
         follows = [self._follow(LOCAL_QUEUES, namespace) for namespace in self._namespaces]
         follows.append(self._follow(CLUSTER_QUEUES, None))
+        follows.append(self._follow(NAMESPACES, None))
         tasks = [asyncio.create_task(f) for f in follows]
         try:
             await asyncio.gather(*tasks)
@@ -231,11 +263,17 @@ class QueueIndex:
                     items, version = await self._list(plural, namespace)
                     if plural == LOCAL_QUEUES:
                         await self._relisted_locals(namespace, items)
+                    elif plural == NAMESPACES:
+                        await self._relisted_namespaces(items)
                     else:
                         await self._relisted_queues(items)
                     wait = first  # the API server answers again
-                stream = self._api.watch_kueue(
-                    plural, namespace, version, timeout_s=self._timeout_s
+                stream = (
+                    self._api.watch_namespaces(version, timeout_s=self._timeout_s)
+                    if plural == NAMESPACES
+                    else self._api.watch_kueue(
+                        plural, namespace, version, timeout_s=self._timeout_s
+                    )
                 )
                 async for event, obj in stream:
                     meta = obj.get("metadata") or {}
@@ -243,6 +281,8 @@ class QueueIndex:
                     gone = event == "DELETED"
                     if plural == LOCAL_QUEUES:
                         await self._local(obj, gone=gone)
+                    elif plural == NAMESPACES:
+                        await self._namespace(obj, gone=gone)
                     else:
                         await self._queue(obj, gone=gone)
                     wait = first  # the watch works again
@@ -274,6 +314,51 @@ class QueueIndex:
         self._queues = {_name(obj)[1]: _view(obj, self._resource) for obj in items}
         for name in sorted(set(before) | set(self._queues)):
             await self._changed(name, before.get(name), self._queues.get(name))
+
+    def _managed(self, namespace: str) -> bool:
+        return None in self._namespaces or namespace in self._namespaces
+
+    async def _relisted_namespaces(self, items: list[dict[str, Any]]) -> None:
+        now = {_name(obj)[1]: _labels_of(obj) for obj in items}
+        now = {name: labels for name, labels in now.items() if self._managed(name)}
+        before, self._labels = self._labels, now
+        for name in sorted(set(before) | set(now)):
+            await self._relabelled(name, before.get(name), now.get(name))
+
+    async def _namespace(self, obj: Mapping[str, Any], *, gone: bool) -> None:
+        name = _name(obj)[1]
+        if not self._managed(name):
+            return
+        was = self._labels.get(name)
+        now = None if gone else _labels_of(obj)
+        if now is None:
+            self._labels.pop(name, None)
+        else:
+            self._labels[name] = now
+        await self._relabelled(name, was, now)
+
+    async def _relabelled(
+        self, namespace: str, was: Mapping[str, str] | None, now: Mapping[str, str] | None
+    ) -> None:
+        """Namespace ``namespace``'s labels changed: every ClusterQueue one of its
+        LocalQueues points at whose selector now admits it differently is told routed."""
+        if was == now:
+            return
+        targets = {t for (ns, _), t in self._locals.items() if ns == namespace}
+        for target in sorted(t for t in targets if isinstance(t, str)):
+            view = self.cluster_queue(target)
+            if view is None:
+                continue
+            before = was is not None and view.namespaces.admits(was)
+            after = now is not None and view.namespaces.admits(now)
+            if before != after:
+                _log.info(
+                    "queues.namespace_admission",
+                    namespace=namespace,
+                    cluster_queue=target,
+                    admitted=after,
+                )
+                await self._routed(target)
 
     async def _local(self, obj: Mapping[str, Any], *, gone: bool) -> None:
         key = _name(obj)
@@ -309,6 +394,14 @@ class QueueIndex:
         if isinstance(now, QueueProblem) and now != was:
             _log.warning("queues.cluster_queue_invalid", cluster_queue=name, problem=now.message)
         if _same(before, after):
+            if before is not None and after is not None and before.namespaces != after.namespaces:
+                _log.info(
+                    "queues.cluster_queue_namespaces",
+                    cluster_queue=name,
+                    selector=str(after.namespaces),
+                    was=str(before.namespaces),
+                )
+                await self._tell(QueueChange(name, after, before, routed=True))
             return
         _log.info(
             "queues.cluster_queue",

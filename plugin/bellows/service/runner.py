@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import structlog
 from kubernetes import client as k8s
+from kubernetes import config as k8s_config
 from nats.js import JetStreamContext
 
 from bellows.autoscaler import AutoscalerConfig, Decision, Mode
@@ -38,10 +39,12 @@ from bellows.optimizer.solving import RENT
 from bellows.scaling import ClusterProfile, default_cluster, load_cluster_profile
 from bellows.service import capacity
 from bellows.service.allocator import release_free_heap
+from bellows.service.capacity import NoGpuNodeError
 from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig, CapacitySettings, KubernetesSettings
 from bellows.service.controller import ControllerObserver
 from bellows.service.health import Health, serving
+from bellows.service.kubeconfig import KubeconfigError, checked_kubeconfig
 from bellows.service.leader import LeaderElector, default_identity
 from bellows.service.logging import configure_logging
 from bellows.service.metrics import Metrics
@@ -96,9 +99,19 @@ class MetricsObserver(ControllerObserver):
 
 
 def kube_api_client(settings: KubernetesSettings) -> k8s.ApiClient:
-    """A client from the service account (in a pod) or from a kubeconfig."""
-    kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
-    return client_from_config(kubeconfig, settings.context, in_cluster=settings.in_cluster)
+    """A client from the service account (in a pod) or from a kubeconfig;
+    :class:`~bellows.service.kubeconfig.KubeconfigError` names a kubeconfig that is
+    missing, empty, not UTF-8 or not a usable kubeconfig."""
+    in_cluster = settings.in_cluster
+    if in_cluster is None:
+        in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
+    if in_cluster:
+        return client_from_config(in_cluster=True)
+    files = checked_kubeconfig(settings.kubeconfig)  # KubeconfigError: one line
+    try:
+        return client_from_config(files, settings.context, in_cluster=False)
+    except k8s_config.ConfigException as err:  # a mapping, but not a usable kubeconfig
+        raise KubeconfigError(f"kubeconfig {files}: {err}") from None
 
 
 async def read_capacity(api_client: k8s.ApiClient, settings: CapacitySettings) -> int:
@@ -107,13 +120,18 @@ async def read_capacity(api_client: k8s.ApiClient, settings: CapacitySettings) -
     return await capacity.read_capacity(KubeApi(api_client), settings)
 
 
-def _capacity_watch(config: BellowsConfig, api: KubeApi, pools: Pools) -> list[asyncio.Task[None]]:
+def _capacity_watch(
+    config: BellowsConfig, api: KubeApi, pools: Pools, clock: ServiceClock
+) -> list[asyncio.Task[None]]:
     """With ``capacity.gpus`` 0, the task that keeps the default pool's capacity to the
-    nodes' (nodes lost, added, cordoned, not ready); none with a fixed capacity."""
+    nodes' (nodes lost, added, cordoned, not ready past their grace); none with a fixed
+    capacity."""
     settings = config.controller.capacity
     if settings.gpus:
         return []
-    watch = capacity.watch_capacity(api, settings, pools.set_capacity)
+    watch = capacity.watch_capacity(
+        api, settings, pools.set_capacity, now=clock.now, speedup=clock.speedup
+    )
     return [asyncio.create_task(watch, name="capacity-watch")]
 
 
@@ -215,12 +233,16 @@ async def _started_controller(
     cluster: ClusterProfile,
     metrics: Metrics,
     stop: asyncio.Event,
+    health: Health | None = None,
 ) -> Pools | None:
     """The pools' controllers (one, the default pool, unless ``controller.kueue.enabled``),
     their state rebuilt from the cluster; ``None`` if ``stop`` came first.
 
     A failed rebuild (the API server unreachable or answering errors) is tried again with
-    fresh controllers, waiting longer each time, rather than ending the process.
+    fresh controllers, waiting longer each time, rather than ending the process. So is a
+    cluster with no GPU node yet (:class:`~bellows.service.capacity.NoGpuNodeError`): the
+    controller logs ``controller.waiting_for_gpu_nodes`` and its readiness check
+    ``capacity`` fails until a node with the resource appears.
     """
     wait, longest = REBUILD_BACKOFF_S
     namespaces = _namespaces(config)
@@ -228,6 +250,13 @@ async def _started_controller(
     while not stop.is_set():
         try:
             capacity = await read_capacity(api_client, config.controller.capacity)
+        except NoGpuNodeError as err:  # nodes join later (an autoscaled or new cluster)
+            _log.warning("controller.waiting_for_gpu_nodes", problem=str(err), retry_s=wait)
+            if health is not None:
+                health.set_ready("capacity", False, f"waiting for a GPU node: {err}")
+            await _wait(stop, wait)
+            wait = min(wait * 2, longest)
+            continue
         except SpecError:
             raise  # a configuration error does not heal by waiting
         except Exception as err:
@@ -267,6 +296,8 @@ async def _started_controller(
             wait = min(wait * 2, longest)
             continue
         release_free_heap()  # what the rehearsal's compilations and copies freed
+        if health is not None:
+            health.set_ready("capacity", True)
         return pools
     return None
 
@@ -337,7 +368,7 @@ async def _run_controller(
             try:
                 controller = await _started_controller(
                     config, api_client=api.api_client, api=api, clock=clock, cluster=cluster,
-                    metrics=metrics, stop=either,
+                    metrics=metrics, stop=either, health=health,
                 )  # fmt: skip
                 if controller is None:
                     return  # stopped (or the lease lost) before the state was rebuilt
@@ -363,7 +394,7 @@ async def _run_controller(
                 )
                 helpers = [
                     retrier,
-                    *_capacity_watch(config, api, controller),
+                    *_capacity_watch(config, api, controller, clock),
                     *_queue_watch(controller.queues),
                 ]
                 if config.controller.learn_progress:

@@ -70,14 +70,19 @@ POLLUX_GPUS = 64
 simulator's default, and the nodes our default cluster profile models."""
 
 
-def policies(restart_s: float = DEFAULT_RESTART_S) -> dict[str, AutoscalerConfig]:
-    """The three policies by name, each with a queue and charged ``restart_s`` per halt."""
+def policies(
+    restart_s: float = DEFAULT_RESTART_S, min_runtime_s: float = 0.0
+) -> dict[str, AutoscalerConfig]:
+    """The three policies by name, each with a queue and charged ``restart_s`` per halt;
+    Bellows mode keeps a job from shrinking for ``min_runtime_s`` after a (re)start."""
     return {
         "paper": AutoscalerConfig.paper(queue=True, restart_cost_s=restart_s),
         "baseline": AutoscalerConfig.paper(
             queue=True, restart_cost_s=restart_s, delta_s=0.0, policy=Policy.BASELINE
         ),
-        "bellows": AutoscalerConfig(queue=True, restart_cost_s=restart_s),
+        "bellows": AutoscalerConfig(
+            queue=True, restart_cost_s=restart_s, min_runtime_s=min_runtime_s
+        ),
     }
 
 
@@ -180,11 +185,12 @@ def run_policy(
     restart_s: float = DEFAULT_RESTART_S,
     cluster: ClusterProfile | None = None,
     keep_result: bool = False,
+    min_runtime_s: float = 0.0,
 ) -> PolicyRun:
     """Run ``policy`` on ``scenario``; write its ``jobs.csv`` to a temporary folder and
     rebuild the GPUs held at every instant from that file alone."""
     profile = default_cluster() if cluster is None else cluster
-    config = policies(restart_s)[policy]
+    config = policies(restart_s, min_runtime_s)[policy]
     trace, gpus, horizon = scenario.build(profile)
     started = time.perf_counter()
     result = run(trace, gpus=gpus, config=config, cluster=profile, horizon_s=horizon)
@@ -201,9 +207,13 @@ def run_policy(
     )  # fmt: skip
 
 
-def _run_task(scenario: Scenario, policy: str, restart_s: float, keep: bool) -> PolicyRun:
+def _run_task(
+    scenario: Scenario, policy: str, restart_s: float, keep: bool, min_runtime_s: float = 0.0
+) -> PolicyRun:
     """One run wherever a runner puts it (a module-level function, so that it pickles)."""
-    return run_policy(scenario, policy, restart_s=restart_s, keep_result=keep)
+    return run_policy(
+        scenario, policy, restart_s=restart_s, keep_result=keep, min_runtime_s=min_runtime_s
+    )
 
 
 def _task_key(scenario: Scenario, policy: str) -> str:
@@ -215,13 +225,14 @@ def policy_tasks(
     *,
     restart_s: float = DEFAULT_RESTART_S,
     keep_results: bool = False,
+    min_runtime_s: float = 0.0,
 ) -> list[Task]:
     """Each ``(scenario, policy)`` as a :class:`~bellows.sim.running.Task` whose value is
     its :class:`PolicyRun` (keyed ``scenario/policy``). Replays of real traces are the
     longest runs: they are marked so, so that a parallel runner starts them first."""
     return [
         Task(
-            _task_key(s, p), _run_task, (s, p, restart_s, keep_results),
+            _task_key(s, p), _run_task, (s, p, restart_s, keep_results, min_runtime_s),
             cost=1.0 if s.source is Source.GENERATED else 2.0,
         )
         for s, p in tasks
@@ -236,6 +247,7 @@ def run_many(
     restart_s: float = DEFAULT_RESTART_S,
     keep_results: bool = False,
     on_done: Callable[[PolicyRun], None] = lambda _: None,
+    min_runtime_s: float = 0.0,
 ) -> list[PolicyRun]:
     """Run every ``(scenario, policy)`` on ``runner`` (default: ``workers`` local processes,
     or this one when ``workers`` is 1; see :mod:`bellows.sim.running`), ``on_done`` called
@@ -246,7 +258,9 @@ def run_many(
         if finished.ok:
             on_done(finished.value)
 
-    work = policy_tasks(tasks, restart_s=restart_s, keep_results=keep_results)
+    work = policy_tasks(
+        tasks, restart_s=restart_s, keep_results=keep_results, min_runtime_s=min_runtime_s
+    )
     values = collect(runner or make_runner(workers), work, {}, on_done=done)
     return [values[_task_key(s, p)] for s, p in tasks]
 

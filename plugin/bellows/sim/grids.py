@@ -184,7 +184,7 @@ def settings_config(settings: Mapping[str, Any]) -> AutoscalerConfig:
     given: dict[str, Any] = {"policy": Policy(settings.get("policy", Policy.ELASTIC))}
     if "early_share" in settings:
         given["early_share"] = settings["early_share"]
-    for key in ("queue", "restart_cost_s", "hysteresis", "backfill"):
+    for key in ("queue", "restart_cost_s", "hysteresis", "backfill", "min_runtime_s"):
         if key in settings:
             given[key] = settings[key]
     if "delta_min" in settings:

@@ -131,6 +131,8 @@ def to_record(job: TraceJob) -> dict[str, Any]:
     }
     if spec.restart_s is not None:
         record["restart_s"] = spec.restart_s
+    if spec.min_runtime_s is not None:
+        record["min_runtime_s"] = spec.min_runtime_s
     if job.model:
         record["model"] = job.model
     return record
@@ -257,6 +259,7 @@ def _parse_line(
             gpus=record.get("gpus", 1),
             category=record.get("category", ""),
             restart_s=record.get("restart_s"),
+            min_runtime_s=record.get("min_runtime_s"),
         )
         return TraceJob(record["arrival_s"], spec, record.get("model", ""))
     except SpecError as bad:
