@@ -32,6 +32,7 @@ __all__ = [
     "SpecError",
     "StepProfile",
     "check_names_unique",
+    "check_restart_s",
     "feasible_allocations",
     "fit_to_cluster",
     "is_feasible",
@@ -47,8 +48,17 @@ MAX_WEIGHTS = 10**13  # model parameters
 MAX_WORK = 1e15  # samples to process
 MAX_STEP_SECONDS = 1e5  # one profiled iteration on one GPU
 MAX_PROFILE_POINTS = 256
-MAX_RESTART_S = 86_400.0  # seconds one halt may cost a job
+MAX_RESTART_S = 86_400.0  # a job's restart cost: see check_restart_s
 MAX_MIN_RUNTIME_S = 86_400.0  # seconds a job may be kept from shrinking after a (re)start
+
+
+def check_restart_s(name: str, value: object) -> float:
+    """A job's restart cost, in seconds: the progress one halt costs it (checkpoint, pods
+    restart, reload), in ``[0, MAX_RESTART_S]`` (a day). The one definition behind the
+    annotation ``bellows.io/restart-seconds``, a progress report's ``restartSeconds``, the
+    cluster's default (``controller.restartCostSeconds``) and :attr:`JobSpec.restart_s`;
+    ``name`` is the field as its reader spells it."""
+    return check_float(name, value, minimum=0.0, maximum=MAX_RESTART_S)
 
 
 def _require_positive_float(name: str, value: object, *, maximum: float) -> float:
@@ -157,8 +167,7 @@ class JobSpec:
             raise SpecError("elastic", self.elastic, "true or false")
         check_int("gpus", self.gpus, minimum=1, maximum=MAX_GPUS)
         if self.restart_s is not None:
-            restart = check_float("restart_s", self.restart_s, minimum=0.0, maximum=MAX_RESTART_S)
-            object.__setattr__(self, "restart_s", restart)
+            object.__setattr__(self, "restart_s", check_restart_s("restart_s", self.restart_s))
         if self.min_runtime_s is not None:
             least = check_float(
                 "min_runtime_s", self.min_runtime_s, minimum=0.0, maximum=MAX_MIN_RUNTIME_S

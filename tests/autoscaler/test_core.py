@@ -19,9 +19,9 @@ from bellows.autoscaler import (
     Rescale,
     Start,
 )
-from bellows.autoscaler.config import restart_seconds, restart_seconds_each
+from bellows.autoscaler.config import restart_s, restart_s_each
 from bellows.autoscaler.pricing import exact
-from bellows.jobs import Allocation, SpecError
+from bellows.jobs import MAX_RESTART_S, Allocation, SpecError
 from bellows.scaling import default_cluster
 from tests.strategies import make_job
 
@@ -356,12 +356,12 @@ def test_a_jobs_own_restart_cost_replaces_the_default() -> None:
     plain, own = make_job("a"), dataclasses.replace(make_job("b"), restart_s=5.0)
     auto.arrive(plain, now=0.0)
     auto.arrive(own, now=0.0)
-    assert (auto.restart_cost("a"), auto.restart_cost("b")) == (60.0, 5.0)
+    assert (auto.restart_s("a"), auto.restart_s("b")) == (60.0, 5.0)
     # a round prices its running jobs all at once, by the same rule
     jobs = [plain, own, dataclasses.replace(make_job("c"), restart_s=0.0)]
     config = auto.config
-    assert restart_seconds_each(jobs, config) == [restart_seconds(j, config) for j in jobs]
-    assert restart_seconds_each(jobs, config) == [60.0, 5.0, 0.0]
+    assert restart_s_each(jobs, config) == [restart_s(j, config) for j in jobs]
+    assert restart_s_each(jobs, config) == [60.0, 5.0, 0.0]
 
 
 @pytest.mark.parametrize("mode", list(Mode))
@@ -383,7 +383,7 @@ def test_a_job_that_cannot_run_on_the_whole_cluster_does_not_block_the_queue(mod
     assert Start("huge", 16, 64) in decisions
 
 
-@pytest.mark.parametrize(("restart_cost_s", "moves"), [(1e6, False), (0.0, True)])
+@pytest.mark.parametrize(("restart_cost_s", "moves"), [(MAX_RESTART_S, False), (0.0, True)])
 def test_a_job_adopted_at_another_batch_keeps_it_unless_the_restart_pays(
     restart_cost_s: float, moves: bool
 ) -> None:

@@ -64,7 +64,7 @@ def test_a_learned_restart_cost_replaces_the_default_for_that_job_only() -> None
     auto.arrive(a, now=0.0)
     auto.arrive(b, now=0.0)
     assert auto.revise(dataclasses.replace(a, restart_s=4.5), now=1.0)
-    assert (auto.restart_cost("a"), auto.restart_cost("b")) == (4.5, 30.0)
+    assert (auto.restart_s("a"), auto.restart_s("b")) == (4.5, 30.0)
 
 
 def test_a_waiting_job_halted_with_progress_keeps_the_reported_samples() -> None:

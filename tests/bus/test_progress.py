@@ -145,7 +145,7 @@ async def test_reporter_publishes_to_jetstream(client: Client, settings: NatsSet
     messages = await sub.fetch(3, timeout=5)
     events = [decode_progress(settings.subject_prefix, m.subject, m.data) for m in messages]
     assert [e.type for e in events] == [ProgressType.STARTED, *[ProgressType.PROGRESS] * 2]
-    assert events[0].restart_seconds == pytest.approx(42.35)  # process start to first step
+    assert events[0].restart_s == pytest.approx(42.35)  # process start to first step
     assert events[1].step_seconds == pytest.approx(0.25)  # median of 0.25 x3, 0.35 x2
     assert events[2].samples_seen == 11 * 256
     assert reporter.dropped == 0

@@ -10,7 +10,7 @@ import pytest
 from bellows.jobs import SpecError, StepProfile
 from bellows.scaling import JobProfile, default_cluster
 from bellows.scaling.online import (
-    MAX_FACTOR,
+    FIT_BOUND,
     WINDOW,
     ProgressLog,
     ProgressReport,
@@ -91,7 +91,7 @@ def test_one_configuration_matches_it_and_stays_near_the_prior() -> None:
 
 def test_factors_are_bounded() -> None:
     fit = refit_profile(PRIOR, CLUSTER, {(1, 64): 1e4 * _predicted(PRIOR, 1, 64)})
-    assert fit.compute <= MAX_FACTOR * (1 + 1e-9)
+    assert fit.compute <= FIT_BOUND * (1 + 1e-9)
 
 
 @pytest.mark.parametrize(

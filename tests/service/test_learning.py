@@ -69,12 +69,12 @@ def test_one_jobs_reports_never_change_anothers_model() -> None:
 
 def test_restart_cost_is_the_median_of_measured_restarts() -> None:
     learner = ProgressLearner(CLUSTER)
-    assert learner.restart_cost("a") is None  # the default applies
+    assert learner.restart_s("a") is None  # the default applies
     for samples, seconds in [(0, 50.0), (100, 20.0), (200, 35.0)]:
         assert learner.take("a", started(samples, seconds), RUNS, 1.0) is None
-    assert learner.restart_cost("a") == 35.0
+    assert learner.restart_s("a") == 35.0
     learner.forget("a")
-    assert learner.restart_cost("a") is None
+    assert learner.restart_s("a") is None
 
 
 def test_silence_flags_only_jobs_that_reported_and_run() -> None:

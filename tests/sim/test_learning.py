@@ -228,10 +228,14 @@ def test_a_report_the_core_cannot_use_is_dropped() -> None:
     alloc = auto.allocations["a"]
     learner = OnlineLearner(CLUSTER)
     slow = 3.0 * step_time(spec, alloc.gpus, alloc.batch, CLUSTER)
-    assert learner.report(auto, spec, ProgressReport(alloc.gpus, alloc.batch, slow, 50.0), 10.0)
+    first = ProgressReport(alloc.gpus, alloc.batch, slow, 50.0)
+    assert not learner.report(auto, spec, first, 10.0)  # held until the next agrees
+    later = 50.0 + 60.0 * alloc.batch / slow  # the samples 60 s of such steps make
+    assert learner.report(auto, spec, ProgressReport(alloc.gpus, alloc.batch, slow, later), 70.0)
     # samples going backwards are refused, as by the live log
-    assert not learner.report(auto, spec, ProgressReport(alloc.gpus, alloc.batch, slow, 1.0), 20.0)
-    auto.finish("a", 30.0)
+    assert not learner.report(auto, spec, ProgressReport(alloc.gpus, alloc.batch, slow, 1.0), 80.0)
+    assert learner.inconsistent == set()  # backwards is not inconsistent
+    auto.finish("a", 90.0)
     learner.forget("a")
     assert len(learner) == 0
 

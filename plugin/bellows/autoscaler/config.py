@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from bellows.jobs import MAX_MIN_RUNTIME_S, JobSpec, SpecError
+from bellows.jobs import MAX_MIN_RUNTIME_S, JobSpec, SpecError, check_restart_s
 from bellows.optimizer import Method
 from bellows.optimizer.solving import METHODS
 
@@ -18,8 +18,8 @@ __all__ = [
     "AutoscalerConfig",
     "Mode",
     "Policy",
-    "restart_seconds",
-    "restart_seconds_each",
+    "restart_s",
+    "restart_s_each",
 ]
 
 DEFAULT_RESTART_S = 60.0
@@ -112,8 +112,8 @@ class AutoscalerConfig:
             raise SpecError("delta_s", self.delta_s, "a finite number of seconds >= 0")
         if self.early_share is not None and not 0 < self.early_share <= 1:
             raise SpecError("early_share", self.early_share, "a share in (0, 1] or None")
-        if not (math.isfinite(self.restart_cost_s) and self.restart_cost_s >= 0):
-            raise SpecError("restart_cost_s", self.restart_cost_s, "a finite number >= 0")
+        restart = check_restart_s("restart_cost_s", self.restart_cost_s)
+        object.__setattr__(self, "restart_cost_s", restart)
         least = self.min_runtime_s
         if not (math.isfinite(least) and 0 <= least <= MAX_MIN_RUNTIME_S):
             raise SpecError("min_runtime_s", least, f"seconds in [0, {MAX_MIN_RUNTIME_S:g}]")
@@ -123,12 +123,13 @@ class AutoscalerConfig:
             raise SpecError("optimizer", self.optimizer, " or ".join(map(repr, METHODS)))
 
 
-def restart_seconds(job: JobSpec, config: AutoscalerConfig) -> float:
-    """Seconds of progress a halt costs ``job``: its own figure, else the configured one."""
+def restart_s(job: JobSpec, config: AutoscalerConfig) -> float:
+    """``job``'s restart cost (:func:`bellows.jobs.check_restart_s`): its own figure, else
+    the cluster's default ``restart_cost_s``."""
     return config.restart_cost_s if job.restart_s is None else job.restart_s
 
 
-def restart_seconds_each(jobs: Iterable[JobSpec], config: AutoscalerConfig) -> list[float]:
-    """:func:`restart_seconds` of each job, without a call per job (a round prices ~100)."""
+def restart_s_each(jobs: Iterable[JobSpec], config: AutoscalerConfig) -> list[float]:
+    """:func:`restart_s` of each job, without a call per job (a round prices ~100)."""
     default = config.restart_cost_s
     return [default if job.restart_s is None else job.restart_s for job in jobs]

@@ -37,8 +37,8 @@ from bellows.autoscaler.config import (
     AutoscalerConfig,
     Mode,
     Policy,
-    restart_seconds,
-    restart_seconds_each,
+    restart_s,
+    restart_s_each,
 )
 from bellows.autoscaler.decisions import Decision, Keep, Preempt, Reject, Rescale, Start
 from bellows.autoscaler.pricing import exact, kept, priced
@@ -181,7 +181,7 @@ class Autoscaler:
         self._s.rows[job.name] = row
         done = min(max(done, 0.0), job.work)
         start = now if since is None else min(since, now)
-        pause = restart_seconds(job, self._config) if done > 0 else 0.0  # a resume, not a start
+        pause = restart_s(job, self._config) if done > 0 else 0.0  # a resume, not a start
         self._s.running[job.name] = RunningJob(allocation, rate, done, start, start + pause)
         self._s.resumed[job.name] = start
         self._s.in_use += allocation.gpus
@@ -296,9 +296,9 @@ class Autoscaler:
     def job(self, name: str) -> JobSpec:
         return self._s.jobs[name]
 
-    def restart_cost(self, name: str) -> float:
+    def restart_s(self, name: str) -> float:
         """Seconds of progress one halt costs job ``name`` (its own figure or the default)."""
-        return restart_seconds(self._s.jobs[name], self._config)
+        return restart_s(self._s.jobs[name], self._config)
 
     def estimated_done(self, name: str, now: float) -> float:
         """Samples the core estimates job ``name`` has processed by ``now``."""
@@ -469,7 +469,7 @@ class Autoscaler:
         gpus = np.array([run.allocation.gpus for run in running], dtype=np.int64)
         keep = np.where(gpus <= width, gpus, -1)
         hold = max(1.0, self._config.hysteresis)
-        penalty = np.array(restart_seconds_each([s.jobs[names[i]] for i in held], self._config))
+        penalty = np.array(restart_s_each([s.jobs[names[i]] for i in held], self._config))
         penalty *= hold
         moving = penalty > 0
         if moving.any():
@@ -482,7 +482,7 @@ class Autoscaler:
                 _stacked([row.rate for row in moved], lengths[priced_at], width, 0.0),
                 current=gpus[moving],
                 remaining=left[moving],
-                penalty_s=penalty[moving],
+                restart_s=penalty[moving],
                 x1=np.array([row.x1 for row in moved]),
             )
             graded[priced_at] = exact(values[priced_at], np.full(priced_at.size, -1, np.int64))
@@ -567,7 +567,7 @@ class Autoscaler:
                 continue  # the common case in a round: the job keeps what it has
             alloc = Allocation(k, batch)
             rate = float(row.rate[k])
-            cost = self.restart_cost(name)
+            cost = self.restart_s(name)
             if running is None:
                 self._s.arrived.remove(name)
                 # a job halted by a capacity drop restarts from its checkpoint: it pays again
@@ -583,7 +583,7 @@ class Autoscaler:
                 old = running.allocation
                 if old.gpus == k and not self._batch_move_pays(name, running, rate, cost, now):
                     continue  # same GPUs, another batch: a restart that would not pay
-                self._s.running[name] = running.moved_to(alloc, rate, now, restart_cost_s=cost)
+                self._s.running[name] = running.moved_to(alloc, rate, now, restart_s=cost)
                 self._s.resumed[name] = now
                 self._s.in_use += k - old.gpus
                 change = Rescale(name, old.gpus, old.batch, alloc.gpus, alloc.batch)

@@ -37,22 +37,22 @@ def priced(
     *,
     current: npt.NDArray[np.int64],
     remaining: F64,
-    penalty_s: F64,
+    restart_s: F64,
     x1: F64,
 ) -> F64:
     """``rows`` (TSF per GPU count, ``[jobs, width+1]``) of running jobs, their moves priced.
 
     Per job ``i``: ``current[i]`` GPUs now, ``rates[i]`` samples/s per GPU count (0 past its
-    row), ``remaining[i]`` samples left, ``penalty_s[i]`` the restart cost times the
+    row), ``remaining[i]`` samples left, ``restart_s[i]`` the restart cost times the
     hysteresis factor (a job at 0 is left as it is), ``x1[i]`` its one-GPU rate (TSF's unit).
     All jobs in one vectorized pass; each value is the one the scalar rule gives.
     """
     out = rows.copy()
     left = remaining[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        effective = left / (left / rates + penalty_s[:, None]) / x1[:, None]
+        effective = left / (left / rates + restart_s[:, None]) / x1[:, None]
     cols = np.arange(rows.shape[1])[None, :]
-    move = np.isfinite(rows) & (cols != current[:, None]) & (rates > 0) & (penalty_s[:, None] > 0)
+    move = np.isfinite(rows) & (cols != current[:, None]) & (rates > 0) & (restart_s[:, None] > 0)
     out[move] = effective[move]
     return out
 

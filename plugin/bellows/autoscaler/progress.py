@@ -3,7 +3,7 @@
 The simulator and the live controller know the true progress; the core needs an estimate of
 the remaining work only to price a restart (the restart-cost option). The estimate follows
 the same rule the simulator applies: a job progresses at ``X(b, k)`` samples per second,
-except for ``restart_cost_s`` seconds after each rescale.
+except for ``restart_s`` seconds after each rescale.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class RunningJob:
         return self.done + self.rate * active
 
     def moved_to(
-        self, allocation: Allocation, rate: float, now: float, *, restart_cost_s: float
+        self, allocation: Allocation, rate: float, now: float, *, restart_s: float
     ) -> RunningJob:
         """The same job after a rescale at ``now``."""
         return RunningJob(
@@ -43,7 +43,7 @@ class RunningJob:
             rate=rate,
             done=self.done_at(now),
             since=now,
-            paused_until=now + restart_cost_s,
+            paused_until=now + restart_s,
         )
 
 

@@ -25,11 +25,10 @@ from typing import Any, Final
 
 from bellows.bus.subjects import name_from_token, name_token
 from bellows.inputs import SpecError, check_float, check_int, check_name, parse_json, parse_time
-from bellows.jobs import MAX_BATCH, MAX_GPUS, MAX_STEP_SECONDS, MAX_WORK
+from bellows.jobs import MAX_BATCH, MAX_GPUS, MAX_STEP_SECONDS, MAX_WORK, check_restart_s
 
 __all__ = [
     "MAX_PROGRESS_BYTES",
-    "MAX_RESTART_SECONDS",
     "PROGRESS_VERSION",
     "ProgressEvent",
     "ProgressType",
@@ -41,7 +40,6 @@ __all__ = [
 
 PROGRESS_VERSION: Final = 1
 MAX_PROGRESS_BYTES: Final = 4096  # a report is a few hundred bytes
-MAX_RESTART_SECONDS: Final = 7 * 86400.0  # a start that took a week is not a start
 _API_VERSION: Final = "bellows.io/v1"
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _NAME = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -61,7 +59,8 @@ class ProgressType(StrEnum):
 @dataclass(frozen=True)
 class ProgressEvent:
     """One report of a running job. ``step_seconds``/``steps`` are set for ``job.progress``,
-    ``restart_seconds`` for ``job.started``."""
+    ``restart_s`` (the job's restart cost, :func:`bellows.jobs.check_restart_s`) for
+    ``job.started``."""
 
     type: ProgressType
     namespace: str
@@ -72,7 +71,7 @@ class ProgressEvent:
     global_batch: int
     step_seconds: float | None = None
     steps: int | None = None
-    restart_seconds: float | None = None
+    restart_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "type", ProgressType(self.type))
@@ -91,12 +90,10 @@ class ProgressEvent:
                 open_min=True,
             )  # fmt: skip
             check_int("steps", self.steps, minimum=1, maximum=10**9)
-        elif self.restart_seconds is None:
+        elif self.restart_s is None:
             raise SpecError("restartSeconds", None, "set in a job.started event")
-        if self.restart_seconds is not None:
-            check_float(
-                "restartSeconds", self.restart_seconds, minimum=0.0, maximum=MAX_RESTART_SECONDS
-            )
+        if self.restart_s is not None:
+            object.__setattr__(self, "restart_s", check_restart_s("restartSeconds", self.restart_s))
 
 
 def progress_subject(prefix: str, namespace: str, name: str) -> str:
@@ -124,7 +121,7 @@ def encode_progress(event: ProgressEvent) -> bytes:
     for key, value in (
         ("stepSeconds", event.step_seconds),
         ("steps", event.steps),
-        ("restartSeconds", event.restart_seconds),
+        ("restartSeconds", event.restart_s),
     ):
         if value is not None:
             doc[key] = value
@@ -183,7 +180,7 @@ def decode_progress(prefix: str, subject: str, data: bytes) -> ProgressEvent:
         global_batch=_integer(doc, "globalBatch"),
         step_seconds=_number(doc, "stepSeconds"),
         steps=_optional_integer(doc, "steps"),
-        restart_seconds=_number(doc, "restartSeconds"),
+        restart_s=_number(doc, "restartSeconds"),
     )
     if (tokens[0], name_from_token(tokens[1])) != (event.namespace, event.name):
         raise SpecError(

@@ -55,6 +55,7 @@ from bellows.scaling.profiles import ClusterProfile, JobProfile
 from bellows.scaling.timing import local_batch, processing_seconds
 
 __all__ = [
+    "FIT_BOUND",
     "MAX_FACTOR",
     "PRIOR_SPREAD",
     "REPORT_SPREAD",
@@ -76,7 +77,11 @@ REPORT_SPREAD: Final = 0.05
 PRIOR_SPREAD: Final = 0.5
 """Standard deviation of each log factor under the prior (a factor of e^0.5 = 1.65 is 1 sigma)."""
 MAX_FACTOR: Final = 100.0
-"""The fitted factors stay within ``[1/MAX_FACTOR, MAX_FACTOR]`` of the prior."""
+"""A job's true speed factors lie within ``[1/MAX_FACTOR, MAX_FACTOR]`` of its profile."""
+FIT_BOUND: Final = 32.0
+"""The fitted factors stay within ``[1/FIT_BOUND, FIT_BOUND]`` of the prior: reports may
+correct a profile that far, as an annotation wrong by as much would have, and no further
+(the trust model in ``docs/security.md``)."""
 WINDOW: Final = 16
 """Reports kept per configuration ``(k, b)``: the fit uses the median of the newest ones."""
 REVISE_TOLERANCE: Final = 0.05
@@ -200,10 +205,12 @@ def refit_profile(
     observed: Mapping[tuple[int, int], float],
     *,
     reports: int = 0,
+    bound: float = FIT_BOUND,
 ) -> OnlineFit:
     """Refit ``prior`` to median step times ``observed`` at configurations ``(gpus, batch)``.
 
-    With nothing observed the prior comes back unchanged (both factors 1).
+    With nothing observed the prior comes back unchanged (both factors 1). The factors stay
+    within ``[1/bound, bound]`` (:data:`FIT_BOUND`).
     """
     configs = sorted(observed)
     if not configs:
@@ -212,10 +219,10 @@ def refit_profile(
     compute = np.array([processing_seconds(prior.step, local_batch(k, b)) for k, b in configs])
     measured = np.log(np.array([observed[c] for c in configs], dtype=np.float64))
     weights = float(prior.effective_weights)
-    bound = math.log(MAX_FACTOR)
+    log_bound = math.log(bound)
 
     def clip(theta: F64) -> F64:
-        return np.clip(theta, -bound, bound)
+        return np.clip(theta, -log_bound, log_bound)
 
     def residual(theta: F64) -> F64:
         a, c = clip(theta)
@@ -224,9 +231,7 @@ def refit_profile(
         return np.concatenate([fit, clip(theta) / PRIOR_SPREAD])
 
     theta = clip(levenberg_marquardt(residual, np.zeros(2)))
-    compute_factor, comm_factor = (
-        min(max(math.exp(t), 1.0 / MAX_FACTOR), MAX_FACTOR) for t in theta
-    )
+    compute_factor, comm_factor = (min(max(math.exp(t), 1.0 / bound), bound) for t in theta)
     factors = SpeedFactors(compute_factor, comm_factor)
     source = f"online fit of {len(configs)} configurations to {prior.source or 'the prior'}"
     return OnlineFit(factors.apply(prior, source=source), factors, len(configs), reports)

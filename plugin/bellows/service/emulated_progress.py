@@ -87,9 +87,7 @@ class EmulatedReporter:
         out = []
         if self._starts.get(uid) != progress.restarts:
             self._starts[uid] = progress.restarts
-            out.append(
-                ProgressEvent(ProgressType.STARTED, *common, restart_seconds=self._restart_cost_s)
-            )
+            out.append(ProgressEvent(ProgressType.STARTED, *common, restart_s=self._restart_cost_s))
         last = self._samples.get(uid)
         if last is not None and samples > last:
             steps = max(1, round((samples - last) / batch))

@@ -6,7 +6,7 @@ the controller knows of the job now (running at which allocation, or not), and k
 * a :class:`bellows.scaling.online.ProgressLog` of accepted reports, from which
   :meth:`~ProgressLearner.fit` refits the job's profile online (prior: its annotation);
 * the restarts it measured (``job.started``), whose median replaces the default restart cost
-  for that job (:meth:`~ProgressLearner.restart_cost`);
+  for that job (:meth:`~ProgressLearner.restart_s`);
 * the last samples seen and when (:meth:`~ProgressLearner.samples`), the remaining work's
   source for restart pricing;
 * when it last reported, so that a job silent for longer than ``stall_after_s`` is flagged
@@ -85,8 +85,8 @@ class ProgressLearner:
         if event.type is ProgressType.STARTED:
             if event.samples_seen < state.log.samples:
                 return f"samples went backwards ({event.samples_seen} < {state.log.samples:g})"
-            assert event.restart_seconds is not None  # checked by ProgressEvent
-            state.restarts.append(event.restart_seconds)
+            assert event.restart_s is not None  # checked by ProgressEvent
+            state.restarts.append(event.restart_s)
             state.log.samples = float(event.samples_seen)
         else:
             assert event.step_seconds is not None  # checked by ProgressEvent
@@ -109,7 +109,7 @@ class ProgressLearner:
             state.fit, state.fitted_prior = refit_log(prior, self._cluster, state.log), prior
         return state.fit
 
-    def restart_cost(self, job: str) -> float | None:
+    def restart_s(self, job: str) -> float | None:
         """Median of the restarts ``job`` measured (``None``: none yet, use the default)."""
         state = self._jobs.get(job)
         if state is None or not state.restarts:

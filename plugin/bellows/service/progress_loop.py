@@ -182,7 +182,7 @@ class ProgressLoop:
     async def _revise(self, key: str, running: Allocation) -> None:
         prior = self._priors[key]
         fit = self._learner.fit(key, JobProfile(weights=prior.weights, step=prior.profile))
-        measured = self._learner.restart_cost(key)
+        measured = self._learner.restart_s(key)
         learned = Learned(fit.compute, fit.communication, measured)
         samples = self._learner.samples(key)
         done, since = (None, None) if samples is None else samples

@@ -98,6 +98,7 @@ class SimResult:
     learning: Learning | None = None
     revisions: tuple[Revision, ...] = ()  # every revision of a job in the core, in order
     off_prior: int = 0  # jobs whose true speed differs from their annotation
+    inconsistent: tuple[str, ...] = ()  # jobs whose reports did not hold together
 
     def summary(self) -> dict[str, Any]:
         """The ``summary.json`` of the run (DESIGN.md §5 keys and more)."""
@@ -196,7 +197,11 @@ class _Run:
         self.capacity = gpus
         self.heap = EventHeap()
         self.learning = learning
-        self.learner = None if learning is None or not learning.learn else OnlineLearner(cluster)
+        self.learner = (
+            None
+            if learning is None or not learning.learn
+            else OnlineLearner(cluster, checks=learning.checks)
+        )
         truth = [j.spec if learning is None else true_spec(j.spec, learning.factors(j))
                  for j in trace]  # fmt: skip
         self.jobs = [
@@ -280,6 +285,9 @@ class _Run:
         seconds = step_time(job.spec, job.gpus, job.batch, self.cluster)
         if self.learner is not None:
             report = ProgressReport(job.gpus, job.batch, seconds, done)
+            lie = self.learning.lies.get(job.spec.name)
+            if lie is not None:
+                report = lie.report(report, job.spec.work)
             self.revisions += self.learner.report(self.auto, job.told, report, now)
         self.schedule_report(job, now + self.learning.report_s)
 
@@ -334,7 +342,7 @@ class _Run:
 
     def apply(self, decision: Decision, now: float) -> None:
         job = self.jobs[self.index[decision.job]]
-        restart = self.auto.restart_cost(decision.job)
+        restart = self.auto.restart_s(decision.job)
         if isinstance(decision, Start):
             # a job halted by a capacity drop restarts from its checkpoint: it pays again
             pause = restart if job.start_s is not None else 0.0
@@ -421,4 +429,5 @@ def run(
         learning=learning,
         revisions=() if state.learner is None else tuple(state.learner.revisions),
         off_prior=state.off_prior,
+        inconsistent=() if state.learner is None else tuple(sorted(state.learner.inconsistent)),
     )

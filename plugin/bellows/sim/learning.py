@@ -39,7 +39,10 @@ from bellows.autoscaler import Autoscaler
 from bellows.inputs import SpecError, check_float
 from bellows.jobs import JobSpec
 from bellows.scaling import ClusterProfile, JobProfile
+from bellows.scaling.consistency import Accepted, Refused, ReportChecks
 from bellows.scaling.online import (
+    FIT_BOUND,
+    MAX_FACTOR,
     REVISE_TOLERANCE,
     Learned,
     OnlineFit,
@@ -56,6 +59,7 @@ __all__ = [
     "DEFAULT_REPORT_S",
     "WRONG_PRIORS",
     "Learning",
+    "Lie",
     "OnlineLearner",
     "Revision",
     "Truth",
@@ -100,19 +104,42 @@ def _profile(spec: JobSpec) -> JobProfile:
 
 
 @dataclass(frozen=True)
+class Lie:
+    """What a lying job reports instead of the truth: its step time times ``step`` and, with
+    ``samples`` in (0, 1], that share of its work as samples seen (``None``: the truth)."""
+
+    step: float = 1.0
+    samples: float | None = None
+
+    def __post_init__(self) -> None:
+        check_float("step", self.step, minimum=0.0, maximum=1e3, open_min=True)
+        if self.samples is not None:
+            check_float("samples", self.samples, minimum=0.0, maximum=1.0, open_min=True)
+
+    def report(self, report: ProgressReport, work: float) -> ProgressReport:
+        """``report`` as this liar makes it."""
+        samples = report.samples if self.samples is None else self.samples * work
+        return ProgressReport(report.gpus, report.batch, report.step_seconds * self.step, samples)
+
+
+@dataclass(frozen=True)
 class Learning:
-    """A run's learning setup: each job's true speed, the report interval, learning on/off."""
+    """A run's learning setup: each job's true speed, the report interval, learning on/off,
+    and the jobs whose reports lie (by name: :class:`Lie`)."""
 
     truth: Truth
     report_s: float = DEFAULT_REPORT_S
     learn: bool = True
+    lies: Mapping[str, Lie] = field(default_factory=dict)
+    checks: bool = True  # False: learn from every report, fit bound MAX_FACTOR (as before)
 
     def __post_init__(self) -> None:
         check_float("report_s", self.report_s, minimum=0.0, maximum=math.inf, open_min=True)
         if math.isinf(self.report_s):
             raise SpecError("report_s", self.report_s, "finite seconds > 0")
-        if not isinstance(self.learn, bool):
-            raise SpecError("learn", self.learn, "a bool")
+        for name in ("learn", "checks"):
+            if not isinstance(getattr(self, name), bool):
+                raise SpecError(name, getattr(self, name), "a bool")
 
     def factors(self, job: TraceJob) -> SpeedFactors:
         """``job``'s true speed against its annotation."""
@@ -142,6 +169,7 @@ class Revision:
 class _Job:
     prior: JobSpec
     log: ProgressLog = field(default_factory=ProgressLog)
+    checks: ReportChecks = field(default_factory=ReportChecks)
     fitted: tuple[tuple[tuple[int, int], float], ...] | None = None  # medians of ``fit``
     fit: OnlineFit | None = None
     learned: Learned | None = None  # what the last revision used
@@ -154,11 +182,17 @@ class OnlineLearner:
     themselves): the fit is a pure function of the medians, so this changes no result.
     """
 
-    def __init__(self, cluster: ClusterProfile, *, tolerance: float = REVISE_TOLERANCE) -> None:
+    def __init__(
+        self, cluster: ClusterProfile, *, tolerance: float = REVISE_TOLERANCE, checks: bool = True
+    ) -> None:
         self._cluster = cluster
         self._tolerance = tolerance
+        self._checks = checks
+        self._bound = FIT_BOUND if checks else MAX_FACTOR
         self._jobs: dict[str, _Job] = {}
         self.revisions: list[Revision] = []
+        self.inconsistent: set[str] = set()  # jobs whose reports did not hold together
+        self.refused = 0  # reports refused: backwards or inconsistent
 
     def report(self, auto: Autoscaler, prior: JobSpec, report: ProgressReport, now: float) -> bool:
         """Learn from ``report`` of the job ``prior`` names (running in ``auto`` at the
@@ -167,12 +201,30 @@ class OnlineLearner:
         state = self._jobs.get(name)
         if state is None:
             state = self._jobs[name] = _Job(prior)
-        if state.log.add(report) is not None:
-            return False  # samples went backwards: the truth never does
+        verdict = (
+            state.checks.check(report, now, work=prior.work)
+            if self._checks
+            else Accepted((report,))
+            if report.samples >= state.log.samples
+            else Refused("backwards", True)
+        )
+        if isinstance(verdict, Refused):
+            self.refused += 1
+            if not verdict.backwards:
+                self.inconsistent.add(name)
+            return False
+        if not isinstance(verdict, Accepted):
+            return False  # the first report of a run: held until the next agrees
+        for accepted in verdict.reports:
+            state.log.add(accepted)
         medians = tuple(sorted(state.log.medians().items()))
         if state.fit is None or medians != state.fitted:
             state.fit = refit_profile(
-                _profile(state.prior), self._cluster, dict(medians), reports=state.log.reports
+                _profile(state.prior),
+                self._cluster,
+                dict(medians),
+                reports=state.log.reports,
+                bound=self._bound,
             )
             state.fitted = medians
         fit = state.fit

@@ -1,0 +1,110 @@
+"""Lying progress reports in the simulator: what one liar gains, what the others lose.
+
+    python benchmarks/liars.py [--seed 2] [--gpus 16] [--minutes 120]
+
+The 50-job scenario of issue 25: 16 GPUs, a bursty trace of 120 minutes (period 60, seed 2:
+51 jobs), Bellows mode with a queue and a 60 s restart cost, every job reporting its
+progress every 60 simulated seconds and the core learning from the reports
+(``bellows.sim.learning``). The honest run has every job report the truth. Then each
+elastic job in turn lies (:class:`bellows.sim.learning.Lie`), one liar per run:
+
+* ``step x0.1`` / ``step x0.5`` / ``step x10``: its step time, against its own samples;
+* ``samples = work``: the whole work as samples seen, from the first report on;
+* ``edge`` lies just inside the checks' tolerance (step x0.87, x1.04): what is left.
+
+Each lie runs twice, with the reports checked against each other
+(``bellows.scaling.consistency``, fit bound ``FIT_BOUND``) and without (every report
+learned from, fit bound ``MAX_FACTOR``: the code before issue 25). Prints, per lie, the
+liar's JCT gain over its honest JCT (the largest over all liars, and the median) and the
+other jobs' mean JCT against the honest run (the worst over all liars), and how many liars
+were marked inconsistent. Targets: the liar's gain <= 10 %, the others within 2 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Mapping, Sequence
+
+from bellows.scaling import default_cluster
+from bellows.sim import run
+from bellows.sim.comparing import bursty, policies
+from bellows.sim.learning import Learning, Lie
+
+LIES: Mapping[str, Lie] = {
+    "step x0.1": Lie(step=0.1),
+    "step x0.5": Lie(step=0.5),
+    "step x10": Lie(step=10.0),
+    "samples = work": Lie(samples=1.0),
+    "edge: step x0.87": Lie(step=0.87),
+    "edge: step x1.04": Lie(step=1.04),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--seed", type=int, default=2)
+    parser.add_argument("--gpus", type=int, default=16)
+    parser.add_argument("--minutes", type=float, default=120.0)
+    args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    print("$ python " + shlex.join(["benchmarks/liars.py", *given]))
+    started = time.perf_counter()
+    cluster = default_cluster()
+    scenario = bursty(args.seed, gpus=args.gpus, minutes=args.minutes, period_min=args.minutes / 2)
+    trace, gpus, _ = scenario.build(cluster)
+    config = policies(60.0)["bellows"]
+
+    def jcts(lies: Mapping[str, Lie], checks: bool) -> tuple[dict[str, float], int]:
+        result = run(
+            trace, gpus=gpus, config=config, cluster=cluster, horizon_s=None,
+            learning=Learning({}, lies=lies, checks=checks),
+        )  # fmt: skip
+        out = {
+            j.name: (j.finish_s - j.arrival_s) / 60.0 for j in result.jobs if j.finish_s is not None
+        }
+        return out, len(result.inconsistent)
+
+    liars = [j.spec.name for j in trace if j.spec.elastic]
+    honest = {checks: jcts({}, checks) for checks in (False, True)}
+    print(
+        f"{len(trace)} jobs on {gpus} GPUs ({len(liars)} elastic: each lies in turn); "
+        f"honest avg JCT {statistics.mean(honest[True][0].values()):.2f} min checked, "
+        f"{statistics.mean(honest[False][0].values()):.2f} unchecked; honest jobs marked "
+        f"inconsistent: {honest[True][1]}\n"
+    )
+    rows = []
+    for name, lie in LIES.items():
+        for checks in (False, True):
+            base = honest[checks][0]
+            gains, others, marked = [], [], 0
+            for liar in liars:
+                got, inconsistent = jcts({liar: lie}, checks)
+                if liar not in got or liar not in base:
+                    continue  # unfinished in either run
+                marked += inconsistent > 0
+                gains.append(1.0 - got[liar] / base[liar])
+                mine = [v for k, v in got.items() if k != liar]
+                theirs = [v for k, v in base.items() if k != liar]
+                others.append(statistics.mean(mine) / statistics.mean(theirs) - 1.0)
+            rows.append([
+                name, "checked" if checks else "unchecked (before)",
+                f"{max(gains):+.1%}", f"{statistics.median(gains):+.1%}",
+                f"{max(others):+.1%}", f"{statistics.median(others):+.1%}",
+                f"{marked}/{len(gains)}",
+            ])  # fmt: skip
+    header = ["lie", "reports", "liar's JCT gain (max)", "(median)",
+              "others' mean JCT (worst)", "(median)", "liars marked"]  # fmt: skip
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print(f"\nwall time {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
