@@ -40,25 +40,32 @@ def started(samples: int, restart: float, at: Allocation = RUNS) -> ProgressEven
 
 def test_only_reports_of_a_running_job_at_its_allocation_count() -> None:
     learner = ProgressLearner(CLUSTER)
-    assert learner.take("a", progress(100, 0.2), None, 10.0) == "the job is not running"
+    refused = learner.take("a", progress(100, 0.2), None, 10.0)
+    assert refused is not None
+    assert refused.reason == "the job is not running"
     stale = learner.take("a", progress(100, 0.2, Allocation(2, 128)), RUNS, 10.0)
     assert stale is not None
-    assert "runs at (4, 256)" in stale
+    assert "runs at (4, 256)" in stale.reason
     assert learner.samples("a") is None  # nothing was learned from either
     assert learner.take("a", progress(1000, 0.2), RUNS, 11.0) is None
-    assert learner.samples("a") == (1000.0, 11.0)
-    backwards = learner.take("a", progress(500, 0.2), RUNS, 12.0)
+    assert learner.samples("a") is None  # the run's first report is held ...
+    assert learner.take("a", progress(1000 + 1280, 0.2), RUNS, 12.0) is None  # 1 s of steps
+    assert learner.samples("a") == (2280.0, 12.0)  # ... until the next agrees with it
+    backwards = learner.take("a", progress(500, 0.2), RUNS, 13.0)
     assert backwards is not None
-    assert "backwards" in backwards
+    assert backwards.backwards
+    assert "backwards" in backwards.reason
     assert learner.take("a", started(400, 30.0), RUNS, 13.0) is not None
-    assert learner.samples("a") == (1000.0, 11.0)
+    assert learner.samples("a") == (2280.0, 12.0)
 
 
 def test_one_jobs_reports_never_change_anothers_model() -> None:
     learner = ProgressLearner(CLUSTER)
     truth = _step(SpeedFactors(0.8, 1.4).apply(PRIOR), RUNS.gpus, RUNS.batch)
-    for i in range(3):
-        assert learner.take("a", progress(100 * (i + 1), truth), RUNS, float(i)) is None
+    rate = RUNS.batch / truth  # samples a second at that step time
+    for i in range(4):
+        samples = 100 + round(rate * i)
+        assert learner.take("a", progress(samples, truth), RUNS, float(i)) is None
     fit_a = learner.fit("a", PRIOR)
     assert _step(fit_a.profile, RUNS.gpus, RUNS.batch) == pytest.approx(truth, rel=0.02)
     assert learner.fit("b", PRIOR).profile is PRIOR  # b reported nothing: its prior stands
@@ -82,7 +89,7 @@ def test_silence_flags_only_jobs_that_reported_and_run() -> None:
     learner.take("a", progress(100, 0.2), RUNS, 0.0)
     learner.take("b", progress(100, 0.2, name="b"), RUNS, 0.0)
     assert learner.stalled(["a", "b", "quiet"], 59.0) == []
-    learner.take("b", progress(200, 0.2, name="b"), RUNS, 50.0)
+    learner.take("b", progress(100 + 50 * 1280, 0.2, name="b"), RUNS, 50.0)  # 50 s of steps
     assert learner.stalled(["a", "b", "quiet"], 61.0) == ["a"]  # "quiet" never reported
     assert learner.stalled(["b"], 200.0) == ["b"]  # "a" no longer runs
     with pytest.raises(ValueError, match="stall_after_s"):

@@ -67,9 +67,14 @@ def truth(job: JobSpec) -> JobSpec:
     return dataclasses.replace(job, weights=real.effective_weights, profile=real.step)
 
 
-def report(name: str, samples: int, seconds: float, gpus: int, batch: int) -> ProgressEvent:
+def report(
+    name: str, samples: int, seconds: float, gpus: int, batch: int, *, at: float = 0.0
+) -> ProgressEvent:
+    """A report made ``at`` seconds after T0 (reports hold together only when their samples
+    advance as their step times say: ``bellows.scaling.consistency``)."""
+    when = T0 + timedelta(seconds=at)
     return ProgressEvent(
-        ProgressType.PROGRESS, "team-a", name, T0, samples, gpus, batch, seconds, 20
+        ProgressType.PROGRESS, "team-a", name, when, samples, gpus, batch, seconds, 20
     )
 
 
@@ -101,12 +106,18 @@ async def test_reports_revise_the_job_and_bad_ones_are_dropped_by_reason(
         now=lambda: controller.now,
         namespaces=("team-a",),
         observer=MetricsProgressObserver(metrics),
+        wall_to_clock=lambda when: (when - T0).total_seconds(),
     )
     js = nc.jetstream()
     sub = await open_progress_subscription(js, settings)
     subject = progress_subject(PREFIX, "team-a", "resnet")
     seconds = step_time(truth(prior), alloc.gpus, alloc.batch, CLUSTER)
-    good = [report("resnet", 1000 * (i + 1), seconds, alloc.gpus, alloc.batch) for i in range(4)]
+    every = 1000 * seconds / alloc.batch  # seconds these steps take for 1000 samples
+    good = [
+        report("resnet", 1000 * (i + 1), seconds, alloc.gpus, alloc.batch, at=every * i)
+        for i in range(4)
+    ]
+    controller.now = every * 3  # the last good report's time
     bad = [
         (subject, b"{not json"),
         (subject, json.dumps({"apiVersion": "bellows.io/v1", "type": "job.progress"}).encode()),
@@ -180,7 +191,7 @@ async def test_a_silent_job_is_flagged_once_and_unflagged_when_it_reports() -> N
         return metrics.registry.get_sample_value("bellows_job_stalled", {"job": key})
 
     event = report("resnet", 100, 0.3, alloc.gpus, alloc.batch)
-    assert await loop.take(subject, encode_progress(event)) is None
+    assert await loop.take(subject, encode_progress(event)) is None  # the run's first: held
     controller.now = 100.0
     assert await loop.check() == []
     controller.now = 101.0
@@ -188,7 +199,7 @@ async def test_a_silent_job_is_flagged_once_and_unflagged_when_it_reports() -> N
     assert await loop.check() == [key]
     assert controller.events == [(key, "Stalled")]  # one Event per stall
     assert stalled() == 1.0
-    later = report("resnet", 200, 0.3, alloc.gpus, alloc.batch)
+    later = report("resnet", 100 + round(101 * alloc.batch / 0.3), 0.3, alloc.gpus, alloc.batch)
     assert await loop.take(subject, encode_progress(later)) is None
     assert stalled() is None
     controller.autoscaler.finish(key, now=102.0)
@@ -210,9 +221,15 @@ async def test_a_report_is_dated_by_its_own_time_never_later_than_now() -> None:
     )
     subject = progress_subject(PREFIX, "team-a", "resnet")
     controller.now = 100.0
-    old = report("resnet", 500, 0.3, alloc.gpus, alloc.batch)  # made at T0: clock 40
+    rate = alloc.batch / 0.3  # samples per second of 0.3 s steps
+    first = report("resnet", 500, 0.3, alloc.gpus, alloc.batch)  # made at T0: clock 40
+    assert await loop.take(subject, encode_progress(first)) is None
+    assert learner.samples(key) is None  # the run's first report: held until the next agrees
+    old = report("resnet", 500 + round(10 * rate), 0.3, alloc.gpus, alloc.batch, at=10.0)
     assert await loop.take(subject, encode_progress(old)) is None
-    assert learner.samples(key) == (500.0, 40.0)  # read again later, still as old as it is
-    later = dataclasses.replace(old, samples_seen=900, time=T0 + timedelta(hours=1))
+    assert learner.samples(key) == (old.samples_seen, 50.0)  # read again later, as old as it is
+    later = dataclasses.replace(
+        old, samples_seen=500 + round(60 * rate), time=T0 + timedelta(hours=1)
+    )
     assert await loop.take(subject, encode_progress(later)) is None
-    assert learner.samples(key) == (900.0, 100.0)  # a clock ahead of ours: dated now
+    assert learner.samples(key) == (later.samples_seen, 100.0)  # a clock ahead: dated now

@@ -44,6 +44,7 @@ checksum of it so that changing any of these values rolls them. What differs per
   "haltTimeoutSeconds" .Values.controller.haltTimeoutSeconds
   "learnProgress" .Values.controller.learnProgress
   "stallAfterSeconds" .Values.controller.stallAfterSeconds
+  "progress" .Values.controller.progress
   "optimizer" .Values.controller.optimizer
   "capacity" .Values.controller.capacity
   "kueue" (dict "enabled" .Values.kueue.enabled)

@@ -29,17 +29,22 @@ from bellows.jobs import MAX_BATCH, MAX_GPUS, MAX_STEP_SECONDS, MAX_WORK, check_
 
 __all__ = [
     "MAX_PROGRESS_BYTES",
+    "PROGRESS_PARTITIONS",
     "PROGRESS_VERSION",
     "ProgressEvent",
     "ProgressType",
     "decode_progress",
     "encode_progress",
+    "progress_partition",
     "progress_subject",
     "progress_wildcard",
 ]
 
 PROGRESS_VERSION: Final = 1
 MAX_PROGRESS_BYTES: Final = 4096  # a report is a few hundred bytes
+PROGRESS_PARTITIONS: Final = 32
+"""Subjects a namespace's reports are stored under (``bellows.bus.streams``): the stream
+maps ``<namespace>.<job>`` to ``<namespace>.<partition>``, NATS' ``partition`` function."""
 _API_VERSION: Final = "bellows.io/v1"
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _NAME = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -101,6 +106,16 @@ def progress_subject(prefix: str, namespace: str, name: str) -> str:
     return f"{prefix}.progress.v{PROGRESS_VERSION}.{namespace}.{name_token(name)}"
 
 
+def progress_partition(name: str, partitions: int = PROGRESS_PARTITIONS) -> str:
+    """The partition token the progress stream stores job ``name``'s reports under: NATS'
+    subject-mapping ``partition`` (FNV-1a, 32 bits, of the subject token, modulo
+    ``partitions``), so the decoder can check a stored subject against its payload."""
+    digest = 0x811C9DC5
+    for byte in name_token(name).encode():
+        digest = ((digest ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return str(digest % partitions)
+
+
 def progress_wildcard(prefix: str, namespace: str = "*") -> str:
     """Every progress subject of version 1, of one namespace or (``*``) all."""
     return f"{prefix}.progress.v{PROGRESS_VERSION}.{namespace}.*"
@@ -152,7 +167,8 @@ def decode_progress(prefix: str, subject: str, data: bytes) -> ProgressEvent:
     """The event in ``data`` published on ``subject``; :class:`SpecError` says why not.
 
     The subject must be ``<prefix>.progress.v1.<namespace>.<name>`` and name the same job as
-    the payload: a report about one job can never be read as another's.
+    the payload: a report about one job can never be read as another's. As stored, the
+    subject's last token is the job's partition (:func:`progress_partition`) instead.
     """
     head = f"{prefix}.progress.v{PROGRESS_VERSION}."
     tokens = subject[len(head) :].split(".") if subject.startswith(head) else []
@@ -182,7 +198,10 @@ def decode_progress(prefix: str, subject: str, data: bytes) -> ProgressEvent:
         steps=_optional_integer(doc, "steps"),
         restart_s=_number(doc, "restartSeconds"),
     )
-    if (tokens[0], name_from_token(tokens[1])) != (event.namespace, event.name):
+    named = tokens[1] == progress_partition(event.name) or (
+        name_from_token(tokens[1]) == event.name
+    )
+    if tokens[0] != event.namespace or not named:
         raise SpecError(
             "subject", subject, f"the job of the payload ({event.namespace}/{event.name})"
         )

@@ -26,12 +26,13 @@ from nats.js.api import (
     RetentionPolicy,
     StorageType,
     StreamConfig,
+    SubjectTransform,
 )
 from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
 from bellows.bus.codec import MAX_EVENT_BYTES
-from bellows.bus.progress import MAX_PROGRESS_BYTES, progress_wildcard
+from bellows.bus.progress import MAX_PROGRESS_BYTES, PROGRESS_PARTITIONS, progress_wildcard
 from bellows.bus.settings import NatsSettings
 from bellows.bus.subjects import dead_letter_wildcard, events_wildcard, namespace_filter
 
@@ -42,6 +43,8 @@ __all__ = [
     "PROGRESS_MAX_AGE_S",
     "PROGRESS_MAX_BYTES",
     "PROGRESS_PER_JOB",
+    "PROGRESS_PER_NAMESPACE",
+    "PROGRESS_PER_PARTITION",
     "consumer_config",
     "dead_letter_stream_config",
     "ensure_consumer",
@@ -105,8 +108,10 @@ def dead_letter_stream_config(settings: NatsSettings) -> StreamConfig:
 
 
 PROGRESS_MAX_AGE_S: Final = 3600.0
-PROGRESS_PER_JOB: Final = 64  # newest reports kept per job subject
-PROGRESS_MAX_BYTES: Final = 16 << 20  # in memory: a few thousand jobs' newest reports
+PROGRESS_PER_PARTITION: Final = 8  # newest reports kept per namespace partition
+PROGRESS_PER_JOB: Final = PROGRESS_PER_PARTITION  # a job alone in its partition keeps as many
+PROGRESS_PER_NAMESPACE: Final = PROGRESS_PARTITIONS * PROGRESS_PER_PARTITION  # 256 reports
+PROGRESS_MAX_BYTES: Final = 16 << 20  # in memory: 16 namespaces full of 4 KiB reports
 
 
 def progress_stream_name(settings: NatsSettings) -> str:
@@ -115,10 +120,14 @@ def progress_stream_name(settings: NatsSettings) -> str:
 
 
 def progress_stream_config(settings: NatsSettings) -> StreamConfig:
-    """The progress stream: in memory, an hour deep, the newest reports of each job only.
+    """The progress stream: in memory, an hour deep, the newest reports of each namespace.
 
-    Progress reports are hints superseded by the next one, so a lost one costs nothing and
-    one noisy job can fill only its own subject's :data:`PROGRESS_PER_JOB` slots.
+    Progress reports are hints superseded by the next one, so a lost one costs little. The
+    stream maps each subject ``<namespace>.<job>`` to ``<namespace>.<partition>``
+    (:data:`PROGRESS_PARTITIONS` by NATS' ``partition`` of the job) and keeps
+    :data:`PROGRESS_PER_PARTITION` reports per subject: one namespace, under any number of
+    made-up job names, holds at most :data:`PROGRESS_PER_NAMESPACE` reports (1 MiB), and
+    can push out only its own. :data:`PROGRESS_MAX_BYTES` holds 16 namespaces at that worst.
     """
     return StreamConfig(
         name=progress_stream_name(settings),
@@ -128,7 +137,12 @@ def progress_stream_config(settings: NatsSettings) -> StreamConfig:
         storage=StorageType.MEMORY,
         max_age=PROGRESS_MAX_AGE_S,
         max_bytes=PROGRESS_MAX_BYTES,
-        max_msgs_per_subject=PROGRESS_PER_JOB,
+        max_msgs_per_subject=PROGRESS_PER_PARTITION,
+        subject_transform=SubjectTransform(
+            src=progress_wildcard(settings.subject_prefix),
+            dest=f"{settings.subject_prefix}.progress.v1.{{{{wildcard(1)}}}}."
+            f"{{{{partition({PROGRESS_PARTITIONS},2)}}}}",
+        ),
         max_msg_size=MAX_PROGRESS_BYTES,
         discard=DiscardPolicy.OLD,
     )

@@ -35,6 +35,7 @@ from bellows.service.config_fields import (
     sections,
 )
 from bellows.service.config_files import read_config_file
+from bellows.service.progress_limits import ProgressLimits
 
 __all__ = [
     "API_VERSION",
@@ -52,6 +53,7 @@ __all__ = [
     "LoggingSettings",
     "MetricsSettings",
     "OptimizerPath",
+    "ProgressSettings",
     "config_json_schema",
     "config_markdown",
     "load_config",
@@ -148,6 +150,64 @@ class TrainerSettings:
             "the chart value trainer.enabled for its RBAC"
         ),
     )
+
+
+@dataclass(frozen=True)
+class ProgressSettings:
+    """Bounds on the jobs' progress reports (docs/security.md, "Progress reports")."""
+
+    refit_interval_s: float = field(
+        default=1.0,
+        metadata=bounded(
+            "seconds between two refits of one job, however many reports it sends (0: once "
+            "per fetched batch)",
+            minimum=0.0,
+            maximum=_DAY,
+        ),
+    )
+    reports_per_second: float = field(
+        default=50.0,
+        metadata=bounded(
+            "progress reports per second one namespace may send (more are dropped, counted "
+            "as rate_limited)",
+            minimum=0.0,
+            maximum=1e6,
+            open_min=True,
+        ),
+    )
+    report_burst: float = field(
+        default=200.0,
+        metadata=bounded(
+            "progress reports one namespace may send at once", minimum=1.0, maximum=1e7
+        ),
+    )
+    bytes_per_second: float = field(
+        default=64.0 * 1024,
+        metadata=bounded(
+            "bytes of progress reports per second one namespace may send (more are dropped, "
+            "counted as bytes_limited)",
+            minimum=0.0,
+            maximum=1e10,
+            open_min=True,
+        ),
+    )
+    byte_burst: float = field(
+        default=256.0 * 1024,
+        metadata=bounded(
+            "bytes of progress reports one namespace may send at once (at least one report: 4 KiB)",
+            minimum=4096.0,
+            maximum=1e11,
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
+
+    def limits(self) -> ProgressLimits:
+        """The progress loop's per-namespace buckets."""
+        return ProgressLimits(
+            self.reports_per_second, self.report_burst, self.bytes_per_second, self.byte_burst
+        )
 
 
 @dataclass(frozen=True)
@@ -249,6 +309,7 @@ class ControllerSettings:
         ),
     )
     capacity: CapacitySettings = field(default_factory=CapacitySettings)
+    progress: ProgressSettings = field(default_factory=ProgressSettings)
     kueue: KueueSettings = field(default_factory=KueueSettings)
     trainer: TrainerSettings = field(default_factory=TrainerSettings)
     cluster_profile_file: Path | None = field(

@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from bellows.bus.progress import ProgressEvent, ProgressType
-from bellows.jobs import Allocation
+from bellows.jobs import MAX_WORK, Allocation
 from bellows.scaling import ClusterProfile, JobProfile
+from bellows.scaling.consistency import Accepted, Refused, ReportChecks
 from bellows.scaling.online import OnlineFit, ProgressLog, ProgressReport, refit_log
 
 __all__ = ["DEFAULT_STALL_AFTER_S", "RESTARTS_KEPT", "ProgressLearner"]
@@ -41,6 +42,7 @@ RESTARTS_KEPT: Final = 8  # newest measured restarts per job
 @dataclass
 class _Job:
     log: ProgressLog = field(default_factory=ProgressLog)
+    checks: ReportChecks = field(default_factory=ReportChecks)
     restarts: deque[float] = field(default_factory=lambda: deque(maxlen=RESTARTS_KEPT))
     last_report: float | None = None
     samples_at: float | None = None
@@ -66,38 +68,55 @@ class ProgressLearner:
         return self._stall_after_s
 
     def take(
-        self, job: str, event: ProgressEvent, running: Allocation | None, now: float
-    ) -> str | None:
-        """Learn from ``event`` about ``job`` at ``now``; returns why it was dropped, if so.
+        self,
+        job: str,
+        event: ProgressEvent,
+        running: Allocation | None,
+        now: float,
+        *,
+        work: float = MAX_WORK,
+    ) -> Refused | None:
+        """Learn from ``event`` about ``job`` (whose work is ``work`` samples) at ``now``;
+        returns why it was dropped, if so.
 
         ``running`` is the job's allocation now (``None``: not running, the event is
         dropped). A ``job.progress`` report of another ``(k, b)`` than the job runs at is a
-        stale one (from before a rescale) and dropped too.
+        stale one (from before a rescale) and dropped too. Reports are checked against each
+        other (:class:`~bellows.scaling.consistency.ReportChecks`): one that does not hold
+        together is refused (``backwards`` false) and teaches nothing; the first of a run
+        is held until the next agrees.
         """
         if running is None:
-            return "the job is not running"
+            return Refused("the job is not running", True)
         if (event.world_size, event.global_batch) != (running.gpus, running.batch):
-            return (
+            return Refused(
                 f"reported ({event.world_size} GPUs, batch {event.global_batch}) but the job "
-                f"runs at ({running.gpus}, {running.batch})"
+                f"runs at ({running.gpus}, {running.batch})",
+                True,
             )
         state = self._jobs.setdefault(job, _Job())
         if event.type is ProgressType.STARTED:
-            if event.samples_seen < state.log.samples:
-                return f"samples went backwards ({event.samples_seen} < {state.log.samples:g})"
+            refused = state.checks.restart(float(event.samples_seen))
+            if refused is not None:
+                return refused
             assert event.restart_s is not None  # checked by ProgressEvent
             state.restarts.append(event.restart_s)
-            state.log.samples = float(event.samples_seen)
+            state.log.samples = state.checks.samples
+            state.samples_at = now
         else:
             assert event.step_seconds is not None  # checked by ProgressEvent
             report = ProgressReport(
                 event.world_size, event.global_batch, event.step_seconds, event.samples_seen
             )
-            reason = state.log.add(report)
-            if reason is not None:
-                return reason
-            state.fit = None  # refit on the next question
-        state.last_report = state.samples_at = now
+            verdict = state.checks.check(report, now, work=work)
+            if isinstance(verdict, Refused):
+                return verdict
+            if isinstance(verdict, Accepted):
+                for accepted in verdict.reports:
+                    state.log.add(accepted)
+                state.samples_at = now
+                state.fit = None  # refit on the next question
+        state.last_report = now
         return None
 
     def fit(self, job: str, prior: JobProfile) -> OnlineFit:

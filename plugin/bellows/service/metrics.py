@@ -108,13 +108,21 @@ class Metrics:
         )
         self.progress_rejected = Counter(
             "bellows_progress_rejected",
-            "Progress reports dropped, by reason (invalid, not_running, stale, backwards...)",
+            "Progress reports dropped, by reason (invalid, rate_limited, bytes_limited, "
+            "not_running, stale, backwards, inconsistent...)",
             ["reason"],
             registry=r,
         )
         self.job_stalled = Gauge(
             "bellows_job_stalled",
             "1 for each running job silent for longer than controller.stallAfterSeconds",
+            ["job"],
+            registry=r,
+        )
+        self.job_inconsistent = Gauge(
+            "bellows_job_inconsistent",
+            "1 for each running job whose progress reports did not hold together (it keeps "
+            "its last good fit)",
             ["job"],
             registry=r,
         )

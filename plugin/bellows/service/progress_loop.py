@@ -42,6 +42,7 @@ from bellows.scaling import ClusterProfile, JobProfile, job_profile_to_json
 from bellows.scaling.online import REVISE_TOLERANCE, Learned, OnlineFit, drifted, moved
 from bellows.service.learning import ProgressLearner
 from bellows.service.metrics import Metrics
+from bellows.service.progress_limits import Limited, NamespaceBuckets, ProgressLimits
 
 __all__ = [
     "CHECK_S",
@@ -75,6 +76,9 @@ class Rejection(StrEnum):
     AMBIGUOUS = "ambiguous"  # two running jobs of different kinds share namespace and name
     STALE = "stale"  # of another (GPUs, batch) than the job runs at: before a rescale
     BACKWARDS = "backwards"  # samples seen went backwards
+    INCONSISTENT = "inconsistent"  # does not hold with the job's other reports or its work
+    RATE_LIMITED = Limited.REPORTS.value  # its namespace's reports per second spent
+    BYTES_LIMITED = Limited.BYTES.value  # its namespace's bytes per second spent
 
 
 Annotate = Callable[[str, str], Awaitable[None]]
@@ -117,6 +121,9 @@ class ProgressObserver:
     def stalled(self, job: str, stalled: bool) -> None:
         return None
 
+    def inconsistent(self, job: str, inconsistent: bool) -> None:
+        return None
+
 
 class ProgressLoop:
     """Feeds one controller from the progress stream (see the module docstring)."""
@@ -132,10 +139,16 @@ class ProgressLoop:
         observer: ProgressObserver | None = None,
         annotate: Annotate | None = None,
         wall_to_clock: Callable[[datetime], float] | None = None,
+        limits: ProgressLimits | None = None,
+        refit_interval_s: float = 0.0,
     ) -> None:
         """``wall_to_clock`` dates each report by its own ``time`` on the ``now`` clock (never
         later than now): the reports a new leader reads again are as old as they are, so the
-        samples they carry are not taken for today's. Without it, a report is dated now."""
+        samples they carry are not taken for today's. Without it, a report is dated now.
+
+        ``limits``: each namespace's reports and bytes per second (default
+        :class:`ProgressLimits`). A job is refitted at most once per fetched batch and per
+        ``refit_interval_s`` clock seconds, however many reports it sent."""
         self._controller = controller
         self._wall_to_clock = wall_to_clock
         self._annotate = annotate
@@ -147,9 +160,24 @@ class ProgressLoop:
         self._priors: dict[str, JobSpec] = {}  # the spec each fit starts from, by job key
         self._learned: dict[str, Learned] = {}  # what the last revision used, by job key
         self._stalled: set[str] = set()
+        self._inconsistent: set[str] = set()
+        self._buckets = NamespaceBuckets(limits or ProgressLimits())
+        self._refit_interval_s = refit_interval_s
+        self._pending: dict[str, Allocation] = {}  # jobs with reports not refitted yet
+        self._refitted: dict[str, float] = {}  # when each job was last refitted
 
     async def take(self, subject: str, data: bytes) -> Rejection | None:
-        """Learn from one message; returns why it was dropped, if it was."""
+        """Learn from one message and refit its job if due; why it was dropped, if it was."""
+        rejection = await self.accept(subject, data)
+        await self.flush()
+        return rejection
+
+    async def accept(self, subject: str, data: bytes) -> Rejection | None:
+        """Learn from one message without refitting (:meth:`flush` does); why it was
+        dropped, if it was."""
+        limited = self._limited(subject, len(data))
+        if limited is not None:
+            return self._drop(limited, subject, "the namespace's progress rate limit")
         try:
             event = decode_progress(self._prefix, subject, data)
         except SpecError as err:
@@ -170,14 +198,53 @@ class ProgressLoop:
         self._priors.setdefault(key, self._controller.autoscaler.job(key))
         now = self._now()
         at = now if self._wall_to_clock is None else min(now, self._wall_to_clock(event.time))
-        dropped = self._learner.take(key, event, running, at)
-        if dropped is not None:
-            return self._drop(Rejection.BACKWARDS, subject, dropped)
+        work = self._controller.autoscaler.job(key).work
+        refused = self._learner.take(key, event, running, at, work=work)
+        if refused is not None and refused.backwards:
+            return self._drop(Rejection.BACKWARDS, subject, refused.reason)
+        if refused is not None:
+            await self._mark(key, refused.reason)
+            return self._drop(Rejection.INCONSISTENT, subject, refused.reason)
         if key in self._stalled:
             self._stalled.discard(key)
             self._observer.stalled(key, False)
-        await self._revise(key, running)
+        self._pending[key] = running
         return None
+
+    def _limited(self, subject: str, size: int) -> Rejection | None:
+        """The namespace's buckets, by the subject's namespace token (what NATS permissions
+        bind to the publisher); a subject of another shape is left to the decoder."""
+        tokens = subject.split(".")
+        if len(tokens) < 2:
+            return None
+        limited = self._buckets.admit(tokens[-2], size, self._now())
+        return None if limited is None else Rejection(limited.value)
+
+    async def flush(self) -> None:
+        """Refit each job with new reports whose window is over (see ``__init__``)."""
+        now = self._now()
+        for key, running in list(self._pending.items()):
+            last = self._refitted.get(key)
+            if last is not None and now - last < self._refit_interval_s:
+                continue
+            del self._pending[key]
+            self._refitted[key] = now
+            if self._controller.autoscaler.allocations.get(key) != running:
+                continue  # rescaled or gone since: its next reports will tell
+            await self._revise(key, running)
+
+    async def _mark(self, key: str, reason: str) -> None:
+        """Flag a job whose reports do not hold together, once (an Event, a metric)."""
+        if key in self._inconsistent:
+            return
+        self._inconsistent.add(key)
+        self._observer.inconsistent(key, True)
+        _log.warning("job.inconsistent_progress", job=key, reason=reason)
+        message = (
+            f"progress reports do not hold together ({reason[:300]}); Bellows keeps the job's "
+            "last good fit and ignores such reports"
+        )
+        await self._controller.notify(key, "InconsistentProgress", message)
 
     async def _revise(self, key: str, running: Allocation) -> None:
         prior = self._priors[key]
@@ -225,7 +292,12 @@ class ProgressLoop:
         for key in [k for k in self._priors if k not in running and k not in auto.queued]:
             self._priors.pop(key)
             self._learned.pop(key, None)
+            self._pending.pop(key, None)
+            self._refitted.pop(key, None)
             self._learner.forget(key)
+        for key in [k for k in self._inconsistent if k not in running and k not in auto.queued]:
+            self._inconsistent.discard(key)
+            self._observer.inconsistent(key, False)
         for key in [k for k in self._stalled if k not in running]:
             self._stalled.discard(key)
             self._observer.stalled(key, False)
@@ -263,11 +335,15 @@ class ProgressLoop:
                 continue
             for msg in messages:
                 try:
-                    await self.take(msg.subject, msg.data)
-                except Exception as err:  # e.g. the API server down for a revision's Event
+                    await self.accept(msg.subject, msg.data)
+                except Exception as err:  # e.g. the API server down for an Event
                     _log.warning("progress.take_failed", subject=msg.subject, error=brief(err))
                 with contextlib.suppress(Exception):
                     await msg.ack()
+            try:  # one refit per job per batch (and per refit interval), however many reports
+                await self.flush()
+            except Exception as err:
+                _log.warning("progress.refit_failed", error=brief(err))
             if self._now() >= next_check:
                 next_check = self._now() + check_s
                 try:
@@ -315,6 +391,13 @@ class MetricsProgressObserver(ProgressObserver):
             with contextlib.suppress(KeyError):
                 self._metrics.job_stalled.remove(job)
 
+    def inconsistent(self, job: str, inconsistent: bool) -> None:
+        if inconsistent:
+            self._metrics.job_inconsistent.labels(job=job).set(1)
+        else:
+            with contextlib.suppress(KeyError):
+                self._metrics.job_inconsistent.remove(job)
+
 
 async def start_progress_loop(
     js: JetStreamContext,
@@ -329,6 +412,8 @@ async def start_progress_loop(
     namespaces: Sequence[str | None],
     metrics: Metrics,
     stop: asyncio.Event,
+    limits: ProgressLimits | None = None,
+    refit_interval_s: float = 0.0,
 ) -> asyncio.Task[None]:
     """Subscribe and run a :class:`ProgressLoop` for ``controller`` until ``stop`` (or the
     task is cancelled); the subscription goes with it."""
@@ -342,6 +427,8 @@ async def start_progress_loop(
         observer=MetricsProgressObserver(metrics),
         annotate=fit_annotator(api),
         wall_to_clock=wall_to_clock,
+        limits=limits,
+        refit_interval_s=refit_interval_s,
     )
 
     async def run() -> None:

@@ -403,6 +403,8 @@ async def _run_controller(
                         stall_after_s=config.controller.stall_after_s, now=clock.now,
                         wall_to_clock=clock.at,
                         namespaces=_namespaces(config), metrics=metrics, stop=either,
+                        limits=config.controller.progress.limits(),
+                        refit_interval_s=config.controller.progress.refit_interval_s,
                     )  # fmt: skip
                     helpers.append(await learning)
                 try:
