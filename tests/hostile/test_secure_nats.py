@@ -29,6 +29,7 @@ from bellows.bus.bridging import KvResumeStore
 from bellows.bus.codec import encode
 from bellows.bus.connection import connect, connect_options
 from bellows.bus.consuming import EventConsumer
+from bellows.bus.progress import progress_partition
 from bellows.bus.server import NatsServer, running_nats_server
 from bellows.bus.streams import ensure_kv, ensure_streams
 from bellows.service.config import load_config
@@ -334,7 +335,9 @@ async def test_training_pods_publish_progress_only_on_their_namespace_and_the_co
             await pod.js.publish(own, b"report")
             await pod.refused(pod.js.publish(other, b"forged", timeout=1.0), other)
             (msg,) = await sub.fetch(1, timeout=5.0)
-            assert (msg.subject, msg.data) == (own, b"report")
+            # stored under the job's partition of its namespace (bellows.bus.streams)
+            stored = f"bellows.progress.v1.team-a.{progress_partition('resnet')}"
+            assert (msg.subject, msg.data) == (stored, b"report")
             await msg.ack()
             await sub.unsubscribe()
         finally:
