@@ -42,6 +42,8 @@ checksum of it so that changing any of these values rolls them. What differs per
   "hysteresis" .Values.controller.hysteresis
   "backfill" .Values.controller.backfill
   "haltTimeoutSeconds" .Values.controller.haltTimeoutSeconds
+  "placement" .Values.controller.placement
+  "placementTopologyKey" .Values.controller.placementTopologyKey
   "learnProgress" .Values.controller.learnProgress
   "stallAfterSeconds" .Values.controller.stallAfterSeconds
   "progress" .Values.controller.progress

@@ -67,6 +67,7 @@ from bellows.kube.kueue_journal import (
     plan_kueue_halt,
     plan_kueue_scale,
 )
+from bellows.kube.placement import HOSTNAME, Placement
 from bellows.kube.recording import Recorder
 from bellows.kube.recreation import (
     RECORD_LABEL,
@@ -195,11 +196,17 @@ class Actuator:
         max_conflicts: int = 10,
         kueue: bool = False,
         max_active: int = MAX_ACTIVE,
+        placement: Placement = Placement.NONE,
+        topology_key: str = HOSTNAME,
     ) -> None:
         """``kueue``: size the jobs that name a Kueue LocalQueue through their Workloads
         (``controller.kueue.enabled``); when false, such a job is refused with an Event.
-        ``max_active``: the most jobs driven at once (the others wait their turn)."""
+        ``max_active``: the most jobs driven at once (the others wait their turn).
+        ``placement``: what every sizing patch asks of the scheduler (``controller.placement``,
+        :mod:`bellows.kube.placement`), on ``topology_key``."""
         self._api = api
+        self._placement = placement
+        self._topology_key = topology_key
         self._kueue = kueue
         self._kinds = {k.kind.lower(): k for k in kinds}
         self._recorder = recorder or Recorder(api, now=now)
@@ -427,6 +434,8 @@ class Actuator:
                     now=self._now(),
                     done=done,
                     reason=reason,
+                    placement=self._placement,
+                    topology_key=self._topology_key,
                 )
             return plan_scale(
                 kind,
@@ -438,6 +447,8 @@ class Actuator:
                 now=self._now(),
                 done=done,
                 reason=reason,
+                placement=self._placement,
+                topology_key=self._topology_key,
             )
 
         gpus, batch = target

@@ -34,6 +34,7 @@ from bellows.inputs import shown
 from bellows.jobs import SpecError
 from bellows.kube import keys
 from bellows.kube.kinds import JobKind, JobView, parse_time
+from bellows.kube.placement import HOSTNAME, Placement
 
 __all__ = [
     "AwaitHalt",
@@ -50,6 +51,7 @@ __all__ = [
     "plan_halt",
     "plan_scale",
     "reading",
+    "scaled_spec",
     "target_env",
 ]
 
@@ -185,6 +187,22 @@ def _merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def scaled_spec(
+    kind: JobKind,
+    obj: Mapping[str, Any],
+    gpus: int,
+    env: Mapping[str, str],
+    *,
+    placement: Placement,
+    topology_key: str,
+) -> dict[str, Any]:
+    """The ``spec`` of the patch that sizes a suspended job: replicas and env, and the
+    placement its prices assume (merged into the same pod templates)."""
+    return _merge(
+        kind.scale_patch(obj, gpus, env), kind.placement_patch(obj, placement, topology_key)
+    )
+
+
 def _spec_matches(kind: JobKind, obj: Mapping[str, Any], gpus: int, env: Mapping[str, str]) -> bool:
     view = kind.view(obj, tuple(env))
     return view.gpus == gpus and all(
@@ -245,12 +263,15 @@ def plan_scale(
     now: datetime,
     done: float | None = None,
     reason: str = "",
+    placement: Placement = Placement.NONE,
+    topology_key: str = HOSTNAME,
 ) -> Step:
     """The next step towards running ``obj`` on ``target = (gpus, batch)`` with ``env``.
 
     ``done`` (samples the job has processed, as the caller estimates them) is written with
     the resume, so that a restarted controller knows the job's progress (``progress``);
-    ``reason``, the decision's, with it (``bellows.io/reason``).
+    ``reason``, the decision's, with it (``bellows.io/reason``). ``placement``: what the
+    patch of replicas and env also asks of the scheduler (:mod:`bellows.kube.placement`).
     """
     view, journal, notes = reading(kind, obj, env, requested)
     gpus, batch = target
@@ -271,7 +292,10 @@ def plan_scale(
     if not ongoing or not view.suspended:
         # Begin (again): someone may have resumed the job between our steps.
         if view.suspended and kind.halted(obj, journal.suspended_at):
-            spec = _merge(suspend, kind.scale_patch(obj, gpus, env))
+            spec = _merge(
+                suspend,
+                scaled_spec(kind, obj, gpus, env, placement=placement, topology_key=topology_key),
+            )
             notes |= {keys.TARGET: pair, keys.PHASE: Phase.PATCHED}
             return SendPatch(_body(obj, notes, spec), Phase.PATCHED)
         notes |= {keys.TARGET: pair, keys.PHASE: Phase.SUSPENDING}
@@ -282,7 +306,8 @@ def plan_scale(
         if not kind.halted(obj, journal.suspended_at):
             return AwaitHalt()
         notes |= {keys.PHASE: Phase.PATCHED}
-        return SendPatch(_body(obj, notes, kind.scale_patch(obj, gpus, env)), Phase.PATCHED)
+        spec = scaled_spec(kind, obj, gpus, env, placement=placement, topology_key=topology_key)
+        return SendPatch(_body(obj, notes, spec), Phase.PATCHED)
     if launcher is not None and _launcher_stale(launcher, env):
         meta = launcher["metadata"]
         return DeleteLauncher(meta["name"], meta["uid"], meta["resourceVersion"])

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from bellows import inputs
 from bellows.inputs import check_int, parse_int
 from bellows.jobs import MAX_GPUS, SpecError
+from bellows.kube.placement import Placement
 
 __all__ = [
     "JobKind",
@@ -123,6 +124,13 @@ class JobKind(Protocol):
     def pod_counts(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """Replicas per replica type, keyed as Kueue names the Workload's podSets (the type
         in lower case: ``master``, ``worker``, ``launcher``)."""
+        ...
+
+    def placement_patch(
+        self, obj: Mapping[str, Any], placement: Placement, topology_key: str
+    ) -> dict[str, Any]:
+        """The ``spec`` part of a merge patch asking for ``placement`` on every pod template
+        of the job (``bellows.kube.placement``); ``{}`` when nothing needs to change."""
         ...
 
 

@@ -62,9 +62,11 @@ from bellows.kube.journal import (
     foreign_launcher,
     halt_notes,
     reading,
+    scaled_spec,
 )
 from bellows.kube.kinds import JobKind
 from bellows.kube.kueue import WorkloadView
+from bellows.kube.placement import HOSTNAME, Placement
 
 __all__ = [
     "AwaitEviction",
@@ -139,13 +141,15 @@ def plan_kueue_scale(
     now: datetime,
     done: float | None = None,
     reason: str = "",
+    placement: Placement = Placement.NONE,
+    topology_key: str = HOSTNAME,
 ) -> KueueStep:
     """The next step towards running the Kueue job ``obj`` on ``target = (gpus, batch)``.
 
     ``workload`` is the job's Workload as read with it (``None``: there is none now). The
     job counts as running at the target once the journal says ``done``, even while it is
     suspended waiting for Kueue to admit it. ``done`` (samples processed) is journaled with
-    the last step, as by :func:`bellows.kube.journal.plan_scale`.
+    the last step, as by :func:`bellows.kube.journal.plan_scale`; ``placement`` too.
     """
     view, journal, notes = reading(kind, obj, env, requested)
     gpus, batch = target
@@ -184,7 +188,8 @@ def plan_kueue_scale(
         if not (view.suspended and _evicted(kind, obj, workload)):
             return AwaitEviction()
         notes |= {keys.PHASE: Phase.PATCHED}
-        return SendPatch(_body(obj, notes, kind.scale_patch(obj, gpus, env)), Phase.PATCHED)
+        spec = scaled_spec(kind, obj, gpus, env, placement=placement, topology_key=topology_key)
+        return SendPatch(_body(obj, notes, spec), Phase.PATCHED)
     if workload is not None and workload.active and (stale or not synced):
         return workload_patch(workload, active=False)  # a recreated one, or a stale launcher
     if stale and launcher is not None:

@@ -21,6 +21,7 @@ from bellows.autoscaler.config import AutoscalerConfig, Mode, Policy
 from bellows.bus.settings import NatsSettings, bounded, check_bounds, doc
 from bellows.inputs import SpecError, check_name
 from bellows.jobs import MAX_MIN_RUNTIME_S, MAX_RESTART_S
+from bellows.kube.placement import HOSTNAME, Placement
 from bellows.service.config_fields import (
     ENV_PREFIX,
     ConfigError,
@@ -66,6 +67,11 @@ CONFIG_ENV = "BELLOWS_CONFIG"  # path of the config file when --config is not gi
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _RESOURCE_NAME = re.compile(r"([a-z0-9.-]{1,253}/)?[A-Za-z0-9._-]{1,63}")
+# a qualified label key: an optional DNS-subdomain prefix, then a name of at most 63
+_LABEL_KEY = re.compile(
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
 _DAY = 86_400.0
 # Kubernetes evicts the pods of a NotReady or unreachable node after 300 s (the
 # DefaultTolerationSeconds admission plugin's not-ready and unreachable tolerations, the
@@ -308,6 +314,22 @@ class ControllerSettings:
             "(never loads JAX, least memory); same decisions"
         ),
     )
+    placement: Placement = field(
+        default=Placement.PACK,
+        metadata=doc(
+            "what Bellows asks of the scheduler when it sizes a job, so that its pods sit on "
+            "the fewest nodes its prices assume: pack (a preferred pod affinity on the job's "
+            "own pods by node), kueue-topology (Kueue's podset-preferred-topology annotation, "
+            "where Kueue's topology-aware scheduling is on) or none"
+        ),
+    )
+    placement_topology_key: str = field(
+        default=HOSTNAME,
+        metadata=doc(
+            "the node label of one node (pack's topologyKey) or Kueue's lowest topology level "
+            "(kueue-topology's annotation value)"
+        ),
+    )
     capacity: CapacitySettings = field(default_factory=CapacitySettings)
     progress: ProgressSettings = field(default_factory=ProgressSettings)
     kueue: KueueSettings = field(default_factory=KueueSettings)
@@ -318,6 +340,12 @@ class ControllerSettings:
 
     def __post_init__(self) -> None:
         check_bounds(self)
+        check_name(
+            "placement_topology_key",
+            self.placement_topology_key,
+            _LABEL_KEY,
+            "a node label key like kubernetes.io/hostname",
+        )
         self.autoscaler_config()  # the core validates its own options
 
     def autoscaler_config(self) -> AutoscalerConfig:

@@ -47,6 +47,7 @@ from bellows.emulator import EmulatedCluster
 from bellows.inputs import brief
 from bellows.kube import Actuator, JobReader, KubeApi, kind_named
 from bellows.kube.kueue import Strategy
+from bellows.kube.placement import Placement
 from bellows.kube.statuses import JobStatus, read_status
 from bellows.optimizer import Method
 from bellows.scaling import ClusterProfile, default_cluster
@@ -276,7 +277,8 @@ async def run_demo(
             core=replace(live_config, delta_s=0.0) if options.paper else live_config,
             cluster=cluster,
             capacity=options.gpus,
-            actuator=Actuator(api, kueue=options.kueue, kinds=kinds),
+            # the controller's default placement (pack): every sizing patch asks for it
+            actuator=Actuator(api, kueue=options.kueue, kinds=kinds, placement=Placement.PACK),
             reader=JobReader(api, namespace=NAMESPACE, kueue=options.kueue, kinds=kinds),
             now=clock.now,
             wall_to_clock=clock.at,

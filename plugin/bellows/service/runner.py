@@ -274,6 +274,8 @@ async def _started_controller(
                 halt_timeout_s=config.controller.halt_timeout_s,
                 kueue=kueue,
                 kinds=served_kinds(config),
+                placement=config.controller.placement,
+                topology_key=config.controller.placement_topology_key,
             ),
             reader=JobReader(
                 api,

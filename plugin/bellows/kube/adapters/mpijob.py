@@ -28,6 +28,7 @@ class MPIJobKind(ReplicatedKind):
     version = "v2beta1"
     plural = "mpijobs"
     manager = "kubeflow.org/mpi-operator"
+    operator_name = "mpi-operator"
     specs_field = "mpiReplicaSpecs"
     allowed_types = ("Launcher", "Worker")
 

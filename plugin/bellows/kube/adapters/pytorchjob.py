@@ -27,6 +27,7 @@ class PyTorchJobKind(ReplicatedKind):
     version = "v1"
     plural = "pytorchjobs"
     manager = "kubeflow.org/training-operator"
+    operator_name = "pytorchjob-controller"
     specs_field = "pytorchReplicaSpecs"
     allowed_types = ("Master", "Worker")
 

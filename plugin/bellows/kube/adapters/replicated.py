@@ -22,8 +22,13 @@ from bellows.kube.kinds import (
     with_env,
 )
 from bellows.kube.kueue import queue_name
+from bellows.kube.placement import Placement, placed_template
 
-__all__ = ["ReplicatedKind"]
+__all__ = ["JOB_NAME_LABEL", "OPERATOR_NAME_LABEL", "ReplicatedKind"]
+
+# The labels both Kubeflow v1 operators put on a job's pods (kubeflow/common's constants).
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+OPERATOR_NAME_LABEL = "training.kubeflow.org/operator-name"
 
 
 class ReplicatedKind:
@@ -36,6 +41,7 @@ class ReplicatedKind:
     specs_field = ""
     manager = ""  # the operator's own spec.runPolicy.managedBy value
     scaled_type = "Worker"  # the replica type whose count Bellows changes
+    operator_name = ""  # the operator's training.kubeflow.org/operator-name label on its pods
     allowed_types: tuple[str, ...] = ()
 
     # ----- per-kind hooks --------------------------------------------------------------------
@@ -155,6 +161,28 @@ class ReplicatedKind:
             if entry:
                 patched[rtype] = entry
         return {self.specs_field: patched}
+
+    def pod_selector(self, obj: Mapping[str, Any]) -> dict[str, str]:
+        """The labels the operator puts on this job's pods, and on no other job's: the
+        job's name and the operator's (a PyTorchJob and an MPIJob may share a name)."""
+        return {
+            JOB_NAME_LABEL: str((obj.get("metadata") or {}).get("name", "")),
+            OPERATOR_NAME_LABEL: self.operator_name,
+        }
+
+    def placement_patch(
+        self, obj: Mapping[str, Any], placement: Placement, topology_key: str
+    ) -> dict[str, Any]:
+        selector = self.pod_selector(obj)
+        patched: dict[str, Any] = {}
+        for rtype, spec in self.specs(obj).items():
+            template = spec.get("template") or {}
+            placed = placed_template(
+                template, selector=selector, placement=placement, topology_key=topology_key
+            )
+            if placed:
+                patched[rtype] = {"template": placed}
+        return {self.specs_field: patched} if patched else {}
 
     def halted(self, obj: Mapping[str, Any], since: datetime | None) -> bool:
         return halted_by_conditions(obj, since)

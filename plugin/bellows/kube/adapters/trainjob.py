@@ -35,6 +35,7 @@ from bellows.kube.kinds import (
     with_env,
 )
 from bellows.kube.kueue import queue_name
+from bellows.kube.placement import Placement
 
 __all__ = ["NODE_JOB", "TRAINER_MANAGER", "TrainJobKind", "pod_template_patch"]
 
@@ -168,3 +169,11 @@ class TrainJobKind:
 
     def pod_counts(self, obj: Mapping[str, Any]) -> dict[str, int]:
         return {NODE_JOB: self.nodes(obj)}
+
+    def placement_patch(
+        self, obj: Mapping[str, Any], placement: Placement, topology_key: str
+    ) -> dict[str, Any]:
+        """Nothing yet: a TrainJob's pod template is its runtime's, reachable only through
+        ``spec.runtimePatches`` while suspended (``bellows.kube.placement.placed_template``
+        is meant for it), and its resize is a re-creation that does not send this patch."""
+        return {}
