@@ -9,37 +9,92 @@ Pure parts (no I/O): :mod:`~bellows.bus.events` (the facts), :mod:`~bellows.bus.
 ``nats-server``). Layout and schema: ``docs/events.md``.
 """
 
-from bellows.bus.batching import Batch, Batcher, Offered
-from bellows.bus.bridging import (
-    Bookmark,
-    Bridge,
-    JobObserved,
-    KvResumeStore,
-    Observation,
-    ResumeStore,
-    WatchSource,
-    events_for,
-    watch_key,
+from typing import TYPE_CHECKING
+
+from bellows.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from bellows.bus.batching import Batch, Batcher, Offered
+    from bellows.bus.bridging import (
+        Bookmark,
+        Bridge,
+        JobObserved,
+        KvResumeStore,
+        Observation,
+        ResumeStore,
+        WatchSource,
+        events_for,
+        watch_key,
+    )
+    from bellows.bus.codec import SCHEMA_VERSION, EventError, decode, encode, message_id
+    from bellows.bus.connection import connect
+    from bellows.bus.consuming import Delivery, EventConsumer
+    from bellows.bus.events import (
+        Event,
+        EventKey,
+        EventType,
+        JobArrived,
+        JobCompleted,
+        JobKind,
+        JobRef,
+        Outcome,
+        event_key,
+    )
+    from bellows.bus.observers import BusObserver, NullObserver
+    from bellows.bus.publishing import EventPublisher, Published, publish_events
+    from bellows.bus.pumping import Apply, EventPump, PartlyAppliedError
+    from bellows.bus.settings import NatsSettings, Secret, TlsSettings
+    from bellows.bus.streams import ensure_consumer, ensure_kv, ensure_streams
+
+# each name imported from its module when first used (bellows.lazy)
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "Batch": "bellows.bus.batching",
+        "Batcher": "bellows.bus.batching",
+        "Offered": "bellows.bus.batching",
+        "Bookmark": "bellows.bus.bridging",
+        "Bridge": "bellows.bus.bridging",
+        "JobObserved": "bellows.bus.bridging",
+        "KvResumeStore": "bellows.bus.bridging",
+        "Observation": "bellows.bus.bridging",
+        "ResumeStore": "bellows.bus.bridging",
+        "WatchSource": "bellows.bus.bridging",
+        "events_for": "bellows.bus.bridging",
+        "watch_key": "bellows.bus.bridging",
+        "SCHEMA_VERSION": "bellows.bus.codec",
+        "EventError": "bellows.bus.codec",
+        "decode": "bellows.bus.codec",
+        "encode": "bellows.bus.codec",
+        "message_id": "bellows.bus.codec",
+        "connect": "bellows.bus.connection",
+        "Delivery": "bellows.bus.consuming",
+        "EventConsumer": "bellows.bus.consuming",
+        "Event": "bellows.bus.events",
+        "EventKey": "bellows.bus.events",
+        "EventType": "bellows.bus.events",
+        "JobArrived": "bellows.bus.events",
+        "JobCompleted": "bellows.bus.events",
+        "JobKind": "bellows.bus.events",
+        "JobRef": "bellows.bus.events",
+        "Outcome": "bellows.bus.events",
+        "event_key": "bellows.bus.events",
+        "BusObserver": "bellows.bus.observers",
+        "NullObserver": "bellows.bus.observers",
+        "EventPublisher": "bellows.bus.publishing",
+        "Published": "bellows.bus.publishing",
+        "publish_events": "bellows.bus.publishing",
+        "Apply": "bellows.bus.pumping",
+        "EventPump": "bellows.bus.pumping",
+        "PartlyAppliedError": "bellows.bus.pumping",
+        "NatsSettings": "bellows.bus.settings",
+        "Secret": "bellows.bus.settings",
+        "TlsSettings": "bellows.bus.settings",
+        "ensure_consumer": "bellows.bus.streams",
+        "ensure_kv": "bellows.bus.streams",
+        "ensure_streams": "bellows.bus.streams",
+    },
 )
-from bellows.bus.codec import SCHEMA_VERSION, EventError, decode, encode, message_id
-from bellows.bus.connection import connect
-from bellows.bus.consuming import Delivery, EventConsumer
-from bellows.bus.events import (
-    Event,
-    EventKey,
-    EventType,
-    JobArrived,
-    JobCompleted,
-    JobKind,
-    JobRef,
-    Outcome,
-    event_key,
-)
-from bellows.bus.observers import BusObserver, NullObserver
-from bellows.bus.publishing import EventPublisher, Published, publish_events
-from bellows.bus.pumping import Apply, EventPump, PartlyAppliedError
-from bellows.bus.settings import NatsSettings, Secret, TlsSettings
-from bellows.bus.streams import ensure_consumer, ensure_kv, ensure_streams
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -163,7 +163,7 @@ def build_app(store: Store, *, faults: Faults | None = None) -> web.Application:
                     )
                 if request.query.get("watch") in _WATCH_TRUE:
                     return await _watch(store, request, target)
-                return web.json_response(_list(store, request, target))
+                return _list(store, request, target)
             with store.dry_run(bool(dry)):
                 body, code = await _write(store, request, target)
             if fault is not None:  # the write landed; the answer is "lost"
@@ -311,10 +311,11 @@ def _selectable(t: _Target) -> Mapping[str, tuple[str, ...]] | None:
     return EVENT_FIELDS if t.res.api_version == "v1" and t.res.plural == "events" else None
 
 
-def _list(store: Store, request: web.Request, t: _Target) -> dict[str, Any]:
+def _list(store: Store, request: web.Request, t: _Target) -> web.Response:
     """A list, paged as the API server pages it: every page carries the first page's
     resourceVersion (a watch from it misses nothing changed while paging), the continue
-    token names where the next page starts, and one older than a compaction is 410."""
+    token names where the next page starts, and one older than a compaction is 410. The
+    items are spliced in as the store encoded them (each object once per version)."""
     matchers = [
         label_selector(request.query.get("labelSelector")),
         field_selector(request.query.get("fieldSelector"), _selectable(t)),
@@ -327,18 +328,15 @@ def _list(store: Store, request: web.Request, t: _Target) -> dict[str, Any]:
     else:
         revision = store.revision
     limit = _query_int(request, "limit", default=0)
-    items, remaining = store.list_page(t.res, t.namespace, matchers, after=after, limit=limit)
+    page, remaining = store.page_keys(t.res, t.namespace, matchers, after=after, limit=limit)
+    items = [store.encoded(t.res, ns, name) for ns, name in page]
     meta: dict[str, Any] = {"resourceVersion": str(revision)}
-    if remaining and items:
-        last = items[-1]["metadata"]
-        meta["continue"] = _encode_continue(revision, (last.get("namespace") or "", last["name"]))
+    if remaining and page:
+        meta["continue"] = _encode_continue(revision, page[-1])
         meta["remainingItemCount"] = remaining
-    return {
-        "apiVersion": t.res.api_version,
-        "kind": f"{t.res.kind}List",
-        "metadata": meta,
-        "items": items,
-    }
+    head = {"apiVersion": t.res.api_version, "kind": f"{t.res.kind}List", "metadata": meta}
+    body = b"".join((json.dumps(head).encode()[:-1], b', "items": [', b",".join(items), b"]}"))
+    return web.Response(body=body, content_type="application/json", charset="utf-8")
 
 
 def _visible(t: _Target, obj: Mapping[str, Any] | None, matchers: list[Any]) -> bool:

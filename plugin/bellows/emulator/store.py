@@ -17,8 +17,10 @@ server. Objects nest at most :data:`MAX_DEPTH` levels: a deliberate limit of the
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import copy
+import json
 import secrets
 import uuid
 from collections import deque
@@ -26,6 +28,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 from bellows.emulator.errors import ApiError, rfc3339
 from bellows.emulator.metadata import go_type, metadata_problems, type_problems
@@ -76,6 +80,11 @@ class Store:
         self._revision = 0
         self._dry = False  # inside dry_run(): writes are checked, not stored
         self._compacted = 0  # versions at or below this one are gone from the history
+        # Each resource's (namespace, name) keys in order, as of a revision (a list pages
+        # through it without sorting every object again), and each stored object's JSON,
+        # valid while that very object is the stored one (a write stores a new object).
+        self._sorted: dict[str, tuple[int, list[tuple[str, str]]]] = {}
+        self._encoded: dict[tuple[str, str, str], tuple[dict[str, Any], bytes]] = {}
         # Every subscriber's queue, and whether it serves an HTTP watch (close_watches ends those).
         self._subscribers: dict[asyncio.Queue[Change | None], bool] = {}
         self.writes: list[
@@ -118,7 +127,28 @@ class Store:
         ]
         return items, self._revision
 
-    def list_page(
+    def encoded(self, res: ResourceType, ns: str, name: str) -> bytes:
+        """The stored object's JSON, encoded once per stored version (a list's items)."""
+        key = res.key
+        obj = self._objects[(key, ns, name)]
+        hit = self._encoded.get((key, ns, name))
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        try:
+            raw = orjson.dumps(obj)
+        except orjson.JSONEncodeError:  # an integer over 64 bits, a lone surrogate: as json
+            raw = json.dumps(obj).encode()
+        self._encoded[(key, ns, name)] = (obj, raw)
+        return raw
+
+    def _keys(self, key: str) -> list[tuple[str, str]]:
+        cached = self._sorted.get(key)
+        if cached is None or cached[0] != self._revision:
+            found = sorted((ns, name) for (k, ns, name) in self._objects if k == key)
+            cached = self._sorted[key] = (self._revision, found)
+        return cached[1]
+
+    def page_keys(
         self,
         res: ResourceType,
         namespace: str | None,
@@ -126,21 +156,25 @@ class Store:
         *,
         after: tuple[str, str] | None = None,
         limit: int = 0,
-    ) -> tuple[list[dict[str, Any]], int]:
-        """Up to ``limit`` (0: all) objects in (namespace, name) order after ``after``, and
-        how many more match; only the page is copied."""
+    ) -> tuple[list[tuple[str, str]], int]:
+        """Up to ``limit`` (0: all) objects' (namespace, name) in that order after ``after``,
+        and how many more match: a list's page (its items: :meth:`encoded`)."""
         checks = list(matchers)
-        keys = [
-            (ns, name)
-            for (key, ns, name), obj in sorted(self._objects.items())
-            if key == res.key
-            and (namespace is None or ns == namespace)
-            and (after is None or (ns, name) > after)
-            and all(m(obj) for m in checks)
+        keys = self._keys(res.key)
+        start = 0 if after is None else bisect.bisect_right(keys, after)
+        if namespace is not None:
+            start = max(start, bisect.bisect_left(keys, (namespace, "")))
+            end = bisect.bisect_left(keys, (namespace + "\0", ""))
+        else:
+            end = len(keys)
+        if not checks:
+            page = keys[start:end][:limit] if limit > 0 else keys[start:end]
+            return page, end - start - len(page)
+        matching = [
+            k for k in keys[start:end] if all(m(self._objects[(res.key, *k)]) for m in checks)
         ]
-        page = keys[:limit] if limit > 0 else keys
-        items = [copy.deepcopy(self._objects[(res.key, ns, name)]) for ns, name in page]
-        return items, len(keys) - len(page)
+        page = matching[:limit] if limit > 0 else matching
+        return page, len(matching) - len(page)
 
     def check_continue(self, rv: int) -> None:
         """410 when a list continued from version ``rv`` can no longer be consistent."""
@@ -317,6 +351,7 @@ class Store:
                 "expected Background, Foreground or Orphan",
             )
         del self._objects[(res.key, ns, name)]
+        self._encoded.pop((res.key, ns, name), None)
         self._revision += 1
         gone = copy.deepcopy(current)
         gone["metadata"]["resourceVersion"] = str(self._revision)
@@ -444,6 +479,7 @@ class Store:
         self._revision += 1
         obj["metadata"]["resourceVersion"] = str(self._revision)
         self._objects[(res.key, ns, name)] = obj
+        self._encoded.pop((res.key, ns, name), None)
         kind = "ADDED" if old is None else "MODIFIED"
         self._record(Change(self._revision, res.key, kind, copy.deepcopy(obj), old))
         self.writes.append((verb, res.key, ns, name))

@@ -12,18 +12,51 @@ Only what talks to a real API server lives here; the emulated cluster of the tes
 
 from __future__ import annotations
 
-from bellows.kube.actuating import ActuationError, Actuator, Outcome
-from bellows.kube.adapters import KINDS, MPIJobKind, PyTorchJobKind, kind_named
-from bellows.kube.client import ConflictError, ExpiredError, KubeApi, NotFoundError
-from bellows.kube.kinds import JobKind, JobRef, JobView
-from bellows.kube.reading import (
-    Arrived,
-    Deleted,
-    Finished,
-    Invalid,
-    JobReader,
-    Observation,
-    Skipped,
+from typing import TYPE_CHECKING
+
+from bellows.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from bellows.kube.actuating import ActuationError, Actuator, Outcome
+    from bellows.kube.adapters import KINDS, MPIJobKind, PyTorchJobKind, kind_named
+    from bellows.kube.client import ConflictError, ExpiredError, KubeApi, NotFoundError
+    from bellows.kube.kinds import JobKind, JobRef, JobView
+    from bellows.kube.reading import (
+        Arrived,
+        Deleted,
+        Finished,
+        Invalid,
+        JobReader,
+        Observation,
+        Skipped,
+    )
+
+# each name imported from its module when first used (bellows.lazy)
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "ActuationError": "bellows.kube.actuating",
+        "Actuator": "bellows.kube.actuating",
+        "Outcome": "bellows.kube.actuating",
+        "KINDS": "bellows.kube.adapters",
+        "MPIJobKind": "bellows.kube.adapters",
+        "PyTorchJobKind": "bellows.kube.adapters",
+        "kind_named": "bellows.kube.adapters",
+        "ConflictError": "bellows.kube.client",
+        "ExpiredError": "bellows.kube.client",
+        "KubeApi": "bellows.kube.client",
+        "NotFoundError": "bellows.kube.client",
+        "JobKind": "bellows.kube.kinds",
+        "JobRef": "bellows.kube.kinds",
+        "JobView": "bellows.kube.kinds",
+        "Arrived": "bellows.kube.reading",
+        "Deleted": "bellows.kube.reading",
+        "Finished": "bellows.kube.reading",
+        "Invalid": "bellows.kube.reading",
+        "JobReader": "bellows.kube.reading",
+        "Observation": "bellows.kube.reading",
+        "Skipped": "bellows.kube.reading",
+    },
 )
 
 __all__ = [

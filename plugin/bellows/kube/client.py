@@ -17,6 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
+import orjson
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
@@ -124,24 +125,36 @@ class KubeApi:
         """
         token: str | None = None
         while True:
-            options: dict[str, Any] = {"limit": limit}
+            options: dict[str, Any] = {"limit": limit, "_preload_content": False}
             if token:
                 options["_continue"] = token
-            if namespace is None:
-                listed: Obj = await _call(
-                    self._custom.list_cluster_custom_object,
-                    kind.group, kind.version, kind.plural, **options,
-                )  # fmt: skip
-            else:
-                listed = await _call(
-                    self._custom.list_namespaced_custom_object,
-                    kind.group, kind.version, namespace, kind.plural, **options,
-                )  # fmt: skip
+            listed = await _call(self._list_job_json, kind, namespace, **options)
             meta = listed.get("metadata") or {}
             yield list(listed.get("items") or []), str(meta.get("resourceVersion", ""))
             token = meta.get("continue")
             if not token:
                 return
+
+    def _list_job_json(self, kind: JobKind, namespace: str | None, **options: Any) -> Obj:
+        """One page of jobs, read and decoded (``orjson``: a page is megabytes) in the
+        calling (worker) thread; the client's own decoding would parse it with ``json``."""
+        if namespace is None:
+            response = self._custom.list_cluster_custom_object(
+                kind.group, kind.version, kind.plural, **options
+            )
+        else:
+            response = self._custom.list_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, **options
+            )
+        try:
+            data = response.data
+        finally:
+            response.release_conn()
+        try:
+            listed: Obj = orjson.loads(data)
+        except orjson.JSONDecodeError:  # an integer over 64 bits, a lone surrogate: as json
+            listed = json.loads(data)
+        return listed
 
     async def patch_job(
         self, kind: JobKind, namespace: str, name: str, patch: Mapping[str, Any]

@@ -16,6 +16,7 @@ default prior), learned from the controller's refit (``bellows.io/fit``).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -336,20 +337,33 @@ async def read_status(
     events: bool = True,
 ) -> list[JobStatus]:
     """Every opted-in job of ``kinds`` (in ``namespace``, or all): one list per kind and,
-    with ``events``, one list of the Events Bellows recorded."""
-    opted: list[tuple[JobKind, dict[str, Any]]] = []
-    for kind in kinds:
+    with ``events``, one list of the Events Bellows recorded, all at once (each kind's pages
+    in turn), so that one answer is decoded while the server prepares the next."""
+
+    async def opted_of(kind: JobKind) -> list[tuple[JobKind, dict[str, Any]]]:
+        found = []
         try:
             async for page, _ in api.list_job_pages(kind, namespace):
                 for obj in page:
                     if keys.opted_in((obj.get("metadata") or {}).get("annotations")):
-                        opted.append((kind, obj))
+                        found.append((kind, obj))
         except NotFoundError:  # the kind's CRD is not installed here
-            continue
-    newest: dict[str, str] = {}
-    if events:
-        listed = await api.list_events(namespace, field_selector=f"source={COMPONENT}")
-        newest = latest_events(listed)
+            pass
+        return found
+
+    async def newest_events() -> dict[str, str]:
+        if not events:
+            return {}
+        return latest_events(await api.list_events(namespace, field_selector=f"source={COMPONENT}"))
+
+    events_listed = asyncio.create_task(newest_events())
+    try:
+        per_kind = await asyncio.gather(*map(opted_of, kinds))
+    except BaseException:
+        events_listed.cancel()
+        raise
+    newest = await events_listed
+    opted = [found for listed in per_kind for found in listed]
     refs = [ref for _, obj in opted if (ref := _configmap_ref(obj)) is not None]
     configmaps = await _configmap_profiles(api, refs) if refs else {}
     rows = []
