@@ -367,3 +367,30 @@ def test_lists_page_from_one_version_and_an_old_continue_token_is_gone(on_cluste
             await list_while_compacting()
 
     on_cluster(scenario, operator=False)
+
+
+def test_a_list_shows_each_write_and_only_the_namespace_asked_for(on_cluster, examples):
+    # the server encodes each stored object once and splices it into lists: a write must
+    # show in the next list, a namespace that prefixes another must not list the other's
+    async def scenario(cluster, api):
+        custom = k8s.CustomObjectsApi(api.api_client)
+        core = k8s.CoreV1Api(api.api_client)
+        job = examples["PyTorchJob"]
+        for ns in ("team", "team-b"):
+            await call(core.create_namespace, {"metadata": {"name": ns}})
+            job["metadata"].update(name="job-0", namespace=ns)
+            await call(custom.create_namespaced_custom_object, G, V, ns, P, job)
+        listed = await call(custom.list_namespaced_custom_object, G, V, "team", P)
+        assert [o["metadata"]["namespace"] for o in listed["items"]] == ["team"]
+        patch = {"metadata": {"annotations": {"example.com/seen": "é twice"}}}
+        await call(custom.patch_namespaced_custom_object, G, V, "team", P, "job-0", patch)
+        again = await call(custom.list_cluster_custom_object, G, V, P, limit=1)
+        (first,) = again["items"]
+        assert first["metadata"]["annotations"]["example.com/seen"] == "é twice"
+        assert first["metadata"]["resourceVersion"] == again["metadata"]["resourceVersion"]
+        assert again["metadata"]["remainingItemCount"] == 1
+        await call(custom.delete_namespaced_custom_object, G, V, "team", P, "job-0")
+        left = await call(custom.list_cluster_custom_object, G, V, P)
+        assert [o["metadata"]["namespace"] for o in left["items"]] == ["team-b"]
+
+    on_cluster(scenario)
