@@ -393,16 +393,18 @@ def test_a_record_made_stale_by_the_owner_is_dropped_untouched(on_cluster) -> No
     on_cluster(scenario, trainer=True, compression=1.0)
 
 
-def test_a_trainjob_beside_kueue_is_refused_untouched(on_cluster) -> None:
+def test_a_trainjob_in_a_queue_without_kueue_cooperation_is_refused_untouched(
+    on_cluster,
+) -> None:
     async def scenario(cluster, api):
         body = example()
         body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a"}
         created = await submit(api, body)
-        outcome = await Actuator(api, kinds=ALL_KINDS, kueue=True).apply(Start(JOB, 4, 256))
+        outcome = await Actuator(api, kinds=ALL_KINDS).apply(Start(JOB, 4, 256))
         assert outcome.result == "refused"
         assert "Kueue" in outcome.detail
         obj = await api.get_job(TRAINJOB, "default", NAME)
         assert obj["spec"] == created["spec"]  # nothing but the status line written
-        assert obj["metadata"]["annotations"][keys.STATUS].startswith("not managed: a TrainJob")
+        assert obj["metadata"]["annotations"][keys.STATUS].startswith("not managed:")
 
     on_cluster(scenario, trainer=True, compression=1.0)

@@ -150,12 +150,6 @@ def demo(
 
     files = crd_files(crds)
     kueue_files = kueue_crd_files(files) if kueue else []
-    if kueue and "TrainJob" in kinds:
-        raise click.BadParameter(
-            "trainjob with --kueue: a TrainJob beside Kueue is not sized by Bellows yet "
-            "(docs/kube.md, TrainJob)",
-            param_hint="--kinds",
-        )
     trainer_files = trainer_crd_files(files) if "TrainJob" in kinds else []
     configure_logging(LoggingSettings(level=LogLevel.WARNING), stream=sys.stderr)
     options = DemoOptions(

@@ -1,5 +1,8 @@
 """Emulated Kueue v0.19.2: its job reconciler, workload controller and scheduler, for the
-PyTorchJobs and MPIJobs that name a LocalQueue (label ``kueue.x-k8s.io/queue-name``).
+PyTorchJobs, MPIJobs and TrainJobs that name a LocalQueue (label
+``kueue.x-k8s.io/queue-name``). A TrainJob's suspend is ``spec.suspend`` and its podSets are
+those of the JobSet its runtime renders (:func:`~bellows.kube.kueue.trainjob_pod_sets`, the
+runtime read from the API server as Kueue's TrainJob integration reads it).
 
 What it reproduces (section "Kueue" of the design's ``KUBEFLOW.md``; ``docs/kube.md``):
 
@@ -28,10 +31,12 @@ What it reproduces (section "Kueue" of the design's ``KUBEFLOW.md``; ``docs/kube
 * **quota lowered** below what is reserved evicts nothing: nothing new is admitted until the
   reservations fall below it.
 
-Left out: priorities and preemption, cohorts and borrowing (``nominalQuota`` only), resources
-other than ``nvidia.com/gpu``, admission checks, partial admission, the node selectors Kueue
-injects from a flavor's ``nodeLabels``, and the webhook that suspends a job at creation (a job
-created running is suspended by the first reconcile instead).
+Left out: Kueue's ``kueue.x-k8s.io/manager`` runtime patch of a TrainJob (its admission's
+node selectors and tolerations), priorities and preemption, cohorts and borrowing
+(``nominalQuota`` only), resources other than ``nvidia.com/gpu``, admission checks, partial
+admission, the node selectors Kueue injects from a flavor's ``nodeLabels``, and the webhook
+that suspends a job at creation (a job created running is suspended by the first reconcile
+instead).
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ import structlog
 from bellows.emulator.resources import ResourceType
 from bellows.emulator.store import ApiError, Change, Store, rfc3339
 from bellows.inputs import DATA_ERRORS, parse_quantity
-from bellows.kube.adapters import KINDS
+from bellows.kube.adapters import ALL_KINDS
 from bellows.kube.kinds import (
     GPU,
     JobKind,
@@ -71,6 +76,7 @@ from bellows.kube.kueue import (
     pod_set_gpus,
     queue_name,
     read_cluster_queue,
+    trainjob_pod_sets,
     workload_gpus,
     workload_name,
 )
@@ -82,6 +88,7 @@ KUEUE_KINDS = (FLAVORS, CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS)
 """The plurals of the Kueue kinds the emulated Kueue needs the API server to serve."""
 
 _PREFIX = f"{GROUP}/{VERSION}/"
+_TRAINER = "trainer.kubeflow.org"
 NAMESPACES = "v1/namespaces"
 _log = structlog.get_logger("bellows.emulator")
 
@@ -127,7 +134,7 @@ class EmulatedKueue:
         self._res = {p: store.resources[_PREFIX + p] for p in KUEUE_KINDS}
         self._kinds: dict[str, JobKind] = {
             f"{k.group}/{k.version}/{k.plural}": k
-            for k in KINDS
+            for k in ALL_KINDS
             if f"{k.group}/{k.version}/{k.plural}" in store.resources
         }
         # the namespaces too: a ClusterQueue's namespaceSelector matches their labels
@@ -350,10 +357,26 @@ class EmulatedKueue:
         known = self._pod_sets_of.get(meta["uid"])
         if known is not None and known[0] == meta.get("generation"):
             return known[1]
-        body = {"metadata": {}, "spec": {"podSets": job_pod_sets(job)}}
+        body = {"metadata": {}, "spec": {"podSets": self._job_pod_sets(job)}}
         pod_sets = list(self._res[WORKLOADS].defaulted(copy.deepcopy(body))["spec"]["podSets"])
         self._pod_sets_of[meta["uid"]] = (int(meta.get("generation", 0)), pod_sets)
         return pod_sets
+
+    def _job_pod_sets(self, job: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """``PodSets``: a PyTorchJob's or MPIJob's from its replica specs, a TrainJob's from
+        the JobSet its runtime renders (read from the API server, as Kueue does)."""
+        if job.get("kind") != "TrainJob":
+            return job_pod_sets(job)
+        ref = (job.get("spec") or {}).get("runtimeRef") or {}
+        cluster = ref.get("kind", "ClusterTrainingRuntime") == "ClusterTrainingRuntime"
+        key = f"{ref.get('apiGroup', _TRAINER)}/v1alpha1/" + (
+            "clustertrainingruntimes" if cluster else "trainingruntimes"
+        )
+        res = self._store.resources.get(key)
+        if res is None:
+            raise ApiError(404, "NotFound", f"{key} is not served: runtime '{ref.get('name')}'")
+        ns = "" if cluster else job["metadata"]["namespace"]
+        return trainjob_pod_sets(job, self._store.get(res, ns, str(ref.get("name", ""))))
 
     @staticmethod
     def _matches(wl: Mapping[str, Any], want: list[dict[str, Any]]) -> bool:
@@ -635,7 +658,10 @@ class EmulatedKueue:
         meta = job["metadata"]
 
         def change(current: dict[str, Any]) -> dict[str, Any]:
-            current.setdefault("spec", {}).setdefault("runPolicy", {})["suspend"] = value
+            if current.get("kind") == "TrainJob":  # Kueue's TrainJob integration: spec.suspend
+                current.setdefault("spec", {})["suspend"] = value
+            else:
+                current.setdefault("spec", {}).setdefault("runPolicy", {})["suspend"] = value
             return current
 
         return self._keep(

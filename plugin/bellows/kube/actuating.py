@@ -13,8 +13,9 @@ call goes on once the way is clear.
 A job that names a Kueue LocalQueue is refused unless Kueue cooperation is on
 (``Actuator(api, kueue=True)``, the setting ``controller.kueue.enabled``). With it, such a
 job is driven by the planners of :mod:`bellows.kube.kueue_journal`: its Workload is
-deactivated and activated, and ``suspend``, which Kueue owns, is never written. Waiting for
-Kueue watches both the job and its Workload, within ``halt_timeout_s`` per call.
+deactivated and activated, and ``suspend``, which Kueue owns, is never written (a queued
+TrainJob's resize: :mod:`bellows.kube.kueue_recreation`). Waiting for Kueue watches both the
+job and its Workload, within ``halt_timeout_s`` per call.
 
 At most ``max_active`` jobs are driven at once (:data:`MAX_ACTIVE`); a call that waits for
 the operator or Kueue gives its turn up while it waits. A round that starts 800 jobs would
@@ -67,6 +68,7 @@ from bellows.kube.kueue_journal import (
     plan_kueue_halt,
     plan_kueue_scale,
 )
+from bellows.kube.kueue_recreation import plan_kueue_recreate
 from bellows.kube.placement import HOSTNAME, Placement
 from bellows.kube.recording import Recorder
 from bellows.kube.recreation import (
@@ -108,11 +110,6 @@ _EVENTS: dict[Phase, tuple[str, bool]] = {
 }
 
 
-_KUEUE_TRAINJOB = (
-    "a TrainJob in a Kueue LocalQueue is not sized by Bellows yet: its spec.trainer is "
-    "immutable, so a resize re-creates it, and Bellows does not re-create it beside Kueue; "
-    "remove the queue name or the bellows.io/ annotations"
-)
 RecreationSteps = (ProbeInPlace, WriteRecord, DeleteJob, CreateJob, DeleteRecord)
 _HALT_RESULTS: dict[Phase, Result] = {
     Phase.QUEUED: "queued",
@@ -410,18 +407,20 @@ class Actuator:
             assert obj is not None  # a job not there always has a record due
             view = kind.view(obj, settings.env_names)
             requested = requested_allocation(view, settings)
-            if getattr(kind, "recreates", False) and not read.kueue:
-                return plan_recreate(
-                    kind,
-                    obj,
-                    read.record,
-                    target=target,
-                    env=env,
-                    requested=requested,
-                    now=self._now(),
-                    in_place=in_place[0] if in_place else None,
-                    done=done,
-                )
+            if getattr(kind, "recreates", False):
+                common: dict[str, Any] = {
+                    "target": target,
+                    "env": env,
+                    "requested": requested,
+                    "now": self._now(),
+                    "in_place": in_place[0] if in_place else None,
+                    "done": done,
+                }
+                if read.kueue:  # held through its Workload, re-created in its queue
+                    return plan_kueue_recreate(
+                        kind, obj, read.record, read.workload, reason=reason, **common
+                    )
+                return plan_recreate(kind, obj, read.record, **common)
             if read.kueue:
                 return plan_kueue_scale(
                     kind,
@@ -697,8 +696,6 @@ class Actuator:
                 return await self.report_problem(job, view.blocker, reason="Refused")
             if view.queue is not None and not self._kueue:
                 return await self.report_problem(job, kueue_refusal(view.queue), reason="Refused")
-            if view.queue is not None and getattr(kind, "recreates", False):
-                return await self.report_problem(job, _KUEUE_TRAINJOB, reason="Refused")
             settings = keys.parse_settings(notes)
             name = kind.launcher(obj)
             launcher = await self._api.get_batch_job(ref.namespace, name) if name else None

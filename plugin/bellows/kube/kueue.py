@@ -24,6 +24,7 @@ Facts from Kueue's job reconciler (``pkg/controller/jobframework/reconciler.go``
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ __all__ = [
     "read_cluster_queue",
     "read_namespace_selector",
     "read_workload",
+    "trainjob_pod_sets",
     "workload_gpus",
     "workload_name",
 ]
@@ -316,6 +318,78 @@ def job_pod_sets(job: Mapping[str, Any]) -> list[dict[str, Any]]:
             raise SpecError(f"spec.{field}.{rtype}.replicas", count, "a whole number >= 0")
         template = spec.get("template") or {}
         out.append({"name": rtype.lower(), "count": count, "template": dict(template)})
+    return out
+
+
+_ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"  # label: which step a Job runs
+_TRAINER_STEP = "trainer"  # the runtime's replicated Job that trains (torch: ``node``)
+
+
+def trainjob_pod_sets(job: Mapping[str, Any], runtime: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``spec.podSets`` Kueue derives from a TrainJob on ``runtime`` (its
+    ``ClusterTrainingRuntime`` or ``TrainingRuntime``), as Kueue's TrainJob integration does:
+    the JobSet the Trainer would render, one podSet per replicated Job (name = the Job's
+    name, count = ``replicas`` x ``parallelism``, template = its pod template). The trainer
+    step (label ``trainer.kubeflow.org/trainjob-ancestor-step: trainer``) gets
+    ``spec.trainer``'s ``numNodes`` as its parallelism and its ``image``, ``command``,
+    ``args``, ``resourcesPerNode`` and ``env`` on its container of the same name; the pod
+    specs of ``spec.runtimePatches`` are merged by Job name (a field replaced whole, as the
+    Trainer's patch does for lists).
+    :class:`SpecError` names a malformed field."""
+    jobs = (((runtime.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+        "replicatedJobs"
+    )
+    if not isinstance(jobs, list) or not jobs:
+        raise SpecError("runtime spec.template.spec.replicatedJobs", jobs, "a list of Jobs")
+    spec = job.get("spec") or {}
+    trainer = spec.get("trainer") or {}
+    policy = (runtime.get("spec") or {}).get("mlPolicy") or {}
+    patches: dict[str, list[Mapping[str, Any]]] = {}
+    for patch in spec.get("runtimePatches") or []:
+        patched = (
+            ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec")
+        ) or {}
+        for rj in patched.get("replicatedJobs") or []:
+            pod = (((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec")
+            if isinstance(pod, Mapping):
+                patches.setdefault(str(rj.get("name", "")), []).append(pod)
+    out: list[dict[str, Any]] = []
+    for i, rj in enumerate(jobs):
+        name = str(rj.get("name", ""))
+        where = f"runtime replicatedJobs[{i}]"
+        job_tpl = rj.get("template") or {}
+        job_spec = job_tpl.get("spec") or {}
+        template = copy.deepcopy(dict(job_spec.get("template") or {}))
+        pod = template.setdefault("spec", {})
+        parallelism = job_spec.get("parallelism", 1)
+        if ((job_tpl.get("metadata") or {}).get("labels") or {}).get(_ANCESTOR) == _TRAINER_STEP:
+            parallelism = trainer.get("numNodes", policy.get("numNodes", 1))
+            for container in pod.get("containers") or []:
+                if container.get("name") != name:
+                    continue
+                for field in ("image", "command", "args"):
+                    if trainer.get(field):
+                        container[field] = copy.deepcopy(trainer[field])
+                if trainer.get("resourcesPerNode"):
+                    container["resources"] = copy.deepcopy(trainer["resourcesPerNode"])
+                env = [
+                    e
+                    for e in container.get("env") or []
+                    if e.get("name") not in {t.get("name") for t in trainer.get("env") or []}
+                ]
+                env += copy.deepcopy(list(trainer.get("env") or []))
+                if env:
+                    container["env"] = env
+        for fields in patches.get(name, []):
+            pod.update(copy.deepcopy(dict(fields)))
+        replicas = rj.get("replicas", 1)
+        for field, value in (
+            (f"{where}.replicas", replicas),
+            (f"{where}.parallelism", parallelism),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise SpecError(field, value, "a whole number >= 0")
+        out.append({"name": name, "count": replicas * parallelism, "template": template})
     return out
 
 

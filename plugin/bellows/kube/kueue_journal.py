@@ -64,7 +64,7 @@ from bellows.kube.journal import (
     reading,
     scaled_spec,
 )
-from bellows.kube.kinds import JobKind
+from bellows.kube.kinds import JobKind, JobView
 from bellows.kube.kueue import WorkloadView
 from bellows.kube.placement import HOSTNAME, Placement
 
@@ -129,6 +129,49 @@ def _evicted(kind: JobKind, obj: Mapping[str, Any], workload: WorkloadView | Non
     return kind.halted(obj, journal.suspended_at)
 
 
+def _announce(
+    obj: Mapping[str, Any],
+    view: JobView,
+    journal: Journal,
+    notes: dict[str, str | None],
+    *,
+    target: tuple[int, int],
+    now: datetime,
+) -> SendPatch | None:
+    """Step 1, unless under way: journal the target, phase ``suspending``, before anything
+    else changes (``None``: journaled already)."""
+    if journal.target == target and journal.phase in (Phase.SUSPENDING, Phase.PATCHED):
+        return None
+    notes |= {keys.TARGET: keys.format_pair(*target), keys.PHASE: Phase.SUSPENDING}
+    if not view.suspended:
+        notes[keys.SUSPENDED_AT] = _stamp(now)
+    return SendPatch(_journal_only(obj, notes), Phase.SUSPENDING)
+
+
+def _hold(
+    kind: JobKind, obj: Mapping[str, Any], view: JobView, workload: WorkloadView | None
+) -> KueueStep | None:
+    """Steps 2 and 3: the Workload inactive, then the wait until Kueue has suspended the job,
+    the operator halted it and no quota is held (``None``: the job may be edited now)."""
+    if workload is not None and workload.active:
+        return workload_patch(workload, active=False)
+    if workload is None and not (view.suspended and _evicted(kind, obj, None)):
+        return AwaitWorkload("Kueue to create the job's Workload")
+    if not (view.suspended and _evicted(kind, obj, workload)):
+        return AwaitEviction()
+    return None
+
+
+def _synced(kind: JobKind, obj: Mapping[str, Any], workload: WorkloadView) -> bool:
+    """Whether Kueue has updated the Workload's podSets to the job's pod counts. A TrainJob's
+    Workload also has a podSet per initializer Job of its runtime, which the adapter does
+    not read: only the trainer's are compared."""
+    want, have = kind.pod_counts(obj), dict(workload.pod_counts)
+    if getattr(kind, "recreates", False):
+        return all(have.get(name) == count for name, count in want.items())
+    return have == want
+
+
 def plan_kueue_scale(
     kind: JobKind,
     obj: Mapping[str, Any],
@@ -152,15 +195,14 @@ def plan_kueue_scale(
     the last step, as by :func:`bellows.kube.journal.plan_scale`; ``placement`` too.
     """
     view, journal, notes = reading(kind, obj, env, requested)
-    gpus, batch = target
-    pair = keys.format_pair(gpus, batch)
+    gpus, _ = target
     if launcher is not None and (problem := foreign_launcher(obj, launcher)) is not None:
         return Blocked("LauncherNotOwned", problem)
     matches = _spec_matches(kind, obj, gpus, env)
     if journal.phase is Phase.DONE and journal.target == target == journal.allocation and matches:
         return Nothing("already running at the target")
     stale = launcher is not None and _launcher_stale(launcher, env)
-    synced = workload is not None and dict(workload.pod_counts) == kind.pod_counts(obj)
+    synced = workload is not None and _synced(kind, obj, workload)
     if (
         matches
         and not view.suspended
@@ -173,20 +215,12 @@ def plan_kueue_scale(
         # Kueue already runs it at the target (admitted at its owner's size before Bellows
         # held it, or resumed on a recreated Workload): journal it, restart nothing
         return _done(obj, notes, target, done, now, journal=journal, reason=reason)
-    if journal.target != target or journal.phase not in (Phase.SUSPENDING, Phase.PATCHED):
-        # Step 1: say what is about to happen, before anything else changes.
-        notes |= {keys.TARGET: pair, keys.PHASE: Phase.SUSPENDING}
-        if not view.suspended:
-            notes[keys.SUSPENDED_AT] = _stamp(now)
-        return SendPatch(_journal_only(obj, notes), Phase.SUSPENDING)
+    if (first := _announce(obj, view, journal, notes, target=target, now=now)) is not None:
+        return first  # step 1
     if journal.phase is Phase.SUSPENDING or not matches:
         # Steps 2 to 4 (again, for a job whose spec changed since it was patched).
-        if workload is not None and workload.active:
-            return workload_patch(workload, active=False)
-        if workload is None and not (view.suspended and _evicted(kind, obj, None)):
-            return AwaitWorkload("Kueue to create the job's Workload")
-        if not (view.suspended and _evicted(kind, obj, workload)):
-            return AwaitEviction()
+        if (hold := _hold(kind, obj, view, workload)) is not None:
+            return hold
         notes |= {keys.PHASE: Phase.PATCHED}
         spec = scaled_spec(kind, obj, gpus, env, placement=placement, topology_key=topology_key)
         return SendPatch(_body(obj, notes, spec), Phase.PATCHED)

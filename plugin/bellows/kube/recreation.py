@@ -191,16 +191,18 @@ def successor(
     env: Mapping[str, str],
     done: float | None,
     now: datetime,
+    suspend: bool = False,
 ) -> dict[str, Any]:
     """The TrainJob that replaces ``obj`` on ``target``: its metadata kept (name, labels,
     annotations, owner references, finalizers), its spec kept but for ``spec.trainer``
-    (``numNodes``, batch env) and ``suspend: false``, Kueue's runtime patches dropped (Kueue
-    writes them again when it admits the new Workload), and the journal at ``done``."""
+    (``numNodes``, batch env) and ``suspend`` (false: it runs at once; true beside Kueue,
+    which resumes it once it admits its new Workload), Kueue's runtime patches dropped
+    (Kueue writes them again when it admits the new Workload), and the journal at ``done``."""
     meta = obj["metadata"]
     spec = copy.deepcopy(dict(obj["spec"]))
     gpus, _ = target
     spec["trainer"] = kind.scale_patch(obj, gpus, env)["trainer"]
-    spec["suspend"] = False
+    spec["suspend"] = suspend
     patches = [
         p
         for p in spec.get("runtimePatches") or []
