@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,14 @@ from bellows.kube.adapters import ALL_KINDS, TRAINJOB
 from bellows.kube.kueue import (
     JOB_UID,
     KUEUE_QUEUE,
+    WorkloadView,
     read_workload,
     trainjob_pod_sets,
     workload_gpus,
     workload_name,
 )
+from bellows.kube.kueue_journal import AwaitWorkload, PatchWorkload
+from bellows.kube.kueue_recreation import plan_kueue_recreate
 from bellows.kube.recreation import RECORD_LABEL
 
 from .test_emulated_kueue import admitted, until, workloads
@@ -262,3 +266,30 @@ def test_a_controller_killed_inside_a_queued_recreation_loses_and_duplicates_not
         assert starts == [(first["metadata"]["uid"], 2), (obj["metadata"]["uid"], 4)]
 
     on_cluster(scenario, trainer=True, kueue=True, compression=1.0)
+
+
+def test_a_trainjob_at_its_size_activates_its_workload_whatever_its_initializers() -> None:
+    """A queued TrainJob already at the target is not re-created: its Workload (with a podSet
+    per initializer Job of the runtime too) is activated once its ``node`` count matches."""
+    job = queued(nodes=2)
+    job["metadata"].update(uid="u-1", resourceVersion="7")
+    notes = job["metadata"]["annotations"]
+    notes.update({keys.TARGET: "k=2,b=256", keys.PHASE: "patched"})
+
+    def workload(counts: dict[str, int]) -> WorkloadView:
+        return WorkloadView(
+            "trainjob-x", "default", "w-1", "3", "u-1", "team", False, False, False, None,
+            None, counts,
+        )  # fmt: skip
+
+    def plan(counts: dict[str, int]) -> Any:
+        return plan_kueue_recreate(
+            TRAINJOB, job, None, workload(counts), in_place=None, target=(2, 256),
+            env={"GLOBAL_BATCH_SIZE": "256", "LOCAL_BATCH_SIZE": "128"}, requested=(2, 256),
+            now=datetime.now(UTC),
+        )  # fmt: skip
+
+    step = plan({"dataset-initializer": 1, "node": 2})
+    assert isinstance(step, PatchWorkload)
+    assert step.active is True
+    assert isinstance(plan({"dataset-initializer": 1, "node": 3}), AwaitWorkload)
