@@ -20,9 +20,10 @@ A step does what is due, in this order:
 
 **Goodput** (issue 29, Bellows mode only): a job given an efficiency profile
 (:meth:`Autoscaler.charge`) gets goodput rows (``tsf_tables(efficiency=...)``: per k the
-batch maximising throughput x E(b)), recomputed as its progress moves through each
-``1 / GOODPUT_STEPS`` of its work; its rates are then reference samples per second, so the
-core's progress estimate and restart pricing count reference samples too.
+batch maximising throughput x E(b) at the middle of each ``1 / GOODPUT_STEPS`` of its
+work), recomputed as its progress moves from one such step to the next; its rates are
+then reference samples per second, so the core's progress estimate and restart pricing
+count reference samples too.
 
 Decisions are typed values, taken as applied at the step's time. No I/O, no wall clock: the
 simulator and the live controller drive this very object, so identical inputs give identical
@@ -65,7 +66,7 @@ from bellows.scaling.tables import candidate_count
 __all__ = ["GOODPUT_STEPS", "TABULATE_BATCH", "Autoscaler", "ClockError", "RoundStats"]
 
 TABULATE_BATCH = 512  # jobs per vectorized TSF table in Autoscaler.tabulate (~30 MiB peak)
-GOODPUT_STEPS = 20  # a goodput row is recomputed each 1/20 of a job's work (5 % progress)
+GOODPUT_STEPS = 10  # a goodput row is recomputed each 1/10 of a job's work (10 % progress)
 
 
 class ClockError(RuntimeError):
@@ -740,10 +741,10 @@ class Autoscaler:
                 continue
             job, run = s.jobs[name], s.running.get(name)
             done = run.done_at(now) if run is not None else s.carried.get(name, 0.0)
-            step = min(GOODPUT_STEPS, int(GOODPUT_STEPS * max(done, 0.0) / job.work))
+            step = min(GOODPUT_STEPS - 1, int(GOODPUT_STEPS * max(done, 0.0) / job.work))
             key = keys[name] = (*self._template(job), profile, step)
-            if key not in self._row_cache:
-                todo.setdefault(key, (job, profile, job.work * step / GOODPUT_STEPS))
+            if key not in self._row_cache:  # E at the step's middle: its rate's mean, nearly
+                todo.setdefault(key, (job, profile, job.work * (step + 0.5) / GOODPUT_STEPS))
         if todo:
             parts = list(todo.values())
             rows = self._compute_rows([p[0] for p in parts], [(p[1], p[2]) for p in parts])
