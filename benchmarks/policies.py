@@ -2,7 +2,7 @@
 
     python benchmarks/policies.py [--seeds 1 2 3] [--workers 2] [--skip-real] [--data DIR]
                                   [--gpus 400 --minutes 480 --period-min 120] [--restart-s 60]
-                                  [--min-runtime-s 0]
+                                  [--min-runtime-s 0] [--charged]
 
 The scenario of issue 10: the paper's 400-GPU bursty workload (categories 1-4, random baseline
 batches, as ``bellows workload generate --pattern bursty --period-min 120 --minutes 480
@@ -23,6 +23,11 @@ With ``--real`` (the default; ``--skip-real`` skips it) it also runs the ITP clu
 makespan and utilization of the three policies (their runs count for the every-run checks).
 The real traces are read from ``--data`` (default ``$BELLOWS_DATA``, else ``shared/data``
 beside the checkout).
+
+With ``--charged`` it also runs the bursty seeds and the Pollux workloads with statistical
+efficiency charged by the simulator to every policy (issue 29: a job of a model with validation
+data progresses in reference samples, ``EfficiencyProfile.progress_after``), printed as the
+real traces are, beside the uncharged runs; the targets stay those of the uncharged runs.
 
 Runs are independent and go ``--workers`` at a time in separate processes. Exit status 1 when a
 target is missed.
@@ -128,6 +133,12 @@ def real_scenarios(data: Path) -> list[Scenario]:
     return out
 
 
+def charged_scenarios(scenarios: Sequence[Scenario]) -> list[Scenario]:
+    """The generated and Pollux scenarios with efficiency charged (ITP models have no
+    validation data: charging would change nothing there)."""
+    return [s.charged() for s in scenarios if s.source is not Source.ITP]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
@@ -142,6 +153,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--real", action=argparse.BooleanOptionalAction, default=True,
                         help="also the ITP cluster04 replay and the Pollux workloads")  # fmt: skip
     parser.add_argument("--skip-real", dest="real", action="store_false", help="= --no-real")
+    parser.add_argument(
+        "--charged",
+        action="store_true",
+        help="also the bursty seeds and Pollux workloads, efficiency charged",
+    )
     parser.add_argument("--data", type=Path, default=data_folder(),
                         help=f"folder of the real traces (default: ${DATA_ENV}, else "
                              "shared/data beside the checkout)")  # fmt: skip
@@ -156,7 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     seeds = {s: bursty(s, gpus=args.gpus, minutes=args.minutes, period_min=args.period_min)
              for s in args.seeds}  # fmt: skip
     real = real_scenarios(args.data) if args.real else []
-    tasks = [(s, p) for s in [*seeds.values(), *real] for p in POLICIES]
+    charged = charged_scenarios([*seeds.values(), *real]) if args.charged else []
+    tasks = [(s, p) for s in [*seeds.values(), *real, *charged] for p in POLICIES]
     print(
         f"{len(tasks)} runs, {args.workers} at a time; restart cost {args.restart_s:g} s per "
         "halt charged to every policy; queue on; paper mode = the paper's elastic autoscaler "
@@ -179,6 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if real:
         print("\n== real traces (queue on)")
         print_real([r for r in runs if r.scenario in {s.key for s in real}], real)
+    if charged:
+        print("\n== statistical efficiency charged to every policy (queue on)")
+        print_real([r for r in runs if r.scenario in {s.key for s in charged}], charged)
     targets = check_targets(by_seed, [r for r in runs if r.scenario in {s.key for s in real}])
     print(f"\n== targets (issue 10), over seeds {', '.join(map(str, args.seeds))}")
     print(_table(["target", "measured", "limit", "met"],

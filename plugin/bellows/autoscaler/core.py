@@ -18,6 +18,13 @@ A step does what is due, in this order:
   change leaves GPUs free while jobs wait: the optimizer over the waiting jobs and the free
   GPUs alone. No running job is touched; only rounds take GPUs from running jobs.
 
+**Goodput** (issue 29, Bellows mode only): a job given an efficiency profile
+(:meth:`Autoscaler.charge`) gets goodput rows (``tsf_tables(efficiency=...)``: per k the
+batch maximising throughput x E(b) at the middle of each ``1 / GOODPUT_STEPS`` of its
+work), recomputed as its progress moves from one such step to the next; its rates are
+then reference samples per second, so the core's progress estimate and restart pricing
+count reference samples too.
+
 Decisions are typed values, taken as applied at the step's time. No I/O, no wall clock: the
 simulator and the live controller drive this very object, so identical inputs give identical
 decisions.
@@ -47,12 +54,19 @@ from bellows.autoscaler.reasons import keep_reason, preempt_reason, reasoned, re
 from bellows.autoscaler.rounds import RoundClock
 from bellows.jobs import Allocation, JobSpec, SpecError
 from bellows.optimizer import admit, best_count
-from bellows.scaling import ClusterProfile, single_gpu_throughput, throughput, tsf_tables
+from bellows.scaling import (
+    ClusterProfile,
+    EfficiencyProfile,
+    single_gpu_throughput,
+    throughput,
+    tsf_tables,
+)
 from bellows.scaling.tables import candidate_count
 
-__all__ = ["TABULATE_BATCH", "Autoscaler", "ClockError", "RoundStats"]
+__all__ = ["GOODPUT_STEPS", "TABULATE_BATCH", "Autoscaler", "ClockError", "RoundStats"]
 
 TABULATE_BATCH = 512  # jobs per vectorized TSF table in Autoscaler.tabulate (~30 MiB peak)
+GOODPUT_STEPS = 10  # a goodput row is recomputed each 1/10 of a job's work (10 % progress)
 
 
 class ClockError(RuntimeError):
@@ -121,6 +135,7 @@ class Autoscaler:
         self.note_keeps = False
         self.keeps: tuple[Keep, ...] = ()
         self._priced: tuple[list[str], np.ndarray] | None = None  # the last round's values
+        self._charged: dict[str, EfficiencyProfile] = {}  # job -> profile (goodput rows)
 
     def fork(self) -> Autoscaler:
         """An independent core in this one's state: what either is told or decides from now
@@ -139,7 +154,17 @@ class Autoscaler:
         )  # fmt: skip
         twin._clock = dataclasses.replace(self._clock)
         twin._row_cache = dict(self._row_cache)
+        twin._charged = dict(self._charged)
         return twin
+
+    def charge(self, name: str, profile: EfficiencyProfile | None) -> None:
+        """Decide job ``name`` by goodput with ``profile`` (Bellows mode; ``None``: by
+        throughput, as every job without a profile). Call before it arrives; paper mode
+        and the baseline keep the paper's premise and ignore it."""
+        if profile is None:
+            self._charged.pop(name, None)
+        elif self._config.mode is Mode.BELLOWS and self._config.policy is not Policy.BASELINE:
+            self._charged[name] = profile
 
     # ------------------------------------------------------------------ facts in
     def arrive(self, job: JobSpec, now: float) -> bool:
@@ -366,6 +391,8 @@ class Autoscaler:
         a job in ``floors`` gets at least that many GPUs (:meth:`_protected`)."""
         if not names:
             return 0, 0.0
+        if self._charged:
+            self._goodput_rows(names, now)
         if len(names) == 1 and not required and self.shortcuts:
             # most fills: one waiting job and the free GPUs; admitted when it fits
             row = self._s.rows[names[0]]
@@ -703,6 +730,28 @@ class Autoscaler:
             self._row_cache.update((key, row) for (key, _), row in zip(part, rows, strict=True))
         return len(todo)
 
+    def _goodput_rows(self, names: Sequence[str], now: float) -> None:
+        """Give each charged job among ``names`` the goodput row of its progress step."""
+        s = self._s
+        todo: dict[tuple[object, ...], tuple[JobSpec, EfficiencyProfile, float]] = {}
+        keys: dict[str, tuple[object, ...]] = {}
+        for name in names:
+            profile = self._charged.get(name)
+            if profile is None:
+                continue
+            job, run = s.jobs[name], s.running.get(name)
+            done = run.done_at(now) if run is not None else s.carried.get(name, 0.0)
+            step = min(GOODPUT_STEPS - 1, int(GOODPUT_STEPS * max(done, 0.0) / job.work))
+            key = keys[name] = (*self._template(job), profile, step)
+            if key not in self._row_cache:  # E at the step's middle: its rate's mean, nearly
+                todo.setdefault(key, (job, profile, job.work * (step + 0.5) / GOODPUT_STEPS))
+        if todo:
+            parts = list(todo.values())
+            rows = self._compute_rows([p[0] for p in parts], [(p[1], p[2]) for p in parts])
+            self._row_cache.update(zip(todo, rows, strict=True))
+        for name, key in keys.items():
+            s.rows[name] = self._row_cache[key]
+
     def _row(self, job: JobSpec) -> _Row:
         """The job's row, from the template cache or computed now."""
         key = self._template(job)
@@ -711,24 +760,40 @@ class Autoscaler:
             row = self._row_cache[key] = self._compute_rows([job])[0]
         return row
 
-    def _compute_rows(self, jobs: Sequence[JobSpec]) -> list[_Row]:
+    def _compute_rows(
+        self,
+        jobs: Sequence[JobSpec],
+        goodput: Sequence[tuple[EfficiencyProfile, float]] | None = None,
+    ) -> list[_Row]:
         """One TSF table for ``jobs``; each row is cut to its job's ``k_max`` (the columns
-        past it are ``-inf``), so a row is the same whichever batch computed it."""
+        past it are ``-inf``), so a row is the same whichever batch computed it. With
+        ``goodput`` (a profile and the progress of each job): goodput rows, whose rates and
+        ``x1`` are reference samples per second."""
         fixed = self._config.policy is Policy.BASELINE
         width = max(job.k_max for job in jobs)
-        tables = tsf_tables(jobs, self._cluster, fixed_batch=fixed, width=width)
+        profiles = None if goodput is None else [g[0] for g in goodput]
+        progress = None if goodput is None else [g[1] for g in goodput]
+        tables = tsf_tables(
+            jobs, self._cluster, fixed_batch=fixed, width=width,
+            efficiency=profiles, progress=progress,
+        )  # fmt: skip
         grids = exact(tables.values.astype(np.float64), np.full(len(jobs), -1, dtype=np.int64))
         rows = []
         for j, job in enumerate(jobs):
+            rate = tables.throughput[j, : job.k_max + 1].astype(np.float64)
+            gain = 1.0
+            if goodput is not None and tables.efficiency is not None:
+                gain = float(goodput[j][0].efficiency(job.x1_batch, goodput[j][1]))
+                rate = rate * tables.efficiency[j, : job.k_max + 1]
             values = tables.values[j, : job.k_max + 1].astype(np.float64)
             finite = np.flatnonzero(np.isfinite(values[1:]))
             rows.append(
                 _Row(
                     values=values,
                     batch=tuple(tables.batch[j, : job.k_max + 1].tolist()),
-                    rate=tables.throughput[j, : job.k_max + 1].astype(np.float64),
+                    rate=rate,
                     min_gpus=int(finite[0]) + 1 if finite.size else job.k_max + 1,
-                    x1=single_gpu_throughput(job, self._cluster),
+                    x1=single_gpu_throughput(job, self._cluster) * gain,
                     grid=grids[j, : job.k_max + 1].copy(),
                 )
             )

@@ -127,6 +127,11 @@ def describe_run(result: SimResult, summary: Mapping[str, Any] | None = None) ->
               "Allreduce 2.5x slower, compute 40 % faster, or both 50 % slower, by i % 3, as "
               "bellows demo --wrong-priors), report progress every 60 s and the core learns "
               "online (docs/simulator.md).")  # fmt: skip
+@click.option("--efficiency/--no-efficiency", default=False,
+              help="Charge statistical efficiency (issue 29) to every policy's jobs of a model "
+              "with validation data (Pollux imports; generated categories by their model): "
+              "they progress in reference samples, and Bellows mode decides by goodput "
+              "(docs/simulator.md). [default: off, the paper's premise]")  # fmt: skip
 @click.option("--no-learning", is_flag=True,
               help="With --wrong-priors: the core keeps the wrong priors.")  # fmt: skip
 def simulate(
@@ -148,11 +153,13 @@ def simulate(
     plots: bool,
     wrong_priors: bool,
     no_learning: bool,
+    efficiency: bool,
 ) -> None:
     """Simulate TRACE; write summary.json, jobs.csv and plots into OUT."""
     if no_learning and not wrong_priors:
         raise click.UsageError("--no-learning needs --wrong-priors")
     from bellows.cli.progress import steps
+    from bellows.scaling import MODEL_EFFICIENCY
     from bellows.sim import run
     from bellows.sim.grids import settings_config
     from bellows.sim.metrics import settings_summary, write_jobs_csv
@@ -186,7 +193,7 @@ def simulate(
                 learning = online.Learning(online.wrong_priors(jobs), learn=not no_learning)
             result = run(
                 jobs, gpus=gpus, config=config, cluster=_cluster(cluster), horizon_s=horizon,
-                learning=learning,
+                learning=learning, efficiency=MODEL_EFFICIENCY if efficiency else None,
                 progress=lambda at, events: show(
                     f"{what}: {at / 60:,.0f} min simulated, {events:,} events"
                 ),

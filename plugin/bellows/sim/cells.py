@@ -25,6 +25,7 @@ from typing import Any, Final
 import numpy as np
 
 import bellows
+from bellows.scaling import MODEL_EFFICIENCY
 from bellows.sim.engine import run
 from bellows.sim.grids import Cell, TraceChoice
 from bellows.sim.metrics import jobs_csv_text, settings_summary
@@ -182,8 +183,9 @@ def run_cell(trace: tuple[TraceJob, ...], cell: Cell, code: str) -> CellOutput:
     jobs, _ = fit_trace(trace, cell.gpus, source=cell.trace.name)
     config = cell.config()
     horizon = None if cell.horizon_min is None else cell.horizon_min * 60.0
+    charge = MODEL_EFFICIENCY if dict(cell.settings).get("efficiency", False) else None
     result = run(jobs, gpus=cell.gpus, config=config, cluster=cell.cluster.profile,
-                 horizon_s=horizon)  # fmt: skip
+                 horizon_s=horizon, efficiency=charge)  # fmt: skip
     # summary.json as bellows simulate writes it; the wall time goes beside it (cell.json),
     # so that the file is the same wherever and whenever the cell ran
     summary = result.summary() | settings_summary(config)

@@ -23,7 +23,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ import numpy as np
 from bellows.autoscaler import DEFAULT_RESTART_S, AutoscalerConfig, Policy
 from bellows.inputs import SpecError, parse_float, parse_int
 from bellows.jobs import MAX_GPUS
-from bellows.scaling import ClusterProfile, default_cluster
+from bellows.scaling import MODEL_EFFICIENCY, ClusterProfile, default_cluster
 from bellows.sim.engine import SimResult, run
 from bellows.sim.metrics import write_jobs_csv
 from bellows.sim.running import Finished, Runner, Task, collect, make_runner
@@ -99,6 +99,8 @@ class Scenario:
     Generated traces come from ``workload`` and ``seed`` (as ``bellows workload generate``);
     imported ones from ``path``, cut to their ``first`` jobs when set (quick versions).
     ``gpus`` of an imported trace may be ``None``: the size at which it offers load 1.
+    ``charge``: the simulator charges statistical efficiency to every policy's jobs whose
+    model has a profile (:data:`bellows.scaling.MODEL_EFFICIENCY`, issue 29).
     """
 
     key: str
@@ -109,6 +111,12 @@ class Scenario:
     path: Path | None = None
     gpus: int | None = None
     first: int | None = None
+    charge: bool = False
+
+    def charged(self) -> Scenario:
+        """This scenario with statistical efficiency charged (key and title say so)."""
+        return replace(self, key=f"{self.key}-charged", title=f"{self.title}, E(b) charged",
+                       charge=True)  # fmt: skip
 
     def build(self, cluster: ClusterProfile) -> tuple[tuple[TraceJob, ...], int, float | None]:
         """``(trace, gpus, horizon_s)``: the trace fitted to the cluster, as ``simulate``
@@ -193,7 +201,10 @@ def run_policy(
     config = policies(restart_s, min_runtime_s)[policy]
     trace, gpus, horizon = scenario.build(profile)
     started = time.perf_counter()
-    result = run(trace, gpus=gpus, config=config, cluster=profile, horizon_s=horizon)
+    charge = MODEL_EFFICIENCY if scenario.charge else None
+    result = run(
+        trace, gpus=gpus, config=config, cluster=profile, horizon_s=horizon, efficiency=charge
+    )
     wall = time.perf_counter() - started
     summary = result.summary()
     summary.pop("completed_over_time")

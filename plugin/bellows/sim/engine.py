@@ -17,19 +17,32 @@ With a learning setup (:class:`bellows.sim.learning.Learning`) a job's truth is 
 profile while the core is told its annotated one, stepping jobs report progress every
 ``report_s`` (report events, after every other kind at the same time) and the core may learn
 online (:class:`bellows.sim.learning.OnlineLearner`). Without one, nothing of that runs.
+
+With ``efficiency`` (a profile per model, :data:`bellows.scaling.MODEL_EFFICIENCY`) the
+simulator charges statistical efficiency (issue 29, docs/simulator.md): a job whose trace
+model has a profile counts its ``work`` in reference samples, and an interval of ``n``
+samples at batch ``b`` advances it by ``EfficiencyProfile.progress_after(b, done, n)``; its
+completion is ``samples_between(b, done, work) / X(b, k)`` after it resumes. Jobs of other
+models, and every job without ``efficiency``, progress at ``X(b, k)`` as before.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bellows.autoscaler import Autoscaler, AutoscalerConfig, Mode
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
 from bellows.jobs import JobSpec, SpecError
-from bellows.scaling import ClusterProfile, single_gpu_throughput, step_time, throughput
+from bellows.scaling import (
+    ClusterProfile,
+    EfficiencyProfile,
+    single_gpu_throughput,
+    step_time,
+    throughput,
+)
 from bellows.scaling.online import ProgressReport
 from bellows.sim.events import EventHeap, Kind
 from bellows.sim.learning import Learning, OnlineLearner, Revision, true_spec
@@ -99,6 +112,7 @@ class SimResult:
     revisions: tuple[Revision, ...] = ()  # every revision of a job in the core, in order
     off_prior: int = 0  # jobs whose true speed differs from their annotation
     inconsistent: tuple[str, ...] = ()  # jobs whose reports did not hold together
+    charged: int | None = None  # jobs charged statistical efficiency; None: charging off
 
     def summary(self) -> dict[str, Any]:
         """The ``summary.json`` of the run (DESIGN.md §5 keys and more)."""
@@ -113,6 +127,8 @@ class SimResult:
         out["pure_swaps"] = self.stats.pure_swaps
         out["events"] = self.stats.events
         out["rounds"] = self.stats.rounds
+        if self.charged is not None:
+            out["efficiency_charged_jobs"] = self.charged
         if self.learning is not None:
             out["learning"] = {
                 "learn": self.learning.learn,
@@ -149,12 +165,20 @@ class _Live:
     rescales: int = 0
     preemptions: int = 0
     segments: list[Segment] = field(default_factory=list)
+    charge: EfficiencyProfile | None = None  # ``done`` counts reference samples (issue 29)
 
     def done_at(self, now: float) -> float:
-        return self.done + self.rate * max(0.0, now - max(self.since, self.resume_at))
+        samples = self.rate * max(0.0, now - max(self.since, self.resume_at))
+        if self.charge is None or samples <= 0.0:
+            return self.done + samples
+        gained = float(self.charge.progress_after(self.batch, self.done, samples))
+        return min(gained, self.spec.work)
 
     def completion_at(self) -> float:
-        return self.resume_at + max(0.0, self.spec.work - self.done) / self.rate
+        left = max(0.0, self.spec.work - self.done)
+        if self.charge is not None and left > 0.0:
+            left = float(self.charge.samples_between(self.batch, self.done, self.spec.work))
+        return self.resume_at + left / self.rate
 
     def close_segment(self, now: float) -> None:
         if self.gpus:
@@ -189,6 +213,7 @@ class _Run:
         capacity_changes: Sequence[CapacityChange],
         timer: Callable[[], float],
         learning: Learning | None = None,
+        efficiency: Mapping[str, EfficiencyProfile] | None = None,
     ) -> None:
         self.config = config
         self.cluster = cluster
@@ -208,6 +233,11 @@ class _Run:
             _Live(t, j.spec, j.arrival_s, j.model, t.work / single_gpu_throughput(t, cluster))
             for j, t in zip(trace, truth, strict=True)
         ]
+        if efficiency:
+            for job in self.jobs:
+                job.charge = efficiency.get(job.model)
+                self.auto.charge(job.spec.name, job.charge)  # Bellows mode: goodput rows
+        self.charged = sum(job.charge is not None for job in self.jobs)
         self.off_prior = sum(job.spec is not job.told for job in self.jobs)
         self.index = {job.spec.name: i for i, job in enumerate(self.jobs)}
         self.kinds: dict[int, JobSpec] = {}  # template() of each job that rescaled, made once
@@ -385,6 +415,7 @@ def run(
     timer: Callable[[], float] = time.perf_counter,
     learning: Learning | None = None,
     progress: Progress | None = None,
+    efficiency: Mapping[str, EfficiencyProfile] | None = None,
 ) -> SimResult:
     """Simulate ``trace`` on ``gpus`` GPUs under ``config`` until every event is processed.
 
@@ -394,12 +425,15 @@ def run(
     goes; simulated time never reads it. ``learning``: jobs run at their true speed, report
     progress and (``learn=True``) the core learns it online (:mod:`bellows.sim.learning`);
     ``None`` (default) runs every job as annotated, without reports. ``progress`` is told how
-    far the run got (:data:`Progress`).
+    far the run got (:data:`Progress`). ``efficiency``: charge statistical efficiency to the
+    jobs whose trace model it maps (module docstring); ``None`` (default): charging off, every
+    output as before issue 29.
     """
     started = timer()
     state = _Run(
         trace, gpus=gpus, config=config, cluster=cluster,
         capacity_changes=capacity_changes, timer=timer, learning=learning,
+        efficiency=efficiency,
     )  # fmt: skip
     state.loop(progress)
     wall = timer() - started
@@ -430,4 +464,5 @@ def run(
         revisions=() if state.learner is None else tuple(state.learner.revisions),
         off_prior=state.off_prior,
         inconsistent=() if state.learner is None else tuple(sorted(state.learner.inconsistent)),
+        charged=None if efficiency is None else state.charged,
     )

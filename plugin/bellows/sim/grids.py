@@ -63,9 +63,10 @@ MAX_CELLS: Final = 100_000
 
 SETTING_KEYS: Final = (
     "mode", "policy", "queue", "delta_min", "early_share", "restart_cost_s", "hysteresis",
-    "backfill",
+    "backfill", "efficiency",
 )  # fmt: skip
-"""Autoscaler settings a GRID sets for every policy, or a policy for itself."""
+"""Autoscaler settings a GRID sets for every policy, or a policy for itself (and
+``efficiency``: the simulator charges statistical efficiency, :func:`bellows.sim.run`)."""
 
 GENERATE_KEYS: Final = (
     "pattern", "minutes", "categories", "period_min", "baseline_batch", "load_high"
