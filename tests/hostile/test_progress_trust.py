@@ -15,6 +15,7 @@ from datetime import timedelta
 
 import nats.errors
 import pytest
+import structlog.testing
 from nats.aio.client import Client
 
 from bellows.autoscaler import AutoscalerConfig
@@ -35,6 +36,7 @@ from bellows.scaling.timing import step_time
 from bellows.service.learning import ProgressLearner
 from bellows.service.metrics import Metrics
 from bellows.service.progress_loop import (
+    DROP_LOGS_PER_MINUTE,
     MetricsProgressObserver,
     ProgressLoop,
     Rejection,
@@ -112,12 +114,16 @@ async def test_a_flood_of_one_jobs_reports_costs_a_refit_per_batch_not_per_repor
         wall_to_clock=lambda when: (when - T0).total_seconds(),
     )  # fmt: skip
     subject = progress_subject(PREFIX, "team-a", "resnet")
-    for batch in range(0, 500, 50):  # batches of 50 over one second of the loop's clock
-        for i in range(batch, batch + 50):
-            at = controller.now = i / 500
-            samples = 1000 + at * 512 / seconds
-            await loop.accept(subject, encode_progress(_report(samples, seconds, at, spec)))
-        await loop.flush()
+    with structlog.testing.capture_logs() as logged:
+        for batch in range(0, 500, 50):  # batches of 50 over one second of the loop's clock
+            for i in range(batch, batch + 50):
+                at = controller.now = i / 500
+                samples = 1000 + at * 512 / seconds
+                await loop.accept(subject, encode_progress(_report(samples, seconds, at, spec)))
+            await loop.flush()
+    # the drops are counted in full, but a flood does not flood the log
+    dropped = [e for e in logged if e["event"] == "progress.dropped"]
+    assert len(dropped) == DROP_LOGS_PER_MINUTE
     # the burst of 200, then 50 a second refilled over the 0.998 s the reports span
     assert _rejected(metrics, Rejection.RATE_LIMITED) == 500 - 200 - 49
     assert learner.fits == 1  # one refit in the second's window

@@ -66,6 +66,9 @@ FETCH_BATCH: Final = 256  # reports per fetch; the consumer holds at most 4 fetc
 CHECK_S: Final = 60.0  # clock seconds between looks for stalled jobs (at most)
 _log = structlog.get_logger("bellows.progress")
 
+# Dropped reports logged per reason and minute (the rest are counted, and summed in one line)
+DROP_LOGS_PER_MINUTE = 10
+
 
 class Rejection(StrEnum):
     """Why a report was dropped: the ``reason`` label of ``bellows_progress_rejected_total``."""
@@ -165,6 +168,8 @@ class ProgressLoop:
         self._refit_interval_s = refit_interval_s
         self._pending: dict[str, Allocation] = {}  # jobs with reports not refitted yet
         self._refitted: dict[str, float] = {}  # when each job was last refitted
+        # per reason: when its minute of drop logs began and how many drops it has seen
+        self._drop_window: dict[Rejection, tuple[float, int]] = {}
 
     async def take(self, subject: str, data: bytes) -> Rejection | None:
         """Learn from one message and refit its job if due; why it was dropped, if it was."""
@@ -281,8 +286,23 @@ class ProgressLoop:
         return drifted(auto.estimated_done(key, since), done, auto.job(key).work)
 
     def _drop(self, reason: Rejection, subject: str, detail: str) -> Rejection:
-        _log.info("progress.dropped", reason=reason.value, subject=subject[:300], detail=detail)
+        """Count a dropped report; log it while its reason has logged fewer than
+        :data:`DROP_LOGS_PER_MINUTE` drops in the current minute of the loop's clock (a flood
+        is counted in full, but logged as one line a minute with how many went unlogged)."""
         self._observer.rejected(reason)
+        now = self._now()
+        start, count = self._drop_window.get(reason, (now, 0))
+        if now - start >= 60.0:
+            if count > DROP_LOGS_PER_MINUTE:
+                _log.info(
+                    "progress.dropped_unlogged",
+                    reason=reason.value,
+                    count=count - DROP_LOGS_PER_MINUTE,
+                )
+            start, count = now, 0
+        self._drop_window[reason] = (start, count + 1)
+        if count < DROP_LOGS_PER_MINUTE:
+            _log.info("progress.dropped", reason=reason.value, subject=subject[:300], detail=detail)
         return reason
 
     async def check(self) -> list[str]:
