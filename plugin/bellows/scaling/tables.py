@@ -366,7 +366,9 @@ class _Mixer:
         tar = self.tar[job, k]
         if self.g == 1.0:
             return np.asarray(compute + tar, dtype=np.float64)
-        mixed = (self.t_cand_g[job, cand] + self.tar_g[job, k]) ** (1.0 / self.g)
+        # float_power: the C library's pow, as the compiled loop calls it (NumPy's power
+        # takes SIMD routines where the CPU has them, which differ in the last bit)
+        mixed = np.float_power(self.t_cand_g[job, cand] + self.tar_g[job, k], 1.0 / self.g)
         return np.asarray(np.where(tar > 0, mixed, compute), dtype=np.float64)
 
 
