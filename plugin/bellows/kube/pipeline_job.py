@@ -41,7 +41,8 @@ LOCAL_BATCH_ENV = "LOCAL_BATCH_SIZE"
 class JobOutcome:
     """How the job ended: ``phase`` is ``Succeeded`` or ``Failed``; ``gpus``/``batch`` are
     Bellows' last allocation (0 when it never started the job); ``jct_s`` from creation to
-    completion (0.0 when the job has no ``completionTime``)."""
+    completion (``status.completionTime``, else the time of the final condition; 0.0 when
+    neither is known)."""
 
     name: str
     phase: str
@@ -149,22 +150,26 @@ def job_manifest(
     }
 
 
-def _finished(obj: Mapping[str, Any]) -> str | None:
-    for found in (obj.get("status") or {}).get("conditions") or []:
+def _finished(obj: Mapping[str, Any]) -> tuple[str, Any] | None:
+    """``(phase, when)`` once the job succeeded (PyTorchJob ``Succeeded``, TrainJob
+    ``Complete``) or failed; ``when`` its ``completionTime``, else the condition's
+    ``lastTransitionTime`` (a TrainJob's status has no ``completionTime``)."""
+    status = obj.get("status") or {}
+    for found in status.get("conditions") or []:
         if (
             found.get("type") in ("Succeeded", "Failed", "Complete")
             and found.get("status") == "True"
         ):
-            return "Failed" if found["type"] == "Failed" else "Succeeded"
+            phase = "Failed" if found["type"] == "Failed" else "Succeeded"
+            return phase, status.get("completionTime") or found.get("lastTransitionTime")
     return None
 
 
-def _outcome(obj: Mapping[str, Any], phase: str) -> JobOutcome:
+def _outcome(obj: Mapping[str, Any], phase: str, when: Any) -> JobOutcome:
     meta = obj["metadata"]
     pair = keys.parse_pair(keys.ALLOCATION, (meta.get("annotations") or {}).get(keys.ALLOCATION))
     gpus, batch = pair or (0, 0)
-    created = parse_time(meta.get("creationTimestamp"))
-    done = parse_time((obj.get("status") or {}).get("completionTime"))
+    created, done = parse_time(meta.get("creationTimestamp")), parse_time(when)
     jct = (done - created).total_seconds() if created and done else 0.0
     return JobOutcome(meta["name"], phase, gpus, batch, max(jct, 0.0))
 
@@ -192,9 +197,9 @@ def run_job(
     deadline = clock() + timeout_s
     while True:
         obj = custom.get_namespaced_custom_object(group, version, namespace, plural, name)
-        phase = _finished(obj)
-        if phase is not None:
-            return _outcome(obj, phase)
+        finished = _finished(obj)
+        if finished is not None:
+            return _outcome(obj, *finished)
         left = deadline - clock()
         if left <= 0:
             raise TimeoutError(
