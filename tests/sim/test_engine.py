@@ -110,7 +110,8 @@ def _check_invariants(
             assert seg.end_s >= seg.start_s
             # every segment after the first began with a restart (a rescale or a resume)
             pause = min(config.restart_cost_s, seg.end_s - seg.start_s) if i else 0.0
-            done += throughput(job.spec, seg.gpus, seg.batch, CLUSTER) * (
+            spread = CLUSTER.nodes(seg.gpus) + seg.extra_nodes  # the placement it got
+            done += throughput(job.spec, seg.gpus, seg.batch, CLUSTER, nodes=spread) * (
                 seg.end_s - seg.start_s - pause
             )
             spans.append((seg.start_s, seg.end_s, seg.gpus))
@@ -128,6 +129,20 @@ def test_invariants_hold(scenario: Scenario) -> None:
     _check_invariants(trace, capacity, config, result, changes)
     again = run(trace, gpus=capacity, config=config, cluster=CLUSTER, capacity_changes=changes)
     assert again.jobs == result.jobs  # deterministic
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.booleans())
+def test_invariants_hold_on_nodes(scenario: Scenario, node_counts: bool) -> None:
+    # issue 29 (opt in): jobs placed on nodes, each charged the step time of its placement
+    trace, capacity, config, changes = scenario
+    config = dataclasses.replace(config, node_counts=node_counts)
+    result = run(
+        trace, gpus=capacity, config=config, cluster=CLUSTER, capacity_changes=changes,
+        nodes=True,
+    )  # fmt: skip
+    _check_invariants(trace, capacity, config, result, changes)
+    assert 0.0 <= result.summary()["spread_job_time_share"] <= 1.0
 
 
 def test_rounds_fall_on_the_delta_grid_and_rejects_wait_for_them() -> None:

@@ -69,6 +69,9 @@ class AutoscalerConfig:
     * ``optimizer``: the optimizer path each round (:data:`bellows.optimizer.Method`):
       ``"auto"`` picks the fastest by size and may load JAX; ``"numpy"`` never imports JAX
       (the live controller's default, for its memory). Every path gives the same decisions.
+    * ``node_counts``: rounds and fills choose only GPU counts that tile the cluster's nodes
+      (divisors of a node, then whole nodes: :mod:`bellows.autoscaler.shapes`), so that
+      jobs can be packed on the fewest nodes; off by default (any count, as the paper's).
     """
 
     mode: Mode = Mode.BELLOWS
@@ -81,6 +84,7 @@ class AutoscalerConfig:
     backfill: bool = True
     min_runtime_s: float = 0.0
     optimizer: Method = "auto"
+    node_counts: bool = False
 
     @classmethod
     def paper(cls, **changes: object) -> AutoscalerConfig:
@@ -119,6 +123,8 @@ class AutoscalerConfig:
             raise SpecError("min_runtime_s", least, f"seconds in [0, {MAX_MIN_RUNTIME_S:g}]")
         if not (math.isfinite(self.hysteresis) and self.hysteresis >= 0):
             raise SpecError("hysteresis", self.hysteresis, "a finite number >= 0")
+        if not isinstance(self.node_counts, bool):
+            raise SpecError("node_counts", self.node_counts, "true or false")
         if self.optimizer not in METHODS:
             raise SpecError("optimizer", self.optimizer, " or ".join(map(repr, METHODS)))
 

@@ -52,6 +52,7 @@ from bellows.autoscaler.pricing import exact, kept, priced
 from bellows.autoscaler.progress import RunningJob, done_at_all
 from bellows.autoscaler.reasons import keep_reason, preempt_reason, reasoned, reject_reason
 from bellows.autoscaler.rounds import RoundClock
+from bellows.autoscaler.shapes import shape_rows
 from bellows.jobs import Allocation, JobSpec, SpecError
 from bellows.optimizer import admit, best_count
 from bellows.scaling import (
@@ -777,7 +778,10 @@ class Autoscaler:
             jobs, self._cluster, fixed_batch=fixed, width=width,
             efficiency=profiles, progress=progress,
         )  # fmt: skip
-        grids = exact(tables.values.astype(np.float64), np.full(len(jobs), -1, dtype=np.int64))
+        table = tables.values.astype(np.float64)
+        if self._config.node_counts:  # counts that tile nodes only (bellows.autoscaler.shapes)
+            shape_rows(table, self._cluster.gpus_per_node)
+        grids = exact(table, np.full(len(jobs), -1, dtype=np.int64))
         rows = []
         for j, job in enumerate(jobs):
             rate = tables.throughput[j, : job.k_max + 1].astype(np.float64)
@@ -785,7 +789,7 @@ class Autoscaler:
             if goodput is not None and tables.efficiency is not None:
                 gain = float(goodput[j][0].efficiency(job.x1_batch, goodput[j][1]))
                 rate = rate * tables.efficiency[j, : job.k_max + 1]
-            values = tables.values[j, : job.k_max + 1].astype(np.float64)
+            values = table[j, : job.k_max + 1].copy()
             finite = np.flatnonzero(np.isfinite(values[1:]))
             rows.append(
                 _Row(

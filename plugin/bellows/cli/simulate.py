@@ -117,6 +117,20 @@ def describe_run(result: SimResult, summary: Mapping[str, Any] | None = None) ->
     default=None,
     help="Start later jobs past a head that does not fit. [default: on; --paper: off]",
 )
+@click.option(
+    "--node-counts/--any-counts",
+    default=None,
+    help="Choose only GPU counts that tile nodes (divisors of a node, then whole nodes), "
+    "or any count (issue 29, opt in). [default: any]",
+)
+@click.option(
+    "--placement",
+    type=click.Choice(["nodes", "fewest"]),
+    default="fewest",
+    show_default=True,
+    help="nodes: place jobs on the cluster's nodes and charge each its placement's step "
+    "time (issue 29, opt in); fewest: every job on the fewest nodes (the paper's model).",
+)
 @click.option("--horizon-min", type=FiniteFloat(0, MAX_HORIZON_MIN, open_min=True),
               help="Count jobs completed up to here (default: the whole run).")  # fmt: skip
 @click.option("--cluster", type=ClusterFile(), help="Cluster profile JSON (default: Pollux T4).")
@@ -147,6 +161,8 @@ def simulate(
     min_runtime_s: float | None,
     hysteresis: float | None,
     backfill: bool | None,
+    node_counts: bool | None,
+    placement: str,
     horizon_min: float | None,
     cluster: ClusterProfile | None,
     out: Path,
@@ -177,6 +193,7 @@ def simulate(
                     "delta_min": delta_min, "early_share": early_share,
                     "restart_cost_s": restart_cost_s, "hysteresis": hysteresis,
                     "backfill": backfill, "min_runtime_s": min_runtime_s,
+                    "node_counts": node_counts,
                 }  # fmt: skip
                 # the same settings, built the same way, as a sweep's cells (bellows sweep)
                 config = settings_config({k: v for k, v in given.items() if v is not None})
@@ -193,7 +210,8 @@ def simulate(
                 learning = online.Learning(online.wrong_priors(jobs), learn=not no_learning)
             result = run(
                 jobs, gpus=gpus, config=config, cluster=_cluster(cluster), horizon_s=horizon,
-                learning=learning, efficiency=MODEL_EFFICIENCY if efficiency else None,
+                learning=learning, nodes=placement == "nodes",
+                efficiency=MODEL_EFFICIENCY if efficiency else None,
                 progress=lambda at, events: show(
                     f"{what}: {at / 60:,.0f} min simulated, {events:,} events"
                 ),

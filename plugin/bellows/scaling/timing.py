@@ -58,21 +58,26 @@ def _check(gpus: int, batch: int) -> None:
             raise SpecError(name, value, "an integer >= 1")
 
 
-def step_time(job: JobSpec, gpus: int, batch: int, cluster: ClusterProfile) -> float:
+def step_time(
+    job: JobSpec, gpus: int, batch: int, cluster: ClusterProfile, *, nodes: int | None = None
+) -> float:
     """Seconds per iteration of ``job`` with global ``batch`` on ``gpus`` GPUs.
 
     The slowest GPU carries ``ceil(batch / gpus)`` samples; the Allreduce of ``job.weights``
     parameters is combined with it under the cluster's overlap model. Works for any
     ``gpus, batch >= 1``; whether the allocation is allowed is the caller's question.
+    ``nodes``: the nodes the GPUs actually span (default: as few as hold them).
     """
     _check(gpus, batch)
     compute = processing_seconds(job.profile, local_batch(gpus, batch))
-    return cluster.combine(compute, cluster.allreduce_seconds(job.weights, gpus))
+    return cluster.combine(compute, cluster.allreduce_seconds(job.weights, gpus, nodes=nodes))
 
 
-def throughput(job: JobSpec, gpus: int, batch: int, cluster: ClusterProfile) -> float:
-    """Samples per second of ``job`` with global ``batch`` on ``gpus`` GPUs."""
-    return batch / step_time(job, gpus, batch, cluster)
+def throughput(
+    job: JobSpec, gpus: int, batch: int, cluster: ClusterProfile, *, nodes: int | None = None
+) -> float:
+    """Samples per second of ``job`` with global ``batch`` on ``gpus`` GPUs (on ``nodes``)."""
+    return batch / step_time(job, gpus, batch, cluster, nodes=nodes)
 
 
 def single_gpu_throughput(job: JobSpec, cluster: ClusterProfile) -> float:

@@ -13,6 +13,14 @@ Decisions are applied at the step's time, as the core assumes.
 Pure swaps are counted: within one step, a job going from ``a`` to ``b`` GPUs while a job of
 the same template goes from ``b`` to ``a`` (two halts that change nothing).
 
+With ``nodes=True`` (opt in, issue 29) jobs sit on nodes (:mod:`bellows.sim.nodes`, GPUs
+per node from the cluster profile): a job runs at the step time of the placement it got, as
+the JSA computes it for that many nodes, and the time jobs spend spread over more nodes than
+they need is reported (``spread_job_time_share``). Within a step, every halt frees its GPUs
+before the starts and rescales are placed, largest first. The default, ``nodes=False``,
+prices every job on the fewest nodes, as if free GPUs were never fragmented, and keeps every
+output as before.
+
 With a learning setup (:class:`bellows.sim.learning.Learning`) a job's truth is its true
 profile while the core is told its annotated one, stepping jobs report progress every
 ``report_s`` (report events, after every other kind at the same time) and the core may learn
@@ -46,7 +54,8 @@ from bellows.scaling import (
 from bellows.scaling.online import ProgressReport
 from bellows.sim.events import EventHeap, Kind
 from bellows.sim.learning import Learning, OnlineLearner, Revision, true_spec
-from bellows.sim.metrics import JobRecord, Segment, summarize, template
+from bellows.sim.metrics import JobRecord, Segment, spread_share, summarize, template
+from bellows.sim.nodes import Nodes, Placement
 from bellows.sim.workloads.traces import TraceJob
 
 __all__ = [
@@ -113,6 +122,7 @@ class SimResult:
     off_prior: int = 0  # jobs whose true speed differs from their annotation
     inconsistent: tuple[str, ...] = ()  # jobs whose reports did not hold together
     charged: int | None = None  # jobs charged statistical efficiency; None: charging off
+    nodes: bool = False  # jobs were placed on nodes (else priced on the fewest)
 
     def summary(self) -> dict[str, Any]:
         """The ``summary.json`` of the run (DESIGN.md §5 keys and more)."""
@@ -129,6 +139,8 @@ class SimResult:
         out["rounds"] = self.stats.rounds
         if self.charged is not None:
             out["efficiency_charged_jobs"] = self.charged
+        if self.nodes:
+            out["spread_job_time_share"] = spread_share(self.jobs)
         if self.learning is not None:
             out["learning"] = {
                 "learn": self.learning.learn,
@@ -166,6 +178,8 @@ class _Live:
     preemptions: int = 0
     segments: list[Segment] = field(default_factory=list)
     charge: EfficiencyProfile | None = None  # ``done`` counts reference samples (issue 29)
+    held: Placement = ()  # (node, GPUs) while placed on nodes
+    extra_nodes: int = 0  # nodes held beyond the fewest that hold its GPUs
 
     def done_at(self, now: float) -> float:
         samples = self.rate * max(0.0, now - max(self.since, self.resume_at))
@@ -182,7 +196,7 @@ class _Live:
 
     def close_segment(self, now: float) -> None:
         if self.gpus:
-            self.segments.append(Segment(self.since, now, self.gpus, self.batch))
+            self.segments.append(Segment(self.since, now, self.gpus, self.batch, self.extra_nodes))
 
     def record(self) -> JobRecord:
         return JobRecord(
@@ -214,8 +228,10 @@ class _Run:
         timer: Callable[[], float],
         learning: Learning | None = None,
         efficiency: Mapping[str, EfficiencyProfile] | None = None,
+        nodes: bool = False,
     ) -> None:
         self.config = config
+        self.nodes = Nodes(gpus, cluster.gpus_per_node) if nodes else None
         self.cluster = cluster
         self.timer = timer
         self.auto = Autoscaler(config, capacity=gpus, cluster=cluster)
@@ -295,6 +311,8 @@ class _Run:
             self.events += 1
             self.capacity = self.changes[event.ref].gpus
             self.capacity_log.append((now, self.capacity))
+            if self.nodes is not None:
+                self.nodes.resize(self.capacity)
             self.auto.set_capacity(self.capacity, now)
 
     def complete(self, job: _Live, now: float) -> None:
@@ -312,7 +330,8 @@ class _Run:
         assert self.learning is not None  # only a run with a learning setup pushes reports
         self.reports += 1
         done = job.done_at(now)
-        seconds = step_time(job.spec, job.gpus, job.batch, self.cluster)
+        spread = len(job.held) if job.held else None
+        seconds = step_time(job.spec, job.gpus, job.batch, self.cluster, nodes=spread)
         if self.learner is not None:
             report = ProgressReport(job.gpus, job.batch, seconds, done)
             lie = self.learning.lies.get(job.spec.name)
@@ -325,8 +344,14 @@ class _Run:
         if self.learning is not None and at < job.completion_at():
             self.heap.push(at, Kind.REPORT, self.index[job.spec.name], job.version)
 
-    def release(self, job: _Live, now: float) -> None:
+    def unplace(self, job: _Live) -> None:
         self.in_use -= job.gpus
+        if self.nodes is not None:
+            self.nodes.release(job.held)
+            job.held, job.extra_nodes = (), 0
+
+    def release(self, job: _Live, now: float) -> None:
+        self.unplace(job)
         job.gpus = job.batch = 0
         job.rate = 0.0
         job.version += 1
@@ -340,8 +365,18 @@ class _Run:
         again = self.auto.next_round_at()
         if again is not None and again <= now:
             raise SimulationError(f"t={now}: a round ran but the core says one is still due")
-        for decision in decisions:
-            self.apply(decision, now)
+        if self.nodes is None:
+            for decision in decisions:
+                self.apply(decision, now)
+        else:  # every halt frees its GPUs first, then the largest placements go first
+            for decision in decisions:
+                if not isinstance(decision, Start | Rescale):
+                    self.apply(decision, now)
+                elif isinstance(decision, Rescale):
+                    self.halt(self.jobs[self.index[decision.job]], now)
+            placing = [d for d in decisions if isinstance(d, Start | Rescale)]
+            for decision in sorted(placing, key=lambda d: -d.gpus):
+                self.apply(decision, now, halted=True)
         self.decisions += len(decisions)
         self.pure_swaps += self.swaps(decisions)
         if self.in_use > self.capacity:
@@ -370,7 +405,15 @@ class _Run:
                 moves[here] = moves.get(here, 0) + 1
         return count
 
-    def apply(self, decision: Decision, now: float) -> None:
+    def halt(self, job: _Live, now: float) -> None:
+        """A rescale's first half: the job stops and gives its GPUs back."""
+        job.done = job.done_at(now)
+        job.close_segment(now)
+        self.unplace(job)
+        job.rescales += 1
+
+    def apply(self, decision: Decision, now: float, *, halted: bool = False) -> None:
+        """Apply one decision (``halted``: a rescale whose :meth:`halt` already ran)."""
         job = self.jobs[self.index[decision.job]]
         restart = self.auto.restart_s(decision.job)
         if isinstance(decision, Start):
@@ -379,10 +422,8 @@ class _Run:
             job.start_s = now if job.start_s is None else job.start_s
             self.place(job, decision.gpus, decision.batch, now, pause=pause)
         elif isinstance(decision, Rescale):
-            job.done = job.done_at(now)
-            job.close_segment(now)
-            self.in_use -= job.gpus
-            job.rescales += 1
+            if not halted:
+                self.halt(job, now)
             self.place(job, decision.gpus, decision.batch, now, pause=restart)
         elif isinstance(decision, Preempt):
             job.done = job.done_at(now)
@@ -394,7 +435,16 @@ class _Run:
 
     def place(self, job: _Live, gpus: int, batch: int, now: float, *, pause: float) -> None:
         job.gpus, job.batch = gpus, batch
-        job.rate = throughput(job.spec, gpus, batch, self.cluster)
+        if self.nodes is None:
+            job.rate = throughput(job.spec, gpus, batch, self.cluster)
+        else:
+            try:
+                job.held = self.nodes.place(gpus)
+            except SpecError as error:
+                raise SimulationError(f"t={now}: {job.spec.name}: {error}") from None
+            job.extra_nodes = len(job.held) - self.nodes.fewest(gpus)
+            spread = len(job.held)
+            job.rate = throughput(job.spec, gpus, batch, self.cluster, nodes=spread)
         job.since, job.resume_at = now, now + pause
         job.version += 1
         self.in_use += gpus
@@ -416,6 +466,7 @@ def run(
     learning: Learning | None = None,
     progress: Progress | None = None,
     efficiency: Mapping[str, EfficiencyProfile] | None = None,
+    nodes: bool = False,
 ) -> SimResult:
     """Simulate ``trace`` on ``gpus`` GPUs under ``config`` until every event is processed.
 
@@ -428,12 +479,15 @@ def run(
     far the run got (:data:`Progress`). ``efficiency``: charge statistical efficiency to the
     jobs whose trace model it maps (module docstring); ``None`` (default): charging off, every
     output as before issue 29.
+    ``nodes``: place jobs on the cluster's nodes and charge each the step time of its
+    placement (:mod:`bellows.sim.nodes`); ``False`` (default): every job on the fewest nodes,
+    every output as before.
     """
     started = timer()
     state = _Run(
         trace, gpus=gpus, config=config, cluster=cluster,
         capacity_changes=capacity_changes, timer=timer, learning=learning,
-        efficiency=efficiency,
+        efficiency=efficiency, nodes=nodes,
     )  # fmt: skip
     state.loop(progress)
     wall = timer() - started
@@ -465,4 +519,5 @@ def run(
         off_prior=state.off_prior,
         inconsistent=() if state.learner is None else tuple(sorted(state.learner.inconsistent)),
         charged=None if efficiency is None else state.charged,
+        nodes=nodes,
     )

@@ -185,7 +185,8 @@ def settings_config(settings: Mapping[str, Any]) -> AutoscalerConfig:
     given: dict[str, Any] = {"policy": Policy(settings.get("policy", Policy.ELASTIC))}
     if "early_share" in settings:
         given["early_share"] = settings["early_share"]
-    for key in ("queue", "restart_cost_s", "hysteresis", "backfill", "min_runtime_s"):
+    keys = ("queue", "restart_cost_s", "hysteresis", "backfill", "min_runtime_s", "node_counts")
+    for key in keys:
         if key in settings:
             given[key] = settings[key]
     if "delta_min" in settings:

@@ -32,6 +32,7 @@ __all__ = [
     "jobs_csv_text",
     "offered_load",
     "settings_summary",
+    "spread_share",
     "summarize",
     "template",
     "usage",
@@ -43,12 +44,14 @@ MAX_CURVE_POINTS = 2000
 
 @dataclass(frozen=True)
 class Segment:
-    """A stretch of time a job held ``gpus`` GPUs with global batch ``batch``."""
+    """A stretch of time a job held ``gpus`` GPUs with global batch ``batch``, on
+    ``extra_nodes`` more nodes than the fewest that hold them."""
 
     start_s: float
     end_s: float
     gpus: int
     batch: int
+    extra_nodes: int = 0
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,16 @@ def usage(
         if waiting > 0:
             totals[2] += max(cap - held, 0) * span
     return Usage(totals[0], totals[1], totals[2], peak)
+
+
+def spread_share(records: Sequence[JobRecord]) -> float:
+    """Share of the time jobs held GPUs that they spent on more nodes than they needed."""
+    held = spread = 0.0
+    for r in records:
+        for seg in r.segments:
+            held += seg.end_s - seg.start_s
+            spread += seg.end_s - seg.start_s if seg.extra_nodes else 0.0
+    return round(spread / held, 6) if held > 0 else 0.0
 
 
 def _finite(value: float) -> float | None:
