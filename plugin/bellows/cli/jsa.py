@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from bellows.cli.params import BoundedInt, ClusterFile, JobProfileFile, OutputFile, output_errors
+from bellows.cli.params import (
+    BoundedInt,
+    ClusterFile,
+    JobProfileFile,
+    OutputFile,
+    kube_options,
+    output_errors,
+)
 from bellows.jobs import MAX_WEIGHTS, SpecError
 
 if TYPE_CHECKING:
@@ -161,13 +168,7 @@ def predict(
 
 @jsa.command("current")
 @click.argument("job")
-@click.option(
-    "--kubeconfig",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config; in a pod: its account).",
-)
-@click.option("--context", default=None, help="kubeconfig context (default: the current one).")
+@kube_options
 def current(job: str, kubeconfig: Path | None, context: str | None) -> None:
     """Print JOB's current fit: the profile the controller refitted to its progress reports.
 

@@ -60,6 +60,7 @@ __all__ = [
     "OutputFile",
     "check_output_dir",
     "check_output_file",
+    "kube_options",
     "output_errors",
 ]
 
@@ -338,6 +339,7 @@ class JsonText(click.ParamType[Any]):
 
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Document(click.ParamType[T], Generic[T]):
@@ -379,3 +381,17 @@ def ClusterFile() -> Document[ClusterProfile]:  # noqa: N802 (used as a type, li
 def JobProfileFile() -> Document[JobProfile]:  # noqa: N802
     """A JobProfile JSON file, read and checked before any work."""
     return Document(_job_profile)
+
+
+def kube_options(command: F) -> F:
+    """The ``--kubeconfig`` and ``--context`` options of the commands that read a cluster
+    as ``kubectl`` does (``bellows status``, ``bellows jsa current``)."""
+    command = click.option(
+        "--context", default=None, help="kubeconfig context (default: the current one)."
+    )(command)
+    return click.option(
+        "--kubeconfig",
+        type=click.Path(dir_okay=False, exists=True, path_type=Path),
+        default=None,
+        help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config; in a pod: its account).",
+    )(command)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from bellows.cli.params import ClusterFile
+from bellows.cli.params import ClusterFile, kube_options
 
 if TYPE_CHECKING:
     from bellows.kube.statuses import ClusterLine, JobStatus
@@ -206,13 +206,7 @@ class _KindChoice(click.Choice):  # type: ignore[type-arg]
 
 
 @click.command("status")
-@click.option(
-    "--kubeconfig",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config; in a pod: its account).",
-)
-@click.option("--context", default=None, help="kubeconfig context (default: the current one).")
+@kube_options
 @click.option(
     "-n", "--namespace", default=None, help="Only this namespace (default: the context's)."
 )
