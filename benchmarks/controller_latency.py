@@ -67,9 +67,9 @@ from bellows.service.compile_cache import enable_compile_cache
 from bellows.service.config import LoggingSettings, LogLevel
 from bellows.service.controller import Controller, ControllerObserver
 from bellows.service.logging import configure_logging
-from bellows.service.replay import job_manifest, manifest_name
 from bellows.service.watching import kube_bridges
 from bellows.sim.workloads.generating import WorkloadSpec, generate
+from bellows.twin.replay import job_manifest, manifest_name
 
 NS = "default"
 LATENCY_TARGET_S = 1.0

@@ -8,7 +8,7 @@ from rich.console import Console
 from bellows.cli.demo import JOB_ROWS_MARGIN, _view, busiest
 from bellows.cli.main import main
 from bellows.kube.statuses import JobStatus, State
-from bellows.service.demo import Progress
+from bellows.twin.demo import Progress
 
 
 def _job(name, state, gpus, waited=0.0):

@@ -23,7 +23,7 @@ from nats.js.api import ConsumerConfig
 from bellows.bus import JobArrived, JobKind, JobRef, connect, ensure_streams
 from bellows.bus.subjects import dead_letter_wildcard, event_subject
 from bellows.kube import keys
-from bellows.service.replay import job_manifest
+from bellows.twin.replay import job_manifest
 from tests.service.livecluster import NS, Live, jobs, live
 
 pytestmark = pytest.mark.slow

@@ -39,10 +39,10 @@ from bellows.scaling import default_cluster
 from bellows.scaling.online import SpeedFactors
 from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig, load_config
-from bellows.service.replay import BATCH_ENV, job_manifest, manifest_name
 from bellows.service.runner import run_bridge, run_controller
 from bellows.sim.workloads import TraceJob
 from bellows.sim.workloads.generating import WorkloadSpec, generate
+from bellows.twin.replay import BATCH_ENV, job_manifest, manifest_name
 from tests.conftest import shared_data_dir
 
 NS = "default"

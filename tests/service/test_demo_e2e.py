@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from bellows.cli.main import main
-from bellows.service.demo import KUEUE_SJS_SHARE, compare
+from bellows.twin.demo import KUEUE_SJS_SHARE, compare
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from bellows.scaling import JobProfile, default_cluster, parse_job_profile
 from bellows.scaling.online import refit_profile
 from bellows.scaling.profiles import DEFAULT_PRIOR
 from bellows.service.progress_loop import fit_annotator, fit_text, read_fit
-from bellows.service.replay import job_manifest
+from bellows.twin.replay import job_manifest
 from tests.service.livecluster import NS, crds, jobs
 
 

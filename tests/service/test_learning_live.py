@@ -15,7 +15,7 @@ from bellows.kube import keys
 from bellows.scaling import JobProfile, default_cluster
 from bellows.scaling.online import SpeedFactors
 from bellows.scaling.timing import step_time
-from bellows.service.emulated_progress import EmulatedReporter
+from bellows.twin.emulated_progress import EmulatedReporter
 from tests.service.livecluster import jobs, live
 
 TRUTH = SpeedFactors(compute=0.75, communication=1.4)  # 25 % faster compute, 40 % slower Allreduce

@@ -19,7 +19,7 @@ from bellows.kube import Actuator, JobReader, KubeApi, keys
 from bellows.scaling import default_cluster
 from bellows.service.clock import ServiceClock
 from bellows.service.controller import Controller
-from bellows.service.replay import job_manifest, manifest_name
+from bellows.twin.replay import job_manifest, manifest_name
 from tests.service.livecluster import NS, crds, jobs
 
 SPEEDUP = 600.0  # one real second is ten cluster minutes

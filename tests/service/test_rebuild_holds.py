@@ -13,7 +13,7 @@ from bellows.kube import Actuator, Arrived, JobReader, KubeApi
 from bellows.scaling import default_cluster
 from bellows.service.clock import ServiceClock
 from bellows.service.controller import Controller
-from bellows.service.replay import job_manifest
+from bellows.twin.replay import job_manifest
 from tests.service.livecluster import NS, crds, jobs
 
 

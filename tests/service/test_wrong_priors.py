@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from bellows.cli.main import main
 from bellows.scaling import JobProfile, default_cluster
 from bellows.scaling.timing import step_time
-from bellows.service.replay import manifest_name
-from bellows.service.wrong_priors import WRONG_PRIORS, true_speeds, true_trace
+from bellows.twin.replay import manifest_name
+from bellows.twin.wrong_priors import WRONG_PRIORS, true_speeds, true_trace
 from tests.service.livecluster import jobs
 
 

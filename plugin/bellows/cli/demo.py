@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the live stack, the simulator and rich load when the demo r
     from rich.table import Table
 
     from bellows.kube.statuses import JobStatus
-    from bellows.service.demo import DemoResult, Progress
+    from bellows.twin.demo import DemoResult, Progress
 
 # The demo runs live, in real time: its ranges keep one run within an afternoon.
 MAX_DEMO_GPUS = 1_024
@@ -145,8 +145,8 @@ def demo(
     from bellows.cli.simulate import fit_note
     from bellows.scaling import default_cluster
     from bellows.service.config import LoggingSettings, LogLevel
-    from bellows.service.demo import DemoOptions, Progress, run_demo, workload
     from bellows.service.logging import configure_logging
+    from bellows.twin.demo import DemoOptions, Progress, run_demo, workload
 
     files = crd_files(crds)
     kueue_files = kueue_crd_files(files) if kueue else []

@@ -66,7 +66,6 @@ from bellows.kube import (
 from bellows.kube.journal import Journal, Phase
 from bellows.kube.kinds import finished_state, foreign_manager, running_since
 from bellows.optimizer.solving import RENT
-from bellows.service.ledger import Ledger
 from bellows.service.queues import QueueIndex, QueueProblem
 
 __all__ = [
@@ -114,6 +113,20 @@ class ControllerObserver:
         from the cluster), ``first-round`` (the core's first step on them, the optimizer
         included) or ``rehearsal`` (the optimizer meeting the next rounds' shapes)."""
 
+    def arrived(self, spec: JobSpec, at: float) -> None:
+        """The core took ``spec`` (queued, or adopted running); it arrived at ``at`` (the
+        controller's clock)."""
+
+    def took_effect(self, decision: Decision, at: float) -> None:
+        """The cluster took ``decision`` at ``at``: the job holds its GPUs from then (or
+        none); a running job adopted at start-up counts as a :class:`Start` then."""
+
+    def finished(self, job: str, at: float) -> None:
+        """The core let ``job`` go: it finished (or went) at ``at``."""
+
+    def kueue_admitted_first(self, job: str) -> None:
+        """Kueue admitted ``job`` at its owner's size before Bellows held or sized it."""
+
 
 NullControllerObserver = ControllerObserver
 
@@ -149,7 +162,6 @@ class Controller:
         now: Callable[[], float],
         namespaces: Sequence[str | None] = (None,),
         wall_to_clock: Callable[[datetime], float],
-        ledger: Ledger | None = None,
         observer: ControllerObserver | None = None,
         timer: Callable[[], float] | None = None,
         pool: str | None = None,
@@ -164,7 +176,6 @@ class Controller:
         self._reader = reader
         self._namespaces = tuple(namespaces)
         self._clock = _Clock(now, wall_to_clock)
-        self.ledger = ledger
         self._observer = observer or ControllerObserver()
         self._timer = timer or now
         self._retry: dict[str, Decision] = {}  # decisions the cluster has not taken yet
@@ -292,9 +303,9 @@ class Controller:
             self._active.add(seen.spec.name)
             done, since = self._progress(seen, now)
             adopted = self._auto.adopt(seen.spec, running, now, done=done, since=since)
-            if adopted and self.ledger is not None:
-                self.ledger.arrived(seen.spec, now)
-                self.ledger.applied(Start(seen.spec.name, running.gpus, running.batch), now)
+            if adopted:
+                self._observer.arrived(seen.spec, now)
+                self._observer.took_effect(Start(seen.spec.name, running.gpus, running.batch), now)
             return None
         if journal.phase is Phase.REJECTED:
             return None
@@ -543,8 +554,7 @@ class Controller:
             if self._auto.adopt(seen.spec, seen.running, now, done=done, since=since):
                 self._held[seen.spec.name] = seen.running.gpus
                 self._active.add(seen.spec.name)
-                if self.ledger is not None:
-                    self.ledger.arrived(seen.spec, arrived_at)
+                self._observer.arrived(seen.spec, arrived_at)
         elif Journal.read(seen.view.annotations).phase is not Phase.REJECTED:
             await self._admit(seen, now, arrived_at=arrived_at)
 
@@ -553,8 +563,7 @@ class Controller:
         # Kueue does not admit (and resume) it before Bellows has sized it
         kueue = seen.view.queue is not None and seen.spec.name not in self._active
         if kueue and not seen.view.suspended:
-            if self.ledger is not None:
-                self.ledger.kueue_admitted_first(seen.spec.name)
+            self._observer.kueue_admitted_first(seen.spec.name)
             if await self._take_admitted(seen, now, arrived_at):
                 return
         if (not seen.view.suspended or kueue) and seen.spec.name not in self._auto.allocations:
@@ -563,8 +572,7 @@ class Controller:
         if self._auto.arrive(seen.spec, now):
             self._active.add(seen.spec.name)
             _log.info("job.arrived", job=seen.spec.name)
-            if self.ledger is not None:
-                self.ledger.arrived(seen.spec, arrived_at)
+            self._observer.arrived(seen.spec, arrived_at)
 
     async def _take_admitted(self, seen: Arrived, now: float, arrived_at: float) -> bool:
         """Take a Kueue job that Kueue admitted and resumed at its owner's size before Bellows
@@ -586,8 +594,7 @@ class Controller:
         self._active.add(spec.name)
         self._held[spec.name] = gpus
         _log.info("job.taken_as_admitted", job=spec.name, gpus=gpus, batch=batch)
-        if self.ledger is not None:
-            self.ledger.arrived(spec, arrived_at)
+        self._observer.arrived(spec, arrived_at)
         await self._drive(Start(spec.name, gpus, batch), now)  # journals it; no restart
         return True
 
@@ -642,8 +649,7 @@ class Controller:
             self._held.pop(job, None)
             self._kept.pop(job, None)
             self._active.discard(job)
-            if self.ledger is not None:
-                self.ledger.finished(job, at)
+            self._observer.finished(job, at)
 
     async def _skip(self, seen: Skipped, *, event: str = "Skipped", warning: bool = False) -> None:
         """Say once per job, in an Event (``event`` its reason) and the metric, that it is
@@ -774,9 +780,8 @@ class Controller:
             self._held.pop(decision.job, None)
             if isinstance(decision, Reject):
                 self._active.discard(decision.job)
-        if self.ledger is not None:
-            # GPUs are held from when the pods run again, not from when the round decided
-            self.ledger.applied(decision, max(now, self._clock.now()))
+        # GPUs are held from when the pods run again, not from when the round decided
+        self._observer.took_effect(decision, max(now, self._clock.now()))
 
 
 def _key(kind: JobKind, obj: Mapping[str, Any]) -> str:

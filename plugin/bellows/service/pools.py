@@ -42,7 +42,6 @@ from bellows.kube import Actuator, JobReader, KubeApi, Outcome
 from bellows.kube.kueue import ClusterQueueView
 from bellows.scaling import ClusterProfile
 from bellows.service.controller import Controller, ControllerObserver, EventsNotTakenError
-from bellows.service.ledger import Ledger
 from bellows.service.queues import QueueChange, QueueIndex
 
 __all__ = ["Cores", "Pools"]
@@ -127,6 +126,18 @@ class _PoolObserver(ControllerObserver):
     def started(self, step: str, seconds: float) -> None:
         self._totals.observer.started(step, seconds)
 
+    def arrived(self, spec: JobSpec, at: float) -> None:
+        self._totals.observer.arrived(spec, at)
+
+    def took_effect(self, decision: Decision, at: float) -> None:
+        self._totals.observer.took_effect(decision, at)
+
+    def finished(self, job: str, at: float) -> None:
+        self._totals.observer.finished(job, at)
+
+    def kueue_admitted_first(self, job: str) -> None:
+        self._totals.observer.kueue_admitted_first(job)
+
 
 class Cores:
     """The pools' cores read as one (what the progress loop reads: each job is in one)."""
@@ -180,7 +191,6 @@ class Pools:
         now: Callable[[], float],
         wall_to_clock: Callable[[datetime], float],
         namespaces: Sequence[str | None] = (None,),
-        ledger: Ledger | None = None,
         observer: ControllerObserver | None = None,
         timer: Callable[[], float] | None = None,
         queues: QueueIndex | None = None,
@@ -193,7 +203,6 @@ class Pools:
         self._now = now
         self._wall_to_clock = wall_to_clock
         self._namespaces = tuple(namespaces)
-        self.ledger = ledger
         self._timer = timer
         self._queues = queues
         self._totals = _Totals(observer or ControllerObserver())
@@ -429,7 +438,6 @@ class Pools:
             now=self._now,
             namespaces=self._namespaces,
             wall_to_clock=self._wall_to_clock,
-            ledger=self.ledger,
             observer=_PoolObserver(self._totals, pool),
             timer=self._timer,
             pool=pool,

@@ -4,7 +4,7 @@ Every job of the demo trace keeps its annotated profile (the prior), but the emu
 trains it at another, true speed (:data:`~bellows.sim.learning.WRONG_PRIORS`, by the job's
 place in the trace; ``bellows simulate --wrong-priors`` replays the same pattern). The emulated
 jobs report progress as the training helper does
-(:class:`~bellows.service.emulated_progress.EmulatedReporter`); with learning on, the live
+(:class:`~bellows.twin.emulated_progress.EmulatedReporter`); with learning on, the live
 controller refits each job from its reports (:class:`~bellows.service.progress_loop.ProgressLoop`)
 and decides with the refit from the next round on; with learning off it keeps the wrong prior.
 The simulator half replays the trace with the *true* profiles: the decisions an oracle would
@@ -26,7 +26,6 @@ from bellows.emulator import EmulatedCluster
 from bellows.kube import KubeApi
 from bellows.scaling import ClusterProfile
 from bellows.scaling.online import SpeedFactors
-from bellows.service.emulated_progress import EmulatedReporter
 from bellows.service.learning import ProgressLearner
 from bellows.service.progress_loop import (
     ProgressLoop,
@@ -34,9 +33,10 @@ from bellows.service.progress_loop import (
     fit_annotator,
     open_progress_subscription,
 )
-from bellows.service.replay import manifest_name
 from bellows.sim.learning import DEFAULT_REPORT_S, WRONG_PRIORS, true_spec, wrong_priors
 from bellows.sim.workloads import TraceJob
+from bellows.twin.emulated_progress import EmulatedReporter
+from bellows.twin.replay import manifest_name
 
 __all__ = ["REPORT_S", "WRONG_PRIORS", "learning_tasks", "true_speeds", "true_trace"]
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from bellows.autoscaler import Decision, Preempt, Reject, Rescale, Start
 from bellows.jobs import JobSpec
 from bellows.scaling import ClusterProfile, single_gpu_throughput
+from bellows.service.controller import ControllerObserver
 from bellows.sim.metrics import JobRecord, Segment
 
 __all__ = ["Ledger"]
@@ -30,8 +31,9 @@ class _Entry:
     preemptions: int = 0
 
 
-class Ledger:
-    """Job arrivals, decisions and completions over the controller's clock (seconds)."""
+class Ledger(ControllerObserver):
+    """Job arrivals, decisions and completions over the controller's clock (seconds): the
+    controller's observer (``observer=``) in ``bellows demo``."""
 
     def __init__(self, cluster: ClusterProfile) -> None:
         self._cluster = cluster
@@ -52,7 +54,7 @@ class Ledger:
         """How many jobs :meth:`kueue_admitted_first` noted."""
         return len(self._admitted_first)
 
-    def applied(self, decision: Decision, at: float) -> None:
+    def took_effect(self, decision: Decision, at: float) -> None:
         entry = self._jobs.get(decision.job)
         if entry is None:
             return

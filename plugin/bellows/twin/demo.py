@@ -10,7 +10,7 @@ ratio within 4 points). Both runs use one mode: Bellows mode by default (starts 
 rounds on the core's Δ grid), or the paper's (``paper=True``: one round per Δ window).
 With ``wrong_priors`` the jobs train at another speed than annotated and report progress,
 the controller learns online (or not: ``learn=False``), and the simulator half replays the
-true profiles (:mod:`bellows.service.wrong_priors`). With ``kueue_crds`` the emulated cluster
+true profiles (:mod:`bellows.twin.wrong_priors`). With ``kueue_crds`` the emulated cluster
 runs the emulated Kueue too, every job is submitted to a LocalQueue whose ClusterQueue holds
 the demo's GPUs as quota, and the controller cooperates with Kueue (docs/kube.md, "Beside
 Kueue"): the same agreement with the simulator, through Kueue's admission.
@@ -53,17 +53,17 @@ from bellows.optimizer import Method
 from bellows.scaling import ClusterProfile, default_cluster
 from bellows.scaling.online import SpeedFactors
 from bellows.service.clock import ServiceClock
-from bellows.service.ledger import Ledger
 from bellows.service.pools import Pools
 from bellows.service.queues import QueueIndex
-from bellows.service.replay import DEFAULT_KINDS, job_manifest, manifest_name, unique_names
 from bellows.service.watching import kube_bridges
-from bellows.service.wrong_priors import learning_tasks, true_speeds, true_trace
 from bellows.sim import run as simulate
 from bellows.sim.metrics import JobRecord, summarize
 from bellows.sim.workloads import TraceJob
 from bellows.sim.workloads.generating import Pattern, WorkloadSpec, generate
 from bellows.sim.workloads.traces import fit_trace
+from bellows.twin.ledger import Ledger
+from bellows.twin.replay import DEFAULT_KINDS, job_manifest, manifest_name, unique_names
+from bellows.twin.wrong_priors import learning_tasks, true_speeds, true_trace
 
 __all__ = ["Bound", "DemoOptions", "DemoResult", "Progress", "run_demo", "workload"]
 
@@ -87,7 +87,7 @@ class DemoOptions:
     restart_cost_s: float | None = None  # None: the mode's (0 paper, 60 s Bellows)
     drain_factor: float = 4.0  # give up waiting after drain_factor x minutes
     paper: bool = False
-    # jobs train at another speed than annotated (bellows.service.wrong_priors); the
+    # jobs train at another speed than annotated (bellows.twin.wrong_priors); the
     # simulator half then replays the true profiles; learn: the controller learns online
     wrong_priors: bool = False
     learn: bool = True
@@ -282,7 +282,7 @@ async def run_demo(
             reader=JobReader(api, namespace=NAMESPACE, kueue=options.kueue, kinds=kinds),
             now=clock.now,
             wall_to_clock=clock.at,
-            ledger=ledger,
+            observer=ledger,
             queues=queues,
         )
         await controller.rebuild()
