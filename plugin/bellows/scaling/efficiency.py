@@ -61,6 +61,8 @@ MAX_NOISE_SCALE = 1e15
 """Largest noise scale accepted, in samples (far above any batch: E = 1 to rounding)."""
 
 _QUADRATURE = 256  # midpoint nodes per integral of 1/E (error far below the fit's)
+_NODES = (np.arange(_QUADRATURE, dtype=np.float64) + 0.5) / _QUADRATURE
+_NODES.setflags(write=False)
 
 
 @dataclass(frozen=True)
@@ -96,13 +98,7 @@ class EfficiencyProfile:
 
     def noise_scale_at(self, batch: npt.ArrayLike, progress: npt.ArrayLike) -> F64:
         """``phi`` (samples) a run at ``batch`` measures after ``progress`` reference samples."""
-        b, s = _batches(batch), _progress(progress)
-        at = self.noise_scale * (s / PROGRESS_UNIT) ** self.growth
-        if self.batch_exponent:
-            at = at * (b / self.reference_batch) ** self.batch_exponent
-        else:
-            at = at * np.ones_like(b)
-        return np.asarray(at, dtype=np.float64)
+        return self._phi(_batches(batch), _progress(progress))
 
     def efficiency(self, batch: npt.ArrayLike, progress: npt.ArrayLike) -> F64:
         """``E(b)`` at ``progress`` reference samples: reference samples per sample at ``b``.
@@ -110,8 +106,26 @@ class EfficiencyProfile:
         1 at ``M0``; above 1 below ``M0`` (a smaller batch gains, as the published form says);
         ``batch`` and ``progress`` broadcast against each other.
         """
-        b = _batches(batch)
-        phi = self.noise_scale_at(b, progress)
+        return self._efficiency(_batches(batch), _progress(progress))
+
+    def at_progress(self, progress: F64) -> F64:
+        """``phi`` at ``M0`` after ``progress`` (checked) reference samples: the factor of
+        :meth:`noise_scale_at` that does not depend on the batch."""
+        return np.asarray(self.noise_scale * (progress / PROGRESS_UNIT) ** self.growth)
+
+    def batch_factor(self, batch: F64) -> F64:
+        """The factor of :meth:`noise_scale_at` that depends on the (checked) batch alone."""
+        if self.batch_exponent:
+            return np.asarray((batch / self.reference_batch) ** self.batch_exponent)
+        return np.ones_like(batch)
+
+    def _phi(self, b: F64, s: F64) -> F64:
+        """:meth:`noise_scale_at` of checked arrays (the loops below check once)."""
+        return np.asarray(self.at_progress(s) * self.batch_factor(b), dtype=np.float64)
+
+    def _efficiency(self, b: F64, s: F64) -> F64:
+        """:meth:`efficiency` of checked arrays."""
+        phi = self._phi(b, s)
         return np.asarray((phi + self.reference_batch) / (phi + b), dtype=np.float64)
 
     def samples(self, batch: npt.ArrayLike, progress: npt.ArrayLike) -> F64:
@@ -130,10 +144,14 @@ class EfficiencyProfile:
         b, lo, hi = np.broadcast_arrays(_batches(batch), _progress(start), _progress(end))
         if np.any(hi < lo):
             raise SpecError("end", _shown(hi), "progress at or after start")
+        return self._samples_between(b, lo, hi)
+
+    def _samples_between(self, b: F64, lo: F64, hi: F64) -> F64:
+        """:meth:`samples_between` of checked arrays of one shape."""
         span = hi - lo
-        t = (np.arange(_QUADRATURE, dtype=np.float64) + 0.5) / _QUADRATURE
+        t = _NODES
         at = lo[..., None] + span[..., None] * t * t
-        inverse = 1.0 / self.efficiency(b[..., None], at)
+        inverse = 1.0 / self._efficiency(b[..., None], at)
         return np.asarray(span * (2.0 * t * inverse).mean(axis=-1), dtype=np.float64)
 
     def progress_after(
@@ -144,10 +162,10 @@ class EfficiencyProfile:
         job for an interval at one batch). Newton's method from below (``1/E`` falls as
         progress grows, so every iterate stays below the answer), to 1e-12 relative."""
         b, lo, n = np.broadcast_arrays(_batches(batch), _progress(start), _progress(samples))
-        end = lo + n * self.efficiency(b, lo)
-        for _ in range(60):
-            missing = n - self.samples_between(b, lo, end)
-            step = np.maximum(missing, 0.0) * self.efficiency(b, end)
+        end = np.minimum(lo + n * self._efficiency(b, lo), MAX_WORK)
+        for _ in range(60):  # every iterate in [lo, MAX_WORK]: checked once, above
+            missing = n - self._samples_between(b, lo, end)
+            step = np.maximum(missing, 0.0) * self._efficiency(b, end)
             end = np.minimum(end + step, MAX_WORK)
             if np.all(step <= 1e-12 * np.maximum(end, 1.0)):
                 break
@@ -167,17 +185,27 @@ def noise_scale(grad_sqr: npt.ArrayLike, grad_var: npt.ArrayLike, reference_batc
 
 
 def _batches(batch: npt.ArrayLike) -> F64:
-    b = np.asarray(batch, dtype=np.float64)
-    if not np.all(np.isfinite(b)) or np.any(b < 1) or np.any(b > MAX_BATCH):
-        raise SpecError("batch", _shown(b), f"batch sizes in [1, {MAX_BATCH}]")
-    return b
+    return _within(batch, 1.0, MAX_BATCH, "batch", f"batch sizes in [1, {MAX_BATCH}]")
 
 
 def _progress(progress: npt.ArrayLike) -> F64:
-    s = np.asarray(progress, dtype=np.float64)
-    if not np.all(np.isfinite(s)) or np.any(s < 0) or np.any(s > MAX_WORK):
-        raise SpecError("progress", _shown(s), f"reference samples in [0, {MAX_WORK:g}]")
-    return s
+    return _within(progress, 0.0, MAX_WORK, "progress", f"reference samples in [0, {MAX_WORK:g}]")
+
+
+def _within(values: npt.ArrayLike, low: float, high: float, field: str, expected: str) -> F64:
+    """``values`` as float64, each finite and in ``[low, high]`` (one comparison per bound
+    for a number: most calls are one batch at one progress)."""
+    out = np.asarray(values, dtype=np.float64)
+    if out.ndim == 0:
+        one = float(out)
+        ok = math.isfinite(one) and low <= one <= high
+    else:
+        ok = out.size == 0 or bool(
+            np.all(np.isfinite(out)) and out.min() >= low and out.max() <= high
+        )
+    if not ok:
+        raise SpecError(field, _shown(out), expected)
+    return out
 
 
 def _shown(values: F64) -> object:

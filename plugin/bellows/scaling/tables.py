@@ -16,6 +16,7 @@ keeps the tables exact (equal to the scalar loop over every feasible batch) and 
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -198,12 +199,14 @@ def tsf_tables(
         raise SpecError("efficiency", f"{len(efficiency)} profiles", f"{len(jobs)}, one per job")
     if progress is not None and len(progress) != len(jobs):
         raise SpecError("progress", f"{len(progress)} values", f"{len(jobs)}, one per job")
-    base = _throughput_tables(jobs, cluster, fixed_batch=fixed_batch, width=width)
     if efficiency is None or all(e is None for e in efficiency):
-        return base
+        return _throughput_tables(jobs, cluster, fixed_batch=fixed_batch, width=width)
+    if width is None:
+        width = max((job.k_max for job in jobs), default=1)
     return _goodput_tables(
-        base, jobs, cluster, fixed_batch=fixed_batch, efficiency=efficiency, progress=progress
-    )
+        jobs, cluster, fixed_batch=fixed_batch, width=width, efficiency=efficiency,
+        progress=progress,
+    )  # fmt: skip
 
 
 def _throughput_tables(
@@ -385,94 +388,259 @@ GOODPUT_EXACT = 256  # per-GPU batches up to which a goodput row weighs every in
 
 
 def _goodput_tables(
-    base: TsfTables,
     jobs: Sequence[JobSpec],
     cluster: ClusterProfile,
     *,
     fixed_batch: bool,
+    width: int,
     efficiency: Sequence[EfficiencyProfile | None],
     progress: Sequence[float] | None,
 ) -> TsfTables:
-    """``base`` with the rows of jobs that carry an efficiency profile made goodput rows.
+    """The tables with the rows of jobs that carry an efficiency profile made goodput rows.
 
     Efficiency falls with the batch while throughput rises, so the best batch may lie
     between the profiled points: every feasible ``m`` of each k is weighed up to
     ``GOODPUT_EXACT``, a fine geometric grid beyond (:func:`_goodput_candidates`), with
-    throughput by the same rule as :func:`throughput_table`. A fixed-batch or rigid
-    row keeps its batch and its values (E is the same at every k); only its efficiency is set.
+    throughput by the same rule as :func:`throughput_table`, for all goodput rows at once
+    (:func:`_goodput_rows`). The other rows are :func:`_throughput_tables`' (computed for
+    them alone); a fixed-batch or rigid row keeps its batch and its values (E is the same at
+    every k), only its efficiency is set.
     """
-    values = base.values.copy()
-    batch = base.batch.copy()
-    rate = base.throughput.copy()
-    gain = np.ones_like(values)
-    width = base.width
-    for j, (job, profile) in enumerate(zip(jobs, efficiency, strict=True)):
-        if profile is None:
-            continue
-        done = 0.0 if progress is None else float(progress[j])
-        if fixed_batch or not job.elastic:
-            gain[j] = np.where(batch[j] > 0, float(profile.efficiency(job.batch_size, done)), 1.0)
-            continue
-        x1_batch = np.array([[float(job.x1_batch)]])
-        x1 = job.x1_batch / float(processing_seconds_rows(_pack([job.profile]), x1_batch)[0, 0])
-        g1 = x1 * float(profile.efficiency(job.x1_batch, done))
-        x, b, e = _best_goodput(job, cluster, profile, done, width)
-        ok = b > 0
-        values[j] = np.where(ok, x * e / g1, -np.inf)
-        batch[j] = b
-        rate[j] = np.where(ok, x, 0.0)
-        gain[j] = np.where(ok, e, 1.0)
+    n = len(jobs)
+    done = [0.0] * n if progress is None else [float(p) for p in progress]
+    good = [
+        j for j, (job, e) in enumerate(zip(jobs, efficiency, strict=True))
+        if e is not None and not fixed_batch and job.elastic
+    ]  # fmt: skip
+    chosen = set(good)
+    rest = [j for j in range(n) if j not in chosen]
+    base = _throughput_tables([jobs[j] for j in rest], cluster, fixed_batch=fixed_batch,
+                              width=width)  # fmt: skip
+    values = np.full((n, width + 1), -np.inf)
+    batch = np.zeros((n, width + 1), dtype=np.int64)
+    rate = np.zeros((n, width + 1))
+    gain = np.ones((n, width + 1))
+    values[rest], batch[rest], rate[rest] = base.values, base.batch, base.throughput
+    for j in rest:
+        profile = efficiency[j]
+        if profile is not None:
+            e = float(profile.efficiency(jobs[j].batch_size, done[j]))
+            gain[j] = np.where(batch[j] > 0, e, 1.0)
+    if good:
+        profiles = [efficiency[j] for j in good]
+        rows = _goodput_rows(
+            [jobs[j] for j in good], cluster, [p for p in profiles if p is not None],
+            [done[j] for j in good], width,
+        )  # fmt: skip
+        values[good], batch[good], rate[good], gain[good] = rows
     return TsfTables(values=values, batch=batch, throughput=rate, efficiency=gain)
 
 
-def _goodput_candidates(profile: StepProfile, top: int) -> I64:
+@functools.lru_cache(maxsize=4096)
+def _goodput_candidates(profile: StepProfile, top: int) -> tuple[int, ...]:
     """Per-GPU batches a goodput row weighs: every ``m <= top`` when ``top <= GOODPUT_EXACT``,
     else the profiled points and ``GOODPUT_EXACT`` geometric steps over ``[1, top]`` (4 %
     apart: goodput is smooth in ``m`` there, so the best of them is within about 0.1 % of
     the best integer)."""
     if top <= GOODPUT_EXACT:
-        return np.arange(1, top + 1, dtype=np.int64)
+        return tuple(range(1, top + 1))
     grid = np.rint(np.geomspace(1.0, float(top), GOODPUT_EXACT)).astype(np.int64)
     points = np.array([m for m in profile.local_batches if m <= top], dtype=np.int64)
-    return np.unique(np.concatenate([grid, points, np.array([top], dtype=np.int64)]))
+    return tuple(
+        np.unique(np.concatenate([grid, points, np.array([top], dtype=np.int64)])).tolist()
+    )
 
 
-def _best_goodput(
-    job: JobSpec, cluster: ClusterProfile, profile: EfficiencyProfile, done: float, width: int
-) -> tuple[F64, I64, F64]:
-    """Per k = 0..width: the throughput, batch and efficiency of the feasible ``b = k*m``
-    with the highest goodput among the candidates (:func:`_goodput_candidates`, plus each
-    k's smallest and largest feasible ``m``; the first maximum in m; zeros where none is
-    feasible)."""
-    top = min(job.m_max, job.b_max)
-    knots = _pack([job.profile])
-    tar = _allreduce_rows(cluster, np.array([float(job.weights)]), width)[0]  # [width+1]
-    x_out = np.zeros(width + 1)
-    b_out = np.zeros(width + 1, dtype=np.int64)
-    e_out = np.ones(width + 1)
-    last = min(job.k_max, width)
-    if last < 1:
-        return x_out, b_out, e_out
-    k = np.arange(1, last + 1, dtype=np.int64)[:, None]  # [K, 1]
-    lo = np.maximum(1, -(-job.b_min // k))
-    hi = np.minimum(top, job.b_max // k)
-    cand = _goodput_candidates(job.profile, top)[None, :]
-    m = np.sort(np.concatenate([np.broadcast_to(cand, (k.shape[0], cand.shape[1])), lo, hi],
-                               axis=1), axis=1)  # fmt: skip
-    ok = (m >= lo) & (m <= hi)
-    t_proc = processing_seconds_rows(knots, m.reshape(1, -1).astype(np.float64)).reshape(m.shape)
+def _goodput_rows(
+    jobs: Sequence[JobSpec],
+    cluster: ClusterProfile,
+    profiles: Sequence[EfficiencyProfile],
+    done: Sequence[float],
+    width: int,
+) -> tuple[F64, I64, F64, F64]:
+    """Goodput rows ``[len(jobs), width+1]``: values, batch, throughput and efficiency.
+
+    Per job and k, the feasible ``b = k*m`` with the highest goodput among the candidates
+    (:func:`_goodput_candidates`, plus each k's smallest and largest feasible ``m``; the
+    smallest such ``m``); ``values`` that goodput over the one-GPU goodput at ``x1_batch``.
+
+    What does not depend on the progress (each candidate's throughput and the batch's factor
+    of the noise scale, a :class:`_Block`) is computed for many jobs at once and kept per
+    template (:data:`_BLOCKS`: a job is weighed again at each step of its progress); only
+    ``E`` and the choice run per row. The same operations on the same values as one job at a
+    time, so the same bits (a seeded test holds them to a job-by-job search).
+    """
+    n = len(jobs)
+    keys = [_block_key(job, cluster, p, width) for job, p in zip(jobs, profiles, strict=True)]
+    blocks = {key: _BLOCKS.get(key) for key in keys}
+    missing = [j for j, key in enumerate(keys) if blocks[key] is None and keys.index(key) == j]
+    lists = {j: _goodput_candidates(jobs[j].profile, min(jobs[j].m_max, jobs[j].b_max))
+             for j in missing}  # fmt: skip
+    first = 0
+    while first < len(missing):
+        last, size = first + 1, len(lists[missing[first]])
+        while (
+            last < len(missing)
+            and (last + 1 - first) * width * (max(size, len(lists[missing[last]])) + 2)
+            <= _CHUNK_ELEMENTS
+        ):
+            size = max(size, len(lists[missing[last]]))
+            last += 1
+        part = missing[first:last]
+        made = _blocks(
+            [jobs[j] for j in part], cluster, [profiles[j] for j in part],
+            [lists[j] for j in part], width=width,
+        )  # fmt: skip
+        for j, block in zip(part, made, strict=True):
+            blocks[keys[j]] = block
+            _BLOCKS.put(keys[j], block)
+        first = last
+    values = np.full((n, width + 1), -np.inf)
+    batch = np.zeros((n, width + 1), dtype=np.int64)
+    rate = np.zeros((n, width + 1))
+    gain = np.ones((n, width + 1))
+    for j, key in enumerate(keys):
+        found = blocks[key]
+        assert found is not None  # every missing block was found above
+        row = _choose(found, jobs[j], profiles[j], done[j])
+        values[j, 1:], batch[j, 1:], rate[j, 1:], gain[j, 1:] = row
+    return values, batch, rate, gain
+
+
+@dataclass(frozen=True, eq=False)
+class _Block:
+    """One job's candidates ``[K, c]`` (k = 1..width, candidates, then the k's bounds) and
+    what of its goodput does not depend on the progress: ``m``, whether it is feasible
+    (``ok``), ``b = k*m``, the throughput ``x``, the batch as E takes it (``bf``, 1 where not
+    feasible) and the noise scale's batch factor there; ``x1`` the one-GPU throughput."""
+
+    m: I64
+    ok: npt.NDArray[np.bool_]
+    b: I64
+    x: F64
+    bf: F64
+    factor: F64
+    x1: float
+
+    @property
+    def size(self) -> int:
+        return int(self.m.size)
+
+
+def _block_key(
+    job: JobSpec, cluster: ClusterProfile, profile: EfficiencyProfile, width: int
+) -> tuple[object, ...]:
+    """What a :class:`_Block` depends on."""
+    return (
+        job.profile, job.b_min, job.b_max, job.k_max, job.m_max, job.weights, job.x1_batch,
+        cluster, profile.reference_batch, profile.batch_exponent, width,
+    )  # fmt: skip
+
+
+class _Blocks:
+    """The most recently used blocks, ``budget`` candidate cells in all (a few MiB)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.held = 0
+        self.blocks: collections.OrderedDict[tuple[object, ...], _Block] = collections.OrderedDict()
+
+    def get(self, key: tuple[object, ...]) -> _Block | None:
+        block = self.blocks.get(key)
+        if block is not None:
+            self.blocks.move_to_end(key)
+        return block
+
+    def put(self, key: tuple[object, ...], block: _Block) -> None:
+        if block.size > self.budget or key in self.blocks:
+            return
+        self.blocks[key] = block
+        self.held += block.size
+        while self.held > self.budget:
+            _, old = self.blocks.popitem(last=False)
+            self.held -= old.size
+
+
+_NO_M = np.iinfo(np.int64).max  # above every candidate
+_BLOCKS = _Blocks(1 << 20)  # a cache of pure results, like the lru_caches above
+
+
+def _blocks(
+    jobs: Sequence[JobSpec],
+    cluster: ClusterProfile,
+    profiles: Sequence[EfficiencyProfile],
+    lists: Sequence[tuple[int, ...]],
+    *,
+    width: int,
+) -> list[_Block]:
+    """The :class:`_Block` of each of a few jobs, computed in one ``[jobs, k, c]`` array."""
+    n = len(jobs)
+    size = max(len(c) for c in lists)
+    cand = np.zeros((n, 1, size), dtype=np.int64)  # 0 pads: never feasible (m >= 1)
+    for j, c in enumerate(lists):
+        cand[j, 0, : len(c)] = c
+    k = np.arange(1, width + 1, dtype=np.int64)[None, :, None]  # [1, K, 1]
+    top = _column([min(job.m_max, job.b_max) for job in jobs])
+    lo = np.maximum(1, -(-_column([job.b_min for job in jobs]) // k))  # [n, K, 1]
+    hi = np.minimum(top, _column([job.b_max for job in jobs]) // k)
+    m = np.concatenate([np.broadcast_to(cand, (n, width, size)), lo, hi], axis=2)
+    ok = (m >= lo) & (m <= hi) & (m >= 1) & (k <= _column([job.k_max for job in jobs]))
+    knots = _pack([job.profile for job in jobs])
+    # t_proc depends on m alone: once per candidate and per bound, then laid out as m is
+    at_m = np.concatenate([cand[:, 0], lo[..., 0], hi[..., 0]], axis=1).astype(np.float64)
+    t_m = processing_seconds_rows(knots, at_m)
+    t_proc = np.concatenate(
+        [np.broadcast_to(t_m[:, None, :size], (n, width, size)),
+         t_m[:, size : size + width, None], t_m[:, size + width :, None]],
+        axis=2,
+    )  # fmt: skip
+    tar = _allreduce_rows(cluster, np.array([float(job.weights) for job in jobs]), width)
     b = k * m
-    x = b / _combine(cluster, t_proc, np.broadcast_to(tar[k], b.shape))
-    e = profile.efficiency(np.where(ok, b, 1), done)
-    good = np.where(ok, x * e, -np.inf)
-    at = np.argmax(good, axis=1)
-    rows = np.arange(k.shape[0])
-    hit = ok[rows, at]
-    cols = k[:, 0]
-    x_out[cols] = np.where(hit, x[rows, at], 0.0)
-    b_out[cols] = np.where(hit, b[rows, at], 0)
-    e_out[cols] = np.where(hit, e[rows, at], 1.0)
-    return x_out, b_out, e_out
+    tar_k = np.ascontiguousarray(tar[:, 1:])[..., None]  # [n, K, 1]
+    x = b / _combine(cluster, t_proc, np.broadcast_to(tar_k, b.shape))
+    bf = np.asarray(np.where(ok, b, 1), dtype=np.float64)
+    factor = np.empty_like(bf)
+    groups: dict[tuple[int, float], list[int]] = {}  # rows of one batch factor
+    for j, profile in enumerate(profiles):
+        groups.setdefault((profile.reference_batch, profile.batch_exponent), []).append(j)
+    for rows in groups.values():
+        factor[rows] = profiles[rows[0]].batch_factor(np.ascontiguousarray(bf[rows]))
+    x1_batch = np.array([[float(job.x1_batch)] for job in jobs])
+    t1 = processing_seconds_rows(knots, x1_batch)[:, 0]
+    return [
+        _Block(m[j].copy(), ok[j].copy(), b[j].copy(), x[j].copy(), bf[j].copy(),
+               factor[j].copy(), job.x1_batch / float(t1[j]))
+        for j, job in enumerate(jobs)
+    ]  # fmt: skip
+
+
+def _choose(
+    block: _Block, job: JobSpec, profile: EfficiencyProfile, done: float
+) -> tuple[F64, I64, F64, F64]:
+    """One goodput row at ``done`` (columns k = 1..width): values, batch, throughput, E."""
+    phi = np.asarray(
+        profile.at_progress(np.asarray(done, dtype=np.float64)) * block.factor, dtype=np.float64
+    )
+    e = (phi + profile.reference_batch) / (phi + block.bf)
+    good = np.where(block.ok, block.x * e, -np.inf)
+    peak = good.max(axis=1, keepdims=True)
+    rows = np.arange(good.shape[0])
+    at = np.argmin(np.where(block.ok & (good == peak), block.m, _NO_M), axis=1)
+    hit = block.ok[rows, at]  # at the smallest m of the best goodput
+    x_k = np.where(hit, block.x[rows, at], 0.0)
+    b_k = np.where(hit, block.b[rows, at], 0)
+    e_k = np.where(hit, e[rows, at], 1.0)
+    g1 = block.x1 * float(profile.efficiency(job.x1_batch, done))
+    ok_k = b_k > 0
+    return (
+        np.where(ok_k, x_k * e_k / g1, -np.inf), b_k, np.where(ok_k, x_k, 0.0),
+        np.where(ok_k, e_k, 1.0),
+    )  # fmt: skip
+
+
+def _column(values: Sequence[int]) -> I64:
+    """One integer per job as a ``[n, 1, 1]`` array."""
+    return np.array(values, dtype=np.int64)[:, None, None]
 
 
 def throughput_table(job: JobSpec, cluster: ClusterProfile) -> F64:
