@@ -31,6 +31,7 @@ __all__ = [
     "JobSpec",
     "SpecError",
     "StepProfile",
+    "check_batch_range",
     "check_names_unique",
     "check_restart_s",
     "feasible_allocations",
@@ -50,6 +51,18 @@ MAX_STEP_SECONDS = 1e5  # one profiled iteration on one GPU
 MAX_PROFILE_POINTS = 256
 MAX_RESTART_S = 86_400.0  # a job's restart cost: see check_restart_s
 MAX_MIN_RUNTIME_S = 86_400.0  # seconds a job may be kept from shrinking after a (re)start
+
+
+def check_batch_range(
+    b_min: int, b_max: int, fields: tuple[str, str] = ("b_min", "b_max"), written: object = None
+) -> None:
+    """The one rule of a job's batch bounds, ``b_min <= b_max`` (each already an integer in
+    ``[1, MAX_BATCH]``). The error names ``fields`` (an owner's annotation keys where the
+    bounds come from annotations) and shows ``written``, the value as written, else
+    ``b_min``."""
+    if b_min > b_max:
+        shown_min = b_min if written is None else written
+        raise SpecError(fields[0], shown_min, f"<= {fields[1]} ({b_max})")
 
 
 def check_restart_s(name: str, value: object) -> float:
@@ -149,8 +162,7 @@ class JobSpec:
             raise SpecError("name", self.name, "a non-empty string")
         check_int("b_min", self.b_min, minimum=1, maximum=MAX_BATCH)
         check_int("b_max", self.b_max, minimum=1, maximum=MAX_BATCH)
-        if self.b_min > self.b_max:
-            raise SpecError("b_min", self.b_min, f"<= b_max ({self.b_max})")
+        check_batch_range(self.b_min, self.b_max)
         check_int("batch_size", self.batch_size, minimum=1, maximum=MAX_BATCH)
         if not self.b_min <= self.batch_size <= self.b_max:
             raise SpecError(

@@ -19,7 +19,7 @@ from bellows.emulator.crds import kueue_crd_paths
 from bellows.jobs import Allocation
 from bellows.kube import Actuator, JobReader, KubeApi, MPIJobKind, PyTorchJobKind, keys
 from bellows.kube.client import ConflictError, NotFoundError
-from bellows.kube.kinds import JobKind
+from bellows.kube.kinds import KindAdapter
 from bellows.kube.kueue import (
     GROUP,
     JOB_UID,
@@ -54,7 +54,7 @@ class Recording(KubeApi):
             raise KilledError
 
     async def patch_job(
-        self, kind: JobKind, namespace: str, name: str, patch: Mapping[str, Any]
+        self, kind: KindAdapter, namespace: str, name: str, patch: Mapping[str, Any]
     ) -> dict[str, Any]:
         done = await super().patch_job(kind, namespace, name, patch)
         self.patches.append((kind.kind, copy.deepcopy(dict(patch))))
@@ -129,7 +129,7 @@ async def until(check: Callable[[], Awaitable[bool]], what: str, within_s: float
         await asyncio.sleep(0.02)
 
 
-async def workload_of(api: KubeApi, kind: JobKind, name: str) -> dict[str, Any] | None:
+async def workload_of(api: KubeApi, kind: KindAdapter, name: str) -> dict[str, Any] | None:
     job = await api.get_job(kind, NS, name)
     assert job is not None
     listed = await api.list_workloads(NS, label_selector=f"{JOB_UID}={job['metadata']['uid']}")
@@ -137,11 +137,11 @@ async def workload_of(api: KubeApi, kind: JobKind, name: str) -> dict[str, Any] 
     return None if found is None else dict(found)
 
 
-async def _has_workload(api: KubeApi, kind: JobKind, name: str) -> bool:
+async def _has_workload(api: KubeApi, kind: KindAdapter, name: str) -> bool:
     return await workload_of(api, kind, name) is not None
 
 
-async def running_at(api: KubeApi, kind: JobKind, name: str, gpus: int) -> bool:
+async def running_at(api: KubeApi, kind: KindAdapter, name: str, gpus: int) -> bool:
     """The job runs (operator: Running) with ``gpus`` GPUs, and its Workload is admitted."""
     job = await api.get_job(kind, NS, name)
     workload = await workload_of(api, kind, name)

@@ -17,12 +17,11 @@ from kubernetes import client as k8s
 
 from bellows.autoscaler import Autoscaler, AutoscalerConfig
 from bellows.bus.events import JobArrived, JobCompleted
-from bellows.bus.events import JobKind as BusKind
-from bellows.bus.events import JobRef as BusRef
 from bellows.bus.events import Outcome as BusOutcome
 from bellows.emulator import ApiError, EmulatedCluster
 from bellows.kube import Actuator, JobReader, KubeApi, MPIJobKind, PyTorchJobKind, Skipped
 from bellows.kube.kinds import KUEUE_QUEUE, MULTIKUEUE
+from bellows.refs import JobKind, JobRef
 from bellows.scaling import default_cluster
 from bellows.service.clock import ServiceClock
 from bellows.service.controller import Controller
@@ -102,7 +101,7 @@ async def test_a_multikueue_job_is_skipped_beside_a_scheduled_one() -> None:
             await asyncio.sleep(0.05)
         assert _skipped(metrics) == 1
         # The watch delivers the managed job again: still skipped, no second Event.
-        ref = BusRef(BusKind.MPIJOB, NS, MPI, managed["metadata"]["uid"])
+        ref = JobRef(JobKind.MPIJOB, NS, MPI, managed["metadata"]["uid"])
         await controller.apply((JobArrived(ref, datetime.now(UTC)),))
         assert await _events(api, MPI) == [("Skipped", "Normal")]
         assert _skipped(metrics) == 1

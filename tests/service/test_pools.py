@@ -22,11 +22,10 @@ from kubernetes import client as k8s
 
 from bellows.autoscaler import AutoscalerConfig, Decision, Preempt, Reject, Rescale, Start
 from bellows.bus.events import JobArrived
-from bellows.bus.events import JobKind as BusKind
-from bellows.bus.events import JobRef as BusRef
 from bellows.emulator import EmulatedCluster
 from bellows.kube import Actuator, JobReader, KubeApi, NotFoundError, Outcome, PyTorchJobKind, keys
 from bellows.kube.kueue import CLUSTER_QUEUES, GROUP, KUEUE_QUEUE, LOCAL_QUEUES, VERSION
+from bellows.refs import JobKind, JobRef
 from bellows.scaling import default_cluster
 from bellows.service import runner
 from bellows.service.clock import ServiceClock
@@ -190,7 +189,7 @@ class Kube:
     async def arrival(self, name: str) -> JobArrived:
         obj = await self.api.get_job(PyTorchJobKind(), NS, name)
         assert obj is not None
-        ref = BusRef(BusKind.PYTORCHJOB, NS, name, obj["metadata"]["uid"])
+        ref = JobRef(JobKind.PYTORCHJOB, NS, name, obj["metadata"]["uid"])
         return JobArrived(ref, datetime.now(UTC))
 
 

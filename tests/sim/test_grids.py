@@ -13,7 +13,7 @@ from bellows.autoscaler import Mode, Policy
 from bellows.cli import params
 from bellows.cli.main import main
 from bellows.inputs import SpecError
-from bellows.jobs import MAX_GPUS
+from bellows.jobs import MAX_GPUS, MAX_RESTART_S
 from bellows.sim.grids import read_grid, schema
 from bellows.sim.workloads import generating
 
@@ -97,7 +97,7 @@ def _bound(name: str) -> dict[str, Any]:
         ("minutes", generating.MAX_MINUTES),
         ("load_high", generating.MAX_LOAD_HIGH),
         ("delta_min", params.MAX_DELTA_MIN),
-        ("restart_cost_s", params.MAX_RESTART_COST_S),
+        ("restart_cost_s", MAX_RESTART_S),
         ("hysteresis", params.MAX_HYSTERESIS),
         ("horizon_min", params.MAX_HORIZON_MIN),
     ],

@@ -35,8 +35,6 @@ if TYPE_CHECKING:
         EventType,
         JobArrived,
         JobCompleted,
-        JobKind,
-        JobRef,
         Outcome,
         event_key,
     )
@@ -45,6 +43,7 @@ if TYPE_CHECKING:
     from bellows.bus.pumping import Apply, EventPump, PartlyAppliedError
     from bellows.bus.settings import NatsSettings, Secret, TlsSettings
     from bellows.bus.streams import ensure_consumer, ensure_kv, ensure_streams
+    from bellows.refs import JobKind, JobRef
 
 # each name imported from its module when first used (bellows.lazy)
 __getattr__ = lazy_names(
@@ -75,8 +74,8 @@ __getattr__ = lazy_names(
         "EventType": "bellows.bus.events",
         "JobArrived": "bellows.bus.events",
         "JobCompleted": "bellows.bus.events",
-        "JobKind": "bellows.bus.events",
-        "JobRef": "bellows.bus.events",
+        "JobKind": "bellows.refs",
+        "JobRef": "bellows.refs",
         "Outcome": "bellows.bus.events",
         "event_key": "bellows.bus.events",
         "BusObserver": "bellows.bus.observers",

@@ -28,12 +28,11 @@ from bellows.bus.events import (
     EventKey,
     JobArrived,
     JobCompleted,
-    JobKind,
-    JobRef,
     Outcome,
     event_key,
 )
 from bellows.bus.publishing import EventPublisher
+from bellows.refs import JobKind, JobRef
 
 __all__ = [
     "Bookmark",

@@ -22,8 +22,9 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Any, Final
 
-from bellows.bus.events import Event, EventType, JobArrived, JobCompleted, JobRef
+from bellows.bus.events import Event, EventType, JobArrived, JobCompleted
 from bellows.inputs import SpecError, parse_json, parse_time, shown
+from bellows.refs import JobRef
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -20,8 +20,9 @@ from __future__ import annotations
 import re
 
 from bellows.bus.codec import SCHEMA_VERSION
-from bellows.bus.events import Event, EventType, JobKind
+from bellows.bus.events import Event, EventType
 from bellows.inputs import SpecError, shown
+from bellows.refs import JobKind
 
 __all__ = [
     "EVENT_TOKENS",

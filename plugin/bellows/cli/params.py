@@ -33,7 +33,6 @@ from bellows.inputs import (
     parse_json,
     shown,
 )
-from bellows.jobs import MAX_RESTART_S
 
 if TYPE_CHECKING:  # imported when a file is read: `--help` must not pay for NumPy
     from bellows.scaling import ClusterProfile, JobProfile
@@ -45,7 +44,6 @@ __all__ = [
     "MAX_ITERATIONS",
     "MAX_JSON_FILE_BYTES",
     "MAX_JSON_TEXT_BYTES",
-    "MAX_RESTART_COST_S",
     "MAX_SEED",
     "BoundedInt",
     "ClusterFile",
@@ -68,7 +66,6 @@ __all__ = [
 MAX_SEED: Final = (1 << 63) - 1  # numpy seeds are any integer >= 0; 19 digits is plenty
 MAX_DELTA_MIN: Final = 10_080.0  # a week between rounds
 MAX_HORIZON_MIN: Final = 1e7  # about 19 years of cluster time
-MAX_RESTART_COST_S: Final = MAX_RESTART_S  # a job's restart cost (bellows.jobs.check_restart_s)
 MAX_HYSTERESIS: Final = 1_000.0  # a gain this many times the restart cost
 MAX_ITERATIONS: Final = 100_000  # timed or warm-up iterations of one measurement
 MAX_JSON_FILE_BYTES: Final = 1 << 20  # a JSON file given by a flag (profiles are ~15 KiB)

@@ -18,14 +18,13 @@ from bellows.cli.params import (
     MAX_DELTA_MIN,
     MAX_HORIZON_MIN,
     MAX_HYSTERESIS,
-    MAX_RESTART_COST_S,
     BoundedInt,
     ClusterFile,
     FiniteFloat,
     OutputDir,
     output_errors,
 )
-from bellows.jobs import MAX_GPUS, MAX_MIN_RUNTIME_S, SpecError
+from bellows.jobs import MAX_GPUS, MAX_MIN_RUNTIME_S, MAX_RESTART_S, SpecError
 
 if TYPE_CHECKING:
     from bellows.scaling import ClusterProfile
@@ -97,7 +96,7 @@ def describe_run(result: SimResult, summary: Mapping[str, Any] | None = None) ->
 @click.option("--early-share", type=FiniteFloat(0, 1, open_min=True))
 @click.option(
     "--restart-cost-s",
-    type=FiniteFloat(0, MAX_RESTART_COST_S),
+    type=FiniteFloat(0, MAX_RESTART_S),
     help="Seconds of progress a halt costs a job without its own figure, charged "
     "by the simulator and priced by the optimizer. [default: 60; --paper: 0]",
 )

@@ -57,7 +57,7 @@ from bellows.inputs import DATA_ERRORS, parse_quantity
 from bellows.kube.adapters import ALL_KINDS
 from bellows.kube.kinds import (
     GPU,
-    JobKind,
+    KindAdapter,
     conditions,
     finished_state,
     foreign_manager,
@@ -132,7 +132,7 @@ class EmulatedKueue:
         self._store = store
         self._now = now
         self._res = {p: store.resources[_PREFIX + p] for p in KUEUE_KINDS}
-        self._kinds: dict[str, JobKind] = {
+        self._kinds: dict[str, KindAdapter] = {
             f"{k.group}/{k.version}/{k.plural}": k
             for k in ALL_KINDS
             if f"{k.group}/{k.version}/{k.plural}" in store.resources
@@ -274,7 +274,7 @@ class EmulatedKueue:
 
     def _reconcile_job(
         self,
-        kind: JobKind,
+        kind: KindAdapter,
         res: ResourceType,
         job: dict[str, Any],
         owned: list[dict[str, Any]],
@@ -319,7 +319,7 @@ class EmulatedKueue:
 
     def _ensure_one_workload(
         self,
-        kind: JobKind,
+        kind: KindAdapter,
         res: ResourceType,
         job: dict[str, Any],
         owned: list[dict[str, Any]],
@@ -388,7 +388,7 @@ class EmulatedKueue:
         ]
 
     def _create_workload(
-        self, kind: JobKind, job: Mapping[str, Any], queue: str, pod_sets: list[dict[str, Any]]
+        self, kind: KindAdapter, job: Mapping[str, Any], queue: str, pod_sets: list[dict[str, Any]]
     ) -> None:
         meta = job["metadata"]
         body = {
@@ -415,7 +415,7 @@ class EmulatedKueue:
             _PREFIX + WORKLOADS, self._store.create(self._res[WORKLOADS], meta["namespace"], body)
         )
 
-    def _fight(self, kind: JobKind, job: Mapping[str, Any], wl: Mapping[str, Any]) -> None:
+    def _fight(self, kind: KindAdapter, job: Mapping[str, Any], wl: Mapping[str, Any]) -> None:
         meta = job["metadata"]
         fight = Fight(
             kind.kind, meta["namespace"], meta["name"], wl["metadata"]["name"], self._now()

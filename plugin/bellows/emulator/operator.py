@@ -37,7 +37,7 @@ from bellows.emulator.training import Training, start, stop
 from bellows.inputs import DATA_ERRORS, SpecError, parse_int
 from bellows.kube import keys
 from bellows.kube.adapters import KINDS
-from bellows.kube.kinds import JobKind, conditions, finished_state, foreign_manager, suspend_set
+from bellows.kube.kinds import KindAdapter, conditions, finished_state, foreign_manager, suspend_set
 from bellows.kube.specs import build_spec
 from bellows.scaling import ClusterProfile, JobProfile, default_cluster
 from bellows.scaling.online import SpeedFactors
@@ -126,7 +126,7 @@ class EmulatedOperator:
         self._cluster = cluster or default_cluster()
         self._clock = clock
         self._now = now
-        self._kinds: dict[str, JobKind] = {
+        self._kinds: dict[str, KindAdapter] = {
             f"{k.group}/{k.version}/{k.plural}": k
             for k in KINDS
             if f"{k.group}/{k.version}/{k.plural}" in store.resources
@@ -196,7 +196,7 @@ class EmulatedOperator:
 
     # ----- reconcile ---------------------------------------------------------------------------
 
-    def _reconcile(self, kind: JobKind, res: Any, ns: str, name: str) -> None:
+    def _reconcile(self, kind: KindAdapter, res: Any, ns: str, name: str) -> None:
         obj = self._store.get(res, ns, name)
         if finished_state(obj) is not None or foreign_manager(obj, kind.manager) is not None:
             return  # a managedBy other than the operator's: the real operators skip it too
@@ -267,11 +267,11 @@ class EmulatedOperator:
             obj["status"] = status
             self._store.update_with(res, ns, name, lambda _: obj, subresource="status")
 
-    def _key(self, kind: JobKind) -> str:
+    def _key(self, kind: KindAdapter) -> str:
         return f"{kind.group}/{kind.version}/{kind.plural}"
 
     def _finish(
-        self, status: dict[str, Any], kind: JobKind, name: str, state: str, message: str
+        self, status: dict[str, Any], kind: KindAdapter, name: str, state: str, message: str
     ) -> None:
         now = self._now()
         _condition(
@@ -285,7 +285,7 @@ class EmulatedOperator:
                 entry["succeeded" if state == "Succeeded" else "failed"] = active
 
     def _start(
-        self, kind: JobKind, obj: dict[str, Any], launcher: Mapping[str, Any] | None, now: float
+        self, kind: KindAdapter, obj: dict[str, Any], launcher: Mapping[str, Any] | None, now: float
     ) -> str | None:
         """Start the twin at the spec's ``(k, b)``; returns a failure message, if it fails."""
         uid = obj["metadata"]["uid"]
@@ -330,7 +330,7 @@ class EmulatedOperator:
     # ----- MPIJob launcher ---------------------------------------------------------------------
 
     def _sync_launcher(
-        self, kind: JobKind, obj: Mapping[str, Any], suspended: bool
+        self, kind: KindAdapter, obj: Mapping[str, Any], suspended: bool
     ) -> dict[str, Any]:
         """The MPIJob's launcher, created or synced. When a batch Job the MPIJob does not
         control holds its name, the sync ends there with an error (:class:`ApiError`) and
@@ -417,12 +417,12 @@ def _controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
     return any(r.get("controller") is True and r.get("uid") == uid for r in refs)
 
 
-def _replica_types(kind: JobKind, obj: Mapping[str, Any]) -> list[str]:
+def _replica_types(kind: KindAdapter, obj: Mapping[str, Any]) -> list[str]:
     field = "pytorchReplicaSpecs" if kind.kind == "PyTorchJob" else "mpiReplicaSpecs"
     return sorted((obj.get("spec") or {}).get(field) or {})
 
 
-def _count(kind: JobKind, obj: Mapping[str, Any], rtype: str) -> int:
+def _count(kind: KindAdapter, obj: Mapping[str, Any], rtype: str) -> int:
     field = "pytorchReplicaSpecs" if kind.kind == "PyTorchJob" else "mpiReplicaSpecs"
     return int(obj["spec"][field][rtype].get("replicas", 1))
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from bellows.kube.actuating import ActuationError, Actuator, Outcome
     from bellows.kube.adapters import KINDS, MPIJobKind, PyTorchJobKind, kind_named
     from bellows.kube.client import ConflictError, ExpiredError, KubeApi, NotFoundError
-    from bellows.kube.kinds import JobKind, JobRef, JobView
+    from bellows.kube.kinds import JobView, KindAdapter
     from bellows.kube.reading import (
         Arrived,
         Deleted,
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         Observation,
         Skipped,
     )
+    from bellows.refs import JobKind, JobRef
 
 # each name imported from its module when first used (bellows.lazy)
 __getattr__ = lazy_names(
@@ -46,9 +47,10 @@ __getattr__ = lazy_names(
         "ExpiredError": "bellows.kube.client",
         "KubeApi": "bellows.kube.client",
         "NotFoundError": "bellows.kube.client",
-        "JobKind": "bellows.kube.kinds",
-        "JobRef": "bellows.kube.kinds",
         "JobView": "bellows.kube.kinds",
+        "KindAdapter": "bellows.kube.kinds",
+        "JobKind": "bellows.refs",
+        "JobRef": "bellows.refs",
         "Arrived": "bellows.kube.reading",
         "Deleted": "bellows.kube.reading",
         "Finished": "bellows.kube.reading",
@@ -73,6 +75,7 @@ __all__ = [
     "JobReader",
     "JobRef",
     "JobView",
+    "KindAdapter",
     "KubeApi",
     "MPIJobKind",
     "NotFoundError",

@@ -38,6 +38,7 @@ from bellows.jobs import SpecError
 from bellows.kube import keys
 from bellows.kube.adapters import KINDS
 from bellows.kube.client import ConflictError, ExpiredError, KubeApi, NotFoundError
+from bellows.kube.examining import LeftAlone, opted_job
 from bellows.kube.journal import (
     AwaitHalt,
     Blocked,
@@ -51,7 +52,7 @@ from bellows.kube.journal import (
     plan_scale,
     target_env,
 )
-from bellows.kube.kinds import JobKind, JobRef, finished_state, foreign_manager, kueue_refusal
+from bellows.kube.kinds import KindAdapter, finished_state, foreign_manager
 from bellows.kube.kueue import (
     JOB_UID,
     WORKLOADS,
@@ -85,6 +86,7 @@ from bellows.kube.recreation import (
     record_name,
 )
 from bellows.kube.specs import requested_allocation
+from bellows.refs import JobRef
 
 __all__ = ["MAX_ACTIVE", "ActuationError", "Actuator", "Outcome"]
 
@@ -123,7 +125,7 @@ class _Read:
     """One fresh read of a job, what a planner needs: ``kueue`` says whether it is a Kueue
     job (then ``workload`` is its Workload, ``None`` when there is none now)."""
 
-    kind: JobKind
+    kind: KindAdapter
     obj: Mapping[str, Any] | None  # None: a TrainJob deleted by its re-creation (record set)
     settings: keys.Settings
     launcher: Mapping[str, Any] | None
@@ -186,7 +188,7 @@ class Actuator:
         self,
         api: KubeApi,
         *,
-        kinds: Iterable[JobKind] = KINDS,
+        kinds: Iterable[KindAdapter] = KINDS,
         recorder: Recorder | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         halt_timeout_s: float = 120.0,
@@ -213,13 +215,13 @@ class Actuator:
         self._turns = asyncio.Semaphore(max_active)
 
     @property
-    def kinds(self) -> tuple[JobKind, ...]:
+    def kinds(self) -> tuple[KindAdapter, ...]:
         """The job kinds this actuator drives (and its controller reads)."""
         return tuple(self._kinds.values())
 
     def ref(self, job: str) -> JobRef:
         """The job behind a core job name (``<kind>/<namespace>/<name>``)."""
-        return JobRef.parse(job, {name: k.kind for name, k in self._kinds.items()})
+        return JobRef.parse(job, [k.kind for k in self._kinds.values()])
 
     async def apply(self, decision: Decision, *, done: float | None = None) -> Outcome:
         """Drive the job to what ``decision`` says; returns what was done.
@@ -601,7 +603,7 @@ class Actuator:
             return await self.report_problem(job, f"its spec could not be read ({brief(err)})")
 
     async def _record_on(
-        self, kind: JobKind, ref: JobRef, event: tuple[str, bool], message: str
+        self, kind: KindAdapter, ref: JobRef, event: tuple[str, bool], message: str
     ) -> None:
         """Record the call's Event on the job as it is now (a re-created TrainJob)."""
         obj = await self._api.get_job(kind, ref.namespace, ref.name)
@@ -610,7 +612,7 @@ class Actuator:
 
     async def _recreate(
         self,
-        kind: JobKind,
+        kind: KindAdapter,
         ref: JobRef,
         step: ProbeInPlace | WriteRecord | DeleteJob | CreateJob | DeleteRecord,
         in_place: list[bool] | None,
@@ -652,7 +654,7 @@ class Actuator:
         return "written"
 
     async def _write(
-        self, kind: JobKind, ref: JobRef, step: SendPatch | PatchWorkload
+        self, kind: KindAdapter, ref: JobRef, step: SendPatch | PatchWorkload
     ) -> Mapping[str, Any] | Outcome | None:
         """Perform a write ``step``: the job as written (``{}`` for a Workload patch), the
         outcome that ends the call (the job deleted), or ``None`` when it must be planned
@@ -670,7 +672,7 @@ class Actuator:
         except ConflictError:
             return None
 
-    async def _read(self, kind: JobKind, ref: JobRef) -> _Read | Outcome:
+    async def _read(self, kind: KindAdapter, ref: JobRef) -> _Read | Outcome:
         """The job read afresh with what its planner needs, or the outcome that ends the
         call (gone, finished, not opted in, another controller's, or refused)."""
         job = ref.key
@@ -689,25 +691,24 @@ class Actuator:
         if not keys.opted_in(notes):
             return Outcome(job, "refused", "the job carries no bellows.io/ settings")
         try:
-            if (manager := foreign_manager(obj, kind.manager)) is not None:
-                return _skipped(job, manager)
-            view = kind.view(obj, ())
-            if view.blocker:
-                return await self.report_problem(job, view.blocker, reason="Refused")
-            if view.queue is not None and not self._kueue:
-                return await self.report_problem(job, kueue_refusal(view.queue), reason="Refused")
-            settings = keys.parse_settings(notes)
+            seen = opted_job(kind, obj, kueue=self._kueue, env=False)
+            if isinstance(seen, LeftAlone):
+                if seen.why == "foreign":
+                    return _skipped(job, seen.detail)
+                if seen.why == "finished":
+                    return Outcome(job, "dropped", seen.detail.lower())
+                return await self.report_problem(job, seen.detail, reason="Refused")
             name = kind.launcher(obj)
             launcher = await self._api.get_batch_job(ref.namespace, name) if name else None
-            queued = view.queue is not None
+            queued = seen.view.queue is not None
             workload = await self._workload(obj) if queued else None
         except SpecError as err:
             return await self.report_problem(job, str(err))
         except DATA_ERRORS as err:  # a value no check foresaw: still this job's problem
             return await self.report_problem(job, f"its spec could not be read ({brief(err)})")
-        return _Read(kind, obj, settings, launcher, queued, workload, record)
+        return _Read(kind, obj, seen.settings, launcher, queued, workload, record)
 
-    async def _record(self, kind: JobKind, ref: JobRef) -> Record | None:
+    async def _record(self, kind: KindAdapter, ref: JobRef) -> Record | None:
         """The re-creation record of the TrainJob ``ref`` (``None``: none, or unreadable)."""
         found = await self._api.list_configmaps(ref.namespace, f"{RECORD_LABEL}={ref.name}")
         for item in found:
@@ -726,7 +727,7 @@ class Actuator:
 
     async def _await_kueue(
         self,
-        kind: JobKind,
+        kind: KindAdapter,
         ref: JobRef,
         obj: Mapping[str, Any],
         workload: WorkloadView | None,
@@ -753,7 +754,7 @@ class Actuator:
                 task.cancel()
             await asyncio.gather(*watchers, return_exceptions=True)
 
-    async def _job_changes(self, kind: JobKind, ref: JobRef, obj: Mapping[str, Any]) -> None:
+    async def _job_changes(self, kind: KindAdapter, ref: JobRef, obj: Mapping[str, Any]) -> None:
         """Return at the job's next change after the version read (or an expired watch)."""
         version = obj["metadata"]["resourceVersion"]
         with contextlib.suppress(ExpiredError):
@@ -785,7 +786,7 @@ class Actuator:
                     if owned_workload(obj, [new]) is not None:
                         return
 
-    async def _await_halt(self, kind: JobKind, ref: JobRef, obj: Mapping[str, Any]) -> bool:
+    async def _await_halt(self, kind: KindAdapter, ref: JobRef, obj: Mapping[str, Any]) -> bool:
         """Wait (watching the one job) until the operator stopped it; False on timeout."""
         since = Journal.read(obj["metadata"].get("annotations") or {}).suspended_at
         version = obj["metadata"]["resourceVersion"]
@@ -823,7 +824,7 @@ def _waiting(step: AwaitEviction | AwaitWorkload) -> str:
     return f"waiting for {what}; the journal on the job lets a later call finish"
 
 
-def _foreign(kind: JobKind, obj: Mapping[str, Any]) -> str | None:
+def _foreign(kind: KindAdapter, obj: Mapping[str, Any]) -> str | None:
     """:func:`foreign_manager`, with a value no schema allows read as nobody's."""
     try:
         return foreign_manager(obj, kind.manager)

@@ -24,7 +24,7 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
 from bellows.kube import kueue
-from bellows.kube.kinds import JobKind
+from bellows.kube.kinds import KindAdapter
 
 __all__ = ["ConflictError", "ExpiredError", "KubeApi", "NotFoundError", "client_from_config"]
 
@@ -97,7 +97,7 @@ class KubeApi:
 
     # ----- jobs (custom resources) -----------------------------------------------------------
 
-    async def get_job(self, kind: JobKind, namespace: str, name: str) -> Obj | None:
+    async def get_job(self, kind: KindAdapter, namespace: str, name: str) -> Obj | None:
         """The job, or ``None`` when it does not exist."""
         try:
             obj: Obj = await _call(
@@ -113,7 +113,7 @@ class KubeApi:
         return obj
 
     async def list_job_pages(
-        self, kind: JobKind, namespace: str | None = None, *, limit: int = PAGE
+        self, kind: KindAdapter, namespace: str | None = None, *, limit: int = PAGE
     ) -> AsyncIterator[tuple[list[Obj], str]]:
         """The jobs of ``kind`` (in ``namespace``, or all), ``limit`` per page, each with the
         list's resourceVersion (the last page's is the one to watch from).
@@ -135,7 +135,7 @@ class KubeApi:
             if not token:
                 return
 
-    def _list_job_json(self, kind: JobKind, namespace: str | None, **options: Any) -> Obj:
+    def _list_job_json(self, kind: KindAdapter, namespace: str | None, **options: Any) -> Obj:
         """One page of jobs, read and decoded (``orjson``: a page is megabytes) in the
         calling (worker) thread; the client's own decoding would parse it with ``json``."""
         if namespace is None:
@@ -157,7 +157,7 @@ class KubeApi:
         return listed
 
     async def patch_job(
-        self, kind: JobKind, namespace: str, name: str, patch: Mapping[str, Any]
+        self, kind: KindAdapter, namespace: str, name: str, patch: Mapping[str, Any]
     ) -> Obj:
         """Apply a JSON merge patch; a ``metadata.resourceVersion`` in it is a precondition."""
         obj: Obj = await _call(
@@ -172,7 +172,7 @@ class KubeApi:
         return obj
 
     async def dry_run_patch_job(
-        self, kind: JobKind, namespace: str, name: str, patch: Mapping[str, Any]
+        self, kind: KindAdapter, namespace: str, name: str, patch: Mapping[str, Any]
     ) -> bool | None:
         """Whether the server would accept this merge patch (``dryRun=All``: checked in
         full, nothing stored): True, False when it is refused as invalid (422), ``None``
@@ -191,7 +191,7 @@ class KubeApi:
             raise
         return True
 
-    async def create_job(self, kind: JobKind, namespace: str, body: Mapping[str, Any]) -> Obj:
+    async def create_job(self, kind: KindAdapter, namespace: str, body: Mapping[str, Any]) -> Obj:
         """Create a job; :class:`ConflictError` when one of that name exists (409)."""
         obj: Obj = await _call(
             self._custom.create_namespaced_custom_object,
@@ -200,7 +200,7 @@ class KubeApi:
         return obj
 
     async def delete_job(
-        self, kind: JobKind, namespace: str, name: str, *, uid: str, resource_version: str
+        self, kind: KindAdapter, namespace: str, name: str, *, uid: str, resource_version: str
     ) -> bool:
         """Delete the job: only the one with ``uid``, still at ``resource_version``; False
         when it is gone or no longer that one (404 / 409)."""
@@ -219,7 +219,7 @@ class KubeApi:
 
     async def watch_jobs(
         self,
-        kind: JobKind,
+        kind: KindAdapter,
         namespace: str | None,
         resource_version: str,
         *,

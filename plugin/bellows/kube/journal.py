@@ -33,7 +33,7 @@ from typing import Any
 from bellows.inputs import shown
 from bellows.jobs import SpecError
 from bellows.kube import keys
-from bellows.kube.kinds import JobKind, JobView, parse_time
+from bellows.kube.kinds import JobView, KindAdapter, parse_time
 from bellows.kube.placement import HOSTNAME, Placement
 
 __all__ = [
@@ -188,7 +188,7 @@ def _merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def scaled_spec(
-    kind: JobKind,
+    kind: KindAdapter,
     obj: Mapping[str, Any],
     gpus: int,
     env: Mapping[str, str],
@@ -203,7 +203,9 @@ def scaled_spec(
     )
 
 
-def _spec_matches(kind: JobKind, obj: Mapping[str, Any], gpus: int, env: Mapping[str, str]) -> bool:
+def _spec_matches(
+    kind: KindAdapter, obj: Mapping[str, Any], gpus: int, env: Mapping[str, str]
+) -> bool:
     view = kind.view(obj, tuple(env))
     return view.gpus == gpus and all(
         values and all(v == env[name] for v in values) for name, values in view.env.items()
@@ -240,7 +242,7 @@ def foreign_launcher(obj: Mapping[str, Any], launcher: Mapping[str, Any]) -> str
 
 
 def reading(
-    kind: JobKind, obj: Mapping[str, Any], env: Mapping[str, str], requested: tuple[int, int]
+    kind: KindAdapter, obj: Mapping[str, Any], env: Mapping[str, str], requested: tuple[int, int]
 ) -> tuple[JobView, Journal, dict[str, str | None]]:
     """What every scaling planner reads first: the job's view (with the ``env`` names),
     its journal, and the notes to write (the owner's ``requested`` ask, saved once)."""
@@ -253,7 +255,7 @@ def reading(
 
 
 def plan_scale(
-    kind: JobKind,
+    kind: KindAdapter,
     obj: Mapping[str, Any],
     *,
     target: tuple[int, int],
@@ -346,7 +348,7 @@ def done_notes(
 
 
 def plan_halt(
-    kind: JobKind,
+    kind: KindAdapter,
     obj: Mapping[str, Any],
     *,
     phase: Phase,

@@ -229,8 +229,7 @@ def _env(annotations: Mapping[str, str], key: str) -> str | None:
 def parse_settings(annotations: Mapping[str, str]) -> Settings:
     """The owner's settings; :class:`SpecError` names the first key that is wrong."""
     b_min, b_max = _int(annotations, MIN_BATCH), _int(annotations, MAX_BATCH)
-    if b_min > b_max:
-        raise SpecError(MIN_BATCH, annotations[MIN_BATCH], f"<= {MAX_BATCH} ({b_max})")
+    jobs.check_batch_range(b_min, b_max, (MIN_BATCH, MAX_BATCH), annotations[MIN_BATCH])
     k_max, m_max = _int(annotations, MAX_GPUS), _int(annotations, MAX_BATCH_PER_GPU)
     batch_env, local_env = _env(annotations, BATCH_ENV), _env(annotations, LOCAL_BATCH_ENV)
     if batch_env is None and local_env is None:

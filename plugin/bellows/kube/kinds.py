@@ -1,10 +1,11 @@
 """The interface every job kind implements, and the immutable view of one job it reads.
 
-As Kueue's ``GenericJob``: one small interface (:class:`JobKind`), one module per kind under
-``bellows.kube.adapters``. A kind turns a raw object into a :class:`JobView` (pure, no I/O)
-and builds the merge patches that scale it, as plain data; sending them is the actuator's
-job. Fields shared by both Kubeflow kinds (``runPolicy.suspend``, conditions) are read by
-the helpers at the bottom.
+As Kueue's ``GenericJob``: one small interface (:class:`KindAdapter`), one module per kind
+under ``bellows.kube.adapters``. A kind's adapter turns a raw object into a :class:`JobView`
+(pure, no I/O) and builds the merge patches that scale it, as plain data; sending them is the
+actuator's job. Fields shared by both Kubeflow kinds (``runPolicy.suspend``, conditions) are read by
+the helpers at the bottom. Which job a view is about is a :class:`bellows.refs.JobRef`, its
+kind a :class:`bellows.refs.JobKind`: the same types the bus's events carry.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from bellows import inputs
 from bellows.inputs import check_int, parse_int
 from bellows.jobs import MAX_GPUS, SpecError
 from bellows.kube.placement import Placement
+from bellows.refs import JobKind, JobRef
 
 __all__ = [
-    "JobKind",
-    "JobRef",
     "JobView",
+    "KindAdapter",
     "conditions",
     "finished_state",
     "foreign_manager",
@@ -35,32 +36,6 @@ __all__ = [
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"  # spec.runPolicy.managedBy of a job a worker cluster runs
 GPU = "nvidia.com/gpu"
-
-
-@dataclass(frozen=True, order=True)
-class JobRef:
-    """Which job: ``kind`` (``PyTorchJob``/``MPIJob``), namespace and name.
-
-    :attr:`key` (``pytorchjob/<namespace>/<name>``) is the job's name in the autoscaler
-    core: readable in logs and decisions, and unique across kinds, which
-    ``<namespace>/<name>`` alone is not (a PyTorchJob and an MPIJob may share a name).
-    """
-
-    kind: str
-    namespace: str
-    name: str
-
-    @property
-    def key(self) -> str:
-        return f"{self.kind.lower()}/{self.namespace}/{self.name}"
-
-    @classmethod
-    def parse(cls, key: str, kinds: Mapping[str, str]) -> JobRef:
-        """The ref of ``key``; ``kinds`` maps lowercase kind to kind (``mpijob``: ``MPIJob``)."""
-        parts = key.split("/")
-        if len(parts) != 3 or parts[0] not in kinds or not parts[1] or not parts[2]:
-            raise SpecError("job", key, f"'<kind>/<namespace>/<name>' with kind in {sorted(kinds)}")
-        return cls(kinds[parts[0]], parts[1], parts[2])
 
 
 @dataclass(frozen=True)
@@ -90,10 +65,10 @@ class JobView:
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
-class JobKind(Protocol):
+class KindAdapter(Protocol):
     """One Kubeflow job kind: how to read it and how to scale it."""
 
-    kind: str
+    kind: JobKind
     group: str
     version: str
     plural: str

@@ -64,7 +64,7 @@ from bellows.kube.journal import (
     reading,
     scaled_spec,
 )
-from bellows.kube.kinds import JobKind, JobView
+from bellows.kube.kinds import JobView, KindAdapter
 from bellows.kube.kueue import WorkloadView
 from bellows.kube.placement import HOSTNAME, Placement
 
@@ -121,7 +121,7 @@ def _journal_only(obj: Mapping[str, Any], notes: Mapping[str, str | None]) -> di
     return body
 
 
-def _evicted(kind: JobKind, obj: Mapping[str, Any], workload: WorkloadView | None) -> bool:
+def _evicted(kind: KindAdapter, obj: Mapping[str, Any], workload: WorkloadView | None) -> bool:
     """Suspended by Kueue, halted by the operator, and no quota held: the job may be edited."""
     journal = Journal.read((obj.get("metadata") or {}).get("annotations") or {})
     if workload is not None and workload.quota_reserved:
@@ -149,7 +149,7 @@ def _announce(
 
 
 def _hold(
-    kind: JobKind, obj: Mapping[str, Any], view: JobView, workload: WorkloadView | None
+    kind: KindAdapter, obj: Mapping[str, Any], view: JobView, workload: WorkloadView | None
 ) -> KueueStep | None:
     """Steps 2 and 3: the Workload inactive, then the wait until Kueue has suspended the job,
     the operator halted it and no quota is held (``None``: the job may be edited now)."""
@@ -162,7 +162,7 @@ def _hold(
     return None
 
 
-def _synced(kind: JobKind, obj: Mapping[str, Any], workload: WorkloadView) -> bool:
+def _synced(kind: KindAdapter, obj: Mapping[str, Any], workload: WorkloadView) -> bool:
     """Whether Kueue has updated the Workload's podSets to the job's pod counts. A TrainJob's
     Workload also has a podSet per initializer Job of its runtime, which the adapter does
     not read: only the trainer's are compared."""
@@ -173,7 +173,7 @@ def _synced(kind: JobKind, obj: Mapping[str, Any], workload: WorkloadView) -> bo
 
 
 def plan_kueue_scale(
-    kind: JobKind,
+    kind: KindAdapter,
     obj: Mapping[str, Any],
     workload: WorkloadView | None,
     *,
@@ -260,7 +260,7 @@ def _done(
 
 
 def plan_kueue_halt(
-    kind: JobKind,
+    kind: KindAdapter,
     obj: Mapping[str, Any],
     workload: WorkloadView | None,
     *,

@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import Any
 
 from bellows.kube.journal import _body, _spec_matches, reading
-from bellows.kube.kinds import JobKind
+from bellows.kube.kinds import KindAdapter
 from bellows.kube.kueue import WorkloadView
 from bellows.kube.kueue_journal import KueueStep, _announce, _hold, plan_kueue_scale
 from bellows.kube.recreation import (
@@ -52,7 +52,7 @@ __all__ = ["plan_kueue_recreate"]
 
 
 def plan_kueue_recreate(
-    kind: JobKind,
+    kind: KindAdapter,
     obj: Mapping[str, Any],
     record: Record | None,
     workload: WorkloadView | None,

@@ -25,16 +25,11 @@ from bellows.jobs import Allocation, JobSpec, SpecError
 from bellows.kube import keys
 from bellows.kube.adapters import KINDS
 from bellows.kube.client import ExpiredError, KubeApi
+from bellows.kube.examining import LeftAlone, opted_job
 from bellows.kube.journal import Journal, Phase
-from bellows.kube.kinds import (
-    JobKind,
-    JobRef,
-    JobView,
-    finished_state,
-    foreign_manager,
-    kueue_refusal,
-)
+from bellows.kube.kinds import JobView, KindAdapter
 from bellows.kube.specs import build_spec
+from bellows.refs import job_key
 from bellows.scaling import JobProfile
 
 __all__ = ["Arrived", "Deleted", "Finished", "Invalid", "JobReader", "Observation", "Skipped"]
@@ -106,7 +101,7 @@ class JobReader:
         self,
         api: KubeApi,
         *,
-        kinds: Iterable[JobKind] = KINDS,
+        kinds: Iterable[KindAdapter] = KINDS,
         namespace: str | None = None,
         watch_timeout_s: int = 300,
         kueue: bool = False,
@@ -119,7 +114,7 @@ class JobReader:
         self._namespace = namespace
         self._watch_timeout_s = watch_timeout_s
 
-    async def examine(self, kind: JobKind, obj: Mapping[str, Any]) -> Observation | None:
+    async def examine(self, kind: KindAdapter, obj: Mapping[str, Any]) -> Observation | None:
         """What ``obj`` means to Bellows; ``None`` for a job that did not opt in.
 
         Whatever a job carries, the answer is an observation: a value no check foresaw makes
@@ -130,9 +125,9 @@ class JobReader:
         notes = meta.get("annotations") or {}
         if not keys.opted_in(notes):
             return None
-        key = JobRef(kind.kind, meta.get("namespace", ""), meta.get("name", "")).key
+        key = job_key(kind.kind, meta.get("namespace", ""), meta.get("name", ""))
         try:
-            return await self._examine(kind, obj, notes)
+            return await self._examine(key, kind, obj, notes)
         except SpecError as err:
             return Invalid(key, str(err))
         except DATA_ERRORS as err:
@@ -140,30 +135,22 @@ class JobReader:
             return Invalid(key, f"its spec could not be read ({brief(err)})")
 
     async def _examine(
-        self, kind: JobKind, obj: Mapping[str, Any], notes: Mapping[str, str]
+        self, key: str, kind: KindAdapter, obj: Mapping[str, Any], notes: Mapping[str, str]
     ) -> Observation:
-        manager = foreign_manager(obj, kind.manager)
-        if manager is not None:  # checked before any other field: nothing else is read
-            meta = obj.get("metadata") or {}
-            key = JobRef(kind.kind, meta.get("namespace", ""), meta.get("name", "")).key
-            if (state := finished_state(obj)) is not None:
-                return Finished(key, state)
+        seen = opted_job(kind, obj, kueue=self._kueue)
+        if isinstance(seen, LeftAlone):
+            if seen.why == "finished":
+                return Finished(key, seen.detail)
+            if seen.why == "refused":
+                return Invalid(key, seen.detail, refused=True)
             return Skipped(
                 key,
                 MANAGED_BY,
-                f"spec.runPolicy.managedBy={manager!r}: another controller runs this job "
+                f"spec.runPolicy.managedBy={seen.detail!r}: another controller runs this job "
                 "(a MultiKueue worker cluster for kueue.x-k8s.io/multikueue), so Bellows "
                 "never patches or suspends it here",
             )
-        view = kind.view(obj, ())
-        if view.finished is not None:
-            return Finished(view.ref.key, view.finished)
-        if view.blocker is not None:
-            return Invalid(view.ref.key, view.blocker, refused=True)
-        if view.queue is not None and not self._kueue:
-            return Invalid(view.ref.key, kueue_refusal(view.queue), refused=True)
-        settings = keys.parse_settings(notes)
-        view = kind.view(obj, settings.env_names)
+        view, settings = seen.view, seen.settings
         profile = await self._profile(view.ref.namespace, settings.profile)
         spec = build_spec(view, settings, profile)
         journal = Journal.read(notes)
@@ -219,13 +206,15 @@ class JobReader:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    async def _follow(self, kind: JobKind, out: asyncio.Queue[Observation | BaseException]) -> None:
+    async def _follow(
+        self, kind: KindAdapter, out: asyncio.Queue[Observation | BaseException]
+    ) -> None:
         last: dict[str, tuple[str, Observation]] = {}  # job -> (uid, last observation)
 
         async def note(obj: Mapping[str, Any]) -> None:
             seen = await self.examine(kind, obj)
             meta = obj["metadata"]
-            key = JobRef(kind.kind, meta["namespace"], meta["name"]).key
+            key = job_key(kind.kind, meta["namespace"], meta["name"])
             if seen is None:
                 return
             previous = last.get(key)
@@ -244,7 +233,7 @@ class JobReader:
                     version = page_version
                     for obj in page:
                         meta = obj["metadata"]
-                        present.add(JobRef(kind.kind, meta["namespace"], meta["name"]).key)
+                        present.add(job_key(kind.kind, meta["namespace"], meta["name"]))
                         await note(obj)
                 for key in [k for k in last if k not in present]:
                     del last[key]
@@ -256,9 +245,8 @@ class JobReader:
                         ):
                             version = obj["metadata"]["resourceVersion"]
                             if event == "DELETED":
-                                key = JobRef(
-                                    kind.kind, obj["metadata"]["namespace"], obj["metadata"]["name"]
-                                ).key
+                                meta = obj["metadata"]
+                                key = job_key(kind.kind, meta["namespace"], meta["name"])
                                 if last.pop(key, None) is not None:
                                     await out.put(Deleted(key))
                             elif event in ("ADDED", "MODIFIED"):

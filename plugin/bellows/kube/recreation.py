@@ -55,7 +55,7 @@ from bellows.kube.journal import (
     done_notes,
     reading,
 )
-from bellows.kube.kinds import JobKind
+from bellows.kube.kinds import KindAdapter
 
 __all__ = [
     "RECORD_LABEL",
@@ -184,7 +184,7 @@ def fingerprint(obj: Mapping[str, Any]) -> str:
 
 
 def successor(
-    kind: JobKind,
+    kind: KindAdapter,
     obj: Mapping[str, Any],
     *,
     target: tuple[int, int],
@@ -252,7 +252,7 @@ def record_body(
 
 
 def plan_recreate(
-    kind: JobKind,
+    kind: KindAdapter,
     obj: Mapping[str, Any] | None,
     record: Record | None,
     *,

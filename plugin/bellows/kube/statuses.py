@@ -32,7 +32,7 @@ from bellows.kube.client import KubeApi, NotFoundError
 from bellows.kube.journal import Journal, Phase
 from bellows.kube.kinds import (
     KUEUE_QUEUE,
-    JobKind,
+    KindAdapter,
     finished_state,
     foreign_manager,
     parse_time,
@@ -203,7 +203,7 @@ def _state(
 
 
 def job_status(
-    kind: JobKind,
+    kind: KindAdapter,
     obj: Mapping[str, Any],
     *,
     now: datetime,
@@ -221,7 +221,7 @@ def job_status(
     created = parse_time(meta.get("creationTimestamp"))
     waited = _seconds(journal.started_at or now, created)
     base = JobStatus(
-        kind=kind.kind, namespace=namespace, name=name, state=State.WAITING, gpus=0,
+        kind=kind.kind.value, namespace=namespace, name=name, state=State.WAITING, gpus=0,
         target=journal.target[0] if journal.target else None, batch=None, predicted=None,
         learned=None, restarts=journal.restarts, waited_s=waited, reason="",
         phase=None if journal.phase is None else str(journal.phase), event=event,
@@ -333,14 +333,14 @@ async def read_status(
     now: datetime,
     cluster: ClusterProfile,
     namespace: str | None = None,
-    kinds: Sequence[JobKind] = KINDS,
+    kinds: Sequence[KindAdapter] = KINDS,
     events: bool = True,
 ) -> list[JobStatus]:
     """Every opted-in job of ``kinds`` (in ``namespace``, or all): one list per kind and,
     with ``events``, one list of the Events Bellows recorded, all at once (each kind's pages
     in turn), so that one answer is decoded while the server prepares the next."""
 
-    async def opted_of(kind: JobKind) -> list[tuple[JobKind, dict[str, Any]]]:
+    async def opted_of(kind: KindAdapter) -> list[tuple[KindAdapter, dict[str, Any]]]:
         found = []
         try:
             async for page, _ in api.list_job_pages(kind, namespace):

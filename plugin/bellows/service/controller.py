@@ -52,10 +52,9 @@ from bellows.kube import (
     Deleted,
     Finished,
     Invalid,
-    JobKind,
     JobReader,
-    JobRef,
     JobView,
+    KindAdapter,
     KubeApi,
     Observation,
     Outcome,
@@ -66,6 +65,7 @@ from bellows.kube import (
 from bellows.kube.journal import Journal, Phase
 from bellows.kube.kinds import finished_state, foreign_manager, running_since
 from bellows.optimizer.solving import RENT
+from bellows.refs import job_key
 from bellows.service.queues import QueueIndex, QueueProblem
 
 __all__ = [
@@ -272,7 +272,7 @@ class Controller:
             return None
 
     async def _recovered(
-        self, kind: JobKind, obj: dict[str, Any], now: float
+        self, kind: KindAdapter, obj: dict[str, Any], now: float
     ) -> tuple[str, Arrived] | None:
         """Take one job found at start-up; a job that waits is returned (creation, job)."""
         if not await self._in_scope(kind, obj, now):
@@ -354,10 +354,7 @@ class Controller:
         if share is None or not running:
             return False
         finished = {
-            key
-            for e in events
-            if isinstance(e, JobCompleted)
-            and (key := JobRef(e.job.kind.value, e.job.namespace, e.job.name).key) in running
+            key for e in events if isinstance(e, JobCompleted) and (key := e.job.key) in running
         }
         return len(finished) >= share * len(running)
 
@@ -463,7 +460,7 @@ class Controller:
             return True
 
     async def _take(self, event: Event, now: float) -> None:
-        ref = JobRef(event.job.kind.value, event.job.namespace, event.job.name)
+        ref = event.job
         if None not in self._namespaces and ref.namespace not in self._namespaces:
             # a forged or misrouted event: never read, let alone touch, a job out of scope
             _log.warning("event.out_of_scope", job=ref.key, namespaces=self._namespaces)
@@ -496,7 +493,7 @@ class Controller:
         seen = await self._reader.examine(kind, obj)
         await self._observe(seen, now, arrived_at=self._clock.at(event.time))
 
-    async def _in_scope(self, kind: JobKind, obj: Mapping[str, Any], now: float) -> bool:
+    async def _in_scope(self, kind: KindAdapter, obj: Mapping[str, Any], now: float) -> bool:
         """Whether this controller takes ``obj`` (its pool's job). The default pool's says
         once that a job's queue cannot be resolved; a job this controller held that now
         belongs elsewhere is let go here (never written to)."""
@@ -784,9 +781,9 @@ class Controller:
         self._observer.took_effect(decision, max(now, self._clock.now()))
 
 
-def _key(kind: JobKind, obj: Mapping[str, Any]) -> str:
+def _key(kind: KindAdapter, obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
-    return JobRef(kind.kind, str(meta.get("namespace", "")), str(meta.get("name", ""))).key
+    return job_key(kind.kind, str(meta.get("namespace", "")), str(meta.get("name", "")))
 
 
 def _frees(decision: Decision) -> bool:

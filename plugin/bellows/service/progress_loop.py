@@ -500,4 +500,4 @@ async def read_fit(api: KubeApi, job: str) -> JobProfile | None:
 
 
 def _ref(job: str) -> JobRef:
-    return JobRef.parse(job, {kind.kind.lower(): kind.kind for kind in KINDS})
+    return JobRef.parse(job, [kind.kind for kind in KINDS])

@@ -32,7 +32,7 @@ from bellows.bus import (
 )
 from bellows.inputs import brief
 from bellows.jobs import SpecError
-from bellows.kube import Actuator, JobKind, JobReader, KubeApi, Outcome
+from bellows.kube import Actuator, JobReader, KindAdapter, KubeApi, Outcome
 from bellows.kube.adapters import ALL_KINDS, KINDS
 from bellows.kube.client import client_from_config
 from bellows.optimizer.solving import RENT
@@ -464,7 +464,7 @@ async def run_bridge(
         )  # fmt: skip
 
 
-def served_kinds(config: BellowsConfig) -> tuple[JobKind, ...]:
+def served_kinds(config: BellowsConfig) -> tuple[KindAdapter, ...]:
     """The job kinds the bridge watches and the controller sizes: PyTorchJob and MPIJob,
     and TrainJob with ``controller.trainer.enabled`` (its CRDs must then be installed)."""
     return ALL_KINDS if config.controller.trainer.enabled else KINDS

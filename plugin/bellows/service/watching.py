@@ -30,9 +30,8 @@ from bellows.bus import (
     WatchSource,
     watch_key,
 )
-from bellows.bus import JobKind as BusKind
 from bellows.bus import Observation as BusObservation
-from bellows.kube import KINDS, ExpiredError, JobKind, KubeApi
+from bellows.kube import KINDS, ExpiredError, KindAdapter, KubeApi
 from bellows.kube.keys import opted_in
 from bellows.kube.kinds import finished_state, parse_time
 
@@ -46,7 +45,7 @@ _log = structlog.get_logger("bellows.bridge")
 
 
 def observed(
-    kind: JobKind, obj: Mapping[str, Any], *, now: Callable[[], datetime]
+    kind: KindAdapter, obj: Mapping[str, Any], *, now: Callable[[], datetime]
 ) -> JobObserved | None:
     """The fact ``obj`` carries for the bus, or ``None`` for a job that did not opt in."""
     meta = obj.get("metadata") or {}
@@ -58,7 +57,7 @@ def observed(
     if finished is not None:
         finished_at = _stamp((obj.get("status") or {}).get("completionTime"), now)
     return JobObserved(
-        job=JobRef(BusKind(kind.kind), meta["namespace"], meta["name"], meta["uid"]),
+        job=JobRef(kind.kind, meta["namespace"], meta["name"], meta["uid"]),
         resource_version=str(meta["resourceVersion"]),
         created=_stamp(meta.get("creationTimestamp"), now),
         finished=finished,
@@ -81,7 +80,7 @@ def _stamp(text: object, now: Callable[[], datetime]) -> datetime:
 
 def kube_watch_source(
     api: KubeApi,
-    kind: JobKind,
+    kind: KindAdapter,
     namespace: str | None,
     *,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -138,7 +137,7 @@ def kube_bridges(
     publisher: EventPublisher,
     store: ResumeStore,
     namespaces: Iterable[str | None],
-    kinds: Iterable[JobKind] = KINDS,
+    kinds: Iterable[KindAdapter] = KINDS,
 ) -> list[Bridge]:
     """One :class:`~bellows.bus.Bridge` per job kind and namespace (``None``: all), each
     resuming from the resourceVersion stored under its own watch key."""
@@ -147,7 +146,7 @@ def kube_bridges(
             publisher=publisher,
             store=store,
             source=kube_watch_source(api, kind, namespace),
-            key=watch_key(BusKind(kind.kind), namespace),
+            key=watch_key(kind.kind, namespace),
         )
         for kind in kinds
         for namespace in namespaces

@@ -13,9 +13,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from bellows.kube import JobRef
 from bellows.kube import keys as k
 from bellows.kube.kinds import KUEUE_QUEUE
+from bellows.refs import JobKind, JobRef
 from bellows.scaling import JobProfile, job_profile_to_json
 from bellows.sim.workloads import TraceJob
 
@@ -83,7 +83,9 @@ def job_manifest(
     replicas = spec.gpus if not spec.elastic else max(spec.gpus, -(-spec.batch_size // spec.m_max))
     kind = kinds[index % len(kinds)]
     if kind == "TrainJob":
-        return JobRef("TrainJob", namespace, name), _trainjob(metadata, replicas, spec.batch_size)
+        return JobRef(JobKind.TRAINJOB, namespace, name), _trainjob(
+            metadata, replicas, spec.batch_size
+        )
     if kind == "PyTorchJob":
         body: dict[str, Any] = {
             "apiVersion": "kubeflow.org/v1",
@@ -104,7 +106,7 @@ def job_manifest(
                 },
             },
         }
-        return JobRef("PyTorchJob", namespace, name), body
+        return JobRef(JobKind.PYTORCHJOB, namespace, name), body
     launcher = _container("launcher", spec.batch_size, gpus=False)
     launcher["command"] = ["/bin/sh", "-c"]
     launcher["args"] = [
@@ -128,7 +130,7 @@ def job_manifest(
             },
         },
     }
-    return JobRef("MPIJob", namespace, name), body
+    return JobRef(JobKind.MPIJOB, namespace, name), body
 
 
 def _trainjob(metadata: dict[str, Any], nodes: int, batch: int) -> dict[str, Any]:

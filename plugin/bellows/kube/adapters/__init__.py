@@ -5,7 +5,7 @@ from __future__ import annotations
 from bellows.kube.adapters.mpijob import MPIJobKind
 from bellows.kube.adapters.pytorchjob import PyTorchJobKind
 from bellows.kube.adapters.trainjob import TrainJobKind
-from bellows.kube.kinds import JobKind
+from bellows.kube.kinds import KindAdapter
 
 __all__ = [
     "ALL_KINDS",
@@ -17,15 +17,15 @@ __all__ = [
     "kind_named",
 ]
 
-KINDS: tuple[JobKind, ...] = (PyTorchJobKind(), MPIJobKind())
+KINDS: tuple[KindAdapter, ...] = (PyTorchJobKind(), MPIJobKind())
 TRAINJOB = TrainJobKind()
 # Every kind an adapter reads. TrainJob is apart from KINDS until the controller's watches
 # and rebuild serve it (docs/kube.md, "TrainJob"): a server without the Trainer's CRD
 # answers 404 to its list.
-ALL_KINDS: tuple[JobKind, ...] = (*KINDS, TRAINJOB)
+ALL_KINDS: tuple[KindAdapter, ...] = (*KINDS, TRAINJOB)
 
 
-def kind_named(kind: str) -> JobKind:
+def kind_named(kind: str) -> KindAdapter:
     """The adapter of ``kind`` (``PyTorchJob``, ``MPIJob`` or ``TrainJob``)."""
     for adapter in ALL_KINDS:
         if adapter.kind == kind:

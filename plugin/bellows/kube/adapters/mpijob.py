@@ -17,6 +17,7 @@ from typing import Any
 from bellows.jobs import SpecError
 from bellows.kube.adapters.replicated import ReplicatedKind
 from bellows.kube.kinds import gpu_limit
+from bellows.refs import JobKind
 
 __all__ = ["MPIJobKind"]
 
@@ -24,7 +25,7 @@ __all__ = ["MPIJobKind"]
 class MPIJobKind(ReplicatedKind):
     """The MPIJob adapter."""
 
-    kind = "MPIJob"
+    kind = JobKind.MPIJOB
     version = "v2beta1"
     plural = "mpijobs"
     manager = "kubeflow.org/mpi-operator"

@@ -14,6 +14,7 @@ from typing import Any
 from bellows.jobs import SpecError
 from bellows.kube.adapters.replicated import ReplicatedKind
 from bellows.kube.kinds import gpu_limit
+from bellows.refs import JobKind
 
 __all__ = ["PyTorchJobKind"]
 
@@ -23,7 +24,7 @@ CONTAINER = "pytorch"
 class PyTorchJobKind(ReplicatedKind):
     """The PyTorchJob adapter."""
 
-    kind = "PyTorchJob"
+    kind = JobKind.PYTORCHJOB
     version = "v1"
     plural = "pytorchjobs"
     manager = "kubeflow.org/training-operator"

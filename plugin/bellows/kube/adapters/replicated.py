@@ -14,7 +14,6 @@ from typing import Any
 from bellows.inputs import check_int
 from bellows.jobs import MAX_GPUS, SpecError
 from bellows.kube.kinds import (
-    JobRef,
     JobView,
     env_values,
     finished_state,
@@ -23,6 +22,7 @@ from bellows.kube.kinds import (
 )
 from bellows.kube.kueue import queue_name
 from bellows.kube.placement import Placement, placed_template
+from bellows.refs import JobKind, JobRef
 
 __all__ = ["JOB_NAME_LABEL", "OPERATOR_NAME_LABEL", "ReplicatedKind"]
 
@@ -34,7 +34,7 @@ OPERATOR_NAME_LABEL = "training.kubeflow.org/operator-name"
 class ReplicatedKind:
     """Base of the Kubeflow kinds: ``spec.<specs_field>.<Type>.{replicas,template}``."""
 
-    kind = ""
+    kind: JobKind  # each kind's own
     group = "kubeflow.org"
     version = ""
     plural = ""

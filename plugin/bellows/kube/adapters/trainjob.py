@@ -27,7 +27,6 @@ from bellows.inputs import check_int, parse_int
 from bellows.jobs import MAX_GPUS, SpecError
 from bellows.kube.kinds import (
     GPU,
-    JobRef,
     JobView,
     conditions,
     finished_state,
@@ -36,6 +35,7 @@ from bellows.kube.kinds import (
 )
 from bellows.kube.kueue import queue_name
 from bellows.kube.placement import Placement
+from bellows.refs import JobKind, JobRef
 
 __all__ = ["NODE_JOB", "TRAINER_MANAGER", "TrainJobKind", "pod_template_patch"]
 
@@ -68,7 +68,7 @@ def pod_template_patch(pod_spec: Mapping[str, Any], *, manager: str) -> dict[str
 class TrainJobKind:
     """The TrainJob adapter (torch runtimes)."""
 
-    kind = "TrainJob"
+    kind = JobKind.TRAINJOB
     group = "trainer.kubeflow.org"
     version = "v1alpha1"
     plural = "trainjobs"
