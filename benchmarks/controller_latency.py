@@ -100,7 +100,7 @@ async def _cluster_main(
 ) -> None:
 
     configure_logging(LoggingSettings(level=LogLevel.ERROR))
-    async with EmulatedCluster(crds=crds, compression=1.0, restart_cost_s=0.0) as kube:
+    async with EmulatedCluster(crds=crds, compression=1.0, restart_s=0.0) as kube:
         store = kube.store
         for i, job in enumerate(workload(n_trace, seed)[:n_jobs]):
             _, body = job_manifest(job, i, namespace=NS)
@@ -156,9 +156,7 @@ class Sample:
 
 def _config(mode: Mode, optimizer: Method) -> AutoscalerConfig:
     if mode is Mode.PAPER:
-        return AutoscalerConfig.paper(
-            delta_s=0.0, queue=True, restart_cost_s=30.0, optimizer=optimizer
-        )
+        return AutoscalerConfig.paper(delta_s=0.0, queue=True, restart_s=30.0, optimizer=optimizer)
     return AutoscalerConfig(optimizer=optimizer)
 
 

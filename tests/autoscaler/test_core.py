@@ -146,7 +146,7 @@ def test_restart_cost_with_hysteresis_skips_rescales_that_do_not_pay() -> None:
     short = 20_000.0  # samples: a job close to done is not worth restarting
     decisions = {}
     for cost in (0.0, 3600.0):
-        auto = scaler(capacity=8, delta_s=0.0, restart_cost_s=cost, hysteresis=2.0)
+        auto = scaler(capacity=8, delta_s=0.0, restart_s=cost, hysteresis=2.0)
         auto.arrive(make_job("a", work=short), now=0.0)
         auto.step(0.0)
         auto.finish("a", now=1.0)
@@ -192,7 +192,7 @@ def test_same_inputs_give_the_same_decisions() -> None:
         ({"delta_s": -1.0}, "delta_s"),
         ({"delta_s": math.inf}, "delta_s"),
         ({"early_share": 0.0}, "early_share"),
-        ({"restart_cost_s": -5.0}, "restart_cost_s"),
+        ({"restart_s": -5.0}, "restart_s"),
         ({"hysteresis": math.nan}, "hysteresis"),
         ({"policy": "greedy"}, "policy"),
     ],
@@ -293,8 +293,8 @@ def bellows(capacity: int = 8, **options: object) -> Autoscaler:
 
 def test_bellows_mode_is_the_default_and_paper_mode_keeps_the_papers_settings() -> None:
     default, paper = AutoscalerConfig(), AutoscalerConfig.paper()
-    assert (default.mode, default.restart_cost_s, default.queue) == (Mode.BELLOWS, 60.0, True)
-    assert (paper.mode, paper.restart_cost_s, paper.queue, paper.backfill) == (
+    assert (default.mode, default.restart_s, default.queue) == (Mode.BELLOWS, 60.0, True)
+    assert (paper.mode, paper.restart_s, paper.queue, paper.backfill) == (
         Mode.PAPER, 0.0, False, False,
     )  # fmt: skip
     assert AutoscalerConfig.paper(queue=True).queue
@@ -338,7 +338,7 @@ def test_backfill_fills_around_a_head_that_does_not_fit() -> None:
 
 def test_a_job_halted_by_a_capacity_drop_pays_its_restart_when_it_resumes() -> None:
     job = make_job("a", elastic=False, gpus=4, batch_size=64, k_max=4)
-    auto = bellows(capacity=4, delta_s=600.0, restart_cost_s=30.0)
+    auto = bellows(capacity=4, delta_s=600.0, restart_s=30.0)
     auto.arrive(job, now=0.0)
     auto.step(0.0)
     auto.set_capacity(2, now=100.0)
@@ -352,7 +352,7 @@ def test_a_job_halted_by_a_capacity_drop_pays_its_restart_when_it_resumes() -> N
 
 
 def test_a_jobs_own_restart_cost_replaces_the_default() -> None:
-    auto = bellows(restart_cost_s=60.0)
+    auto = bellows(restart_s=60.0)
     plain, own = make_job("a"), dataclasses.replace(make_job("b"), restart_s=5.0)
     auto.arrive(plain, now=0.0)
     auto.arrive(own, now=0.0)
@@ -383,14 +383,14 @@ def test_a_job_that_cannot_run_on_the_whole_cluster_does_not_block_the_queue(mod
     assert Start("huge", 16, 64) in decisions
 
 
-@pytest.mark.parametrize(("restart_cost_s", "moves"), [(MAX_RESTART_S, False), (0.0, True)])
+@pytest.mark.parametrize(("restart_s", "moves"), [(MAX_RESTART_S, False), (0.0, True)])
 def test_a_job_adopted_at_another_batch_keeps_it_unless_the_restart_pays(
-    restart_cost_s: float, moves: bool
+    restart_s: float, moves: bool
 ) -> None:
     """The pricing charges no restart at a job's own GPU count, where it assumes the row's
     batch; a job found running at another batch (adopted, or admitted by Kueue at its
     owner's size) moves to the row's batch on the same GPUs only when the restart pays."""
-    config = AutoscalerConfig(restart_cost_s=restart_cost_s)
+    config = AutoscalerConfig(restart_s=restart_s)
     fresh = Autoscaler(config, capacity=4, cluster=default_cluster())
     job = make_job("a", k_max=4, b_max=512)
     fresh.arrive(job, 0.0)

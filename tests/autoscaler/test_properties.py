@@ -41,7 +41,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         queue=draw(st.booleans()),
         delta_s=draw(st.sampled_from([0.0, 60.0, 600.0])),
         early_share=draw(st.sampled_from([None, 0.5])),
-        restart_cost_s=draw(st.sampled_from([0.0, 30.0])),
+        restart_s=draw(st.sampled_from([0.0, 30.0])),
         hysteresis=draw(st.sampled_from([0.0, 1.5])),
         backfill=draw(st.booleans()),
     )

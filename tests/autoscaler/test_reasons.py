@@ -110,7 +110,7 @@ def _bellows(capacity: int, **options: object) -> Autoscaler:
 def test_the_core_says_why_for_each_decision_it_emits() -> None:
     """Through the core: fill start, round scale-down to start a job and the start on those
     GPUs, scale-up into freed GPUs, rejection, preemption and the resume after it."""
-    auto = _bellows(8, restart_cost_s=0.0, delta_s=120.0)
+    auto = _bellows(8, restart_s=0.0, delta_s=120.0)
     auto.arrive(make_job("a", work=1e9), now=0.0)
     (start,) = auto.step(0.0)
     assert start == Start("a", 8, start.batch)
@@ -152,7 +152,7 @@ def test_a_round_notes_the_jobs_it_kept_because_a_move_would_not_pay() -> None:
     60 s restart costs more than it would save; the round keeps it and says so. Without a
     restart cost the same round moves it."""
     for restart, kept in ((600.0, True), (0.0, False)):
-        auto = _bellows(8, restart_cost_s=restart, delta_s=120.0)
+        auto = _bellows(8, restart_s=restart, delta_s=120.0)
         auto.adopt(make_job("a", work=2e4), Allocation(2, 64), now=0.0)
         decisions = auto.step(auto.next_round_at())
         if kept:
@@ -169,7 +169,7 @@ def test_a_round_notes_the_jobs_it_kept_because_a_move_would_not_pay() -> None:
 
 
 def test_the_simulator_asks_for_no_keep_notes() -> None:
-    auto = Autoscaler(AutoscalerConfig(restart_cost_s=600.0), capacity=8, cluster=CLUSTER)
+    auto = Autoscaler(AutoscalerConfig(restart_s=600.0), capacity=8, cluster=CLUSTER)
     auto.adopt(make_job("a", work=2e4), Allocation(2, 64), now=0.0)
     auto.step(auto.next_round_at())
     assert auto.keeps == ()

@@ -59,7 +59,7 @@ def test_revise_with_reported_samples_sets_the_remaining_work() -> None:
 
 
 def test_a_learned_restart_cost_replaces_the_default_for_that_job_only() -> None:
-    auto = Autoscaler(AutoscalerConfig(restart_cost_s=30.0), capacity=8, cluster=CLUSTER)
+    auto = Autoscaler(AutoscalerConfig(restart_s=30.0), capacity=8, cluster=CLUSTER)
     a, b = make_job("a"), make_job("b")
     auto.arrive(a, now=0.0)
     auto.arrive(b, now=0.0)

@@ -23,7 +23,7 @@ DELTA = 120.0
 
 
 def _core(min_runtime_s: float = 0.0) -> Autoscaler:
-    config = AutoscalerConfig(delta_s=DELTA, restart_cost_s=0.0, min_runtime_s=min_runtime_s)
+    config = AutoscalerConfig(delta_s=DELTA, restart_s=0.0, min_runtime_s=min_runtime_s)
     return Autoscaler(config, capacity=8, cluster=default_cluster())
 
 
@@ -117,7 +117,7 @@ def test_the_annotation_sets_the_jobs_minimum_runtime() -> None:
 def _first_shrunk_at(trace_path, min_runtime_s: float = 0.0) -> float | None:
     """When the simulator first gives ``first`` fewer GPUs, replaying the trace file."""
     trace = read_trace(trace_path)
-    config = AutoscalerConfig(delta_s=DELTA, restart_cost_s=0.0, min_runtime_s=min_runtime_s)
+    config = AutoscalerConfig(delta_s=DELTA, restart_s=0.0, min_runtime_s=min_runtime_s)
     result = run(trace, gpus=8, config=config, cluster=default_cluster())
     (first,) = [r for r in result.jobs if r.name == "first"]
     for before, after in zip(first.segments, first.segments[1:], strict=False):

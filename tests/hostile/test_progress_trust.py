@@ -256,8 +256,8 @@ async def test_a_restart_past_the_one_bound_is_a_counted_rejection_not_a_failure
         good = _report(1000 + 60.0 * i * 512 / slow, slow, 60.0 * i, spec)
         assert await loop.take(subject, encode_progress(good)) is None
     assert controller.revisions  # learned from, no exception on any later report
-    with pytest.raises(SpecError, match="restart_cost_s"):
-        AutoscalerConfig(restart_cost_s=2 * 86_400.0)
+    with pytest.raises(SpecError, match="restart_s"):
+        AutoscalerConfig(restart_s=2 * 86_400.0)
     with pytest.raises(SpecError, match="restart-seconds"):
         keys.parse_settings({**_annotations(), keys.RESTART_SECONDS: str(MAX_RESTART_S + 1)})
 

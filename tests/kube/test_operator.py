@@ -37,7 +37,7 @@ def test_suspend_resume_keeps_progress_resets_start_time_and_charges_a_restart(
         assert reasons["Suspended"] == "PyTorchJobResumed"
         assert cluster.operator.progress(uid).restarts == 2
 
-    on_cluster(scenario, compression=1.0, restart_cost_s=5.0)
+    on_cluster(scenario, compression=1.0, restart_s=5.0)
 
 
 def test_editing_a_running_job_does_not_reach_its_pods(on_cluster, examples):

@@ -62,7 +62,7 @@ def test_the_job_runs_as_bellows_sizes_it_and_its_outcome_is_read_back(on_cluste
         assert outcome.jct_s == pytest.approx((done - created).total_seconds())
         assert outcome.jct_s >= 1  # timestamps in whole seconds: the run lasts a few
 
-    on_cluster(scenario, compression=4.0, restart_cost_s=1.0)
+    on_cluster(scenario, compression=4.0, restart_s=1.0)
 
 
 def test_a_job_bellows_never_starts_times_out_naming_it(on_cluster):

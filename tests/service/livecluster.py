@@ -525,7 +525,7 @@ async def live(
         EmulatedCluster(
             crds=[*crds(), *more_crds],
             compression=SPEEDUP,
-            restart_cost_s=0.0,
+            restart_s=0.0,
             namespaces=(NS, LEASES, *namespaces),
             gpu_nodes=nodes,
             true_speed=true_speed,

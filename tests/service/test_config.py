@@ -56,18 +56,18 @@ def test_defaults_need_no_file():
     config = load_config(env={})
     assert config == BellowsConfig()
     core = config.controller.autoscaler_config()
-    assert (core.mode.value, core.delta_s, core.restart_cost_s, core.backfill) == (
+    assert (core.mode.value, core.delta_s, core.restart_s, core.backfill) == (
         "bellows", 120.0, 60.0, True,
     )  # fmt: skip
     paper = load_config(env={"BELLOWS_CONTROLLER_MODE": "paper"}).controller.autoscaler_config()
-    assert (paper.mode.value, paper.delta_s, paper.restart_cost_s, paper.backfill) == (
+    assert (paper.mode.value, paper.delta_s, paper.restart_s, paper.backfill) == (
         "paper", 600.0, 0.0, False,
     )  # fmt: skip
     assert paper.queue  # the live controller keeps the queue in either mode
     mixed = load_config(
         env={}, overrides=["controller.mode=paper", "controller.restartCostSeconds=30"]
     )
-    assert mixed.controller.autoscaler_config().restart_cost_s == 30.0
+    assert mixed.controller.autoscaler_config().restart_s == 30.0
 
 
 def test_file_then_env_then_flags(tmp_path):

@@ -31,7 +31,7 @@ async def test_the_controller_learns_a_jobs_true_speed_from_its_reports() -> Non
         nc = await connect(NatsSettings(servers=(stack.nats.url,)))
         stop = asyncio.Event()
         reporter = EmulatedReporter(
-            stack.kube, nc.jetstream(), prefix="bellows", restart_cost_s=0.0, interval_s=0.05
+            stack.kube, nc.jetstream(), prefix="bellows", restart_s=0.0, interval_s=0.05
         )
         task = asyncio.create_task(reporter.run(stop))
         prior = JobProfile(job.spec.weights, job.spec.profile)

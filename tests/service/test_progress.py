@@ -43,7 +43,7 @@ async def test_a_restarted_controller_adopts_running_jobs_with_their_progress() 
         for j in jobs(2, seed=12, categories=(1,))
     ]
     async with EmulatedCluster(
-        crds=crds(), compression=SPEEDUP, restart_cost_s=60.0, namespaces=(NS,)
+        crds=crds(), compression=SPEEDUP, restart_s=60.0, namespaces=(NS,)
     ) as kube:
         api = KubeApi(kube.api_client())
         custom = k8s.CustomObjectsApi(api.api_client)

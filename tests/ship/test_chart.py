@@ -487,7 +487,7 @@ def test_rendered_config_is_what_the_controller_loads(variant: str, tmp_path: Pa
     loaded = load_config(path)
     values = VARIANTS[variant]
     core = loaded.controller.autoscaler_config()  # Bellows mode and its defaults
-    assert (core.mode.value, core.delta_s, core.restart_cost_s) == ("bellows", 120.0, 60.0)
+    assert (core.mode.value, core.delta_s, core.restart_s) == ("bellows", 120.0, 60.0)
     assert loaded.leader_election.namespace == NAMESPACE
     assert list(loaded.namespaces) == values.get("watchNamespaces", [])
     assert loaded.controller.kueue.enabled is values.get("kueue", {}).get("enabled", False)

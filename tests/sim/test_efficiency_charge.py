@@ -55,7 +55,7 @@ def test_a_charged_job_ends_when_its_reference_samples_are_done(tmp_path: Path) 
 def test_progress_over_a_rescale_follows_progress_after(tmp_path: Path) -> None:
     """Two jobs: the first shrinks when the second arrives; its charged end is exact."""
     jobs = _pollux(tmp_path, ["a,0,cifar10,4,512", "b,600,cifar10,4,512"])
-    config = AutoscalerConfig.paper(queue=True, delta_s=0.0, restart_cost_s=0.0)
+    config = AutoscalerConfig.paper(queue=True, delta_s=0.0, restart_s=0.0)
     result = run(jobs, gpus=4, config=config, cluster=CLUSTER, efficiency=MODEL_EFFICIENCY)
     first = result.jobs[0]
     assert len(first.segments) >= 2

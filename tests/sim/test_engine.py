@@ -56,7 +56,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         queue=draw(st.booleans()),
         delta_s=draw(st.sampled_from([0.0, 300.0, 600.0])),
         early_share=draw(st.sampled_from([None, 0.5])),
-        restart_cost_s=draw(st.sampled_from([0.0, 20.0])),
+        restart_s=draw(st.sampled_from([0.0, 20.0])),
         backfill=draw(st.booleans()),
     )
     # the capacity may dip for a while, and is whole again before the last arrival + 1 h
@@ -109,7 +109,7 @@ def _check_invariants(
             assert seg.start_s >= job.arrival_s
             assert seg.end_s >= seg.start_s
             # every segment after the first began with a restart (a rescale or a resume)
-            pause = min(config.restart_cost_s, seg.end_s - seg.start_s) if i else 0.0
+            pause = min(config.restart_s, seg.end_s - seg.start_s) if i else 0.0
             spread = CLUSTER.nodes(seg.gpus) + seg.extra_nodes  # the placement it got
             done += throughput(job.spec, seg.gpus, seg.batch, CLUSTER, nodes=spread) * (
                 seg.end_s - seg.start_s - pause

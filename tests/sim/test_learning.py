@@ -172,7 +172,7 @@ def test_reports_come_only_while_a_job_steps() -> None:
     report_s = 61.0
     result = _run(trace, Learning({"a": WRONG_PRIORS[2]}, report_s), gpus=8, changes=changes)
     assert all(len(j.segments) >= 2 for j in result.jobs)  # halted and started again
-    assert result.stats.reports == _stepping_reports(result, report_s, CONFIG.restart_cost_s)
+    assert result.stats.reports == _stepping_reports(result, report_s, CONFIG.restart_s)
     for revision in result.revisions:
         job = next(j for j in result.jobs if j.name == revision.job)
         assert any(s.start_s < revision.at_s < s.end_s for s in job.segments)

@@ -111,7 +111,7 @@ def _trace() -> list[TraceJob]:
 
 def test_the_simulator_charges_the_placement_it_got() -> None:
     trace = _trace()
-    config = AutoscalerConfig(queue=True, restart_cost_s=0.0, node_counts=False)
+    config = AutoscalerConfig(queue=True, restart_s=0.0, node_counts=False)
     placed = run(trace, gpus=8, config=config, cluster=CLUSTER, nodes=True)
     fewest = run(trace, gpus=8, config=config, cluster=CLUSTER, nodes=False)
     c = next(j for j in placed.jobs if j.name == "c")

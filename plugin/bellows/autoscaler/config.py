@@ -58,7 +58,7 @@ class AutoscalerConfig:
     * ``queue``: keep jobs that do not fit for the next round (else reject them).
     * ``early_share``: the paper's hybrid trigger; a round starts before Δ has passed once
       this share of the running jobs has finished since the last round (``None``: off).
-    * ``restart_cost_s``: seconds of progress a halt costs (checkpoint, pods restart), for
+    * ``restart_s``: seconds of progress a halt costs (checkpoint, pods restart), for
       jobs that do not set their own (``JobSpec.restart_s``). The optimizer prices it: a
       running job moves only when its remaining work finishes sooner by more than
       ``max(1, hysteresis)`` times that cost.
@@ -79,7 +79,7 @@ class AutoscalerConfig:
     queue: bool = True
     delta_s: float = BELLOWS_DELTA_S
     early_share: float | None = None
-    restart_cost_s: float = DEFAULT_RESTART_S
+    restart_s: float = DEFAULT_RESTART_S
     hysteresis: float = 1.0
     backfill: bool = True
     min_runtime_s: float = 0.0
@@ -94,7 +94,7 @@ class AutoscalerConfig:
             "mode": Mode.PAPER,
             "delta_s": PAPER_DELTA_S,
             "queue": False,
-            "restart_cost_s": 0.0,
+            "restart_s": 0.0,
             "hysteresis": 0.0,
             "backfill": False,
         }
@@ -116,8 +116,8 @@ class AutoscalerConfig:
             raise SpecError("delta_s", self.delta_s, "a finite number of seconds >= 0")
         if self.early_share is not None and not 0 < self.early_share <= 1:
             raise SpecError("early_share", self.early_share, "a share in (0, 1] or None")
-        restart = check_restart_s("restart_cost_s", self.restart_cost_s)
-        object.__setattr__(self, "restart_cost_s", restart)
+        restart = check_restart_s("restart_s", self.restart_s)
+        object.__setattr__(self, "restart_s", restart)
         least = self.min_runtime_s
         if not (math.isfinite(least) and 0 <= least <= MAX_MIN_RUNTIME_S):
             raise SpecError("min_runtime_s", least, f"seconds in [0, {MAX_MIN_RUNTIME_S:g}]")
@@ -131,11 +131,11 @@ class AutoscalerConfig:
 
 def restart_s(job: JobSpec, config: AutoscalerConfig) -> float:
     """``job``'s restart cost (:func:`bellows.jobs.check_restart_s`): its own figure, else
-    the cluster's default ``restart_cost_s``."""
-    return config.restart_cost_s if job.restart_s is None else job.restart_s
+    the cluster's default ``restart_s``."""
+    return config.restart_s if job.restart_s is None else job.restart_s
 
 
 def restart_s_each(jobs: Iterable[JobSpec], config: AutoscalerConfig) -> list[float]:
     """:func:`restart_s` of each job, without a call per job (a round prices ~100)."""
-    default = config.restart_cost_s
+    default = config.restart_s
     return [default if job.restart_s is None else job.restart_s for job in jobs]

@@ -74,7 +74,7 @@ class EmulatedCluster:
         crds: Sequence[Path],
         operator: bool = True,
         compression: float = 60.0,
-        restart_cost_s: float = 30.0,
+        restart_s: float = 30.0,
         cluster: ClusterProfile | None = None,
         namespaces: Sequence[str] = ("default",),
         gpu_nodes: Mapping[str, int] | None = None,
@@ -103,7 +103,7 @@ class EmulatedCluster:
             EmulatedOperator(
                 self.store,
                 compression=compression,
-                restart_cost_s=restart_cost_s,
+                restart_s=restart_s,
                 cluster=cluster,
                 true_speed=true_speed,
             )
@@ -117,7 +117,7 @@ class EmulatedCluster:
             self.trainer = EmulatedTrainer(
                 self.store,
                 compression=compression,
-                restart_cost_s=restart_cost_s,
+                restart_s=restart_s,
                 cluster=cluster,
             )
             self.add_training_runtime(TORCH_DISTRIBUTED)

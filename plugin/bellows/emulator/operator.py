@@ -111,7 +111,7 @@ class EmulatedOperator:
         store: Store,
         *,
         compression: float = 60.0,
-        restart_cost_s: float = 30.0,
+        restart_s: float = 30.0,
         cluster: ClusterProfile | None = None,
         clock: Callable[[], float] | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -122,7 +122,7 @@ class EmulatedOperator:
         self._store = store
         self._true_speed = true_speed
         self._compression = compression
-        self._restart_cost_s = restart_cost_s
+        self._restart_s = restart_s
         self._cluster = cluster or default_cluster()
         self._clock = clock
         self._now = now
@@ -309,7 +309,7 @@ class EmulatedOperator:
                 f"CUDA out of memory: per-GPU batch {-(-batch // view.gpus)} > "
                 f"{keys.MAX_BATCH_PER_GPU} {settings.m_max}"
             )
-        state = self._training.get(uid) or Training(settings.work, self._restart_cost_s)
+        state = self._training.get(uid) or Training(settings.work, self._restart_s)
         self._training[uid] = start(
             state, job, gpus=view.gpus, batch=batch, cluster=self._cluster, now=now
         )

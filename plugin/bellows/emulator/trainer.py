@@ -131,7 +131,7 @@ class EmulatedTrainer:
         store: Store,
         *,
         compression: float = 60.0,
-        restart_cost_s: float = 30.0,
+        restart_s: float = 30.0,
         cluster: ClusterProfile | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
@@ -143,7 +143,7 @@ class EmulatedTrainer:
         self._store = store
         self._kind = TrainJobKind()
         self._compression = compression
-        self._restart_cost_s = restart_cost_s
+        self._restart_s = restart_s
         self._cluster = cluster or default_cluster()
         self._now = now
         self._training: dict[str, Training] = {}  # by uid
@@ -318,7 +318,7 @@ class EmulatedTrainer:
         state = (
             self._training.get(uid)
             or self._checkpoint(obj)
-            or Training(settings.work, self._restart_cost_s)
+            or Training(settings.work, self._restart_s)
         )
         self._training[uid] = start(
             state, job, gpus=view.gpus, batch=batch, cluster=self._cluster, now=now

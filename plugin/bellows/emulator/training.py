@@ -1,7 +1,7 @@
 """The emulated training script: how far a job has got, at the JSA's speed for its ``(k, b)``.
 
 Pure bookkeeping on an emulated clock (seconds of *training* time; the operator maps real
-time onto it with a compression factor). Each resume after a halt costs ``restart_cost_s`` of
+time onto it with a compression factor). Each resume after a halt costs ``restart_s`` of
 no progress (pods start again, the checkpoint loads), as the simulator charges it; the first
 start costs nothing, in both. Then the job processes ``throughput(job, k, b)`` samples per
 second until suspended or done. Progress survives a suspension, as a checkpoint does.
@@ -33,7 +33,7 @@ class Training:
     """A job's training state: samples done before the current segment, and that segment."""
 
     work: float
-    restart_cost_s: float
+    restart_s: float
     done_before: float = 0.0
     segment: Segment | None = None
     restarts: int = 0
@@ -58,7 +58,7 @@ def start(
 ) -> Training:
     """``state`` resumed at ``now`` on ``gpus`` GPUs with global batch ``batch``."""
     rate = throughput(job, gpus, batch, cluster)
-    pause = state.restart_cost_s if state.restarts else 0.0
+    pause = state.restart_s if state.restarts else 0.0
     segment = Segment(gpus, batch, rate, now, pause)
     return replace(state, segment=segment, restarts=state.restarts + 1)
 

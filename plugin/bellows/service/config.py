@@ -352,7 +352,7 @@ class ControllerSettings:
         """The core's settings from this section (null keys: the mode's defaults)."""
         given = {
             "delta_s": self.delta_s,
-            "restart_cost_s": self.restart_cost_s,
+            "restart_s": self.restart_cost_s,
             "hysteresis": self.hysteresis,
             "backfill": self.backfill,
         }

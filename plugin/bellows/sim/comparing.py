@@ -76,13 +76,11 @@ def policies(
     """The three policies by name, each with a queue and charged ``restart_s`` per halt;
     Bellows mode keeps a job from shrinking for ``min_runtime_s`` after a (re)start."""
     return {
-        "paper": AutoscalerConfig.paper(queue=True, restart_cost_s=restart_s),
+        "paper": AutoscalerConfig.paper(queue=True, restart_s=restart_s),
         "baseline": AutoscalerConfig.paper(
-            queue=True, restart_cost_s=restart_s, delta_s=0.0, policy=Policy.BASELINE
+            queue=True, restart_s=restart_s, delta_s=0.0, policy=Policy.BASELINE
         ),
-        "bellows": AutoscalerConfig(
-            queue=True, restart_cost_s=restart_s, min_runtime_s=min_runtime_s
-        ),
+        "bellows": AutoscalerConfig(queue=True, restart_s=restart_s, min_runtime_s=min_runtime_s),
     }
 
 

@@ -3,7 +3,7 @@
 The simulator owns the truth about progress. A running job processes ``X(b, k)`` samples per
 second (``bellows.scaling.throughput``), exactly, between events: there is no time step.
 Every halt costs the job its restart cost (``JobSpec.restart_s``, else
-``config.restart_cost_s``) of progress, whatever the policy: after a rescale, and when a job
+``config.restart_s``) of progress, whatever the policy: after a rescale, and when a job
 halted by a capacity drop starts again, it makes no progress for that long while holding
 its GPUs, and its completion event moves. Events are arrivals, completions and changes of
 capacity, kept in one heap keyed ``(time, priority, sequence)``; steps run when the core

@@ -164,7 +164,7 @@ class Cell:
             "queue": config.queue,
             "delta_min": config.delta_s / 60.0,
             "early_share": config.early_share,
-            "restart_cost_s": config.restart_cost_s,
+            "restart_cost_s": config.restart_s,
             "hysteresis": config.hysteresis,
             "backfill": config.backfill,
             "horizon_min": self.horizon_min,
@@ -185,10 +185,12 @@ def settings_config(settings: Mapping[str, Any]) -> AutoscalerConfig:
     given: dict[str, Any] = {"policy": Policy(settings.get("policy", Policy.ELASTIC))}
     if "early_share" in settings:
         given["early_share"] = settings["early_share"]
-    keys = ("queue", "restart_cost_s", "hysteresis", "backfill", "min_runtime_s", "node_counts")
+    keys = ("queue", "hysteresis", "backfill", "min_runtime_s", "node_counts")
     for key in keys:
         if key in settings:
             given[key] = settings[key]
+    if "restart_cost_s" in settings:  # the GRID key (and flag) of the default restart_s
+        given["restart_s"] = settings["restart_cost_s"]
     if "delta_min" in settings:
         given["delta_s"] = settings["delta_min"] * 60.0
     paper = settings.get("mode", "bellows") == "paper"

@@ -267,7 +267,7 @@ def settings_summary(config: AutoscalerConfig) -> dict[str, Any]:
         "policy": config.policy.value,
         "queue": config.queue,
         "delta_min": config.delta_s / 60.0,
-        "restart_cost_s": config.restart_cost_s,
+        "restart_cost_s": config.restart_s,
     }
 
 

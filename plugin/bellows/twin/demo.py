@@ -84,7 +84,7 @@ class DemoOptions:
     delta_min: float | None = None  # None: the mode's (10 min paper, 2 min Bellows)
     policy: Policy = Policy.ELASTIC
     queue: bool = True
-    restart_cost_s: float | None = None  # None: the mode's (0 paper, 60 s Bellows)
+    restart_s: float | None = None  # None: the mode's (0 paper, 60 s Bellows)
     drain_factor: float = 4.0  # give up waiting after drain_factor x minutes
     paper: bool = False
     # jobs train at another speed than annotated (bellows.twin.wrong_priors); the
@@ -106,8 +106,8 @@ class DemoOptions:
         given: dict[str, Any] = {"policy": self.policy, "queue": self.queue}
         if self.delta_min is not None:
             given["delta_s"] = self.delta_min * 60.0
-        if self.restart_cost_s is not None:
-            given["restart_cost_s"] = self.restart_cost_s
+        if self.restart_s is not None:
+            given["restart_s"] = self.restart_s
         given["optimizer"] = optimizer
         return AutoscalerConfig.paper(**given) if self.paper else AutoscalerConfig(**given)
 
@@ -217,7 +217,7 @@ async def _stack(
         EmulatedCluster(
             crds=[*options.crds, *options.kueue_crds, *options.trainer_crds],
             compression=options.speedup,
-            restart_cost_s=options.config().restart_cost_s,
+            restart_s=options.config().restart_s,
             cluster=cluster,
             namespaces=(NAMESPACE,),
             true_speed=true_speed,
@@ -314,7 +314,7 @@ async def run_demo(
             tasks += await learning_tasks(
                 kube=parts["kube"], js=js, settings=settings, controller=controller, api=api,
                 cluster=cluster, now=clock.now, wall_to_clock=clock.at, speedup=options.speedup,
-                restart_cost_s=live_config.restart_cost_s, namespace=NAMESPACE,
+                restart_s=live_config.restart_s, namespace=NAMESPACE,
                 learn=options.learn, stop=stop,
             )  # fmt: skip
         progress = Progress(total=len(trace))

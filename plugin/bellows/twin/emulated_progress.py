@@ -39,7 +39,7 @@ class EmulatedReporter:
         js: JetStreamContext,
         *,
         prefix: str,
-        restart_cost_s: float,
+        restart_s: float,
         interval_s: float = 0.2,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
@@ -49,7 +49,7 @@ class EmulatedReporter:
         self._operator = cluster.operator
         self._js = js
         self._prefix = prefix
-        self._restart_cost_s = restart_cost_s
+        self._restart_s = restart_s
         self._interval_s = interval_s
         self._now = now
         self._starts: dict[str, int] = {}  # uid -> restarts already reported
@@ -87,7 +87,7 @@ class EmulatedReporter:
         out = []
         if self._starts.get(uid) != progress.restarts:
             self._starts[uid] = progress.restarts
-            out.append(ProgressEvent(ProgressType.STARTED, *common, restart_s=self._restart_cost_s))
+            out.append(ProgressEvent(ProgressType.STARTED, *common, restart_s=self._restart_s))
         last = self._samples.get(uid)
         if last is not None and samples > last:
             steps = max(1, round((samples - last) / batch))

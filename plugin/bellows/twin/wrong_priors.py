@@ -75,14 +75,14 @@ async def learning_tasks(
     now: Callable[[], float],
     wall_to_clock: Callable[[datetime], float],
     speedup: float,
-    restart_cost_s: float,
+    restart_s: float,
     namespace: str,
     learn: bool,
     stop: asyncio.Event,
 ) -> list[asyncio.Task[None]]:
     """The emulated jobs' reporters and, with ``learn``, the controller's progress loop."""
     reporter = EmulatedReporter(
-        kube, js, prefix=settings.subject_prefix, restart_cost_s=restart_cost_s,
+        kube, js, prefix=settings.subject_prefix, restart_s=restart_s,
         interval_s=REPORT_S / speedup,
     )  # fmt: skip
     tasks = [asyncio.create_task(reporter.run(stop), name="emulated-progress")]
