@@ -11,13 +11,16 @@ import pytest
 import bellows.bus
 import bellows.kube
 from bellows import refs
+from bellows.autoscaler.decisions import Start
 from bellows.bus import JobArrived
 from bellows.jobs import SpecError
-from bellows.kube import KINDS, MPIJobKind, PyTorchJobKind, keys
+from bellows.kube import KINDS, Actuator, Invalid, JobReader, MPIJobKind, PyTorchJobKind, keys
 from bellows.kube.examining import LeftAlone, OptedJob, opted_job
 from bellows.kube.kinds import KUEUE_QUEUE, kueue_refusal
 from bellows.refs import JobKind, JobRef
 from bellows.service.watching import observed
+
+from .test_actuator import TORCH, submit
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -96,3 +99,18 @@ def test_batch_bounds_follow_one_rule_with_the_owners_names(examples):
     assert str(info.value) == (
         "bellows.io/min-batch-size='1024' is invalid: expected <= bellows.io/max-batch-size (512)"
     )
+
+
+def test_the_reader_and_the_actuator_read_a_bad_job_alike(on_cluster, examples):
+    async def scenario(cluster, api):
+        examples["PyTorchJob"]["metadata"]["annotations"][keys.MIN_BATCH] = "1024"
+        await submit(api, examples)
+        [problem] = await JobReader(api).snapshot()
+        assert isinstance(problem, Invalid)
+        acted = await Actuator(api).apply(Start(TORCH, 2, 256))
+        assert (acted.job, acted.result, acted.detail) == (TORCH, "invalid", problem.problem)
+        obj = await api.get_job(PyTorchJobKind(), "default", "resnet50-imagenet")
+        assert obj is not None
+        assert obj["metadata"]["annotations"][keys.STATUS] == f"not managed: {problem.problem}"
+
+    on_cluster(scenario, compression=1.0)
