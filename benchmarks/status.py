@@ -1,12 +1,14 @@
 """``bellows status`` on the emulated cluster holding 10 000 opted-in jobs, as a whole
 process, cold and warm, medians (target, issue 28: <= 2 s).
 
-    python benchmarks/status.py [--jobs 10000] [--repeat 3] [--before DIR]
+    python benchmarks/status.py [--jobs 10000] [--running 0] [--repeat 3] [--before DIR]
 
 The cluster (``controller_latency.ClusterProcess``: the mixed workload's jobs, suspended,
 opted in, each with its inline profile) runs in a child process; each run is
 ``bellows status -A --kubeconfig ...`` to its end, output discarded: one list per kind in
-pages of 500, one list of Bellows' Events, one of the nodes, every row built. Cold: a fresh,
+pages of 500, one list of Bellows' Events, one of the nodes, every row built. ``--running N``
+makes the first N jobs ones Bellows started (unsuspended, journaled): their rows parse the
+spec and compute the predicted speed, a waiting job's only its journal. Cold: a fresh,
 empty bytecode cache (``PYTHONPYCACHEPREFIX``) for every run; warm: the installed bytecode.
 Each run also times the same lists as plain HTTP requests, the emulated API server's share
 (it serves 10 000 jobs from Python, far slower than a real API server's watch cache).
@@ -50,12 +52,13 @@ def _raw_lists(url: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--running", type=int, default=0, help="jobs started by Bellows")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--before", type=Path, default=None, help="a source tree to compare")
     args = parser.parse_args()
     with (
-        ClusterProcess(args.jobs, args.jobs, args.seed) as url,
+        ClusterProcess(args.jobs, args.jobs, args.seed, running=args.running) as url,
         tempfile.TemporaryDirectory() as tmp,
     ):
         config = _kubeconfig(Path(tmp) / "kubeconfig", url)
@@ -84,7 +87,8 @@ def main() -> None:
     c, w = median_of(cold), median_of(warm)
     flag = "" if w.wall_s <= TARGET_S else "  (over target)"
     print(
-        f"bellows status, {args.jobs} jobs: cold {c.wall_s:.2f} s, warm {w.wall_s:.2f} s "
+        f"bellows status, {args.jobs} jobs ({args.running} running): cold {c.wall_s:.2f} s, "
+        f"warm {w.wall_s:.2f} s "
         f"(CPU {w.cpu_s:.2f} s), {w.peak_mib:.0f} MiB (medians of {args.repeat}; target "
         f"{TARGET_S} s){flag}; the emulated server's lists alone {statistics.median(lists):.2f} s"
     )
