@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as dt
+import ipaddress
 import json
 import ssl
 import threading
@@ -69,8 +70,6 @@ def _issue(
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A CA; a server certificate for 127.0.0.1 and one only for ``kube.test``; a client's."""
-    import ipaddress
-
     folder = tmp_path_factory.mktemp("pki")
     ca = _issue("test-ca", None, ca=True)
     here = [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
@@ -92,7 +91,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as an API server
     seen: list[dict[str, Any]]
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         peer = self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
         self.seen.append({"path": self.path, "headers": dict(self.headers), "peer": peer})
         if self.path.startswith("/api/v1/nodes"):
@@ -246,7 +245,11 @@ def test_kubeconfig_files_merge_as_kubectl_merges_them(tmp_path, monkeypatch) ->
     )
     monkeypatch.setenv("KUBECONFIG", f"{first}:{tmp_path / 'absent'}:{second}")
     got = endpoint()  # the first file's current context, cluster and user win
-    assert (got.server, got.headers, got.tls) == ("http://one:1", {"Authorization": "Bearer a"}, None)
+    assert (got.server, got.headers, got.tls) == (
+        "http://one:1",
+        {"Authorization": "Bearer a"},
+        None,
+    )
     assert endpoint(context="there").server == "http://one:1"  # cluster "c" is the first's
     config = listing.read_kubeconfig()
     assert config.context("there")[1]["namespace"] == "ml"

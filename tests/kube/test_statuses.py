@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import subprocess
 import sys
 from datetime import UTC, datetime
 
@@ -264,3 +265,35 @@ def test_a_bad_context_or_kubeconfig_is_one_line(on_cluster, tmp_path):
         assert empty.output.startswith("Error: cannot read the jobs: kubeconfig ")
 
     on_cluster(scenario, limit_s=30.0)
+
+
+def test_status_reads_without_importing_the_kubernetes_client(on_cluster, examples, tmp_path):
+    """The plain-HTTP path: the whole command, in a fresh process, never loads the client
+    (700 modules, the half second benchmarks/status.py measured)."""
+    program = (
+        "import sys\n"
+        "from bellows.cli.main import main\n"
+        "try:\n"
+        "    main(['status', '--kubeconfig', sys.argv[1]])\n"
+        "except SystemExit as done:\n"
+        "    assert not done.code, done.code\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))\n"
+    )
+
+    async def scenario(cluster, api):
+        await submit(api, examples, kind="MPIJob")
+        config = str(cluster.write_kubeconfig(tmp_path / "kubeconfig", "default"))
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-c", program, config],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        lines = done.stdout.splitlines()
+        assert lines[0].startswith("cluster: ")
+        assert "cifar10-horovod" in lines[2]
+        assert lines[-1] == "[]"
+
+    on_cluster(scenario, limit_s=60.0)
