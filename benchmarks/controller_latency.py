@@ -58,7 +58,8 @@ from bellows.bus import (
 from bellows.bus.server import running_nats_server
 from bellows.cli.data import crd_files
 from bellows.emulator import EmulatedCluster
-from bellows.kube import Actuator, JobReader, KubeApi
+from bellows.kube import Actuator, JobReader, KubeApi, keys
+from bellows.kube.adapters import kind_named
 from bellows.optimizer import Method
 from bellows.optimizer.solving import METHODS, RENT
 from bellows.scaling import default_cluster
@@ -90,13 +91,26 @@ def workload(n: int, seed: int) -> list[Any]:
 
 # ----------------------------------------------------------------------------- the cluster
 def _serve_cluster(
-    conn: Connection, crds: Sequence[Path], n_jobs: int, n_trace: int, seed: int
+    conn: Connection, crds: Sequence[Path], n_jobs: int, n_trace: int, seed: int, *, running: int
 ) -> None:
-    asyncio.run(_cluster_main(conn, crds, n_jobs, n_trace, seed))
+    asyncio.run(_cluster_main(conn, crds, n_jobs, n_trace, seed, running=running))
+
+
+def _as_running(body: dict[str, Any], batch: int) -> None:
+    """Make a job manifest one Bellows started at the size it asks: unsuspended, with the
+    journal (phase done, allocation, reason, first start) the actuator writes."""
+    kind = kind_named(body["kind"])
+    notes = body["metadata"]["annotations"]
+    view = kind.view(body, keys.parse_settings(notes).env_names)
+    body["spec"]["runPolicy"]["suspend"] = False
+    notes[keys.PHASE] = "done"
+    notes[keys.ALLOCATION] = notes[keys.TARGET] = keys.format_pair(view.gpus, batch)
+    notes[keys.REASON] = "started into free GPUs"
+    notes[keys.STARTED_AT] = "2026-01-01T00:00:00Z"
 
 
 async def _cluster_main(
-    conn: Connection, crds: Sequence[Path], n_jobs: int, n_trace: int, seed: int
+    conn: Connection, crds: Sequence[Path], n_jobs: int, n_trace: int, seed: int, *, running: int
 ) -> None:
 
     configure_logging(LoggingSettings(level=LogLevel.ERROR))
@@ -104,6 +118,8 @@ async def _cluster_main(
         store = kube.store
         for i, job in enumerate(workload(n_trace, seed)[:n_jobs]):
             _, body = job_manifest(job, i, namespace=NS)
+            if i < running:
+                _as_running(body, job.spec.batch_size)
             plural = body["kind"].lower() + "s"
             key = next(k for k in store.resources if k.endswith("/" + plural))
             store.create(store.resources[key], NS, body)
@@ -113,9 +129,10 @@ async def _cluster_main(
 
 class ClusterProcess:
     """An emulated cluster holding the first ``n_jobs`` jobs of ``workload(n_trace, seed)``,
-    suspended and opted in, in a child process."""
+    suspended and opted in (the first ``running`` of them started by Bellows), in a child
+    process."""
 
-    def __init__(self, n_jobs: int, n_trace: int, seed: int) -> None:
+    def __init__(self, n_jobs: int, n_trace: int, seed: int, *, running: int = 0) -> None:
         try:  # $BELLOWS_CRDS, else crds/ of the data folder, else the pinned ones (downloaded)
             crds = crd_files(None)
         except click.ClickException as error:  # a script's error: one line, exit status 1
@@ -123,7 +140,10 @@ class ClusterProcess:
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(
-            target=_serve_cluster, args=(child, crds, n_jobs, n_trace, seed), daemon=True
+            target=_serve_cluster,
+            args=(child, crds, n_jobs, n_trace, seed),
+            kwargs={"running": running},
+            daemon=True,
         )
 
     def __enter__(self) -> str:

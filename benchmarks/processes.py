@@ -21,11 +21,13 @@ BELLOWS = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "bellows"
 
 @dataclass(frozen=True)
 class Timed:
-    """One process: seconds from start to exit, peak resident memory, exit status."""
+    """One process: seconds from start to exit, peak resident memory, exit status, and the
+    CPU seconds it used (user and system: on a loaded machine, steadier than wall time)."""
 
     wall_s: float
     peak_mib: float
     status: int
+    cpu_s: float = 0.0
 
 
 def time_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> Timed:
@@ -42,13 +44,16 @@ def time_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None) -
             stderr.seek(0)
             said = stderr.read().decode(errors="replace")[-2000:]
             raise RuntimeError(f"{' '.join(argv)} exited {code}: {said}")
-    return Timed(wall, usage.ru_maxrss / 1024.0, code)
+    return Timed(wall, usage.ru_maxrss / 1024.0, code, usage.ru_utime + usage.ru_stime)
 
 
 def median_of(runs: Sequence[Timed]) -> Timed:
-    """Median wall time and median peak memory of several runs."""
+    """Median wall time, peak memory and CPU time of several runs."""
     return Timed(
-        statistics.median(r.wall_s for r in runs), statistics.median(r.peak_mib for r in runs), 0
+        statistics.median(r.wall_s for r in runs),
+        statistics.median(r.peak_mib for r in runs),
+        0,
+        statistics.median(r.cpu_s for r in runs),
     )
 
 

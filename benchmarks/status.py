@@ -1,15 +1,20 @@
 """``bellows status`` on the emulated cluster holding 10 000 opted-in jobs, as a whole
 process, cold and warm, medians (target, issue 28: <= 2 s).
 
-    python benchmarks/status.py [--jobs 10000] [--repeat 3]
+    python benchmarks/status.py [--jobs 10000] [--running 0] [--repeat 3] [--before DIR]
 
 The cluster (``controller_latency.ClusterProcess``: the mixed workload's jobs, suspended,
 opted in, each with its inline profile) runs in a child process; each run is
 ``bellows status -A --kubeconfig ...`` to its end, output discarded: one list per kind in
-pages of 500, one list of Bellows' Events, one of the nodes, every row built. Cold: a fresh,
+pages of 500, one list of Bellows' Events, one of the nodes, every row built. ``--running N``
+makes the first N jobs ones Bellows started (unsuspended, journaled): their rows parse the
+spec and compute the predicted speed, a waiting job's only its journal. Cold: a fresh,
 empty bytecode cache (``PYTHONPYCACHEPREFIX``) for every run; warm: the installed bytecode.
 Each run also times the same lists as plain HTTP requests, the emulated API server's share
 (it serves 10 000 jobs from Python, far slower than a real API server's watch cache).
+``--before DIR`` (a source tree, e.g. ``git worktree add DIR main``) adds a warm run of that
+tree's ``bellows status`` beside each of this one, against the same cluster, and the ratio
+of the medians: on a loaded machine only runs measured together compare.
 """
 
 from __future__ import annotations
@@ -47,34 +52,52 @@ def _raw_lists(url: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--running", type=int, default=0, help="jobs started by Bellows")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--before", type=Path, default=None, help="a source tree to compare")
     args = parser.parse_args()
     with (
-        ClusterProcess(args.jobs, args.jobs, args.seed) as url,
+        ClusterProcess(args.jobs, args.jobs, args.seed, running=args.running) as url,
         tempfile.TemporaryDirectory() as tmp,
     ):
         config = _kubeconfig(Path(tmp) / "kubeconfig", url)
         command, _ = bellows_command()
         argv = [*command, "status", "-A", "--kubeconfig", str(config)]
         time_process(argv)  # the server's first lists warm its caches, as a running cluster's
-        cold, warm, lists = [], [], []
+        old, old_env = bellows_command(args.before) if args.before else ([], {})
+        old_argv = [*old, *argv[len(command) :]]
+        if args.before:
+            time_process(old_argv, env=old_env)  # its bytecode written, as an installed one's
+        cold, warm, lists, before = [], [], [], []
         for i in range(args.repeat):
             lists.append(_raw_lists(url))
             with tempfile.TemporaryDirectory() as prefix:
                 cold.append(time_process(argv, env={"PYTHONPYCACHEPREFIX": prefix}))
             warm.append(time_process(argv))
+            then = ""
+            if args.before:
+                before.append(time_process(old_argv, env=old_env))
+                then = f", before warm {before[-1].wall_s:.2f} s (CPU {before[-1].cpu_s:.2f} s)"
             print(
-                f"run {i + 1}: cold {cold[-1].wall_s:.2f} s, warm {warm[-1].wall_s:.2f} s, "
+                f"run {i + 1}: cold {cold[-1].wall_s:.2f} s, warm {warm[-1].wall_s:.2f} s "
+                f"(CPU {warm[-1].cpu_s:.2f} s){then}, "
                 f"the server's lists alone {lists[-1]:.2f} s"
             )
     c, w = median_of(cold), median_of(warm)
     flag = "" if w.wall_s <= TARGET_S else "  (over target)"
     print(
-        f"bellows status, {args.jobs} jobs: cold {c.wall_s:.2f} s, warm {w.wall_s:.2f} s, "
-        f"{w.peak_mib:.0f} MiB (medians of {args.repeat}; target {TARGET_S} s){flag}; "
-        f"the emulated server's lists alone {statistics.median(lists):.2f} s"
+        f"bellows status, {args.jobs} jobs ({args.running} running): cold {c.wall_s:.2f} s, "
+        f"warm {w.wall_s:.2f} s "
+        f"(CPU {w.cpu_s:.2f} s), {w.peak_mib:.0f} MiB (medians of {args.repeat}; target "
+        f"{TARGET_S} s){flag}; the emulated server's lists alone {statistics.median(lists):.2f} s"
     )
+    if before:
+        b = median_of(before)
+        print(
+            f"before: warm {b.wall_s:.2f} s (CPU {b.cpu_s:.2f} s), {b.peak_mib:.0f} MiB: "
+            f"{b.wall_s / w.wall_s:.2f}x the wall time, {b.cpu_s / w.cpu_s:.2f}x the CPU"
+        )
 
 
 if __name__ == "__main__":

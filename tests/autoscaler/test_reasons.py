@@ -4,8 +4,10 @@ The kinds: a start into free GPUs (a fill, or a round), a start on GPUs a round 
 running jobs, a resume after a preemption, a scale-down to start a job, to give GPUs to a
 scaled-up one, to fit a smaller cluster, or because the job runs faster on fewer GPUs, a
 scale-up into free GPUs or onto GPUs taken from others, a batch change on the same GPUs, a
-rejection, a preemption, and a running job kept where a move would not pay its restart.
-First each sentence from :func:`reasoned` on hand-made steps, then the core emitting them.
+rejection, a preemption, and a running job a round kept: where more GPUs would not pay for
+the restart, where another batch would not, and where its minimum runtime held it while jobs
+wait. First each sentence from :func:`reasoned` on hand-made steps, then the core emitting
+them, each keep beside the same round without its cause, which moves the job.
 """
 
 from __future__ import annotations
@@ -173,3 +175,55 @@ def test_the_simulator_asks_for_no_keep_notes() -> None:
     auto.adopt(make_job("a", work=2e4), Allocation(2, 64), now=0.0)
     auto.step(auto.next_round_at())
     assert auto.keeps == ()
+
+
+def test_a_round_notes_a_batch_change_that_would_not_pay() -> None:
+    """A job found running at batch 64 on 2 GPUs, nearly done; the optimizer's row for 2 GPUs
+    has another batch, but restarting for it costs more than it saves: kept, and said so.
+    Without a restart cost the same round changes its batch."""
+    for restart, kept in ((600.0, True), (0.0, False)):
+        auto = _bellows(2, restart_cost_s=restart, delta_s=120.0)
+        auto.adopt(make_job("a", work=2e4), Allocation(2, 64), now=0.0)
+        decisions = auto.step(auto.next_round_at())
+        if kept:
+            assert decisions == []
+            (keep,) = auto.keeps
+            assert (keep.job, keep.gpus, keep.batch, keep.better) == ("a", 2, 64, 2)
+            other = int(keep.reason.split("batch ")[2].split()[0])
+            assert other != 64
+            assert keep.reason == (
+                f"kept batch 64 on its 2 GPUs: batch {other} would not pay for its restart"
+            )
+        else:
+            (change,) = decisions
+            assert isinstance(change, Rescale)
+            assert (change.gpus_from, change.gpus, change.batch_from) == (2, 2, 64)
+            assert auto.keeps == ()
+
+
+def test_a_round_notes_a_job_its_minimum_runtime_kept_while_others_wait() -> None:
+    """a runs on all 8 GPUs; b arrives. The round at 120 s may not shrink a within its 600 s
+    minimum runtime: a is kept, and says why, while b waits; the round after it ends shrinks
+    a to start b, and notes nothing. With no minimum runtime the first round does so."""
+    for least, kept in ((600.0, True), (0.0, False)):
+        auto = _bellows(8, restart_cost_s=0.0, delta_s=120.0, min_runtime_s=least)
+        auto.arrive(make_job("a", work=1e9), now=0.0)
+        assert [type(d) for d in auto.step(0.0)] == [Start]
+        auto.arrive(make_job("b", work=1e9), now=10.0)
+        assert auto.step(10.0) == []
+        decisions = auto.step(auto.next_round_at())
+        if kept:
+            assert decisions == []
+            (keep,) = auto.keeps
+            assert (keep.job, keep.gpus, keep.better) == ("a", 8, 8)
+            assert keep.reason == (
+                "kept on 8 GPUs: a round may not shrink it within its minimum runtime "
+                "(600 s since it last started)"
+            )
+            later = auto.next_round_at()  # the round the protection held back
+            assert later is not None
+            assert {type(d) for d in auto.step(max(later, 600.0))} == {Rescale, Start}
+            assert auto.keeps == ()  # nothing waits now
+        else:
+            assert {type(d) for d in decisions} == {Rescale, Start}
+            assert auto.keeps == ()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime
 
 import pytest
@@ -183,3 +185,115 @@ def test_kubectl_plugin_is_the_bellows_command(monkeypatch, capsys):
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("Usage: kubectl bellows status [OPTIONS]")
+
+
+def _lease(mode: str, renewed: datetime) -> dict:
+    stamp = renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "bellows-controller", "annotations": {keys.MODE: mode}},
+        "spec": {"holderIdentity": "c-1", "leaseDurationSeconds": 15, "renewTime": stamp},
+    }
+
+
+def test_the_official_client_reads_the_same_when_the_kubeconfig_needs_it(
+    on_cluster, examples, tmp_path
+):
+    """An exec credential plugin (only the kubernetes client runs one): the same rows and
+    cluster line, the mode from the controller's Lease on both paths."""
+
+    async def scenario(cluster, api):
+        await submit(api, examples)
+        await submit(api, examples, kind="MPIJob")
+        act = Actuator(api)
+        await act.apply(Start(TORCH, 2, 256, reason="started into free GPUs"))
+        await act.hold(MPI)
+        plain = cluster.write_kubeconfig(tmp_path / "plain", "default")
+        config = yaml.safe_load(plain.read_text())
+        plugin = tmp_path / "credential.py"
+        credential = {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "kind": "ExecCredential",
+            "status": {"token": "from-the-plugin"},
+        }
+        plugin.write_text(f"print({json.dumps(credential)!r})\n")
+        config["users"][0]["user"] = {
+            "exec": {
+                "apiVersion": "client.authentication.k8s.io/v1",
+                "command": sys.executable,
+                "args": [str(plugin)],
+                "interactiveMode": "Never",
+            }
+        }
+        (tmp_path / "exec").write_text(yaml.safe_dump(config))
+        lines = {}
+        for name in ("plain", "exec"):
+            shown = await _cli("--kubeconfig", str(tmp_path / name), "-o", "json")
+            assert shown.exit_code == 0, shown.output
+            document = json.loads(shown.output)
+            for item in document["items"]:
+                item.pop("waitedSeconds")
+            lines[name] = document
+        assert lines["plain"] == lines["exec"]
+        assert lines["plain"]["cluster"]["mode"] == "unknown"  # no controller's Lease yet
+        coordination = k8s.CoordinationV1Api(api.api_client)
+        body = _lease("paper", datetime.now(UTC))
+        await asyncio.to_thread(coordination.create_namespaced_lease, "bellows-system", body)
+        for name in ("plain", "exec"):
+            shown = await _cli("--kubeconfig", str(tmp_path / name))
+            assert shown.output.splitlines()[0].startswith("cluster: ")
+            assert ", mode paper; jobs: " in shown.output.splitlines()[0]
+        elsewhere = await _cli("--kubeconfig", str(plain), "--controller-lease", "ml/ctl")
+        assert ", mode unknown; jobs: " in elsewhere.output.splitlines()[0]
+        bad = await _cli("--kubeconfig", str(plain), "--controller-lease", "Bad")
+        assert bad.exit_code == 2
+        assert "expected NAMESPACE/NAME" in bad.output
+
+    on_cluster(scenario, limit_s=60.0, namespaces=("default", "bellows-system"))
+
+
+def test_a_bad_context_or_kubeconfig_is_one_line(on_cluster, tmp_path):
+    async def scenario(cluster, api):
+        config = str(cluster.write_kubeconfig(tmp_path / "kubeconfig", "default"))
+        shown = await _cli("--kubeconfig", config, "--context", "nowhere")
+        assert shown.exit_code == 2
+        assert "'nowhere' is not a context of ['bellows-emulator']" in shown.output
+        (tmp_path / "empty").write_text("")
+        empty = await _cli("--kubeconfig", str(tmp_path / "empty"))
+        assert empty.exit_code == 1
+        assert empty.output.startswith("Error: cannot read the jobs: kubeconfig ")
+
+    on_cluster(scenario, limit_s=30.0)
+
+
+def test_status_reads_without_importing_the_kubernetes_client(on_cluster, examples, tmp_path):
+    """The plain-HTTP path: the whole command, in a fresh process, never loads the client
+    (700 modules, the half second benchmarks/status.py measured)."""
+    program = (
+        "import sys\n"
+        "from bellows.cli.main import main\n"
+        "try:\n"
+        "    main(['status', '--kubeconfig', sys.argv[1]])\n"
+        "except SystemExit as done:\n"
+        "    assert not done.code, done.code\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))\n"
+    )
+
+    async def scenario(cluster, api):
+        await submit(api, examples, kind="MPIJob")
+        config = str(cluster.write_kubeconfig(tmp_path / "kubeconfig", "default"))
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-c", program, config],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        lines = done.stdout.splitlines()
+        assert lines[0].startswith("cluster: ")
+        assert "cifar10-horovod" in lines[2]
+        assert lines[-1] == "[]"
+
+    on_cluster(scenario, limit_s=60.0)

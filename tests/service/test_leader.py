@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,9 @@ from kubernetes.client.rest import ApiException
 
 from bellows.emulator import EmulatedCluster
 from bellows.jobs import SpecError
+from bellows.kube import keys
+from bellows.kube.listing import Endpoint, ListingApi
+from bellows.kube.statuses import controller_mode
 from bellows.service.config import LeaderElectionSettings
 from bellows.service.leader import LeaderElector
 
@@ -78,7 +81,11 @@ class Harness:
         self.admin = k8s.CoordinationV1Api(cluster.api_client())
 
     def replica(
-        self, name: str, clock: Callable[[], datetime] | None = None, **timing: float
+        self,
+        name: str,
+        clock: Callable[[], datetime] | None = None,
+        annotations: dict[str, str] | None = None,
+        **timing: float,
     ) -> Replica:
         client = self.cluster.api_client()
         changes: list[bool] = []
@@ -93,6 +100,7 @@ class Harness:
             stop_grace_s=timing.get("grace", 10.0),
             on_change=changes.append,
             clock=clock or (lambda: datetime.now(UTC)),
+            annotations=annotations,
         )
         replica = Replica(name, elector, client, changes=changes)
         self.replicas.append(replica)
@@ -446,6 +454,40 @@ async def test_a_lead_that_finishes_releases_and_returns(harness: Harness) -> No
     assert lease.spec.holder_identity == ""
     assert lease.spec.renew_time == stamp
     assert lease.spec.acquire_time == stamp
+
+
+async def test_the_leader_publishes_its_mode_on_the_lease_for_bellows_status(
+    harness: Harness,
+) -> None:
+    """``bellows status`` reads the mode from the Lease (plain HTTP, as the command does):
+    the leader's while it renews, ``unknown`` once it has handed the Lease on."""
+    a = harness.replica("a", annotations={keys.MODE: "paper"})
+    harness.start(a)
+    await until(lambda: a.elector.is_leader, R + SLACK)
+    api = ListingApi(Endpoint(harness.cluster.url))
+    try:
+        found = await api.get_lease(NS, LEASE)
+        assert found is not None
+        assert found["metadata"]["annotations"][keys.MODE] == "paper"
+        assert controller_mode(found, now=datetime.now(UTC)) == "paper"
+        # others' annotations survive the renewals
+        patch = {"metadata": {"annotations": {"team": "ml"}}}
+        await asyncio.to_thread(harness.admin.patch_namespaced_lease, LEASE, NS, patch)
+        await asyncio.sleep(3 * R)
+        found = await api.get_lease(NS, LEASE)
+        assert found is not None
+        assert found["metadata"]["annotations"] == {"team": "ml", keys.MODE: "paper"}
+        # not renewed within its duration: no controller runs, whatever the Lease says
+        later = datetime.now(UTC) + timedelta(seconds=L + 1)
+        assert controller_mode(found, now=later) == "unknown"
+        a.stop.set()
+        assert a.task is not None
+        await asyncio.wait_for(a.task, 2.0)
+        released = await api.get_lease(NS, LEASE)
+        assert controller_mode(released, now=datetime.now(UTC)) == "unknown"
+        assert await api.get_lease(NS, "no-such-lease") is None
+    finally:
+        api.close()
 
 
 @pytest.mark.parametrize(

@@ -50,7 +50,14 @@ from bellows.autoscaler.config import (
 from bellows.autoscaler.decisions import Decision, Keep, Preempt, Reject, Rescale, Start
 from bellows.autoscaler.pricing import exact, kept, priced
 from bellows.autoscaler.progress import RunningJob, done_at_all
-from bellows.autoscaler.reasons import keep_reason, preempt_reason, reasoned, reject_reason
+from bellows.autoscaler.reasons import (
+    batch_keep_reason,
+    keep_reason,
+    min_runtime_reason,
+    preempt_reason,
+    reasoned,
+    reject_reason,
+)
 from bellows.autoscaler.rounds import RoundClock
 from bellows.autoscaler.shapes import shape_rows
 from bellows.jobs import Allocation, JobSpec, SpecError
@@ -131,10 +138,13 @@ class Autoscaler:
         self._fill_at: float | None = None  # GPUs may be free while jobs wait
         self.last_round: RoundStats | None = None
         # With note_keeps on (the live controller), each round lists in ``keeps`` the running
-        # jobs it kept although free GPUs would have run them faster: a move that would not
-        # pay for its restart (bellows status shows why). The simulator leaves it off.
+        # jobs it kept as they were, and why (bellows status shows it): free GPUs would have
+        # run them faster but the move would not pay for its restart, another batch would not
+        # pay for its restart, or their minimum runtime held them while jobs wait. The
+        # simulator leaves it off.
         self.note_keeps = False
         self.keeps: tuple[Keep, ...] = ()
+        self._batch_kept: dict[str, int] = {}  # job -> the batch a round declined (_apply)
         self._priced: tuple[list[str], np.ndarray] | None = None  # the last round's values
         self._charged: dict[str, EfficiencyProfile] = {}  # job -> profile (goodput rows)
 
@@ -352,6 +362,7 @@ class Autoscaler:
         running = list(self._s.running)
         offered = self._candidates(self._capacity - len(running))
         floors = self._protected(now)
+        self._batch_kept = {}
         # only the candidates admission takes get a row: a long queue costs the DP nothing
         free = self._capacity - self._min_need(running) - self._floor_need(floors)
         names = running + (self._fitting(offered, free) if self.shortcuts else offered)
@@ -360,7 +371,7 @@ class Autoscaler:
             names, self._capacity, now, decisions, required=len(running), floors=floors
         )
         if self.note_keeps:
-            self.keeps = self._kept(decisions)
+            self.keeps = self._kept(decisions, floors)
         decisions.extend(self._reject())
         self._clock.round_done(now, running=len(self._s.running))
         if floors:  # the round the protection held back comes when it ends
@@ -610,6 +621,7 @@ class Autoscaler:
             elif running.allocation != alloc:
                 old = running.allocation
                 if old.gpus == k and not self._batch_move_pays(name, running, rate, cost, now):
+                    self._batch_kept[name] = alloc.batch
                     continue  # same GPUs, another batch: a restart that would not pay
                 self._s.running[name] = running.moved_to(alloc, rate, now, restart_s=cost)
                 self._s.resumed[name] = now
@@ -628,16 +640,20 @@ class Autoscaler:
             capacity=self._capacity,
         )
 
-    def _kept(self, decisions: Sequence[Decision]) -> tuple[Keep, ...]:
-        """The running jobs this round left as they were although GPUs it left free would
-        have run them faster (higher TSF on the exact grid, so not a tie): the optimizer
-        is exact, so only the restart priced into their moves kept them."""
-        if self._priced is None:
-            return ()
-        names, values = self._priced
+    def _kept(self, decisions: Sequence[Decision], floors: Mapping[str, int]) -> tuple[Keep, ...]:
+        """The running jobs this round left as they were, and why (one note per job):
+
+        * GPUs it left free would have run them faster (higher TSF on the exact grid, so not
+          a tie): the optimizer is exact, so only the restart priced into the move kept them;
+        * the optimizer chose another batch on their GPUs, which would not pay for its
+          restart (:meth:`_batch_move_pays`);
+        * their minimum runtime (:meth:`_protected`) kept the round from shrinking them
+          while jobs still wait after it.
+        """
         moved = {d.job for d in decisions}
+        out: dict[str, Keep] = {}
+        names, values = self._priced or ([], np.zeros((0, 0)))
         free = self._capacity - self._s.in_use
-        out: list[Keep] = []
         for i, name in enumerate(names):
             running = self._s.running.get(name)
             if running is None or name in moved or not np.isfinite(values[i]).any():
@@ -649,8 +665,26 @@ class Autoscaler:
             best = int(np.argmax(reach)) + 1
             if reach[best - 1] > grid[k] and best != k:
                 reason = keep_reason(k, best)
-                out.append(Keep(name, k, running.allocation.batch, best, reason))
-        return tuple(out)
+                out[name] = Keep(name, k, running.allocation.batch, best, reason)
+        for name, batch in self._batch_kept.items():
+            running = self._s.running.get(name)
+            if running is None or name in out or name in moved:
+                continue
+            held = running.allocation
+            if held.batch != batch:
+                reason = batch_keep_reason(held.gpus, held.batch, batch)
+                out[name] = Keep(name, held.gpus, held.batch, held.gpus, reason)
+        waiting = bool(self._s.arrived)
+        for name in floors if waiting else ():
+            running = self._s.running.get(name)
+            if running is None or name in out or name in moved:
+                continue
+            own = self._s.jobs[name].min_runtime_s
+            least = self._config.min_runtime_s if own is None else own
+            held = running.allocation
+            reason = min_runtime_reason(held.gpus, least)
+            out[name] = Keep(name, held.gpus, held.batch, held.gpus, reason)
+        return tuple(out.values())
 
     def _batch_move_pays(
         self, name: str, running: RunningJob, rate: float, cost: float, now: float

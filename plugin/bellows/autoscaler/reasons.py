@@ -14,7 +14,15 @@ from collections.abc import Sequence
 
 from bellows.autoscaler.decisions import Decision, Rescale, Start
 
-__all__ = ["keep_reason", "listed", "preempt_reason", "reasoned", "reject_reason"]
+__all__ = [
+    "batch_keep_reason",
+    "keep_reason",
+    "listed",
+    "min_runtime_reason",
+    "preempt_reason",
+    "reasoned",
+    "reject_reason",
+]
 
 NAMED = 2  # jobs named in a sentence before "and N more"
 
@@ -36,6 +44,17 @@ def preempt_reason(capacity: int) -> str:
 
 def keep_reason(gpus: int, better: int) -> str:
     return f"kept on {gpus} GPUs: {better} would run it faster but not pay for its restart"
+
+
+def batch_keep_reason(gpus: int, batch: int, other: int) -> str:
+    return f"kept batch {batch} on its {gpus} GPUs: batch {other} would not pay for its restart"
+
+
+def min_runtime_reason(gpus: int, least_s: float) -> str:
+    return (
+        f"kept on {gpus} GPUs: a round may not shrink it within its minimum runtime "
+        f"({least_s:g} s since it last started)"
+    )
 
 
 def _start(start: Start, *, resumed: bool, takers_from: Sequence[str]) -> str:

@@ -8,8 +8,9 @@ Only the Kubernetes client and the JSA are imported, when the command runs.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,46 +94,44 @@ def table(
         rows.insert(0, head)
     if not rows:
         return []
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
-    return [
-        "   ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=False)) + "   " + r[-1]
-        for r in rows
-    ]
+    columns = list(zip(*rows, strict=True))
+    widths = [max(map(len, column)) for column in columns[:-1]]
+    # one format per table, not one ljust per cell: 10 000 rows of 11 cells
+    line = "   ".join(f"{{:<{w}}}" for w in widths) + "   {}"
+    return [line.format(*r) for r in rows]
 
 
 def cluster_text(line: ClusterLine) -> str:
     capacity = "?" if line.capacity is None else str(line.capacity)
     states = ", ".join(f"{n} {s}" for s, n in line.states.items() if n or s in STATES[:3])
-    return f"cluster: {capacity} GPUs, {line.in_use} in use; jobs: {states}"
+    return f"cluster: {capacity} GPUs, {line.in_use} in use, mode {line.mode}; jobs: {states}"
 
 
 def _namespace_of_context(kubeconfig: Path | None, context: str | None) -> str:
     """The namespace of the kubeconfig context (``default`` when it names none), as kubectl."""
     import os
 
-    from kubernetes import config as k8s_config
+    from bellows.kube.listing import ACCOUNT, ConfigError, read_kubeconfig
 
-    if "KUBERNETES_SERVICE_HOST" in os.environ and kubeconfig is None:
-        account = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    if "KUBERNETES_SERVICE_HOST" in os.environ and kubeconfig is None and context is None:
+        account = ACCOUNT / "namespace"
         return account.read_text().strip() if account.exists() else "default"
-    contexts, active = k8s_config.list_kube_config_contexts(
-        config_file=str(kubeconfig) if kubeconfig else None
-    )
-    chosen = active
-    if context is not None:
-        chosen = next((c for c in contexts if c.get("name") == context), None)
-        if chosen is None:
-            names = sorted(str(c.get("name")) for c in contexts)
-            raise click.BadParameter(
-                f"{context!r} is not a context of {names}", param_hint="--context"
-            )
-    namespace = ((chosen or {}).get("context") or {}).get("namespace")
+    try:
+        config = read_kubeconfig(kubeconfig)
+    except ConfigError as err:
+        raise click.ClickException(f"cannot read the jobs: {err}") from None
+    if context is not None and context not in config.contexts:
+        raise click.BadParameter(
+            f"{context!r} is not a context of {sorted(config.contexts)}", param_hint="--context"
+        )
+    chosen = config.contexts.get(context or config.current or "")
+    namespace = ((chosen.body if chosen else {}).get("context") or {}).get("namespace")
     return str(namespace) if namespace else "default"
 
 
 async def _capacity(api: Any) -> int | None:
     """The GPUs of the ready, schedulable nodes (``None``: the nodes cannot be read)."""
-    from bellows.service.capacity import node_gpus
+    from bellows.kube.nodes import node_gpus
 
     total = 0
     try:
@@ -147,6 +146,41 @@ async def _capacity(api: Any) -> int | None:
     return total
 
 
+async def _mode(api: Any, lease: tuple[str, str]) -> str:
+    """The controller's mode from its Lease (``unknown`` when it cannot be read)."""
+    from datetime import UTC, datetime
+
+    from bellows.kube.statuses import controller_mode
+
+    try:
+        found = await api.get_lease(*lease)
+    except Exception:  # forbidden (no get on the Lease), or no API: not known
+        found = None
+    return controller_mode(found, now=datetime.now(UTC))
+
+
+@contextlib.contextmanager
+def _reads(kubeconfig: Path | None, context: str | None) -> Iterator[Any]:
+    """The cluster's reads over plain HTTP (:mod:`bellows.kube.listing`), or through the
+    official client when the kubeconfig's credentials need it (an exec plugin, an
+    auth-provider, a proxy): the same requests either way."""
+    from bellows.kube.listing import ListingApi, NeedsClient, endpoint
+
+    try:
+        api: Any = ListingApi(endpoint(kubeconfig, context))
+        close = api.close
+    except NeedsClient:
+        from bellows.kube.client import KubeApi, client_from_config
+
+        config = str(kubeconfig) if kubeconfig else None
+        client = client_from_config(config, context, in_cluster=False)
+        api, close = KubeApi(client), client.close
+    try:
+        yield api
+    finally:
+        close()
+
+
 def _read(
     *,
     kubeconfig: Path | None,
@@ -155,21 +189,20 @@ def _read(
     kinds: tuple[str, ...],
     events: bool,
     cluster: ClusterProfile,
+    lease: tuple[str, str],
 ) -> tuple[ClusterLine, list[JobStatus]]:
     import asyncio
     from datetime import UTC, datetime
 
     from bellows.kube.adapters import ALL_KINDS as KINDS
-    from bellows.kube.client import KubeApi, client_from_config
     from bellows.kube.statuses import cluster_line, read_status
 
     chosen = [k for k in KINDS if not kinds or k.kind.lower() in kinds]
 
     async def read() -> tuple[ClusterLine, list[JobStatus]]:
-        client = client_from_config(str(kubeconfig) if kubeconfig else None, context)
-        try:
-            api = KubeApi(client)
+        with _reads(kubeconfig, context) as api:
             capacity_task = asyncio.create_task(_capacity(api))
+            mode_task = asyncio.create_task(_mode(api, lease))
             rows = await read_status(
                 api,
                 now=datetime.now(UTC),
@@ -178,9 +211,7 @@ def _read(
                 kinds=chosen,
                 events=events,
             )
-            return cluster_line(await capacity_task, rows), rows
-        finally:
-            client.close()
+            return cluster_line(await capacity_task, rows, await mode_task), rows
 
     return asyncio.run(read())
 
@@ -189,6 +220,34 @@ def _kind_names() -> list[str]:
     from bellows.kube.adapters import ALL_KINDS as KINDS
 
     return sorted(k.kind.lower() for k in KINDS)
+
+
+DEFAULT_LEASE = "bellows-system/bellows-controller"  # the chart's leaderElection defaults
+
+
+class _LeaseName(click.ParamType):  # type: ignore[type-arg]
+    """``NAMESPACE/NAME`` of a Lease, both DNS-1123 labels."""
+
+    name = "namespace/name"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import re
+
+        if isinstance(value, tuple):
+            return value
+        namespace, _, name = str(value).partition("/")
+        label = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+        if not (
+            label.fullmatch(namespace)
+            and re.fullmatch(r"[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?", name)
+        ):
+            self.fail(
+                f"{value!r} is invalid: expected NAMESPACE/NAME, each lowercase letters, digits "
+                "and '-' (the name also '.')",
+                param,
+                ctx,
+            )
+        return namespace, name
 
 
 class _KindChoice(click.Choice):  # type: ignore[type-arg]
@@ -231,6 +290,15 @@ class _KindChoice(click.Choice):  # type: ignore[type-arg]
     help="Read Bellows' Events too (one list), for the jobs its journal says nothing of yet.",
 )
 @click.option(
+    "--controller-lease",
+    "lease",
+    type=_LeaseName(),
+    default=DEFAULT_LEASE,
+    show_default=True,
+    help="The controller's leader-election Lease (NAMESPACE/NAME): its bellows.io/mode is the "
+    "mode on the cluster line (unknown when no controller holds it).",
+)
+@click.option(
     "--cluster",
     type=ClusterFile(),
     default=None,
@@ -247,6 +315,7 @@ def status(
     output: str | None,
     no_headers: bool,
     events: bool,
+    lease: tuple[str, str],
     cluster: ClusterProfile | None,
 ) -> None:
     """Show what Bellows decided for each opted-in job, and why.
@@ -255,8 +324,8 @@ def status(
     skipped), GPUs now and the last decision's target, batch now, predicted and learned
     samples/s at that allocation, restarts, how long it waited to start, and the reason of
     the last decision; first a line on the cluster (GPUs of the ready nodes, in use, jobs
-    per state). Read-only: the jobs' bellows.io/ annotations and Bellows' Events, one list
-    per kind.
+    per state, and the controller's mode). Read-only: the jobs' bellows.io/ annotations and
+    Bellows' Events, one list per kind.
     """
     import json
 
@@ -273,6 +342,7 @@ def status(
             kinds=kinds,
             events=events,
             cluster=cluster or default_cluster(),
+            lease=lease,
         )
     except Exception as err:  # no API server, forbidden, a bad kubeconfig: one line
         from bellows.inputs import brief
@@ -290,15 +360,16 @@ def status(
 
             click.echo(yaml.safe_dump(document, sort_keys=False), nl=False)
         return
-    if not no_headers:
-        click.echo(cluster_text(line))
-    lines = table(rows, wide=output == "wide", namespaces=where is None, headers=not no_headers)
+    lines = [] if no_headers else [cluster_text(line)]
     if not rows and not no_headers:
         scope = "any namespace" if where is None else f"namespace {where}"
-        click.echo(f"No opted-in jobs found in {scope}.")
-        return
-    for text in lines:
-        click.echo(text)
+        lines.append(f"No opted-in jobs found in {scope}.")
+    else:
+        lines += table(
+            rows, wide=output == "wide", namespaces=where is None, headers=not no_headers
+        )
+    if lines:
+        click.echo("\n".join(lines))  # one write: 10 000 rows are one page of output
 
 
 def kubectl_bellows() -> None:

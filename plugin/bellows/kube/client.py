@@ -24,6 +24,7 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
 from bellows.kube import kueue
+from bellows.kube.errors import ConflictError, ExpiredError, NotFoundError
 from bellows.kube.kinds import KindAdapter
 
 __all__ = ["ConflictError", "ExpiredError", "KubeApi", "NotFoundError", "client_from_config"]
@@ -32,18 +33,6 @@ T = TypeVar("T")
 Obj = dict[str, Any]
 PAGE = 500  # jobs per list request: about 1.5 MB of JSON
 NODE_PAGE = 100  # nodes per list request: a node's status lists its images, often 20+ kB
-
-
-class NotFoundError(Exception):
-    """The object (or its namespace) does not exist."""
-
-
-class ConflictError(Exception):
-    """The object changed since the ``resourceVersion`` a write was computed from."""
-
-
-class ExpiredError(Exception):
-    """A watch asked for a ``resourceVersion`` the server no longer keeps: list again."""
 
 
 def _translate(err: ApiException) -> Exception:
@@ -389,6 +378,14 @@ class KubeApi:
         except (NotFoundError, ConflictError):
             return False
         return True
+
+    async def get_lease(self, namespace: str, name: str) -> Obj | None:
+        """The ``coordination.k8s.io/v1`` Lease, or ``None`` when it does not exist."""
+        coordination = k8s.CoordinationV1Api(self.api_client)
+        try:
+            return self._plain(await _call(coordination.read_namespaced_lease, name, namespace))
+        except NotFoundError:
+            return None
 
     async def get_batch_job(self, namespace: str, name: str) -> Obj | None:
         try:

@@ -85,6 +85,9 @@ FIT = PREFIX + "fit"  # JobProfile JSON: the profile refitted to the job's progr
 REASON = PREFIX + "reason"  # why the last decision on the job, one sentence (bellows status)
 RESTARTS = PREFIX + "restarts"  # how many times Bellows resumed the job after a halt
 STARTED_AT = PREFIX + "started-at"  # when Bellows first started the job (RFC 3339)
+# On the controller's leader-election Lease, written by the leader with each renewal:
+MODE = PREFIX + "mode"  # the core's mode, "paper" or "bellows" (the cluster line of status)
+COMPONENT = "bellows"  # the source.component of the Events Bellows records
 
 DEFAULT_PROFILE_KEY = "profile.json"
 PROFILE_MAX_BYTES = 64 * 1024  # a profile is a few hundred bytes; annotations hold 256 KiB

@@ -14,10 +14,10 @@ from typing import Any
 import structlog
 
 from bellows.kube.client import KubeApi
+from bellows.kube.keys import COMPONENT
 
 __all__ = ["COMPONENT", "Recorder"]
 
-COMPONENT = "bellows"
 _log = structlog.get_logger(__name__)
 
 

@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from bellows.inputs import DATA_ERRORS, brief
 from bellows.jobs import SpecError
 from bellows.kube import keys
 from bellows.kube.adapters import ALL_KINDS as KINDS
-from bellows.kube.client import KubeApi, NotFoundError
+from bellows.kube.errors import NotFoundError
 from bellows.kube.journal import Journal, Phase
 from bellows.kube.kinds import (
     KUEUE_QUEUE,
@@ -38,20 +38,38 @@ from bellows.kube.kinds import (
     parse_time,
     suspend_set,
 )
-from bellows.kube.recording import COMPONENT
 from bellows.kube.specs import build_spec
 from bellows.scaling import ClusterProfile, JobProfile, throughput
 
 __all__ = [
     "ClusterLine",
     "JobStatus",
+    "Reads",
     "State",
     "Status",
     "cluster_line",
+    "controller_mode",
     "job_status",
     "latest_events",
     "read_status",
 ]
+
+UNKNOWN = "unknown"  # the mode when no controller holds its Lease, or it says none
+
+
+class Reads(Protocol):
+    """The reads ``bellows status`` makes: :class:`bellows.kube.client.KubeApi` (the
+    official client) or :class:`bellows.kube.listing.ListingApi` (plain HTTP)."""
+
+    def list_job_pages(
+        self, kind: KindAdapter, namespace: str | None = None, *, limit: int = ...
+    ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]: ...
+
+    async def list_events(
+        self, namespace: str | None = None, *, field_selector: str | None = None
+    ) -> list[dict[str, Any]]: ...
+
+    async def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
 
 class State(StrEnum):
@@ -117,14 +135,21 @@ class JobStatus:
 @dataclass(frozen=True)
 class ClusterLine:
     """The cluster as a whole: GPUs (``None`` when the nodes cannot be read), in use by the
-    running jobs, and how many jobs are in each state."""
+    running jobs, how many jobs are in each state, and the controller's mode (``paper``,
+    ``bellows``, or ``unknown`` when no controller leads: :func:`controller_mode`)."""
 
     capacity: int | None
     in_use: int
     states: Mapping[str, int]
+    mode: str = UNKNOWN
 
     def as_dict(self) -> dict[str, Any]:
-        return {"capacity": self.capacity, "inUse": self.in_use, "jobs": dict(self.states)}
+        return {
+            "capacity": self.capacity,
+            "inUse": self.in_use,
+            "mode": self.mode,
+            "jobs": dict(self.states),
+        }
 
 
 @dataclass(frozen=True)
@@ -219,21 +244,28 @@ def job_status(
     namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
     journal = Journal.read(annotations)
     created = parse_time(meta.get("creationTimestamp"))
-    waited = _seconds(journal.started_at or now, created)
-    base = JobStatus(
-        kind=kind.kind.value, namespace=namespace, name=name, state=State.WAITING, gpus=0,
-        target=journal.target[0] if journal.target else None, batch=None, predicted=None,
-        learned=None, restarts=journal.restarts, waited_s=waited, reason="",
-        phase=None if journal.phase is None else str(journal.phase), event=event,
-    )  # fmt: skip
+
+    def row(state: State, reason: str, queue: str | None = None, **running: Any) -> JobStatus:
+        # one constructor call per job (dataclasses.replace costs as much again, 10 000 times)
+        return JobStatus(
+            kind=kind.kind.value, namespace=namespace, name=name, state=state,
+            gpus=running.get("gpus", 0), target=journal.target[0] if journal.target else None,
+            batch=running.get("batch"), predicted=running.get("predicted"),
+            learned=running.get("learned"), restarts=journal.restarts,
+            waited_s=_seconds(journal.started_at or now, created), reason=reason,
+            phase=None if journal.phase is None else str(journal.phase), queue=queue,
+            event=event,
+        )  # fmt: skip
+
     finished = finished_state(obj)
     try:
         manager = foreign_manager(obj, kind.manager)
     except SpecError as err:
-        return dataclasses.replace(base, state=State.INVALID, reason=f"invalid: {err}")
+        return row(State.INVALID, f"invalid: {err}")
     if manager is not None:
-        reason = f"skipped: spec.runPolicy.managedBy={manager} runs it; never written to"
-        return dataclasses.replace(base, state=State.SKIPPED, reason=reason)
+        return row(
+            State.SKIPPED, f"skipped: spec.runPolicy.managedBy={manager} runs it; never written to"
+        )
     suspended = suspend_set(obj)
     running = not suspended and finished is None
     state, reason = _state(journal, suspended, running, annotations)
@@ -245,27 +277,27 @@ def job_status(
         )
     labels = meta.get("labels") or {}
     queue = labels.get(KUEUE_QUEUE) or annotations.get(KUEUE_QUEUE)
-    base = dataclasses.replace(base, state=state, reason=reason, queue=queue)
     if not running or state is State.INVALID:
-        return base  # only a running job's spec is read: its GPUs, batch and speeds
+        return row(state, reason, queue)  # only a running job's spec is read: GPUs, batch, speeds
     try:
         settings = keys.parse_settings(annotations)
         view = kind.view(obj, settings.env_names)
     except SpecError as err:
-        return dataclasses.replace(base, state=State.INVALID, reason=f"invalid: {err}")
+        return row(State.INVALID, f"invalid: {err}", queue)
     except DATA_ERRORS as err:
-        return dataclasses.replace(base, state=State.INVALID, reason=f"invalid: {brief(err)}")
+        return row(State.INVALID, f"invalid: {brief(err)}", queue)
     allocation = journal.allocation
     if allocation is None or allocation[0] != view.gpus:
         allocation = None  # running at a size Bellows did not journal: its owner's
     profile = _profile(settings, namespace, configmaps)
-    return dataclasses.replace(
-        base,
+    return row(
+        state,
+        reason,
+        view.queue,
         gpus=view.gpus,
         batch=allocation[1] if allocation else None,
         predicted=_speed(view, settings, profile, allocation, cluster),
         learned=_speed(view, settings, _fit(annotations), allocation, cluster),
-        queue=view.queue,
     )
 
 
@@ -288,16 +320,35 @@ def latest_events(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     return {uid: text for uid, (_, text) in newest.items()}
 
 
-def cluster_line(capacity: int | None, jobs: Sequence[JobStatus]) -> ClusterLine:
+def cluster_line(
+    capacity: int | None, jobs: Sequence[JobStatus], mode: str = UNKNOWN
+) -> ClusterLine:
     states = {str(s): 0 for s in State}
     for job in jobs:
         states[str(job.state)] += 1
     in_use = sum(job.gpus for job in jobs if job.state is State.RUNNING)
-    return ClusterLine(capacity, in_use, states)
+    return ClusterLine(capacity, in_use, states, mode)
+
+
+def controller_mode(lease: Mapping[str, Any] | None, *, now: datetime) -> str:
+    """The mode the controller leading through ``lease`` runs in (its ``bellows.io/mode``,
+    written with each renewal), or ``unknown``: no Lease, nobody holds it, its holder has
+    not renewed it within its duration (no controller runs), or it says no mode."""
+    if not lease:
+        return UNKNOWN
+    spec = lease.get("spec") or {}
+    renewed = parse_time(spec.get("renewTime")) if spec.get("renewTime") else None
+    duration = spec.get("leaseDurationSeconds")
+    if not spec.get("holderIdentity") or renewed is None or not isinstance(duration, int):
+        return UNKNOWN
+    if renewed + timedelta(seconds=duration) < now:
+        return UNKNOWN
+    mode = ((lease.get("metadata") or {}).get("annotations") or {}).get(keys.MODE)
+    return mode if mode in ("paper", "bellows") else UNKNOWN
 
 
 async def _configmap_profiles(
-    api: KubeApi, refs: Iterable[tuple[str, str, str]]
+    api: Reads, refs: Iterable[tuple[str, str, str]]
 ) -> dict[tuple[str, str, str], JobProfile]:
     """The profiles the jobs name in ConfigMaps: each ConfigMap read once."""
     out: dict[tuple[str, str, str], JobProfile] = {}
@@ -328,7 +379,7 @@ def _configmap_ref(obj: Mapping[str, Any]) -> tuple[str, str, str] | None:
 
 
 async def read_status(
-    api: KubeApi,
+    api: Reads,
     *,
     now: datetime,
     cluster: ClusterProfile,
@@ -354,7 +405,9 @@ async def read_status(
     async def newest_events() -> dict[str, str]:
         if not events:
             return {}
-        return latest_events(await api.list_events(namespace, field_selector=f"source={COMPONENT}"))
+        return latest_events(
+            await api.list_events(namespace, field_selector=f"source={keys.COMPONENT}")
+        )
 
     events_listed = asyncio.create_task(newest_events())
     try:

@@ -33,9 +33,9 @@ import structlog
 import urllib3
 from kubernetes.client.rest import ApiException
 
-from bellows.inputs import DATA_ERRORS, SpecError, brief, parse_quantity, shown
-from bellows.jobs import MAX_GPUS
+from bellows.inputs import DATA_ERRORS, SpecError, brief
 from bellows.kube import ConflictError, ExpiredError, KubeApi, NotFoundError
+from bellows.kube.nodes import node_gpus, node_name
 from bellows.service.config import MAX_CLUSTER_GPUS, CapacitySettings
 
 __all__ = [
@@ -58,28 +58,6 @@ RETRY_S = (1.0, 30.0)  # first and longest wait after a failed list or watch
 def node_selector(settings: CapacitySettings) -> str | None:
     """The label selector of the counted nodes (``None``: every node)."""
     return ",".join(f"{k}={v}" for k, v in settings.node_selector.items()) or None
-
-
-def node_gpus(node: Mapping[str, Any], resource: str) -> int:
-    """The GPUs ``node`` offers new pods: its allocatable ``resource`` when it is Ready and
-    not cordoned, else 0. :class:`SpecError` when that allocatable is not a whole number of
-    GPUs in [0, MAX_GPUS] (the API server never stores one; a proxy or a bug might)."""
-    name = shown(_name(node))
-    status = node.get("status") or {}
-    value = (status.get("allocatable") or {}).get(resource)
-    if value is None:
-        return 0
-    field = f"node {name}: status.allocatable.{resource}"
-    amount = parse_quantity(field, value, maximum=MAX_GPUS)
-    if amount.denominator != 1:
-        raise SpecError(field, value, "a whole number of GPUs")
-    if (node.get("spec") or {}).get("unschedulable") is True:
-        return 0
-    ready = any(
-        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-    return int(amount) if ready else 0
 
 
 class NoGpuNodeError(SpecError):
@@ -139,7 +117,7 @@ class NodeGpus:
 
     def put(self, node: Mapping[str, Any]) -> None:
         """Count ``node`` as it is now (added or changed)."""
-        name = _name(node)
+        name = node_name(node)
         advertised = False
         try:
             advertised = self._resource in ((node.get("status") or {}).get("allocatable") or {})
@@ -165,7 +143,7 @@ class NodeGpus:
 
     def remove(self, node: Mapping[str, Any]) -> None:
         """``node`` is gone (or no longer matches the selector)."""
-        name = _name(node)
+        name = node_name(node)
         self._lapse(name, self._gpus.pop(name, 0))
         self._advertised.discard(name)
         self._bad.pop(name, None)
@@ -173,12 +151,6 @@ class NodeGpus:
 
 def _cordoned(node: Mapping[str, Any]) -> bool:
     return (node.get("spec") or {}).get("unschedulable") is True
-
-
-def _name(node: Mapping[str, Any]) -> str:
-    meta = node.get("metadata")
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    return name if isinstance(name, str) else ""
 
 
 async def list_capacity(
@@ -193,7 +165,7 @@ async def list_capacity(
         version = page_version  # the last page's: watch from it
         for node in page:
             gpus.put(node)
-            seen.add(_name(node))
+            seen.add(node_name(node))
     for name in sorted(gpus.names - seen):
         gpus.remove({"metadata": {"name": name}})
     return gpus, version

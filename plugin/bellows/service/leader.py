@@ -27,7 +27,7 @@ import math
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -119,7 +119,9 @@ class LeaderElector:
 
     ``clock`` stamps the Lease's times; ``monotonic`` measures durations (both injectable
     for tests). ``on_change(True)`` is called once leadership is won, ``on_change(False)``
-    once the lead task of a term has ended.
+    once the lead task of a term has ended. ``annotations`` are written on the Lease with
+    each acquire and renewal (the controller's ``bellows.io/mode``, which ``bellows status``
+    reads with the holder: a mode on a Lease nobody renews is no controller's).
     """
 
     def __init__(
@@ -136,6 +138,7 @@ class LeaderElector:
         clock: Callable[[], datetime] = _utcnow,
         monotonic: Callable[[], float] = time.monotonic,
         on_change: Callable[[bool], None] | None = None,
+        annotations: Mapping[str, str] | None = None,
     ) -> None:
         for key, value in (
             ("lease_duration_s", lease_duration_s),
@@ -168,6 +171,7 @@ class LeaderElector:
         self._clock = clock
         self._monotonic = monotonic
         self._on_change = on_change
+        self.annotations = dict(annotations or {})
         self._leading = False
         self._observed: LeaseRecord | None = None
         self._observed_at = 0.0  # monotonic time the observed record was first seen
@@ -182,6 +186,7 @@ class LeaderElector:
         lease: str,
         identity: str | None = None,
         on_change: Callable[[bool], None] | None = None,
+        annotations: Mapping[str, str] | None = None,
     ) -> LeaderElector:
         """An elector for ``lease`` (``settings.controller_lease`` or ``bridge_lease``)."""
         return cls(
@@ -194,6 +199,7 @@ class LeaderElector:
             retry_period_s=settings.retry_period_s,
             stop_grace_s=settings.stop_grace_s,
             on_change=on_change,
+            annotations=annotations,
         )
 
     @property
@@ -389,6 +395,8 @@ class LeaderElector:
         if read is not None:
             # Keep labels/annotations others set; the resourceVersion makes the write conditional.
             meta = self._api.api_client.sanitize_for_serialization(read.metadata)
+        if self.annotations:
+            meta["annotations"] = {**(meta.get("annotations") or {}), **self.annotations}
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",

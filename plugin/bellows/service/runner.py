@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 
 import structlog
@@ -32,7 +32,7 @@ from bellows.bus import (
 )
 from bellows.inputs import brief
 from bellows.jobs import SpecError
-from bellows.kube import Actuator, JobReader, KindAdapter, KubeApi, Outcome
+from bellows.kube import Actuator, JobReader, KindAdapter, KubeApi, Outcome, keys
 from bellows.kube.adapters import ALL_KINDS, KINDS
 from bellows.kube.client import client_from_config
 from bellows.optimizer.solving import RENT
@@ -176,8 +176,10 @@ async def _led(
     lead: Lead,
     stop: asyncio.Event,
     health: Health,
+    annotations: Mapping[str, str] | None = None,
 ) -> None:
-    """Run ``lead`` while this process holds ``lease`` (or always, without election)."""
+    """Run ``lead`` while this process holds ``lease`` (or always, without election),
+    ``annotations`` on the Lease while it does."""
     settings = config.leader_election
     if not settings.enabled:
         health.set_ready("leader", True)
@@ -195,6 +197,7 @@ async def _led(
         on_change=lambda leading: health.set_ready(
             "leader", True, "leading" if leading else "standby"
         ),
+        annotations=annotations,
     )
     await elector.run(lead, stop)
 
@@ -423,7 +426,7 @@ async def _run_controller(
 
         await _led(
             config, api.api_client, lease=config.leader_election.controller_lease, lead=lead,
-            stop=stop, health=health,
+            stop=stop, health=health, annotations={keys.MODE: str(config.controller.mode)},
         )  # fmt: skip
 
 

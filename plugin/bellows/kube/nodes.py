@@ -1,0 +1,43 @@
+"""The GPUs a Node offers new pods, read from its status as the scheduler sees it.
+
+Apart from the controller's capacity watch (:mod:`bellows.service.capacity`) so that
+``bellows status`` can sum the nodes' GPUs without importing the controller's side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bellows.inputs import SpecError, parse_quantity, shown
+from bellows.jobs import MAX_GPUS
+
+__all__ = ["node_gpus", "node_name"]
+
+
+def node_name(node: Mapping[str, Any]) -> str:
+    meta = node.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) else ""
+
+
+def node_gpus(node: Mapping[str, Any], resource: str) -> int:
+    """The GPUs ``node`` offers new pods: its allocatable ``resource`` when it is Ready and
+    not cordoned, else 0. :class:`SpecError` when that allocatable is not a whole number of
+    GPUs in [0, MAX_GPUS] (the API server never stores one; a proxy or a bug might)."""
+    name = shown(node_name(node))
+    status = node.get("status") or {}
+    value = (status.get("allocatable") or {}).get(resource)
+    if value is None:
+        return 0
+    field = f"node {name}: status.allocatable.{resource}"
+    amount = parse_quantity(field, value, maximum=MAX_GPUS)
+    if amount.denominator != 1:
+        raise SpecError(field, value, "a whole number of GPUs")
+    if (node.get("spec") or {}).get("unschedulable") is True:
+        return 0
+    ready = any(
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    return int(amount) if ready else 0
