@@ -21,6 +21,7 @@ from bellows.scaling import MODEL_EFFICIENCY, default_cluster
 from bellows.sim import run
 from bellows.sim.comparing import jobs_csv_over_commit
 from bellows.sim.metrics import write_jobs_csv
+from bellows.sim.nodes import Nodes
 from bellows.sim.pollux import POLLUX_INTERVAL_S, PolluxPolicy, Retune
 from bellows.sim.pollux.packing import Packer, Placement, node_sizes
 from bellows.sim.pollux.policy import SPEEDUP_OFFSET
@@ -224,3 +225,14 @@ def test_every_split_checked_by_brute_force_on_a_tiny_cluster() -> None:
     assert sum(values[i, k] for i, k in enumerate(got)) == pytest.approx(
         sum(values[i, k] for i, k in enumerate(best))
     )
+
+
+def test_nodes_take_exactly_the_placement_a_policy_chose() -> None:
+    nodes = Nodes(8, 4)
+    assert nodes.take(((1, 3), (0, 1))) == ((0, 1), (1, 3))
+    assert nodes.free == [3, 1]
+    with pytest.raises(SpecError, match=r"placement\[1\]"):
+        nodes.take(((1, 2),))
+    assert nodes.free == [3, 1]  # nothing taken
+    nodes.release(((0, 1), (1, 3)))
+    assert nodes.free == [4, 4]
