@@ -191,8 +191,8 @@ def print_pollux(runs: Sequence[PolicyRun], scenarios: Sequence[Scenario]) -> No
         pollux = by_key[(s.key, POLLUX)]
         for policy in WITH_POLLUX:
             r = by_key[(s.key, policy)]
-            rows.append([s.title.split(" (")[0].split(", E(b)")[0], policy,
-                         *_pollux_cells(r, pollux)])  # fmt: skip
+            label = s.path.stem if s.path is not None else f"bursty seed {s.seed}"
+            rows.append([label, policy, *_pollux_cells(r, pollux)])
     print(_table(["trace", "policy", *POLLUX_HEADER], rows, left=2))
 
 
