@@ -77,7 +77,7 @@ def _values_for(policy: PolluxPolicy, now: float) -> tuple[list[str], np.ndarray
 def test_fairness_gives_a_poorly_scaling_job_more_than_the_sum_of_speedups() -> None:
     good = make_job("good", weights=1_000_000, b_min=32, b_max=4096, k_max=8)
     poor = make_job("poor", weights=50_000_000, b_min=32, b_max=4096, k_max=8)
-    policy = PolluxPolicy(CONFIG, capacity=8, cluster=CLUSTER)
+    policy = PolluxPolicy(CONFIG, capacity=8, cluster=CLUSTER, explore=False)
     for job in (good, poor):
         policy.arrive(job, 0.0)
     now = 600.0  # both old enough that the restart factor is near 1 for a first start
@@ -99,7 +99,7 @@ def test_fairness_gives_a_poorly_scaling_job_more_than_the_sum_of_speedups() -> 
 
 
 def test_the_restart_factor_holds_back_a_job_moved_many_times() -> None:
-    policy = PolluxPolicy(CONFIG, capacity=8, cluster=CLUSTER)
+    policy = PolluxPolicy(CONFIG, capacity=8, cluster=CLUSTER, explore=False)
     policy.arrive(make_job("a", k_max=8), 0.0)
     (start,) = policy.step(60.0, lambda name: 0)
     assert isinstance(start, Start)
@@ -236,3 +236,18 @@ def test_nodes_take_exactly_the_placement_a_policy_chose() -> None:
     assert nodes.free == [3, 1]  # nothing taken
     nodes.release(((0, 1), (1, 3)))
     assert nodes.free == [4, 4]
+
+
+def test_the_exploration_cap_at_most_doubles_a_job_each_round() -> None:
+    free_moves = AutoscalerConfig(delta_s=POLLUX_INTERVAL_S, restart_cost_s=0.0)  # factor 1
+    policy = PolluxPolicy(free_moves, capacity=16, cluster=CLUSTER)
+    policy.arrive(make_job("a", k_max=16, weights=1_000_000), 0.0)
+    held = []
+    for now in (60.0, 120.0, 180.0, 240.0, 300.0, 360.0):
+        policy.step(now, lambda name: 0)
+        held.append(sum(g for _, g in policy.placement("a")))
+    assert held == [1, 2, 4, 8, 16, 16]  # alone and scaling well, it doubles up to the cluster
+    free = PolluxPolicy(free_moves, capacity=16, cluster=CLUSTER, explore=False)
+    free.arrive(make_job("a", k_max=16, weights=1_000_000), 0.0)
+    free.step(60.0, lambda name: 0)
+    assert sum(g for _, g in free.placement("a")) == 16

@@ -25,6 +25,11 @@ Every ``interval_s`` (Pollux's 60 s; the config's ``delta_s``) it re-optimises e
   then start on what is left at their smallest count. The batch follows the placement.
 * **Batch.** A job that keeps its placement but whose best batch moved (its progress step
   changed) retunes in place (:class:`Retune`), without a restart, as AdaptDL does.
+* **Exploration cap** (``explore``, on by default). A job gets at most twice the most GPUs
+  it has run on (before its first start: its smallest feasible count, 1 mostly), as Pollux's
+  scheduler and simulator bound its ``max_replicas``: its throughput model is fitted online
+  and not trusted far beyond what it has seen. Here the model is the true one from the
+  start, so the cap only reproduces how Pollux ramps a job up.
 
 Jobs are never rejected (a queue); progress is what the running jobs report each round
 (``step(now, steps)``: the step of its work each has reached, as AdaptDL's agents report
@@ -79,17 +84,26 @@ class _Job:
     step: int = 0  # progress step as last reported (speedups.progress_step)
     started: bool = False
     restarts: int = 0  # Pollux's S_j: re-allocations since the first start
+    most: int = 0  # the most GPUs it has run on (the exploration cap's measure)
 
 
 class PolluxPolicy:
     """The Pollux reference in a simulation run (module docstring); the simulator drives it
     as it drives :class:`bellows.autoscaler.Autoscaler`, and takes its placements."""
 
-    def __init__(self, config: AutoscalerConfig, *, capacity: int, cluster: ClusterProfile) -> None:
+    def __init__(
+        self,
+        config: AutoscalerConfig,
+        *,
+        capacity: int,
+        cluster: ClusterProfile,
+        explore: bool = True,
+    ) -> None:
         if not config.delta_s > 0:
             raise SpecError("delta_s", config.delta_s, "seconds > 0 between Pollux's rounds")
         self._config = config
         self.interval_s = config.delta_s
+        self.explore = explore
         self._capacity = capacity
         self._sizes = node_sizes(capacity, cluster.gpus_per_node)
         self._cache = RowCache(cluster)
@@ -195,6 +209,8 @@ class PolluxPolicy:
                 kept = row.goodput(job.gpus, len(job.placement)) / base * scale
                 row_values[job.gpus] = -1.0 / (kept + SPEEDUP_OFFSET)
             row_values[0] = -1.0 / SPEEDUP_OFFSET
+            if self.explore:  # at most twice the most GPUs it has run on, or its least
+                row_values[max(2 * job.most, int(feasible[0]), job.gpus) + 1 :] = -np.inf
             values[i, : row_values.size] = row_values
         return values
 
@@ -253,6 +269,7 @@ class PolluxPolicy:
             elif batch != job.batch:
                 moves.append(Retune(name, batch))
             job.gpus, job.batch, job.placement = gpus, batch, placed
+            job.most = max(job.most, gpus)
         return halts + moves
 
     def _advance(self, now: float) -> None:
