@@ -29,6 +29,14 @@ efficiency charged by the simulator to every policy (issue 29: a job of a model 
 data progresses in reference samples, ``EfficiencyProfile.progress_after``), printed as the
 real traces are, beside the uncharged runs; the targets stay those of the uncharged runs.
 
+With ``--pollux`` it runs instead the comparison of issue 29 with the Pollux reference
+(:mod:`bellows.sim.pollux`, our reimplementation of Pollux's published policy): the eight Pollux
+workloads (64 GPUs, 16 nodes of 4) and the bursty seeds, statistical efficiency charged and jobs
+placed on nodes for every policy (paper mode, the baseline, Bellows mode, Pollux), and prints
+avg and p99 JCT, restarts per job, the job-time spread over more nodes than needed and the
+GPU-time idle beside waiting jobs, with each policy's avg JCT over Pollux's; then issue 29's
+targets against Pollux (medians over workloads and over seeds).
+
 Runs are independent and go ``--workers`` at a time in separate processes. Exit status 1 when a
 target is missed.
 """
@@ -48,6 +56,7 @@ from bellows.cli.data import DATA_ENV, data_folder, no_data_folder
 from bellows.sim.comparing import (
     COLUMNS,
     POLICIES,
+    POLLUX,
     POLLUX_GPUS,
     PolicyRun,
     Scenario,
@@ -139,6 +148,166 @@ def charged_scenarios(scenarios: Sequence[Scenario]) -> list[Scenario]:
     return [s.charged() for s in scenarios if s.source is not Source.ITP]
 
 
+WITH_POLLUX = (*POLICIES, POLLUX)
+
+
+def _restarts(r: PolicyRun) -> float:
+    """Restarts per job: rescales and resumes after a suspension (each pays a restart)."""
+    s = r.summary
+    jobs = max(int(s["jobs_total"]), 1)
+    return (float(s["rescales_per_job"]) * jobs + int(s.get("preemptions", 0))) / jobs
+
+
+def _pollux_cells(r: PolicyRun, pollux: PolicyRun) -> list[str]:
+    s, theirs = r.summary, pollux.summary.get("avg_jct_min")
+    ratio = _ratio_text(s.get("avg_jct_min"), theirs)
+    spread = s.get("spread_job_time_share")
+    return [
+        "n/a" if s.get("avg_jct_min") is None else f"{s['avg_jct_min']:.1f}",
+        "n/a" if s.get("p99_jct_min") is None else f"{s['p99_jct_min']:.1f}",
+        ratio,
+        f"{_restarts(r):.2f}",
+        "n/a" if spread is None else f"{spread * 100:.1f} %",
+        f"{s['idle_while_waiting_share'] * 100:.1f} %",
+        str(row(r)["unfinished"]),
+        str(r.over_commit),
+    ]
+
+
+def _ratio_text(mine: object, theirs: object) -> str:
+    if not isinstance(mine, int | float) or not isinstance(theirs, int | float) or theirs <= 0:
+        return "n/a"
+    return f"{mine / theirs:.3f}"
+
+
+POLLUX_HEADER = ["avg JCT (min)", "p99 JCT (min)", "avg JCT / Pollux", "restarts/job",
+                 "spread", "idle beside waiting", "unfinished", "over-commit"]  # fmt: skip
+
+
+def print_pollux(runs: Sequence[PolicyRun], scenarios: Sequence[Scenario]) -> None:
+    by_key = {(r.scenario, r.policy): r for r in runs}
+    rows = []
+    for s in scenarios:
+        pollux = by_key[(s.key, POLLUX)]
+        for policy in WITH_POLLUX:
+            r = by_key[(s.key, policy)]
+            label = s.path.stem if s.path is not None else f"bursty seed {s.seed}"
+            rows.append([label, policy, *_pollux_cells(r, pollux)])
+    print(_table(["trace", "policy", *POLLUX_HEADER], rows, left=2))
+
+
+def pollux_targets(
+    workloads: Sequence[Scenario], seeds: Sequence[Scenario], runs: Sequence[PolicyRun]
+) -> list[tuple[str, str, str, bool]]:
+    """Issue 29's targets against the Pollux reference: ``(name, measured, limit, met)``."""
+    by_key = {(r.scenario, r.policy): r for r in runs}
+
+    def ratios(scenarios: Sequence[Scenario], key: str, other: str) -> list[float]:
+        out = []
+        for s in scenarios:
+            mine = by_key[(s.key, "bellows")].summary.get(key)
+            theirs = by_key[(s.key, other)].summary.get(key)
+            ok = isinstance(mine, int | float) and isinstance(theirs, int | float) and theirs > 0
+            out.append(float(mine) / float(theirs) if ok else float("inf"))  # type: ignore[arg-type]
+        return out
+
+    out = []
+    if workloads:
+        jct = ratios(workloads, "avg_jct_min", POLLUX)
+        med, worst = statistics.median(jct), max(jct)
+        out.append(("avg JCT Bellows / Pollux, median workload", f"{med:.3f}", "<= 0.95",
+                    med <= 0.95))  # fmt: skip
+        out.append(("avg JCT Bellows / Pollux, worst workload", f"{worst:.3f}", "<= 1.05",
+                    worst <= 1.05))  # fmt: skip
+        restarts = [_restarts(by_key[(s.key, "bellows")])
+                    / max(_restarts(by_key[(s.key, POLLUX)]), 1e-9) for s in workloads]  # fmt: skip
+        worst = max(restarts)
+        out.append(("restarts/job Bellows / Pollux, worst workload", f"{worst:.2f}",
+                    "<= 1.5", worst <= 1.5))  # fmt: skip
+    if seeds:
+        for other, limit in (("paper", 0.33), ("baseline", 0.55)):
+            med = statistics.median(ratios(seeds, "avg_jct_min", other))
+            out.append((f"bursty avg JCT Bellows / {other}, median seed", f"{med:.3f}",
+                        f"<= {limit}", med <= limit))  # fmt: skip
+        med = statistics.median(ratios(seeds, "avg_jct_min", POLLUX))
+        out.append(("bursty avg JCT Bellows / Pollux, median seed", f"{med:.3f}", "(shown)",
+                    True))  # fmt: skip
+    spread = [by_key[(s.key, "bellows")].summary.get("spread_job_time_share") or 0.0
+              for s in [*workloads, *seeds]]  # fmt: skip
+    worst = max(spread, default=0.0)
+    out.append(("Bellows job-time spread over more nodes than needed, worst trace",
+                f"{worst:.1%}", "<= 5 %", worst <= 0.05))  # fmt: skip
+    over = max((r.over_commit for r in runs), default=0)
+    out.append(("GPUs over-committed (jobs.csv), every run", f"most {over}", "0", over == 0))
+    return out
+
+
+def pollux_main(args: argparse.Namespace) -> int:
+    """``--pollux``: every policy beside the Pollux reference (the module docstring)."""
+    started = time.perf_counter()
+    seeds = [bursty(s, gpus=args.gpus, minutes=args.minutes, period_min=args.period_min)
+             .charged().placed() for s in args.seeds]  # fmt: skip
+    workloads = []
+    if args.real:
+        for i in args.workloads:
+            path = args.data / "pollux" / "workloads" / f"workload-{i}.csv"
+            workloads.append(imported(Source.POLLUX, path, gpus=POLLUX_GPUS).charged().placed())
+    scenarios = [*workloads, *seeds]
+    tasks = [(s, p) for s in scenarios for p in WITH_POLLUX]
+    print(f"{len(tasks)} runs, {args.workers} at a time; efficiency charged and jobs placed on "
+          f"nodes for every policy; restart cost {args.restart_s:g} s per halt charged to "
+          "every policy; Pollux = our reimplementation of Pollux's policy (60 s rounds)",
+          flush=True)  # fmt: skip
+
+    def done(r: PolicyRun) -> None:
+        print(f"  {r.scenario:<36} {r.policy:<8} {r.wall_s:7.1f} s", flush=True)
+
+    runs = run_many(tasks, workers=args.workers, restart_s=args.restart_s, on_done=done,
+                    min_runtime_s=args.min_runtime_s)  # fmt: skip
+    if workloads:
+        print("\n== the eight Pollux workloads, 64 GPUs (16 nodes of 4), E(b) charged, on nodes")
+        print_pollux(runs, workloads)
+    if seeds:
+        print(f"\n== {seeds[0].title.rsplit(', seed', 1)[0]}, queue, E(b) charged, on nodes")
+        print_pollux(runs, seeds)
+        by_key = {(r.scenario, r.policy): r for r in runs}
+        medians = []
+        for policy in WITH_POLLUX:
+            ratios = [_ratio_text(by_key[(s.key, policy)].summary.get("avg_jct_min"),
+                                  by_key[(s.key, POLLUX)].summary.get("avg_jct_min"))
+                      for s in seeds]  # fmt: skip
+            known = sorted(float(x) for x in ratios if x != "n/a")
+            medians.append([policy, f"{statistics.median(known):.3f}" if known else "n/a"])
+        print("\nmedian over seeds of avg JCT / Pollux's")
+        print(_table(["policy", "avg JCT / Pollux"], medians))
+    targets = pollux_targets(workloads, seeds, runs)
+    print("\n== targets (issue 29, against the Pollux reference)")
+    print(
+        _table(
+            ["target", "measured", "limit", "met"],
+            [[n, v, lim, "yes" if met else "NO"] for n, v, lim, met in targets],
+            left=4,
+        )
+    )
+    wall = time.perf_counter() - started
+    print(f"\nwall time {wall:.0f} s")
+    missed = [n for n, _, _, met in targets if not met]
+    if missed:
+        print(f"MISSED: {'; '.join(missed)}")
+        return 1
+    print("all targets met")
+    return 0
+
+
+def _pollux_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pollux", action="store_true",
+                        help="instead: every policy beside the Pollux reference (issue 29), "
+                             "efficiency charged and jobs on nodes")  # fmt: skip
+    parser.add_argument("--workloads", type=int, nargs="+", default=list(range(1, 9)),
+                        choices=range(1, 9), metavar="N",
+                        help="with --pollux: which Pollux workloads (1-8)")  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
@@ -158,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="also the bursty seeds and Pollux workloads, efficiency charged",
     )
+    _pollux_arguments(parser)
     parser.add_argument("--data", type=Path, default=data_folder(),
                         help=f"folder of the real traces (default: ${DATA_ENV}, else "
                              "shared/data beside the checkout)")  # fmt: skip
@@ -167,8 +337,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.real and args.data is None:
         parser.error(no_data_folder() + "; or --skip-real")
     started = time.perf_counter()
-    given = sys.argv[1:] if argv is None else list(argv)
-    print("$ python " + shlex.join(["benchmarks/policies.py", *given]))
+    print("$ python " + shlex.join(["benchmarks/policies.py", *(sys.argv[1:] if argv is None
+                                                                 else argv)]))  # fmt: skip
+    if args.pollux:
+        return pollux_main(args)
     seeds = {s: bursty(s, gpus=args.gpus, minutes=args.minutes, period_min=args.period_min)
              for s in args.seeds}  # fmt: skip
     real = real_scenarios(args.data) if args.real else []

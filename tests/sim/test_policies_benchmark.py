@@ -217,3 +217,17 @@ def test_policies_charge_every_one_the_same_restart_cost() -> None:
     assert all(c.queue for c in configs.values())
     assert configs["baseline"].delta_s == 0.0
     assert configs["paper"].delta_s == 600.0
+
+
+def test_pollux_mode_prints_every_policy_beside_the_reference(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = _benchmark().main([*SMALL, "--skip-real", "--workers", "1", "--pollux"])
+    out = capsys.readouterr().out
+    rows = [[c.strip() for c in line.split("|")] for line in out.splitlines() if "|" in line]
+    mine = {r[1]: r for r in rows if r[0] == "bursty seed 1"}
+    assert set(mine) == {*POLICIES, "pollux"}
+    assert mine["pollux"][4] == "1.000"  # avg JCT / Pollux
+    assert all(r[-1] == "0" for r in mine.values())  # never over-committed
+    assert "avg JCT Bellows / Pollux, median seed" in out
+    assert (code == 0) == ("all targets met" in out) != ("MISSED" in out)

@@ -73,10 +73,36 @@ def describe_run(result: SimResult, summary: Mapping[str, Any] | None = None) ->
     )
 
 
+def _pollux_settings(
+    policy: str, placement: str | None, delta_min: float | None, given: Mapping[str, object]
+) -> tuple[bool, str, str | None, float | None]:
+    """``(pollux, policy, placement, delta_min)``: ``--policy pollux`` is the elastic core's
+    settings for the Pollux reference, on nodes, every minute by default; it takes only the
+    options it models (``given``: the others, ``None`` where not given)."""
+    if policy != "pollux":
+        return False, policy, placement, delta_min
+    extra = [name for name, value in given.items() if value is not None]
+    if extra:
+        raise click.UsageError(
+            f"--policy pollux does not take {', '.join(extra)}: the Pollux reference has a "
+            "queue, rounds every --delta-min, per-node placement and --restart-cost-s, "
+            "--efficiency and --cluster; nothing else"
+        )
+    return True, "elastic", "nodes", 1.0 if delta_min is None else delta_min
+
+
 @click.command("simulate")
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--gpus", type=BoundedInt(1, MAX_GPUS), required=True, help="Cluster size.")
-@click.option("--policy", type=click.Choice(POLICIES), default="elastic")
+@click.option(
+    "--policy",
+    type=click.Choice([*POLICIES, "pollux"]),
+    default="elastic",
+    show_default=True,
+    help="elastic: the best batch per GPU count; baseline: the owner's batch; pollux: the "
+    "Pollux reference (our reimplementation of Pollux's published policy, OSDI'21, to "
+    "compare with: every --delta-min, default 1, per-node placement; docs/simulator.md).",
+)
 @click.option(
     "--paper",
     is_flag=True,
@@ -125,10 +151,9 @@ def describe_run(result: SimResult, summary: Mapping[str, Any] | None = None) ->
 @click.option(
     "--placement",
     type=click.Choice(["nodes", "fewest"]),
-    default="fewest",
-    show_default=True,
     help="nodes: place jobs on the cluster's nodes and charge each its placement's step "
-    "time (issue 29, opt in); fewest: every job on the fewest nodes (the paper's model).",
+    "time (issue 29, opt in); fewest: every job on the fewest nodes (the paper's model). "
+    "[default: fewest; --policy pollux: nodes, the only one it takes]",
 )
 @click.option("--horizon-min", type=FiniteFloat(0, MAX_HORIZON_MIN, open_min=True),
               help="Count jobs completed up to here (default: the whole run).")  # fmt: skip
@@ -161,7 +186,7 @@ def simulate(
     hysteresis: float | None,
     backfill: bool | None,
     node_counts: bool | None,
-    placement: str,
+    placement: str | None,
     horizon_min: float | None,
     cluster: ClusterProfile | None,
     out: Path,
@@ -173,6 +198,14 @@ def simulate(
     """Simulate TRACE; write summary.json, jobs.csv and plots into OUT."""
     if no_learning and not wrong_priors:
         raise click.UsageError("--no-learning needs --wrong-priors")
+    pollux, policy, placement, delta_min = _pollux_settings(
+        policy, placement, delta_min,
+        {"--paper": paper or None, "--early-share": early_share, "--hysteresis": hysteresis,
+         "--backfill/--no-backfill": backfill, "--min-runtime-s": min_runtime_s,
+         "--node-counts/--any-counts": node_counts, "--no-queue": queue is False or None,
+         "--placement fewest": placement == "fewest" or None,
+         "--wrong-priors": wrong_priors or None},
+    )  # fmt: skip
     from bellows.cli.progress import steps
     from bellows.scaling import MODEL_EFFICIENCY
     from bellows.sim import run
@@ -209,18 +242,22 @@ def simulate(
                 learning = online.Learning(online.wrong_priors(jobs), learn=not no_learning)
             result = run(
                 jobs, gpus=gpus, config=config, cluster=_cluster(cluster), horizon_s=horizon,
-                learning=learning, nodes=placement == "nodes",
+                learning=learning, nodes=placement == "nodes", pollux=pollux,
                 efficiency=MODEL_EFFICIENCY if efficiency else None,
                 progress=lambda at, events: show(
                     f"{what}: {at / 60:,.0f} min simulated, {events:,} events"
                 ),
             )  # fmt: skip
             summary = result.summary() | settings_summary(config)
+            summary["policy"] = "pollux" if pollux else summary["policy"]
             with output_errors(out):
                 out.mkdir(parents=True, exist_ok=True)
                 if plotter is not None:
-                    queued = " + queue" if config.queue else ""
-                    label = f"{trace.stem}: {config.mode} {policy}{queued}"
+                    label = (
+                        f"{trace.stem}: Pollux reference" if pollux else
+                        f"{trace.stem}: {config.mode} {policy}"
+                        + (" + queue" if config.queue else "")
+                    )  # fmt: skip
                     plotter.send(result, out, label=label, summary=summary)
                 text = json.dumps(summary, indent=1) + "\n"
                 (out / "summary.json").write_text(text, encoding="utf-8")

@@ -7,7 +7,9 @@ cost per halt (the simulator charges it, the optimizer prices it):
   10 minutes, every decision waits for one;
 * ``baseline``: the owner's batch size on as many GPUs as it takes, with a round at every
   arrival and completion (Δ = 0): a plain event-driven scheduler that never changes a batch;
-* ``bellows``: Bellows mode as configured by default (:class:`AutoscalerConfig`).
+* ``bellows``: Bellows mode as configured by default (:class:`AutoscalerConfig`);
+* ``pollux`` (not in :data:`POLICIES`, asked for by name): the Pollux reference
+  (:mod:`bellows.sim.pollux`), rounds every 60 s, per-node placement, the same restart cost.
 
 A :class:`Scenario` names a trace (generated, or imported from ITP or Pollux) and a cluster
 size; :func:`run_policy` runs one policy on it, writes the run's ``jobs.csv`` and checks it
@@ -36,6 +38,7 @@ from bellows.jobs import MAX_GPUS
 from bellows.scaling import MODEL_EFFICIENCY, ClusterProfile, default_cluster
 from bellows.sim.engine import SimResult, run
 from bellows.sim.metrics import write_jobs_csv
+from bellows.sim.pollux import POLLUX_INTERVAL_S
 from bellows.sim.running import Finished, Runner, Task, collect, make_runner
 from bellows.sim.workloads.generating import BatchChoice, Pattern, WorkloadSpec, generate
 from bellows.sim.workloads.importing import gpus_for_load, import_itp, import_pollux
@@ -44,6 +47,7 @@ from bellows.sim.workloads.traces import TraceJob, fit_trace
 __all__ = [
     "COLUMNS",
     "POLICIES",
+    "POLLUX",
     "POLLUX_GPUS",
     "Column",
     "PolicyRun",
@@ -64,6 +68,8 @@ __all__ = [
 ]
 
 POLICIES: tuple[str, ...] = ("paper", "baseline", "bellows")
+POLLUX = "pollux"
+"""The Pollux reference's name as a policy (:func:`run_policy`); it always places on nodes."""
 
 POLLUX_GPUS = 64
 """The Pollux workloads' cluster: 16 nodes of 4 T4 GPUs, the size of Pollux's testbed and its
@@ -99,6 +105,7 @@ class Scenario:
     ``gpus`` of an imported trace may be ``None``: the size at which it offers load 1.
     ``charge``: the simulator charges statistical efficiency to every policy's jobs whose
     model has a profile (:data:`bellows.scaling.MODEL_EFFICIENCY`, issue 29).
+    ``nodes``: every policy's jobs are placed on nodes (``run(nodes=True)``).
     """
 
     key: str
@@ -110,6 +117,11 @@ class Scenario:
     gpus: int | None = None
     first: int | None = None
     charge: bool = False
+    nodes: bool = False
+
+    def placed(self) -> Scenario:
+        """This scenario with every job placed on nodes (key and title say so)."""
+        return replace(self, key=f"{self.key}-nodes", title=f"{self.title}, on nodes", nodes=True)
 
     def charged(self) -> Scenario:
         """This scenario with statistical efficiency charged (key and title say so)."""
@@ -196,13 +208,18 @@ def run_policy(
     """Run ``policy`` on ``scenario``; write its ``jobs.csv`` to a temporary folder and
     rebuild the GPUs held at every instant from that file alone."""
     profile = default_cluster() if cluster is None else cluster
-    config = policies(restart_s, min_runtime_s)[policy]
+    pollux = policy == POLLUX
+    config = (
+        AutoscalerConfig(restart_cost_s=restart_s, delta_s=POLLUX_INTERVAL_S) if pollux
+        else policies(restart_s, min_runtime_s)[policy]
+    )  # fmt: skip
     trace, gpus, horizon = scenario.build(profile)
     started = time.perf_counter()
     charge = MODEL_EFFICIENCY if scenario.charge else None
     result = run(
-        trace, gpus=gpus, config=config, cluster=profile, horizon_s=horizon, efficiency=charge
-    )
+        trace, gpus=gpus, config=config, cluster=profile, horizon_s=horizon, efficiency=charge,
+        nodes=scenario.nodes or pollux, pollux=pollux,
+    )  # fmt: skip
     wall = time.perf_counter() - started
     summary = result.summary()
     summary.pop("completed_over_time")

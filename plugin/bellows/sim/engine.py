@@ -41,6 +41,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import numpy as np
+import numpy.typing as npt
+
 from bellows.autoscaler import Autoscaler, AutoscalerConfig, Mode
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
 from bellows.jobs import JobSpec, SpecError
@@ -56,6 +59,8 @@ from bellows.sim.events import EventHeap, Kind
 from bellows.sim.learning import Learning, OnlineLearner, Revision, true_spec
 from bellows.sim.metrics import JobRecord, Segment, spread_share, summarize, template
 from bellows.sim.nodes import Nodes, Placement
+from bellows.sim.pollux import PolluxPolicy, Retune
+from bellows.sim.pollux.speedups import STEPS, progress_step
 from bellows.sim.workloads.traces import TraceJob
 
 __all__ = [
@@ -72,6 +77,7 @@ Progress = Callable[[float, int], None]
 """Told, every :data:`PROGRESS_EVERY` steps of a run, the simulated time and the events so far
 (a command's progress display; it must not touch the run)."""
 PROGRESS_EVERY: Final = 1024
+_NO_STEPS: Final = np.zeros(0)
 
 
 class SimulationError(RuntimeError):
@@ -123,6 +129,7 @@ class SimResult:
     inconsistent: tuple[str, ...] = ()  # jobs whose reports did not hold together
     charged: int | None = None  # jobs charged statistical efficiency; None: charging off
     nodes: bool = False  # jobs were placed on nodes (else priced on the fewest)
+    reference: str | None = None  # "pollux": the Pollux reference decided, not the core
 
     def summary(self) -> dict[str, Any]:
         """The ``summary.json`` of the run (DESIGN.md §5 keys and more)."""
@@ -133,7 +140,7 @@ class SimResult:
             span_s=self.span_s,
             capacity=self.capacity,
         )
-        out["mode"] = self.mode.value
+        out["mode"] = self.mode.value if self.reference is None else self.reference
         out["pure_swaps"] = self.stats.pure_swaps
         out["events"] = self.stats.events
         out["rounds"] = self.stats.rounds
@@ -180,6 +187,8 @@ class _Live:
     charge: EfficiencyProfile | None = None  # ``done`` counts reference samples (issue 29)
     held: Placement = ()  # (node, GPUs) while placed on nodes
     extra_nodes: int = 0  # nodes held beyond the fewest that hold its GPUs
+    # (version, progress step at ``since``, when it reaches each next step): step_at's
+    steps_seen: tuple[int, int, npt.NDArray[np.float64]] = (-1, 0, _NO_STEPS)
 
     def done_at(self, now: float) -> float:
         samples = self.rate * max(0.0, now - max(self.since, self.resume_at))
@@ -187,6 +196,22 @@ class _Live:
             return self.done + samples
         gained = float(self.charge.progress_after(self.batch, self.done, samples))
         return min(gained, self.spec.work)
+
+    def step_at(self, now: float) -> int:
+        """Which 1/STEPS of its work the job has reached at ``now`` (the Pollux reference's
+        rows): from the times it reaches each step, computed once per placement in one
+        vectorised call (integrating E(b) for every job each round was most of a run)."""
+        version, first, times = self.steps_seen
+        if version != self.version:
+            first = progress_step(self.done, self.spec.work)
+            bounds = self.spec.work * np.arange(first + 1, STEPS, dtype=np.float64) / STEPS
+            left = np.maximum(bounds - self.done, 0.0)
+            if self.charge is not None and bounds.size:
+                left = self.charge.samples_between(self.batch, self.done, bounds)
+            start = max(self.since, self.resume_at)
+            times = start + left / self.rate if self.rate > 0.0 else np.full(left.size, np.inf)
+            self.steps_seen = (self.version, first, times)
+        return first + int(np.searchsorted(times, now, side="right"))
 
     def completion_at(self) -> float:
         left = max(0.0, self.spec.work - self.done)
@@ -229,12 +254,16 @@ class _Run:
         learning: Learning | None = None,
         efficiency: Mapping[str, EfficiencyProfile] | None = None,
         nodes: bool = False,
+        pollux: bool = False,
     ) -> None:
         self.config = config
         self.nodes = Nodes(gpus, cluster.gpus_per_node) if nodes else None
         self.cluster = cluster
         self.timer = timer
-        self.auto = Autoscaler(config, capacity=gpus, cluster=cluster)
+        self.auto: Autoscaler | PolluxPolicy = (
+            PolluxPolicy(config, capacity=gpus, cluster=cluster) if pollux
+            else Autoscaler(config, capacity=gpus, cluster=cluster)
+        )  # fmt: skip
         self.capacity = gpus
         self.heap = EventHeap()
         self.learning = learning
@@ -337,6 +366,7 @@ class _Run:
             lie = self.learning.lies.get(job.spec.name)
             if lie is not None:
                 report = lie.report(report, job.spec.work)
+            assert isinstance(self.auto, Autoscaler)  # run() refuses learning with pollux
             self.revisions += self.learner.report(self.auto, job.told, report, now)
         self.schedule_report(job, now + self.learning.report_s)
 
@@ -359,7 +389,13 @@ class _Run:
 
     def round(self, now: float) -> None:
         started = self.timer()
-        decisions = self.auto.step(now)
+        if isinstance(self.auto, PolluxPolicy):
+            chosen = self.auto.step(now, lambda name: self.jobs[self.index[name]].step_at(now))
+            for tune in (d for d in chosen if isinstance(d, Retune)):
+                self.retune(self.jobs[self.index[tune.job]], tune.batch, now)
+            decisions = [d for d in chosen if not isinstance(d, Retune)]
+        else:
+            decisions = self.auto.step(now)
         self.core_s += self.timer() - started
         self.rounds += 1
         again = self.auto.next_round_at()
@@ -405,6 +441,16 @@ class _Run:
                 moves[here] = moves.get(here, 0) + 1
         return count
 
+    def retune(self, job: _Live, batch: int, now: float) -> None:
+        """A running job changes its batch in place (the Pollux reference: no restart)."""
+        job.done = job.done_at(now)
+        job.close_segment(now)
+        job.batch = batch
+        job.rate = throughput(job.spec, job.gpus, batch, self.cluster, nodes=len(job.held))
+        job.since, job.resume_at = now, max(job.resume_at, now)  # a pause still running goes on
+        job.version += 1
+        self.heap.push(job.completion_at(), Kind.COMPLETION, self.index[job.spec.name], job.version)
+
     def halt(self, job: _Live, now: float) -> None:
         """A rescale's first half: the job stops and gives its GPUs back."""
         job.done = job.done_at(now)
@@ -439,7 +485,10 @@ class _Run:
             job.rate = throughput(job.spec, gpus, batch, self.cluster)
         else:
             try:
-                job.held = self.nodes.place(gpus)
+                if isinstance(self.auto, PolluxPolicy):  # it places its jobs itself
+                    job.held = self.nodes.take(self.auto.placement(job.spec.name))
+                else:
+                    job.held = self.nodes.place(gpus)
             except SpecError as error:
                 raise SimulationError(f"t={now}: {job.spec.name}: {error}") from None
             job.extra_nodes = len(job.held) - self.nodes.fewest(gpus)
@@ -467,6 +516,7 @@ def run(
     progress: Progress | None = None,
     efficiency: Mapping[str, EfficiencyProfile] | None = None,
     nodes: bool = False,
+    pollux: bool = False,
 ) -> SimResult:
     """Simulate ``trace`` on ``gpus`` GPUs under ``config`` until every event is processed.
 
@@ -482,12 +532,21 @@ def run(
     ``nodes``: place jobs on the cluster's nodes and charge each the step time of its
     placement (:mod:`bellows.sim.nodes`); ``False`` (default): every job on the fewest nodes,
     every output as before.
+    ``pollux``: the Pollux reference (:mod:`bellows.sim.pollux`) decides instead of the core,
+    every ``config.delta_s``, charged ``config``'s restart costs; it places jobs per node
+    itself, so it needs ``nodes``, and models neither capacity changes nor learning.
     """
+    if pollux and (not nodes or capacity_changes or learning is not None):
+        raise SpecError(
+            "pollux", "with " + ("fewest-nodes placement" if not nodes else "capacity changes"
+                                 if capacity_changes else "a learning setup"),
+            "node placement (nodes=True), a fixed cluster and no learning setup",
+        )  # fmt: skip
     started = timer()
     state = _Run(
         trace, gpus=gpus, config=config, cluster=cluster,
         capacity_changes=capacity_changes, timer=timer, learning=learning,
-        efficiency=efficiency, nodes=nodes,
+        efficiency=efficiency, nodes=nodes, pollux=pollux,
     )  # fmt: skip
     state.loop(progress)
     wall = timer() - started
@@ -520,4 +579,5 @@ def run(
         inconsistent=() if state.learner is None else tuple(sorted(state.learner.inconsistent)),
         charged=None if efficiency is None else state.charged,
         nodes=nodes,
+        reference="pollux" if pollux else None,
     )

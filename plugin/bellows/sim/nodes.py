@@ -78,6 +78,19 @@ class Nodes:
             remaining -= take
         return tuple(sorted(held))
 
+    def take(self, placement: Placement) -> Placement:
+        """Take exactly ``placement``'s GPUs (a policy that places jobs itself, as the Pollux
+        reference does); every node must have that many free, else nothing is taken."""
+        for node, gpus in placement:
+            if not 0 <= node < len(self.free) or not 1 <= gpus <= self.free[node]:
+                free = self.free[node] if 0 <= node < len(self.free) else 0
+                raise SpecError(f"placement[{node}]", gpus, f"1 to the {free} GPUs free there")
+        if len({node for node, _ in placement}) != len(placement):
+            raise SpecError("placement", placement, "each node once")
+        for node, gpus in placement:
+            self._set(node, self.free[node] - gpus)
+        return tuple(sorted(placement))
+
     def release(self, placement: Placement) -> None:
         """Give a placement's GPUs back (paying what a capacity drop still owes first)."""
         for node, gpus in placement:
