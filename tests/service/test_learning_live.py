@@ -6,13 +6,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import re
 
 import pytest
 
 from bellows.bus import NatsSettings, connect
 from bellows.jobs import JobSpec
 from bellows.kube import keys
-from bellows.scaling import JobProfile, default_cluster
+from bellows.scaling import EfficiencyProfile, JobProfile, default_cluster
+from bellows.scaling.noise import EXPONENT_PRIOR, GROWTH_PRIOR
 from bellows.scaling.online import SpeedFactors
 from bellows.scaling.timing import step_time
 from bellows.twin.emulated_progress import EmulatedReporter
@@ -71,3 +73,40 @@ def _step(job: JobSpec, profile: JobProfile, gpus: int, batch: int) -> float:
     """``job``'s step time at ``(gpus, batch)`` if its profile were ``profile``."""
     spec = dataclasses.replace(job, weights=profile.effective_weights, profile=profile.step)
     return step_time(spec, gpus, batch, default_cluster())
+
+
+@pytest.mark.slow
+async def test_the_controller_learns_a_jobs_efficiency_from_its_gradient_noise() -> None:
+    """The emulated helper reports a model's gradient noise (payload version 2); the
+    controller fits the job's efficiency and writes it on the job with the fit."""
+    (job,) = jobs(1, seed=5, categories=(2,), scale=200.0)
+    growth, exponent = GROWTH_PRIOR[0], EXPONENT_PRIOR[0]  # the prior's: the scale is told
+    truth = EfficiencyProfile(job.spec.batch_size, 900.0, growth, exponent)
+    async with live(capacity=8, delta_s=120.0) as stack:
+        stack.start_bridge()
+        stack.start_controller("controller")
+        (name,) = await stack.submit([job])
+        nc = await connect(NatsSettings(servers=(stack.nats.url,)))
+        stop = asyncio.Event()
+        reporter = EmulatedReporter(
+            stack.kube, nc.jetstream(), prefix="bellows", restart_cost_s=0.0, interval_s=0.05,
+            noise=lambda namespace, job_name: truth,
+        )  # fmt: skip
+        task = asyncio.create_task(reporter.run(stop))
+        scale = re.compile(r"noise scale ([0-9.e+]+) samples at 1e6 reference samples")
+
+        def learned() -> float | None:
+            obj = stack.objects()[name]
+            text = (obj["metadata"].get("annotations") or {}).get(keys.FIT) or ""
+            found = scale.search(keys.parse_profile_text(keys.FIT, text).source) if text else None
+            return None if found is None else float(found.group(1))
+
+        try:
+            await stack.until("the efficiency is on the job", lambda: learned() is not None, 20.0)
+            stack.alive()
+            assert learned() == pytest.approx(truth.noise_scale, rel=0.2)
+        finally:
+            stop.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await nc.close()

@@ -87,7 +87,7 @@ EXPONENT_PRIOR: Final = _prior([p.batch_exponent for p in MODEL_EFFICIENCY.value
 REFIT_PASSES: Final = 4
 """Fits per refit, each with the progress under the one before (the two are refined together)."""
 MAX_NOISE_CHANGE: Final = 4.0
-"""The most a job's noise scale may move from one point to the next, either way."""
+"""The most a job's noise scale may move from one point to the next at the same batch."""
 _LOG_SCALE_SPREAD: Final = 10.0  # the noise scale itself: the reports decide
 
 
@@ -138,12 +138,13 @@ class NoiseLog:
             self.segments[:2] = [(min(MAX_BATCH, max(1, round(mean))), n1 + n2)]
 
     def add(self, point: NoisePoint) -> str | None:
-        """Keep ``point``; why it was refused (its noise scale out of range), or ``None``."""
+        """Keep ``point``; why it was refused (its noise scale out of range, or moved more
+        than :data:`MAX_NOISE_CHANGE` from the previous point at the same batch), or ``None``."""
         low, high = NOISE_RANGE
         phi = point.noise_scale
         if not low <= phi <= high:
             return f"gradient noise scale {phi:.4g} samples outside [{low:g}, {high:g}]"
-        if self.points:
+        if self.points and self.points[-1].batch == point.batch:  # a rescale moves phi too
             change = phi / self.points[-1].noise_scale
             if not 1.0 / MAX_NOISE_CHANGE <= change <= MAX_NOISE_CHANGE:
                 last = self.points[-1].noise_scale

@@ -318,7 +318,7 @@ class ProgressLoop:
             if efficiency is not None:
                 self._efficiencies[key] = efficiency
             if self._annotate is not None:
-                await self._annotate(key, fit_text(fit, measured))
+                await self._annotate(key, fit_text(fit, measured, efficiency))
             _log.info(
                 "job.revised", job=key, compute=round(fit.compute, 4),
                 communication=round(fit.communication, 4), restart_s=measured,
@@ -511,14 +511,26 @@ async def start_progress_loop(
     return asyncio.create_task(run(), name="progress-loop")
 
 
-def fit_text(fit: OnlineFit, restart_s: float | None) -> str:
+def fit_text(
+    fit: OnlineFit, restart_s: float | None, efficiency: EfficiencyProfile | None = None
+) -> str:
     """The ``bellows.io/fit`` annotation: the refitted JobProfile, its ``source`` saying how
-    it was made (a document ``bellows.io/profile`` would accept as it is)."""
+    it was made (a document ``bellows.io/profile`` would accept as it is), and the
+    statistical efficiency learned, if any."""
     measured = "" if restart_s is None else f"; restarts measured: median {restart_s:.3g} s"
+    learned = (
+        ""
+        if efficiency is None
+        else (
+            f"; efficiency learned: noise scale {efficiency.noise_scale:.4g} samples at 1e6 "
+            f"reference samples, growth {efficiency.growth:.3g}, batch exponent "
+            f"{efficiency.batch_exponent:.3g}, reference batch {efficiency.reference_batch}"
+        )
+    )
     source = (
         f"bellows online fit: compute x{fit.compute:.4g}, Allreduce x"
         f"{fit.communication:.4g} of the prior, from {fit.reports} reports at "
-        f"{fit.configurations} (GPUs, batch) configurations{measured}"
+        f"{fit.configurations} (GPUs, batch) configurations{measured}{learned}"
     )
     profile = dataclasses.replace(fit.profile, source=source)
     return json.dumps(job_profile_to_json(profile), separators=(",", ":"))
