@@ -173,3 +173,41 @@ async def test_implausible_gradient_noise_is_refused_as_inconsistent() -> None:
     assert await loop.take(SUBJECT, encode_progress(jump)) is Rejection.INCONSISTENT
     honest = dataclasses.replace(jump, grad_var=NOISE * 1e-2)
     assert await loop.take(SUBJECT, encode_progress(honest)) is None
+
+
+@pytest.mark.parametrize("claimed", [1e-2, 1e11])  # noise scales far below and far above
+async def test_a_lie_about_gradient_noise_buys_no_gpus(claimed: float) -> None:
+    """Two jobs share 8 GPUs; one reports a made-up noise scale. A tiny one makes its big
+    batches look wasteful (fewer GPUs or the same), a huge one makes it look as without
+    reports: never more GPUs than the same reports without gradient noise give it."""
+
+    async def share(noise: float | None) -> int:
+        liar, other = _job(), make_job("pytorchjob/team-a/other", b_min=32, b_max=512, work=5e7)
+        controller = Controller(liar)
+        auto = controller.autoscaler
+        auto.arrive(other, now=0.0)
+        controller.now = 1.0
+        auto.step(1.0)
+        loop = ProgressLoop(
+            controller=controller, learner=ProgressLearner(CLUSTER), prefix=PREFIX,
+            now=lambda: controller.now, wall_to_clock=lambda when: (when - T0).total_seconds(),
+        )  # fmt: skip
+        alloc = auto.allocations[KEY]
+        seconds = SLOWER * step_time(_job(), alloc.gpus, alloc.batch, CLUSTER)
+        grads = {} if noise is None else {"grad_sqr": 1.0, "grad_var": noise}
+        for i in range(6):
+            at = 2.0 + 30.0 * i
+            event = ProgressEvent(
+                ProgressType.PROGRESS, "team-a", "resnet", T0 + timedelta(seconds=at),
+                1000 + round((at - 2.0) * alloc.batch / seconds), alloc.gpus, alloc.batch,
+                seconds, 20, **grads,
+            )  # fmt: skip
+            controller.now = at
+            assert await loop.take(SUBJECT, encode_progress(event)) is None
+        assert (auto.charged(KEY) is None) == (noise is None)
+        at = max(auto.next_round_at() or 0.0, 600.0)
+        auto.step(at)
+        return auto.allocations[KEY].gpus if KEY in auto.allocations else 0
+
+    plain = await share(None)
+    assert await share(claimed) <= plain
