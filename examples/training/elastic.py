@@ -16,7 +16,9 @@ and its global batch size, and starts it again. A script honours the contract wh
 4. scales its learning rate with the global batch (linear scaling by default).
 
 Optionally (5.) it reports its progress to Bellows (:class:`ProgressReporter`), so that the
-controller learns the job's real speed and restart cost instead of trusting its profile.
+controller learns the job's real speed and restart cost instead of trusting its profile, and
+(6.) its gradient noise (:class:`GradientNoise`), so that it learns how much a larger batch
+costs in samples (statistical efficiency) and picks batches by goodput.
 
 This file depends only on the standard library and torch (and, for the optional reporter,
 the ``nats-py`` client), so it can be copied next to a training script into any image. See
@@ -53,12 +55,14 @@ __all__ = [
     "Checkpointer",
     "ContractError",
     "ElasticEnv",
+    "GradientNoise",
     "HaltSignal",
     "ProgressReporter",
     "SampleStream",
     "scale_lr",
     "shard_bounds",
     "shard_sizes",
+    "squared_norm",
 ]
 
 DEFAULT_BATCH_ENV = "BELLOWS_GLOBAL_BATCH_SIZE"
@@ -307,6 +311,77 @@ class HaltSignal:
         return bool(flag.item())
 
 
+def squared_norm(tensors: Any) -> float:
+    """The squared L2 norm of ``tensors`` (gradients) together, in float64."""
+    total = torch.zeros((), dtype=torch.float64)
+    for t in tensors:
+        if t is not None:
+            total += t.detach().double().pow(2).sum().cpu()
+    return float(total)
+
+
+class GradientNoise:
+    """Smoothed, unbiased estimates of ``|G|^2`` and ``tr(Sigma)`` from one step's gradients.
+
+    ``G`` is the true mean gradient, ``Sigma`` the per-sample gradient covariance, so
+    ``tr(Sigma) / |G|^2`` is the gradient noise scale in samples (McCandlish et al. 2018,
+    appendix A; Pollux's and AdaptDL's estimator). A mean gradient over ``m`` samples has
+    ``E|g_m|^2 = |G|^2 + tr(Sigma) / m``: two means over different numbers of samples of the
+    same step give both unknowns. Each step, :meth:`update` takes
+
+    * ``small``: the mean over the pieces of ``|g_i|^2``, each ``g_i`` the mean gradient of a
+      piece of the batch of ``m_i`` samples (with DDP or MPI each replica's local gradient,
+      before the all-reduce; with one replica, two micro-batches);
+    * ``inverse``: the mean over the pieces of ``1 / m_i``;
+    * ``big``: ``|g_b|^2`` of the mean gradient over the whole global batch of ``batch``
+      samples (after the all-reduce);
+
+    and each estimate is an exponential moving average (``smoothing`` per step, bias
+    corrected as Adam's moments). :attr:`grad_sqr` is ``None`` until its average is positive
+    (one step's estimate may be negative, the average of many rarely is).
+    """
+
+    def __init__(self, smoothing: float = 0.95) -> None:
+        if not 0.0 <= smoothing < 1.0:
+            raise ContractError("smoothing", smoothing, "in [0, 1)")
+        self.smoothing = smoothing
+        self._sqr = self._var = self._weight = 0.0
+        self.steps = 0
+
+    def update(self, small: float, inverse: float, big: float, batch: int) -> None:
+        """One step's norms (see the class docstring); a step with one piece is skipped."""
+        spread = inverse - 1.0 / batch
+        if spread <= 0 or not all(math.isfinite(v) for v in (small, inverse, big)):
+            return
+        var = max(0.0, (small - big) / spread)  # tr(Sigma)
+        sqr = big - var / batch  # |G|^2
+        keep = self.smoothing
+        self._sqr = keep * self._sqr + (1 - keep) * sqr
+        self._var = keep * self._var + (1 - keep) * var
+        self._weight = keep * self._weight + (1 - keep)
+        self.steps += 1
+
+    @property
+    def grad_sqr(self) -> float | None:
+        """``|G|^2``, smoothed (``None``: no positive estimate yet)."""
+        if self._weight <= 0 or self._sqr <= 0:
+            return None
+        return self._sqr / self._weight
+
+    @property
+    def grad_var(self) -> float | None:
+        """``tr(Sigma)``, the per-sample gradient variance, smoothed (with :attr:`grad_sqr`)."""
+        if self.grad_sqr is None:
+            return None
+        return self._var / self._weight
+
+    @property
+    def noise_scale(self) -> float | None:
+        """``tr(Sigma) / |G|^2``, samples."""
+        sqr, var = self.grad_sqr, self.grad_var
+        return None if sqr is None or var is None else var / sqr
+
+
 PROGRESS_URL_ENV = "BELLOWS_PROGRESS_URL"
 PROGRESS_QUEUE = 16  # reports waiting to be published; more are dropped
 _RECONNECT_S = 5.0  # after a failed connection, drop reports this long before trying again
@@ -398,12 +473,20 @@ class ProgressReporter:
         )
 
     def step(
-        self, samples_seen: int, world_size: int, global_batch: int, seconds: float | None = None
+        self,
+        samples_seen: int,
+        world_size: int,
+        global_batch: int,
+        seconds: float | None = None,
+        *,
+        noise: GradientNoise | None = None,
     ) -> None:
         """Record one finished step; now and then queue a report.
 
         ``seconds`` is the step's time; by default the time since the previous call (the
         first step after a start is then only reported as the start, ``job.started``).
+        ``noise``: the job's :class:`GradientNoise`, whose estimates each ``job.progress``
+        report then carries (``gradSqr``, ``gradVar``: payload ``bellows.io/v2``).
         """
         now = self._clock()
         fields = {"samplesSeen": samples_seen, "worldSize": world_size, "globalBatch": global_batch}
@@ -419,6 +502,10 @@ class ProgressReporter:
             len(self._window) >= self.every_steps or now - self._last >= self.every_s
         ):
             median = statistics.median(self._window)
+            sqr = None if noise is None else noise.grad_sqr
+            var = None if noise is None else noise.grad_var
+            if sqr is not None and var is not None:
+                fields = {**fields, "gradSqr": sqr, "gradVar": var}
             self._offer("job.progress", stepSeconds=median, steps=len(self._window), **fields)
             self._window.clear()
             self._last = now
@@ -433,7 +520,7 @@ class ProgressReporter:
 
     def _offer(self, kind: str, **fields: Any) -> None:
         doc = {
-            "apiVersion": "bellows.io/v1",
+            "apiVersion": "bellows.io/v2" if "gradSqr" in fields else "bellows.io/v1",
             "type": kind,
             "namespace": self.namespace,
             "name": self.name,

@@ -11,6 +11,11 @@ MPI Operator rewrites for every new worker count. To port it to Horovod, replace
 ``hvd.broadcast_object`` and ``hvd.broadcast_parameters``, and :func:`allreduce_gradients`
 by ``hvd.DistributedOptimizer(..., op=hvd.Sum)``; the contract parts stay as they are.
 
+The gradient noise (``elastic.GradientNoise``) is measured as Horovod would: each rank's
+local gradient norm just before the explicit all-reduce, the all-reduced one after, and the
+ranks' local norms summed in the same all-reduce as the loss (``hvd.allreduce`` of two
+numbers). With one rank, two micro-batches of each step.
+
 Launch it with a ``-np`` derived from the hostfile so that a rescale needs no new command::
 
     mpirun -np "$(grep -c . /etc/mpi/hostfile)" python mpi_allreduce.py --checkpoint-dir /ckpt
@@ -28,12 +33,23 @@ from elastic import (
     HALT_EXIT_CODE,
     Checkpointer,
     ElasticEnv,
+    GradientNoise,
     HaltSignal,
     SampleStream,
     scale_lr,
     shard_bounds,
+    shard_sizes,
+    squared_norm,
 )
-from task import add_arguments, build_model, check_resumable, load_dataset, report, summed_loss
+from task import (
+    add_arguments,
+    build_model,
+    check_resumable,
+    load_dataset,
+    noise_fields,
+    report,
+    summed_loss,
+)
 from task import trace as trace_samples
 from torch import nn
 
@@ -84,6 +100,62 @@ def main(argv: list[str] | None = None) -> int:
         dist.destroy_process_group()
 
 
+def backward(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    env: ElasticEnv,
+    batch: int,
+    measure: bool,
+) -> tuple[torch.Tensor, tuple[float, float] | None]:
+    """The step's loss (summed over this rank's samples) and local gradients (divided by the
+    global batch); with ``measure``, ``(local, inverse)``: ``|g_i|^2`` of this rank's mean
+    gradient (two micro-batches' mean with one rank) and the mean of ``1 / m_i``."""
+    if not measure or batch < max(2, env.world_size):  # every piece needs a sample
+        summed = summed_loss(model, x, y)
+        (summed / batch).backward()
+        return summed, None
+    params = [p for p in model.parameters() if p.requires_grad]
+    if env.world_size > 1:
+        summed = summed_loss(model, x, y)
+        (summed / batch).backward()
+        share = shard_sizes(batch, env.world_size)
+        local = squared_norm(p.grad for p in params) * (batch / share[env.rank]) ** 2
+        return summed, (local, sum(1.0 / m for m in share) / env.world_size)
+    half = max(1, x.shape[0] // 2)
+    rest = x.shape[0] - half
+    first = summed_loss(model, x[:half], y[:half])
+    (first / batch).backward()
+    g1 = [p.grad.detach().clone() for p in params if p.grad is not None]
+    second = summed_loss(model, x[half:], y[half:])
+    (second / batch).backward()
+    g2 = [p.grad.detach() - a for p, a in zip(params, g1, strict=True) if p.grad is not None]
+    local = squared_norm(g1) * (batch / half) ** 2 + squared_norm(g2) * (batch / rest) ** 2
+    return first + second, (local / 2.0, (1.0 / half + 1.0 / rest) / 2.0)
+
+
+def reduce_loss_and_noise(
+    model: nn.Module,
+    summed: torch.Tensor,
+    measured: tuple[float, float] | None,
+    *,
+    noise: GradientNoise | None,
+    world: int,
+    batch: int,
+) -> float:
+    """The loss summed over every rank; one all-reduce (``hvd.allreduce`` of two numbers)
+    carries it and the ranks' local norms, whose mean and the all-reduced gradient's norm
+    then update ``noise``."""
+    local = 0.0 if measured is None else measured[0]
+    totals = torch.tensor([float(summed.detach()), local], dtype=torch.float64)
+    dist.all_reduce(totals)
+    if noise is not None and measured is not None:
+        big = squared_norm(p.grad for p in model.parameters())
+        noise.update(float(totals[1]) / world, measured[1], big, batch)
+    return float(totals[0])
+
+
 def train(args: argparse.Namespace, env: ElasticEnv, halt: HaltSignal, device: Any) -> int:
     data = load_dataset(args.data, args.synthetic_size, args.seed)
     size = int(data["x"].shape[0])
@@ -104,6 +176,7 @@ def train(args: argparse.Namespace, env: ElasticEnv, halt: HaltSignal, device: A
     for group in optimizer.param_groups:
         group["lr"] = lr
     stream = SampleStream(size, args.seed)
+    noise = None if args.no_gradient_noise else GradientNoise()
     report(
         env.rank,
         event="start",
@@ -143,12 +216,13 @@ def train(args: argparse.Namespace, env: ElasticEnv, halt: HaltSignal, device: A
         index = torch.tensor(stream.indices(seen + lo, hi - lo), dtype=torch.long)
         x, y = data["x"][index].to(device), data["y"][index].to(device)
         optimizer.zero_grad(set_to_none=False)
-        summed = summed_loss(model, x, y)
-        (summed / batch).backward()  # summed over ranks below: the global-batch mean
+        # local gradients, summed over ranks below: the global-batch mean
+        summed, measured = backward(model, x, y, env=env, batch=batch, measure=noise is not None)
         allreduce_gradients(model)
         optimizer.step()
-        total_loss = summed.detach().reshape(1)
-        dist.all_reduce(total_loss)
+        loss = reduce_loss_and_noise(
+            model, summed, measured, noise=noise, world=env.world_size, batch=batch
+        )
         step, seen = step + 1, seen + batch
         trace_samples(
             args.trace_samples,
@@ -163,8 +237,9 @@ def train(args: argparse.Namespace, env: ElasticEnv, halt: HaltSignal, device: A
             event="step",
             step=step,
             samples_seen=seen,
-            loss=float(total_loss.item()) / batch,
+            loss=loss / batch,
             lr=lr,
+            **noise_fields(noise),
         )
         if step % args.checkpoint_every == 0:
             save()

@@ -8,7 +8,11 @@ rescale it) every rank stops after the same step, rank 0 checkpoints and all exi
 status 143. When the pods come back, with another world size and batch, the script
 resumes from that checkpoint: same step count, same samples seen, same model and
 optimizer state, the data stream continuing exactly where it stopped, and the learning
-rate rescaled to the new batch. Run one process per GPU (or several on CPU, with gloo)::
+rate rescaled to the new batch. Each step also estimates the gradient noise
+(``elastic.GradientNoise``: each replica's local gradient norm, read by a DDP communication
+hook before the all-reduce, against the all-reduced one; with one replica, two
+micro-batches), prints it and reports it with the progress. Run one process per GPU (or
+several on CPU, with gloo)::
 
     WORLD_SIZE=2 RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
     BELLOWS_GLOBAL_BATCH_SIZE=64 python pytorch_ddp.py --checkpoint-dir /ckpt
@@ -26,15 +30,89 @@ from elastic import (
     HALT_EXIT_CODE,
     Checkpointer,
     ElasticEnv,
+    GradientNoise,
     HaltSignal,
     ProgressReporter,
     SampleStream,
     scale_lr,
     shard_bounds,
+    shard_sizes,
+    squared_norm,
 )
-from task import add_arguments, build_model, check_resumable, load_dataset, report, summed_loss
+from task import (
+    add_arguments,
+    build_model,
+    check_resumable,
+    load_dataset,
+    noise_fields,
+    report,
+    summed_loss,
+)
 from task import trace as trace_samples
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
+
+
+def local_norm_hook(norms: list[torch.Tensor]) -> Any:
+    """A DDP communication hook: records each bucket's squared norm before the all-reduce
+    (this replica's local gradient), then all-reduces as DDP does by default."""
+
+    def hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        norms.append(bucket.buffer().detach().double().pow(2).sum())
+        return default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]
+
+    # DDP checks the hook's annotations as objects (this module's are strings)
+    hook.__annotations__ = {
+        "state": object,
+        "bucket": dist.GradBucket,
+        "return": torch.futures.Future[torch.Tensor],
+    }
+    return hook
+
+
+def backward(
+    ddp: DistributedDataParallel,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    env: ElasticEnv,
+    batch: int,
+    norms: list[torch.Tensor] | None,
+) -> tuple[torch.Tensor, tuple[float, float, float] | None]:
+    """The step's loss (summed over this rank's samples) and gradients; with ``norms`` (a
+    hook's list) also this step's ``GradientNoise.update`` inputs ``(small, inverse, big)``
+    but for the sum over ranks of ``small``, which the caller all-reduces with the loss."""
+    # DDP averages gradients over ranks; scaling by world/batch makes that the mean
+    # over the global batch whatever each rank's share.
+    scale = env.world_size / batch
+    if norms is None or batch < max(2, env.world_size):  # every piece needs a sample
+        summed = summed_loss(ddp, x, y)
+        (summed * scale).backward()
+        return summed, None
+    params = [p for p in ddp.parameters() if p.requires_grad]
+    norms.clear()
+    if env.world_size > 1:
+        summed = summed_loss(ddp, x, y)
+        (summed * scale).backward()
+        share = shard_sizes(batch, env.world_size)
+        local = float(torch.stack(norms).sum()) / (scale * share[env.rank]) ** 2
+        inverse = sum(1.0 / m for m in share) / env.world_size
+    else:  # one replica: two micro-batches of one step
+        half = max(1, x.shape[0] // 2)
+        with ddp.no_sync():
+            first = summed_loss(ddp, x[:half], y[:half])
+            (first * scale).backward()
+        g1 = [p.grad.detach().clone() for p in params if p.grad is not None]
+        second = summed_loss(ddp, x[half:], y[half:])
+        (second * scale).backward()
+        summed = first + second
+        rest = x.shape[0] - half
+        g2 = [p.grad.detach() - a for p, a in zip(params, g1, strict=True) if p.grad is not None]
+        local = squared_norm(g1) / (scale * half) ** 2 + squared_norm(g2) / (scale * rest) ** 2
+        local /= 2.0
+        inverse = (1.0 / half + 1.0 / rest) / 2.0
+    big = squared_norm(p.grad for p in params)
+    return summed, (local, inverse, big)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,6 +144,34 @@ def main(argv: list[str] | None = None) -> int:
             reporter.close()
 
 
+def measure_noise(
+    ddp: DistributedDataParallel, *, off: bool
+) -> tuple[GradientNoise | None, list[torch.Tensor] | None]:
+    """A :class:`GradientNoise` and the list its communication hook fills (``None``s: off)."""
+    if off:
+        return None, None
+    norms: list[torch.Tensor] = []
+    ddp.register_comm_hook(None, local_norm_hook(norms))
+    return GradientNoise(), norms
+
+
+def reduce_loss_and_noise(
+    summed: torch.Tensor,
+    measured: tuple[float, float, float] | None,
+    noise: GradientNoise | None,
+    world: int,
+    batch: int,
+) -> float:
+    """The loss summed over every rank; one all-reduce carries it and (gradient noise) the
+    ranks' local norms, whose mean then updates ``noise``."""
+    local = 0.0 if measured is None else measured[0]
+    totals = torch.tensor([float(summed.detach()), local], dtype=torch.float64)
+    dist.all_reduce(totals)
+    if noise is not None and measured is not None:
+        noise.update(float(totals[1]) / world, measured[1], measured[2], batch)
+    return float(totals[0])
+
+
 def train(
     args: argparse.Namespace,
     env: ElasticEnv,
@@ -94,6 +200,7 @@ def train(
     ddp = DistributedDataParallel(
         model, device_ids=None if device.index is None else [device.index]
     )
+    noise, norms = measure_noise(ddp, off=args.no_gradient_noise)
     stream = SampleStream(size, args.seed)
     report(
         env.rank,
@@ -135,16 +242,12 @@ def train(
         index = torch.tensor(stream.indices(seen + lo, hi - lo), dtype=torch.long)
         x, y = data["x"][index].to(device), data["y"][index].to(device)
         optimizer.zero_grad(set_to_none=True)
-        summed = summed_loss(ddp, x, y)
-        # DDP averages gradients over ranks; scaling by world/batch makes that the mean
-        # over the global batch whatever each rank's share.
-        (summed * (env.world_size / batch)).backward()
+        summed, measured = backward(ddp, x, y, env=env, batch=batch, norms=norms)
         optimizer.step()
-        total_loss = summed.detach().reshape(1)
-        dist.all_reduce(total_loss)
+        loss = reduce_loss_and_noise(summed, measured, noise, env.world_size, batch)
         step, seen = step + 1, seen + batch
         if reporter is not None:
-            reporter.step(seen, env.world_size, env.global_batch)
+            reporter.step(seen, env.world_size, env.global_batch, noise=noise)
         trace_samples(
             args.trace_samples,
             env.rank,
@@ -158,8 +261,9 @@ def train(
             event="step",
             step=step,
             samples_seen=seen,
-            loss=float(total_loss.item()) / batch,
+            loss=loss / batch,
             lr=lr,
+            **noise_fields(noise),
         )
         if step % args.checkpoint_every == 0:
             save()

@@ -67,6 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--default-batch", type=int, help="global batch when neither env var is set")
     add("--stop-at-step", type=int, help="halt after this step as on SIGTERM (rehearsal)")
     add("--trace-samples", help="folder to log, per rank, the stream positions each step used")
+    add("--no-gradient-noise", action="store_true", help="do not estimate the gradient noise")
+
+
+def noise_fields(noise: Any) -> dict[str, float]:
+    """``gradSqr``/``gradVar`` of an ``elastic.GradientNoise`` for a step line, once known."""
+    if noise is None or noise.grad_sqr is None:
+        return {}
+    return {"gradSqr": noise.grad_sqr, "gradVar": noise.grad_var}
 
 
 def report(rank: int, **fields: object) -> None:

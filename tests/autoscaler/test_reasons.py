@@ -182,7 +182,7 @@ def test_a_round_notes_a_batch_change_that_would_not_pay() -> None:
     has another batch, but restarting for it costs more than it saves: kept, and said so.
     Without a restart cost the same round changes its batch."""
     for restart, kept in ((600.0, True), (0.0, False)):
-        auto = _bellows(2, restart_cost_s=restart, delta_s=120.0)
+        auto = _bellows(2, restart_s=restart, delta_s=120.0)
         auto.adopt(make_job("a", work=2e4), Allocation(2, 64), now=0.0)
         decisions = auto.step(auto.next_round_at())
         if kept:
@@ -206,7 +206,7 @@ def test_a_round_notes_a_job_its_minimum_runtime_kept_while_others_wait() -> Non
     minimum runtime: a is kept, and says why, while b waits; the round after it ends shrinks
     a to start b, and notes nothing. With no minimum runtime the first round does so."""
     for least, kept in ((600.0, True), (0.0, False)):
-        auto = _bellows(8, restart_cost_s=0.0, delta_s=120.0, min_runtime_s=least)
+        auto = _bellows(8, restart_s=0.0, delta_s=120.0, min_runtime_s=least)
         auto.arrive(make_job("a", work=1e9), now=0.0)
         assert [type(d) for d in auto.step(0.0)] == [Start]
         auto.arrive(make_job("b", work=1e9), now=10.0)

@@ -8,7 +8,7 @@ import pytest
 
 from bellows.autoscaler import Autoscaler, AutoscalerConfig, ClockError, Rescale, Start
 from bellows.jobs import Allocation, JobSpec
-from bellows.scaling import default_cluster, throughput
+from bellows.scaling import EfficiencyProfile, default_cluster, throughput
 from tests.strategies import make_job
 
 CLUSTER = default_cluster()
@@ -102,3 +102,29 @@ def test_revise_is_a_fact_dated_on_the_callers_clock() -> None:
     auto.arrive(a, now=10.0)
     with pytest.raises(ClockError):
         auto.revise(a, now=9.0)
+
+
+def test_a_job_charged_while_it_runs_counts_reference_samples_at_its_goodput_rate() -> None:
+    """Efficiency learned online: charged after arrival with a revision saying its progress
+    in reference samples, a running job progresses at throughput x E(b) from then on; paper
+    mode ignores the charge; a finished job's charge is dropped."""
+    a = make_job("a", b_min=32, b_max=512, batch_size=32, work=1e9)
+    learned = EfficiencyProfile(32, 200.0, 0.0)  # phi = 200 samples: E(512) = 0.33
+    auto = Autoscaler(AutoscalerConfig(delta_s=600.0), capacity=8, cluster=CLUSTER)
+    alloc = started(auto, a, at=0.0)["a"]
+    assert auto.goodput
+    assert auto.charged("a") is None
+    auto.charge("a", learned)
+    assert auto.revise(a, now=100.0, done=3000.0, since=100.0)
+    gain = float(learned.efficiency(alloc.batch, 3000.0))
+    rate = throughput(a, alloc.gpus, alloc.batch, CLUSTER) * gain
+    assert gain < 0.5
+    assert auto.estimated_done("a", 200.0) == pytest.approx(3000.0 + rate * 100.0)
+    assert auto.charged("a") is learned
+    auto.finish("a", now=300.0)
+    assert auto.charged("a") is None
+    paper = scaler(delta_s=600.0)
+    started(paper, a, at=0.0)
+    paper.charge("a", learned)
+    assert not paper.goodput
+    assert paper.charged("a") is None

@@ -65,6 +65,49 @@ def test_round_trip_and_subject() -> None:
     assert decode_progress("bellows", SUBJECT, encode_progress(started)) == started
 
 
+V2 = {"apiVersion": "bellows.io/v2"}
+STARTED_WITH_GRADS = {
+    **V2, "type": "job.started", "stepSeconds": None, "steps": None, "restartSeconds": 1.0,
+    "gradSqr": 1.0, "gradVar": 1.0,
+}  # fmt: skip
+
+
+def test_version_2_carries_gradient_statistics_and_version_1_reads_as_before() -> None:
+    event = decode_progress("bellows", SUBJECT, _data(**V2, gradSqr=2.5e-3, gradVar=0.75))
+    assert (event.grad_sqr, event.grad_var) == (2.5e-3, 0.75)
+    assert json.loads(encode_progress(event))["apiVersion"] == "bellows.io/v2"
+    assert decode_progress("bellows", SUBJECT, encode_progress(event)) == event
+    plain = decode_progress("bellows", SUBJECT, _data(**V2))  # v2 without them: optional
+    old = decode_progress("bellows", SUBJECT, _data())
+    assert plain == old
+    assert old.grad_sqr is None
+    assert old.grad_var is None
+    assert encode_progress(old) == json.dumps(_doc(), separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        (_data(gradSqr=1.0, gradVar=1.0), "progress"),  # version 1 has no such fields
+        (_data(**V2, gradSqr=1.0), "gradVar"),  # both or neither
+        (_data(**V2, gradVar=1.0), "gradSqr"),
+        (_data(**V2, gradSqr=0.0, gradVar=1.0), "gradSqr"),  # |G|^2 > 0: a finite scale
+        (_data(**V2, gradSqr=-1.0, gradVar=1.0), "gradSqr"),
+        (_data(**V2, gradSqr=1.0, gradVar=-1e-9), "gradVar"),
+        (_data(**V2, gradSqr=1e31, gradVar=1.0), "gradSqr"),
+        (_data(**V2, gradSqr=1.0, gradVar=1e300), "gradVar"),
+        (_data(**V2, gradSqr="big", gradVar=1.0), "gradSqr"),
+        (_data(**V2, gradSqr=[1.0], gradVar=1.0), "gradSqr"),  # a number, not a list
+        (_data(**STARTED_WITH_GRADS), "gradSqr"),  # a start has no gradients
+        (_data(apiVersion="bellows.io/v3"), "apiVersion"),
+    ],
+)
+def test_bad_gradient_statistics_refused_with_a_reason(data: bytes, field: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        decode_progress("bellows", SUBJECT, data)
+    assert caught.value.field == field
+
+
 @pytest.mark.parametrize(
     ("subject", "data", "field"),
     [
@@ -133,10 +176,13 @@ async def test_reporter_publishes_to_jetstream(client: Client, settings: NatsSet
         clock=lambda: now[0],
     )
     seen = 0
+    noise = elastic.GradientNoise(smoothing=0.0)
     for step in range(11):
         now[0] += 0.25 if step % 2 else 0.35
         seen += 256
-        reporter.step(seen, 4, 256)
+        if step == 7:  # four ranks of 64: |g_i|^2 = 3 on average, |g_b|^2 = 1
+            noise.update(3.0, 1 / 64, 1.0, 256)
+        reporter.step(seen, 4, 256, noise=noise)
     await _wait(lambda: reporter.published == 3)  # started + two windows of five steps
     reporter.close()
     sub = await js.pull_subscribe(
@@ -148,6 +194,11 @@ async def test_reporter_publishes_to_jetstream(client: Client, settings: NatsSet
     assert events[0].restart_s == pytest.approx(42.35)  # process start to first step
     assert events[1].step_seconds == pytest.approx(0.25)  # median of 0.25 x3, 0.35 x2
     assert events[2].samples_seen == 11 * 256
+    assert events[1].grad_sqr is None  # no estimate yet: a version 1 payload
+    assert json.loads(messages[1].data)["apiVersion"] == "bellows.io/v1"
+    var = 2.0 / (1 / 64 - 1 / 256)  # tr(Sigma) from the two means, then |G|^2
+    assert (events[2].grad_var, events[2].grad_sqr) == pytest.approx((var, 1.0 - var / 256))
+    assert json.loads(messages[2].data)["apiVersion"] == "bellows.io/v2"
     assert reporter.dropped == 0
 
 

@@ -6,15 +6,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import re
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from bellows.bus import NatsSettings, connect
 from bellows.jobs import JobSpec
 from bellows.kube import keys
-from bellows.scaling import JobProfile, default_cluster
+from bellows.scaling import EfficiencyProfile, JobProfile, default_cluster
+from bellows.scaling.noise import EXPONENT_PRIOR, GROWTH_PRIOR
 from bellows.scaling.online import SpeedFactors
 from bellows.scaling.timing import step_time
+from bellows.sim.workloads import TraceJob
 from bellows.twin.emulated_progress import EmulatedReporter
 from tests.service.livecluster import jobs, live
 
@@ -24,50 +29,90 @@ TRUTH = SpeedFactors(compute=0.75, communication=1.4)  # 25 % faster compute, 40
 @pytest.mark.slow
 async def test_the_controller_learns_a_jobs_true_speed_from_its_reports() -> None:
     (job,) = jobs(1, seed=5, categories=(2,), scale=200.0)
-    async with live(capacity=8, delta_s=120.0, true_speed=lambda ns, name: TRUTH) as stack:
-        stack.start_bridge()
-        stack.start_controller("controller")
-        (name,) = await stack.submit([job])
-        nc = await connect(NatsSettings(servers=(stack.nats.url,)))
-        stop = asyncio.Event()
-        reporter = EmulatedReporter(
-            stack.kube, nc.jetstream(), prefix="bellows", restart_s=0.0, interval_s=0.05
-        )
-        task = asyncio.create_task(reporter.run(stop))
-        prior = JobProfile(job.spec.weights, job.spec.profile)
-        operator = stack.kube.operator
-        assert operator is not None
-        errors: list[tuple[float, float]] = []  # (prior's error, fit's error) at each look
+    speeds = live(capacity=8, delta_s=120.0, true_speed=lambda ns, name: TRUTH)
+    async with speeds as stack, _reporting(stack, job) as (name, reporter):
+        await _learns_speed(stack, job, name, reporter)
 
-        def learned() -> bool:
-            obj = stack.objects()[name]
-            text = (obj["metadata"].get("annotations") or {}).get(keys.FIT)
-            truth = operator.progress(obj["metadata"]["uid"])
-            if text is None or truth is None or truth.step_seconds is None:
-                return False
-            assert truth.gpus is not None
-            assert truth.batch is not None
-            fit = keys.parse_profile_text(keys.FIT, text)
-            off = [
-                abs(_step(job.spec, profile, truth.gpus, truth.batch) / truth.step_seconds - 1)
-                for profile in (prior, fit)
-            ]
-            errors.append((off[0], off[1]))
-            return errors[-1][1] <= 0.05
 
-        try:
-            await stack.until("the fit on the job predicts its true step time", learned, 20.0)
-            stack.alive()
-            assert errors[-1][0] > 0.05  # where the prior was wrong
-            assert reporter.published > 0
-        finally:
-            stop.set()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            await nc.close()
+async def _learns_speed(stack: Any, job: TraceJob, name: str, reporter: EmulatedReporter) -> None:
+    prior = JobProfile(job.spec.weights, job.spec.profile)
+    operator = stack.kube.operator
+    assert operator is not None
+    errors: list[tuple[float, float]] = []  # (prior's error, fit's error) at each look
+
+    def learned() -> bool:
+        obj = stack.objects()[name]
+        text = (obj["metadata"].get("annotations") or {}).get(keys.FIT)
+        truth = operator.progress(obj["metadata"]["uid"])
+        if text is None or truth is None or truth.step_seconds is None:
+            return False
+        assert truth.gpus is not None
+        assert truth.batch is not None
+        fit = keys.parse_profile_text(keys.FIT, text)
+        off = [
+            abs(_step(job.spec, profile, truth.gpus, truth.batch) / truth.step_seconds - 1)
+            for profile in (prior, fit)
+        ]
+        errors.append((off[0], off[1]))
+        return errors[-1][1] <= 0.05
+
+    await stack.until("the fit on the job predicts its true step time", learned, 20.0)
+    stack.alive()
+    assert errors[-1][0] > 0.05  # where the prior was wrong
+    assert reporter.published > 0
+
+
+@contextlib.asynccontextmanager
+async def _reporting(
+    stack: Any, job: TraceJob, **options: Any
+) -> AsyncIterator[tuple[str, EmulatedReporter]]:
+    """The controller running, ``job`` submitted and its emulated helper reporting."""
+    stack.start_bridge()
+    stack.start_controller("controller")
+    (name,) = await stack.submit([job])
+    nc = await connect(NatsSettings(servers=(stack.nats.url,)))
+    stop = asyncio.Event()
+    reporter = EmulatedReporter(
+        stack.kube, nc.jetstream(), prefix="bellows", restart_s=0.0, interval_s=0.05,
+        **options,
+    )  # fmt: skip
+    task = asyncio.create_task(reporter.run(stop))
+    try:
+        yield name, reporter
+    finally:
+        stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await nc.close()
 
 
 def _step(job: JobSpec, profile: JobProfile, gpus: int, batch: int) -> float:
     """``job``'s step time at ``(gpus, batch)`` if its profile were ``profile``."""
     spec = dataclasses.replace(job, weights=profile.effective_weights, profile=profile.step)
     return step_time(spec, gpus, batch, default_cluster())
+
+
+@pytest.mark.slow
+async def test_the_controller_learns_a_jobs_efficiency_from_its_gradient_noise() -> None:
+    """The emulated helper reports a model's gradient noise (payload version 2); the
+    controller fits the job's efficiency and writes it on the job with the fit."""
+    (job,) = jobs(1, seed=5, categories=(2,), scale=200.0)
+    growth, exponent = GROWTH_PRIOR[0], EXPONENT_PRIOR[0]  # the prior's: the scale is told
+    truth = EfficiencyProfile(job.spec.batch_size, 900.0, growth, exponent)
+    noise = {"noise": lambda namespace, job_name: truth}
+    async with live(capacity=8, delta_s=120.0) as stack, _reporting(stack, job, **noise) as got:
+        await _learns_efficiency(stack, got[0], truth)
+
+
+async def _learns_efficiency(stack: Any, name: str, truth: EfficiencyProfile) -> None:
+    scale = re.compile(r"noise scale ([0-9.e+]+) samples at 1e6 reference samples")
+
+    def learned() -> float | None:
+        obj = stack.objects()[name]
+        text = (obj["metadata"].get("annotations") or {}).get(keys.FIT) or ""
+        found = scale.search(keys.parse_profile_text(keys.FIT, text).source) if text else None
+        return None if found is None else float(found.group(1))
+
+    await stack.until("the efficiency is on the job", lambda: learned() is not None, 20.0)
+    stack.alive()
+    assert learned() == pytest.approx(truth.noise_scale, rel=0.2)

@@ -147,3 +147,36 @@ def test_checkpoint_is_replaced_atomically(tmp_path: Path) -> None:
 
 def test_halt_exit_code_is_never_success() -> None:
     assert elastic.HALT_EXIT_CODE == 143
+
+
+def test_gradient_noise_recovers_known_gradient_statistics() -> None:
+    """Gradients of known mean and per-sample variance: the estimator (pieces of 16 samples
+    against their batch of 64) converges to both, whatever the smoothing's start."""
+    import numpy as np  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+    dim, pieces, m = 50, 4, 16
+    mean = rng.normal(size=dim) * 0.2
+    sqr, var = float(mean @ mean), float(dim * 1.0**2)  # Sigma = I: tr(Sigma) = 50
+    noise = elastic.GradientNoise(smoothing=0.99)
+    assert noise.grad_sqr is None
+    assert noise.grad_var is None
+    assert noise.noise_scale is None
+    for _ in range(2000):
+        samples = mean + rng.normal(size=(pieces, m, dim))
+        local = samples.mean(axis=1)
+        small = float((local**2).sum(axis=1).mean())
+        big = float((samples.reshape(-1, dim).mean(axis=0) ** 2).sum())
+        noise.update(small, 1.0 / m, big, pieces * m)
+    assert noise.grad_sqr == pytest.approx(sqr, rel=0.25)
+    assert noise.grad_var == pytest.approx(var, rel=0.1)
+    assert noise.noise_scale == pytest.approx(var / sqr, rel=0.3)
+
+
+def test_gradient_noise_skips_a_step_of_one_piece() -> None:
+    noise = elastic.GradientNoise()
+    noise.update(1.0, 1.0 / 8, 1.0, 8)  # one piece: 1/m = 1/b, nothing to tell apart
+    assert noise.steps == 0
+    assert noise.grad_sqr is None
+    with pytest.raises(elastic.ContractError, match="smoothing"):
+        elastic.GradientNoise(smoothing=1.0)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -234,3 +236,52 @@ def test_mpijob_example_halts_and_resumes_like_the_pytorchjob_one(
     assert lines[-1] == {"event": "done", "samples_seen": 96, "step": 12}
     # Same math as the DDP job: same weights and momentum as the straight reference run.
     assert_same_training_state(checkpoint(ckpt), reference)
+
+
+def _exact_noise(seed: int = 0) -> tuple[float, float]:
+    """``|G|^2`` and ``tr(Sigma)`` (sample variance) of the per-sample gradients of the
+    examples' model at its initial weights over the whole synthetic dataset."""
+    sys.path.insert(0, str(EXAMPLES))
+    import task  # noqa: PLC0415
+
+    data = task.synthetic_dataset(DATASET, seed=seed)
+    torch.manual_seed(seed)
+    model = task.build_model(int(data["x"].shape[1]))
+    grads = []
+    for i in range(DATASET):
+        model.zero_grad()
+        task.summed_loss(model, data["x"][i : i + 1], data["y"][i : i + 1]).backward()
+        grads.append(torch.cat([p.grad.reshape(-1).double() for p in model.parameters()]))
+    g = torch.stack(grads)
+    mean = g.mean(0)
+    return float(mean.pow(2).sum()), float((g - mean).pow(2).sum(1).sum() / (DATASET - 1))
+
+
+@pytest.mark.parametrize(
+    ("script", "world"), [("pytorch_ddp.py", 2), ("pytorch_ddp.py", 1), ("mpi_allreduce.py", 2)]
+)
+def test_gradient_noise_estimates_match_the_exact_statistics(
+    tmp_path: Path, script: str, world: int
+) -> None:
+    """With the learning rate 0 the weights stay at their start, so the smoothed estimates
+    of every step (DDP: local norms by the communication hook against the all-reduced one;
+    one process: two micro-batches; MPI: before and after the explicit all-reduce) must
+    approach the exact per-sample statistics of the dataset at those weights."""
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("127.0.0.1 slots=1\n")
+    extra = ("--hostfile", str(hostfile)) if script.startswith("mpi") else ()
+    args = ("--total-samples", str(16 * DATASET), "--base-lr", "0", *extra)
+    codes, lines = run_job(script, world, 8, tmp_path / "ckpt", *args, mpi=extra != ())
+    assert codes == [0] * world
+    steps = [line for line in lines if line.get("event") == "step"]
+    assert all(math.isfinite(s["gradSqr"]) and s["gradSqr"] > 0 for s in steps[10:])
+    assert all(math.isfinite(s["gradVar"]) and s["gradVar"] >= 0 for s in steps[10:])
+    sqr, var = _exact_noise()
+    late = steps[len(steps) // 2 :]  # each a smoothed estimate; their median, late on
+    median_sqr = statistics.median(s["gradSqr"] for s in late)
+    median_var = statistics.median(s["gradVar"] for s in late)
+    # batches drawn without replacement from a finite dataset: E[gradSqr] = |G|^2 - var / N
+    expected = sqr - var / DATASET
+    assert median_sqr == pytest.approx(expected, rel=0.25)
+    assert median_var == pytest.approx(var, rel=0.25)
+    assert median_var / median_sqr == pytest.approx(var / expected, rel=0.4)  # noise scale

@@ -239,7 +239,7 @@ def test_nodes_take_exactly_the_placement_a_policy_chose() -> None:
 
 
 def test_the_exploration_cap_at_most_doubles_a_job_each_round() -> None:
-    free_moves = AutoscalerConfig(delta_s=POLLUX_INTERVAL_S, restart_cost_s=0.0)  # factor 1
+    free_moves = AutoscalerConfig(delta_s=POLLUX_INTERVAL_S, restart_s=0.0)  # factor 1
     policy = PolluxPolicy(free_moves, capacity=16, cluster=CLUSTER)
     policy.arrive(make_job("a", k_max=16, weights=1_000_000), 0.0)
     held = []

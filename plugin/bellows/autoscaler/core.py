@@ -170,12 +170,22 @@ class Autoscaler:
 
     def charge(self, name: str, profile: EfficiencyProfile | None) -> None:
         """Decide job ``name`` by goodput with ``profile`` (Bellows mode; ``None``: by
-        throughput, as every job without a profile). Call before it arrives; paper mode
-        and the baseline keep the paper's premise and ignore it."""
+        throughput, as every job without a profile). Call before it arrives, or (a profile
+        learned online) with a :meth:`revise` that says its progress in reference samples;
+        paper mode and the baseline keep the paper's premise and ignore it (:attr:`goodput`)."""
         if profile is None:
             self._charged.pop(name, None)
-        elif self._config.mode is Mode.BELLOWS and self._config.policy is not Policy.BASELINE:
+        elif self.goodput:
             self._charged[name] = profile
+
+    @property
+    def goodput(self) -> bool:
+        """Whether :meth:`charge` takes effect: Bellows mode, not the fixed-batch baseline."""
+        return self._config.mode is Mode.BELLOWS and self._config.policy is not Policy.BASELINE
+
+    def charged(self, name: str) -> EfficiencyProfile | None:
+        """The efficiency job ``name`` is decided by (``None``: by throughput)."""
+        return self._charged.get(name)
 
     # ------------------------------------------------------------------ facts in
     def arrive(self, job: JobSpec, now: float) -> bool:
@@ -252,6 +262,9 @@ class Autoscaler:
         if running is not None:
             alloc = running.allocation
             rate = throughput(job, alloc.gpus, alloc.batch, self._cluster)
+            if (profile := self._charged.get(name)) is not None:  # reference samples per s
+                at_done = running.done_at(now) if done is None else min(max(done, 0.0), job.work)
+                rate *= float(profile.efficiency(alloc.batch, at_done))
             if done is None:  # keep the estimate, at the revised rate from now on
                 revised = RunningJob(alloc, rate, running.done_at(now), now, running.paused_until)
             else:  # a report means the job was stepping then: no pause left to wait out
@@ -279,6 +292,7 @@ class Autoscaler:
             self._s.arrived.remove(name)
         self._s.carried.pop(name, None)
         self._s.resumed.pop(name, None)
+        self._charged.pop(name, None)
         self._clock.note_event(now, finished=running is not None)
         self._may_fill(now)
         return True

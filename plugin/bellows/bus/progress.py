@@ -7,6 +7,12 @@ A training process publishes, on ``<prefix>.progress.v1.<namespace>.<job>``, eit
 * ``job.started`` — once per start, the seconds from process start to the first finished
   step (the restart cost actually paid), with the same world size, batch and samples.
 
+Version 2 of the payload (``apiVersion: bellows.io/v2``, on the same subjects) adds two
+optional fields to ``job.progress``: ``gradSqr`` and ``gradVar``, the job's smoothed estimates
+of the squared norm of its true gradient ``|G|^2`` and of the per-sample gradient variance
+``tr(Sigma)`` (so that ``gradVar / gradSqr`` is its gradient noise scale in samples,
+:mod:`bellows.scaling.noise`); both or neither. A version 1 payload is read as before.
+
 A progress event is a hint, never an order. :func:`decode_progress` accepts one only when its
 subject names the same job as its payload, and every value is within the bounds of
 :mod:`bellows.jobs`; everything goes through :mod:`bellows.inputs`. A refusal is a
@@ -28,7 +34,9 @@ from bellows.inputs import SpecError, check_float, check_int, check_name, parse_
 from bellows.jobs import MAX_BATCH, MAX_GPUS, MAX_STEP_SECONDS, MAX_WORK, check_restart_s
 
 __all__ = [
+    "MAX_GRAD_STAT",
     "MAX_PROGRESS_BYTES",
+    "PAYLOAD_VERSIONS",
     "PROGRESS_PARTITIONS",
     "PROGRESS_VERSION",
     "ProgressEvent",
@@ -41,17 +49,23 @@ __all__ = [
 ]
 
 PROGRESS_VERSION: Final = 1
+"""The subjects' version: ``<prefix>.progress.v1.*`` carries payloads of both versions."""
+PAYLOAD_VERSIONS: Final = ("bellows.io/v1", "bellows.io/v2")
+MAX_GRAD_STAT: Final = 1e30
+"""Largest ``gradSqr`` or ``gradVar`` accepted (finite, far above any gradient's)."""
 MAX_PROGRESS_BYTES: Final = 4096  # a report is a few hundred bytes
 PROGRESS_PARTITIONS: Final = 32
 """Subjects a namespace's reports are stored under (``bellows.bus.streams``): the stream
 maps ``<namespace>.<job>`` to ``<namespace>.<partition>``, NATS' ``partition`` function."""
 _API_VERSION: Final = "bellows.io/v1"
+_API_VERSION_2: Final = "bellows.io/v2"
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _NAME = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _FIELDS: Final = frozenset(
     {"apiVersion", "type", "namespace", "name", "time", "samplesSeen", "worldSize"}
     | {"globalBatch", "stepSeconds", "steps", "restartSeconds"}
 )
+_GRAD_FIELDS: Final = frozenset({"gradSqr", "gradVar"})  # bellows.io/v2 only
 
 
 class ProgressType(StrEnum):
@@ -65,7 +79,9 @@ class ProgressType(StrEnum):
 class ProgressEvent:
     """One report of a running job. ``step_seconds``/``steps`` are set for ``job.progress``,
     ``restart_s`` (the job's restart cost, :func:`bellows.jobs.check_restart_s`) for
-    ``job.started``."""
+    ``job.started``. ``grad_sqr``/``grad_var`` (both or neither, ``job.progress`` only) are
+    the gradient statistics of payload version 2: ``grad_sqr > 0``, ``grad_var >= 0``, both
+    at most :data:`MAX_GRAD_STAT`."""
 
     type: ProgressType
     namespace: str
@@ -77,6 +93,8 @@ class ProgressEvent:
     step_seconds: float | None = None
     steps: int | None = None
     restart_s: float | None = None
+    grad_sqr: float | None = None
+    grad_var: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "type", ProgressType(self.type))
@@ -99,6 +117,18 @@ class ProgressEvent:
             raise SpecError("restartSeconds", None, "set in a job.started event")
         if self.restart_s is not None:
             object.__setattr__(self, "restart_s", check_restart_s("restartSeconds", self.restart_s))
+        if (self.grad_sqr is None) != (self.grad_var is None):
+            missing = "gradVar" if self.grad_var is None else "gradSqr"
+            raise SpecError(missing, None, "set with the other gradient statistic, or neither")
+        if self.grad_sqr is not None and self.grad_var is not None:
+            if self.type is not ProgressType.PROGRESS:
+                raise SpecError("gradSqr", self.grad_sqr, "only in a job.progress event")
+            sqr = check_float(
+                "gradSqr", self.grad_sqr, minimum=0.0, maximum=MAX_GRAD_STAT, open_min=True
+            )
+            var = check_float("gradVar", self.grad_var, minimum=0.0, maximum=MAX_GRAD_STAT)
+            object.__setattr__(self, "grad_sqr", sqr)
+            object.__setattr__(self, "grad_var", var)
 
 
 def progress_subject(prefix: str, namespace: str, name: str) -> str:
@@ -122,9 +152,10 @@ def progress_wildcard(prefix: str, namespace: str = "*") -> str:
 
 
 def encode_progress(event: ProgressEvent) -> bytes:
-    """The JSON payload of ``event`` (what :func:`decode_progress` reads back)."""
+    """The JSON payload of ``event`` (what :func:`decode_progress` reads back): version 2
+    when it carries gradient statistics, else version 1, as before."""
     doc: dict[str, Any] = {
-        "apiVersion": _API_VERSION,
+        "apiVersion": _API_VERSION if event.grad_sqr is None else _API_VERSION_2,
         "type": event.type.value,
         "namespace": event.namespace,
         "name": event.name,
@@ -137,6 +168,8 @@ def encode_progress(event: ProgressEvent) -> bytes:
         ("stepSeconds", event.step_seconds),
         ("steps", event.steps),
         ("restartSeconds", event.restart_s),
+        ("gradSqr", event.grad_sqr),
+        ("gradVar", event.grad_var),
     ):
         if value is not None:
             doc[key] = value
@@ -177,11 +210,16 @@ def decode_progress(prefix: str, subject: str, data: bytes) -> ProgressEvent:
     doc = parse_json("progress", data, max_bytes=MAX_PROGRESS_BYTES, max_depth=2)
     if not isinstance(doc, dict):
         raise SpecError("progress", doc, "a JSON object")
-    unknown = sorted(set(doc) - _FIELDS)
+    version = doc.get("apiVersion")
+    if version not in PAYLOAD_VERSIONS:
+        raise SpecError("apiVersion", version, " or ".join(map(repr, PAYLOAD_VERSIONS)))
+    fields = _FIELDS if version == _API_VERSION else _FIELDS | _GRAD_FIELDS
+    unknown = sorted(set(doc) - fields)
     if unknown:
-        raise SpecError("progress", unknown, f"only the fields {', '.join(sorted(_FIELDS))}")
-    if doc.get("apiVersion") != _API_VERSION:
-        raise SpecError("apiVersion", doc.get("apiVersion"), repr(_API_VERSION))
+        extra = "" if version == _API_VERSION_2 else f" ({_API_VERSION_2} adds gradSqr, gradVar)"
+        raise SpecError(
+            "progress", unknown, f"only the fields {', '.join(sorted(fields))} in {version}{extra}"
+        )
     try:
         kind = ProgressType(str(doc.get("type")))
     except ValueError:
@@ -197,6 +235,8 @@ def decode_progress(prefix: str, subject: str, data: bytes) -> ProgressEvent:
         step_seconds=_number(doc, "stepSeconds"),
         steps=_optional_integer(doc, "steps"),
         restart_s=_number(doc, "restartSeconds"),
+        grad_sqr=_number(doc, "gradSqr"),
+        grad_var=_number(doc, "gradVar"),
     )
     named = tokens[1] == progress_partition(event.name) or (
         name_from_token(tokens[1]) == event.name

@@ -96,13 +96,17 @@ class ProgressReport:
     """One progress report of a running job: where it ran and how fast.
 
     ``step_seconds`` is the median step time over the report's window on ``gpus`` GPUs with
-    global batch ``batch``; ``samples`` the samples seen since the job began.
+    global batch ``batch``; ``samples`` the samples seen since the job began;
+    ``grad_sqr``/``grad_var`` the gradient statistics it carried, if any
+    (:class:`bellows.scaling.noise.NoisePoint` checks them).
     """
 
     gpus: int
     batch: int
     step_seconds: float
     samples: float
+    grad_sqr: float | None = None
+    grad_var: float | None = None
 
     def __post_init__(self) -> None:
         check_int("gpus", self.gpus, minimum=1, maximum=MAX_GPUS)

@@ -66,6 +66,7 @@ from bellows.kube.journal import Journal, Phase
 from bellows.kube.kinds import finished_state, foreign_manager, running_since
 from bellows.optimizer.solving import RENT
 from bellows.refs import job_key
+from bellows.scaling import EfficiencyProfile
 from bellows.service.queues import QueueIndex, QueueProblem
 
 __all__ = [
@@ -406,12 +407,24 @@ class Controller:
             except Exception as err:  # the next attempt comes in retry_s
                 _log.warning("controller.housekeeping_failed", error=brief(err))
 
-    async def revise(self, spec: JobSpec, *, done: float | None, since: float | None) -> bool:
+    async def revise(
+        self,
+        spec: JobSpec,
+        *,
+        done: float | None,
+        since: float | None,
+        efficiency: EfficiencyProfile | None = None,
+    ) -> bool:
         """What progress taught about a job, for the core's next round (see
-        :meth:`Autoscaler.revise`; ``since`` on this clock). Whether the core took it."""
+        :meth:`Autoscaler.revise`; ``since`` on this clock). Whether the core took it.
+        ``efficiency`` (learned online): decide the job by goodput from now on
+        (:meth:`Autoscaler.charge`), ``done`` then in reference samples."""
         async with self._lock:
             now = self._clock.now()
             at = None if since is None else min(since, now)
+            known = spec.name in self._auto.allocations or spec.name in self._auto.queued
+            if efficiency is not None and known:
+                self._auto.charge(spec.name, efficiency)
             return self._auto.revise(spec, now, done=done, since=at)
 
     async def notify(self, job: str, reason: str, message: str) -> None:

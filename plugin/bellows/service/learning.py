@@ -7,8 +7,12 @@ the controller knows of the job now (running at which allocation, or not), and k
   :meth:`~ProgressLearner.fit` refits the job's profile online (prior: its annotation);
 * the restarts it measured (``job.started``), whose median replaces the default restart cost
   for that job (:meth:`~ProgressLearner.restart_s`);
-* the last samples seen and when (:meth:`~ProgressLearner.samples`), the remaining work's
-  source for restart pricing;
+* the gradient statistics of its reports (payload version 2), from which
+  :meth:`~ProgressLearner.efficiency` refits the job's statistical efficiency online
+  (:mod:`bellows.scaling.noise`; ``None`` until it reported :data:`MIN_NOISE_POINTS` of them:
+  a job without them is decided as before);
+* the last samples seen and when (:meth:`~ProgressLearner.samples`; in reference samples once
+  its efficiency is known), the remaining work's source for restart pricing;
 * when it last reported, so that a job silent for longer than ``stall_after_s`` is flagged
   (:meth:`~ProgressLearner.stalled`) — only jobs that reported at least once since they
   started: a job without a reporter is never "stalled".
@@ -31,9 +35,11 @@ from bellows.bus.progress import ProgressEvent, ProgressType
 from bellows.jobs import MAX_WORK, Allocation
 from bellows.scaling import ClusterProfile, JobProfile
 from bellows.scaling.consistency import Accepted, Refused, ReportChecks
+from bellows.scaling.efficiency import EfficiencyProfile
+from bellows.scaling.noise import MIN_NOISE_POINTS, NoiseLog, NoisePoint, refit_efficiency
 from bellows.scaling.online import OnlineFit, ProgressLog, ProgressReport, refit_log
 
-__all__ = ["DEFAULT_STALL_AFTER_S", "RESTARTS_KEPT", "ProgressLearner"]
+__all__ = ["DEFAULT_STALL_AFTER_S", "MIN_NOISE_POINTS", "RESTARTS_KEPT", "ProgressLearner"]
 
 DEFAULT_STALL_AFTER_S: Final = 900.0
 RESTARTS_KEPT: Final = 8  # newest measured restarts per job
@@ -48,6 +54,9 @@ class _Job:
     samples_at: float | None = None
     fit: OnlineFit | None = None
     fitted_prior: JobProfile | None = None
+    noise: NoiseLog = field(default_factory=NoiseLog)
+    efficiency: EfficiencyProfile | None = None  # the last efficiency fit
+    efficiency_due: bool = False  # points came since it
 
 
 class ProgressLearner:
@@ -101,19 +110,27 @@ class ProgressLearner:
                 return refused
             assert event.restart_s is not None  # checked by ProgressEvent
             state.restarts.append(event.restart_s)
+            # the steps between the last report and the halt ran at the batch before
+            last = state.noise.segments[-1][0] if state.noise.segments else event.global_batch
+            state.noise.trained(last, state.checks.samples)
             state.log.samples = state.checks.samples
             state.samples_at = now
         else:
             assert event.step_seconds is not None  # checked by ProgressEvent
             report = ProgressReport(
-                event.world_size, event.global_batch, event.step_seconds, event.samples_seen
-            )
+                event.world_size, event.global_batch, event.step_seconds, event.samples_seen,
+                event.grad_sqr, event.grad_var,
+            )  # fmt: skip
+            refused = self._noise_refused(state, report)
+            if refused is not None:
+                return refused
             verdict = state.checks.check(report, now, work=work)
             if isinstance(verdict, Refused):
                 return verdict
             if isinstance(verdict, Accepted):
                 for accepted in verdict.reports:
                     state.log.add(accepted)
+                    self._learn_noise(state, accepted)
                 state.samples_at = now
                 state.fit = None  # refit on the next question
         state.last_report = now
@@ -128,6 +145,47 @@ class ProgressLearner:
             state.fit, state.fitted_prior = refit_log(prior, self._cluster, state.log), prior
         return state.fit
 
+    @staticmethod
+    def _noise_refused(state: _Job, report: ProgressReport) -> Refused | None:
+        """Why ``report``'s gradient statistics do not hold with the job's earlier ones."""
+        if report.grad_sqr is None or report.grad_var is None:
+            return None
+        point = NoisePoint(report.batch, report.samples, report.grad_sqr, report.grad_var)
+        probe = NoiseLog()  # the same checks as adding it, without keeping it yet
+        if state.noise.points:
+            probe.points.append(state.noise.points[-1])
+        reason = probe.add(point)
+        return None if reason is None else Refused(reason)
+
+    @staticmethod
+    def _learn_noise(state: _Job, report: ProgressReport) -> None:
+        state.noise.trained(report.batch, report.samples)
+        if report.grad_sqr is not None and report.grad_var is not None:
+            point = NoisePoint(report.batch, report.samples, report.grad_sqr, report.grad_var)
+            if state.noise.add(point) is None:
+                state.efficiency_due = True
+
+    def efficiency(self, job: str, reference_batch: int) -> EfficiencyProfile | None:
+        """``job``'s statistical efficiency relative to ``reference_batch``, refitted to its
+        gradient statistics (:func:`~bellows.scaling.noise.refit_efficiency`); ``None`` until
+        it reported :data:`~bellows.scaling.noise.MIN_NOISE_POINTS` of them."""
+        state = self._jobs.get(job)
+        if state is None or len(state.noise) < MIN_NOISE_POINTS:
+            return None
+        current = state.efficiency
+        if current is not None and current.reference_batch != reference_batch:
+            current, state.efficiency_due = None, True
+        if state.efficiency_due or current is None:
+            source = f"bellows online fit of {len(state.noise)} gradient noise reports"
+            fit = refit_efficiency(state.noise, reference_batch, current, source=source)
+            state.efficiency, state.efficiency_due = fit, False
+        return state.efficiency
+
+    def learned_efficiency(self, job: str) -> EfficiencyProfile | None:
+        """The last efficiency :meth:`efficiency` fitted for ``job`` (no refit)."""
+        state = self._jobs.get(job)
+        return None if state is None else state.efficiency
+
     def restart_s(self, job: str) -> float | None:
         """Median of the restarts ``job`` measured (``None``: none yet, use the default)."""
         state = self._jobs.get(job)
@@ -136,11 +194,15 @@ class ProgressLearner:
         return statistics.median(state.restarts)
 
     def samples(self, job: str) -> tuple[float, float] | None:
-        """The last samples seen ``job`` reported, and when (``None``: no report)."""
+        """The last samples seen ``job`` reported, and when (``None``: no report); in
+        reference samples once its efficiency is known (:meth:`efficiency`), as the core
+        counts the progress of a job decided by goodput."""
         state = self._jobs.get(job)
         if state is None or state.samples_at is None:
             return None
-        return state.log.samples, state.samples_at
+        if state.efficiency is None:
+            return state.log.samples, state.samples_at
+        return state.noise.progress(state.efficiency, state.log.samples), state.samples_at
 
     def stalled(self, running: Iterable[str], now: float) -> list[str]:
         """Running jobs that reported before but not for more than ``stall_after_s``."""

@@ -40,7 +40,7 @@ from bellows.inputs import brief
 from bellows.jobs import Allocation, JobSpec
 from bellows.kube import Actuator, JobReader, KubeApi, Outcome
 from bellows.kube.kueue import ClusterQueueView
-from bellows.scaling import ClusterProfile
+from bellows.scaling import ClusterProfile, EfficiencyProfile
 from bellows.service.controller import Controller, ControllerObserver, EventsNotTakenError
 from bellows.service.queues import QueueChange, QueueIndex
 
@@ -168,6 +168,14 @@ class Cores:
 
     def estimated_done(self, name: str, now: float) -> float:
         return self._core(name).estimated_done(name, now)
+
+    @property
+    def goodput(self) -> bool:
+        """Whether the pools decide jobs by goodput (they share the controller's mode)."""
+        return all(c.autoscaler.goodput for c in self._controllers())
+
+    def charged(self, name: str) -> EfficiencyProfile | None:
+        return self._core(name).charged(name)
 
 
 class Pools:
@@ -338,12 +346,19 @@ class Pools:
             except Exception as err:  # the next attempt comes in retry_s
                 _log.warning("pools.housekeeping_failed", error=brief(err))
 
-    async def revise(self, spec: JobSpec, *, done: float | None, since: float | None) -> bool:
+    async def revise(
+        self,
+        spec: JobSpec,
+        *,
+        done: float | None,
+        since: float | None,
+        efficiency: EfficiencyProfile | None = None,
+    ) -> bool:
         """Revise ``spec`` in the pool that holds the job (see :meth:`Controller.revise`)."""
         for controller in self.controllers:
             core = controller.autoscaler
             if spec.name in core.allocations or spec.name in core.queued:
-                return await controller.revise(spec, done=done, since=since)
+                return await controller.revise(spec, done=done, since=since, efficiency=efficiency)
         return False
 
     async def notify(self, job: str, reason: str, message: str) -> None:

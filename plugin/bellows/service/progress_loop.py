@@ -9,6 +9,13 @@ samples, so that the next round prices restarts on the real remaining work. The 
 every fit is the spec the core had when the job was first reported on (its profile
 annotation, or the documented default prior).
 
+A job whose reports carry gradient statistics (payload version 2) gets its statistical
+efficiency learned too (:meth:`ProgressLearner.efficiency`, relative to the job's own
+``batch_size``: its work counts samples at that batch); once known, and when it moved, the
+revision hands it to the core (Bellows mode), which decides the job by goodput from then on
+(goodput rows: per GPU count the batch maximising throughput x efficiency) and counts its
+progress in reference samples. A job without them is revised exactly as before.
+
 A report is a hint, never an order: one that does not decode, is about a job out of scope,
 not running or running elsewhere, or goes backwards is dropped with a logged reason and
 counted by reason (``bellows_progress_rejected_total{reason}``); nothing a message holds can
@@ -38,7 +45,8 @@ from bellows.bus.streams import ensure_progress_stream, progress_stream_name
 from bellows.inputs import SpecError, brief
 from bellows.jobs import Allocation, JobSpec
 from bellows.kube import KINDS, JobRef, KubeApi, NotFoundError, keys, kind_named
-from bellows.scaling import ClusterProfile, JobProfile, job_profile_to_json
+from bellows.scaling import ClusterProfile, EfficiencyProfile, JobProfile, job_profile_to_json
+from bellows.scaling.noise import efficiency_moved
 from bellows.scaling.online import REVISE_TOLERANCE, Learned, OnlineFit, drifted, moved
 from bellows.service.learning import ProgressLearner
 from bellows.service.metrics import Metrics
@@ -102,6 +110,11 @@ class Core(Protocol):
 
     def estimated_done(self, name: str, now: float) -> float: ...
 
+    @property
+    def goodput(self) -> bool: ...
+
+    def charged(self, name: str) -> EfficiencyProfile | None: ...
+
 
 class Revising(Protocol):
     """What the loop needs of the controller (:class:`~bellows.service.controller.Controller`
@@ -110,7 +123,14 @@ class Revising(Protocol):
     @property
     def autoscaler(self) -> Core: ...
 
-    async def revise(self, spec: JobSpec, *, done: float | None, since: float | None) -> bool: ...
+    async def revise(
+        self,
+        spec: JobSpec,
+        *,
+        done: float | None,
+        since: float | None,
+        efficiency: EfficiencyProfile | None = None,
+    ) -> bool: ...
 
     async def notify(self, job: str, reason: str, message: str) -> None: ...
 
@@ -162,6 +182,7 @@ class ProgressLoop:
         self._observer = observer or ProgressObserver()
         self._priors: dict[str, JobSpec] = {}  # the spec each fit starts from, by job key
         self._learned: dict[str, Learned] = {}  # what the last revision used, by job key
+        self._efficiencies: dict[str, EfficiencyProfile] = {}  # and the efficiency it gave
         self._stalled: set[str] = set()
         self._inconsistent: set[str] = set()
         self._buckets = NamespaceBuckets(limits or ProgressLimits())
@@ -203,8 +224,7 @@ class ProgressLoop:
         self._priors.setdefault(key, self._controller.autoscaler.job(key))
         now = self._now()
         at = now if self._wall_to_clock is None else min(now, self._wall_to_clock(event.time))
-        work = self._controller.autoscaler.job(key).work
-        refused = self._learner.take(key, event, running, at, work=work)
+        refused = self._learner.take(key, event, running, at, work=self._raw_work(key))
         if refused is not None and refused.backwards:
             return self._drop(Rejection.BACKWARDS, subject, refused.reason)
         if refused is not None:
@@ -215,6 +235,16 @@ class ProgressLoop:
             self._observer.stalled(key, False)
         self._pending[key] = running
         return None
+
+    def _raw_work(self, key: str) -> float:
+        """The most samples the job may have seen while it runs: its work, or, decided by
+        goodput (work in reference samples), the samples its largest batch needs for it."""
+        auto = self._controller.autoscaler
+        job = auto.job(key)
+        charged = auto.charged(key)
+        if charged is None:
+            return job.work
+        return max(job.work, float(charged.samples(job.b_max, job.work)))
 
     def _limited(self, subject: str, size: int) -> Rejection | None:
         """The namespace's buckets, by the subject's namespace token (what NATS permissions
@@ -255,10 +285,20 @@ class ProgressLoop:
         prior = self._priors[key]
         fit = self._learner.fit(key, JobProfile(weights=prior.weights, step=prior.profile))
         measured = self._learner.restart_s(key)
+        auto = self._controller.autoscaler
+        efficiency = self._learner.efficiency(key, prior.batch_size) if auto.goodput else None
         learned = Learned(fit.compute, fit.communication, measured)
         samples = self._learner.samples(key)
         done, since = (None, None) if samples is None else samples
-        if not moved(self._learned.get(key), learned) and not self._drifted(key, done, since):
+        before = self._learned.get(key)
+        new_efficiency = efficiency_moved(
+            self._efficiencies.get(key), efficiency, tolerance=REVISE_TOLERANCE
+        )
+        if (
+            not moved(before, learned)
+            and not new_efficiency
+            and not self._drifted(key, done, since)
+        ):
             return
         spec = dataclasses.replace(
             prior,
@@ -267,14 +307,23 @@ class ProgressLoop:
             # a measured restart replaces the cluster's default; the owner's figure stays
             restart_s=prior.restart_s if prior.restart_s is not None else measured,
         )
-        if await self._controller.revise(spec, done=done, since=since):
+        if efficiency is None:
+            revised = await self._controller.revise(spec, done=done, since=since)
+        else:
+            revised = await self._controller.revise(
+                spec, done=done, since=since, efficiency=efficiency
+            )
+        if revised:
             self._learned[key] = learned
+            if efficiency is not None:
+                self._efficiencies[key] = efficiency
             if self._annotate is not None:
-                await self._annotate(key, fit_text(fit, measured))
+                await self._annotate(key, fit_text(fit, measured, efficiency))
             _log.info(
                 "job.revised", job=key, compute=round(fit.compute, 4),
                 communication=round(fit.communication, 4), restart_s=measured,
                 reports=fit.reports, configurations=fit.configurations, at=str(running),
+                **_efficiency_fields(efficiency),
             )  # fmt: skip
 
     def _drifted(self, key: str, done: float | None, since: float | None) -> bool:
@@ -312,6 +361,7 @@ class ProgressLoop:
         for key in [k for k in self._priors if k not in running and k not in auto.queued]:
             self._priors.pop(key)
             self._learned.pop(key, None)
+            self._efficiencies.pop(key, None)
             self._pending.pop(key, None)
             self._refitted.pop(key, None)
             self._learner.forget(key)
@@ -461,17 +511,39 @@ async def start_progress_loop(
     return asyncio.create_task(run(), name="progress-loop")
 
 
-def fit_text(fit: OnlineFit, restart_s: float | None) -> str:
+def fit_text(
+    fit: OnlineFit, restart_s: float | None, efficiency: EfficiencyProfile | None = None
+) -> str:
     """The ``bellows.io/fit`` annotation: the refitted JobProfile, its ``source`` saying how
-    it was made (a document ``bellows.io/profile`` would accept as it is)."""
+    it was made (a document ``bellows.io/profile`` would accept as it is), and the
+    statistical efficiency learned, if any."""
     measured = "" if restart_s is None else f"; restarts measured: median {restart_s:.3g} s"
+    learned = (
+        ""
+        if efficiency is None
+        else (
+            f"; efficiency learned: noise scale {efficiency.noise_scale:.4g} samples at 1e6 "
+            f"reference samples, growth {efficiency.growth:.3g}, batch exponent "
+            f"{efficiency.batch_exponent:.3g}, reference batch {efficiency.reference_batch}"
+        )
+    )
     source = (
         f"bellows online fit: compute x{fit.compute:.4g}, Allreduce x"
         f"{fit.communication:.4g} of the prior, from {fit.reports} reports at "
-        f"{fit.configurations} (GPUs, batch) configurations{measured}"
+        f"{fit.configurations} (GPUs, batch) configurations{measured}{learned}"
     )
     profile = dataclasses.replace(fit.profile, source=source)
     return json.dumps(job_profile_to_json(profile), separators=(",", ":"))
+
+
+def _efficiency_fields(efficiency: EfficiencyProfile | None) -> dict[str, float]:
+    if efficiency is None:
+        return {}
+    return {
+        "noise_scale": round(efficiency.noise_scale, 4),
+        "noise_growth": round(efficiency.growth, 4),
+        "noise_batch_exponent": round(efficiency.batch_exponent, 4),
+    }
 
 
 def fit_annotator(api: KubeApi) -> Annotate:

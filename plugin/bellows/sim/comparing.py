@@ -210,7 +210,7 @@ def run_policy(
     profile = default_cluster() if cluster is None else cluster
     pollux = policy == POLLUX
     config = (
-        AutoscalerConfig(restart_cost_s=restart_s, delta_s=POLLUX_INTERVAL_S) if pollux
+        AutoscalerConfig(restart_s=restart_s, delta_s=POLLUX_INTERVAL_S) if pollux
         else policies(restart_s, min_runtime_s)[policy]
     )  # fmt: skip
     trace, gpus, horizon = scenario.build(profile)
