@@ -21,8 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Final, Protocol
@@ -37,9 +36,10 @@ from bellows.bus.settings import NatsSettings
 from bellows.bus.streams import ensure_progress_stream, progress_stream_name
 from bellows.inputs import SpecError, brief
 from bellows.jobs import Allocation, JobSpec
-from bellows.kube import KINDS, JobRef, KubeApi, NotFoundError, keys, kind_named
-from bellows.scaling import ClusterProfile, JobProfile, job_profile_to_json
-from bellows.scaling.online import REVISE_TOLERANCE, Learned, OnlineFit, drifted, moved
+from bellows.kube import KubeApi
+from bellows.scaling import ClusterProfile, JobProfile
+from bellows.scaling.online import REVISE_TOLERANCE, Learned, drifted, moved
+from bellows.service.fit_annotation import Annotate, fit_annotator, fit_text, read_fit
 from bellows.service.learning import ProgressLearner
 from bellows.service.metrics import Metrics
 from bellows.service.progress_limits import Limited, NamespaceBuckets, ProgressLimits
@@ -82,10 +82,6 @@ class Rejection(StrEnum):
     INCONSISTENT = "inconsistent"  # does not hold with the job's other reports or its work
     RATE_LIMITED = Limited.REPORTS.value  # its namespace's reports per second spent
     BYTES_LIMITED = Limited.BYTES.value  # its namespace's bytes per second spent
-
-
-Annotate = Callable[[str, str], Awaitable[None]]
-"""Writes a job's current fit where users read it: ``(job key, JobProfile JSON)``."""
 
 
 class Core(Protocol):
@@ -459,45 +455,3 @@ async def start_progress_loop(
                 await sub.unsubscribe()
 
     return asyncio.create_task(run(), name="progress-loop")
-
-
-def fit_text(fit: OnlineFit, restart_s: float | None) -> str:
-    """The ``bellows.io/fit`` annotation: the refitted JobProfile, its ``source`` saying how
-    it was made (a document ``bellows.io/profile`` would accept as it is)."""
-    measured = "" if restart_s is None else f"; restarts measured: median {restart_s:.3g} s"
-    source = (
-        f"bellows online fit: compute x{fit.compute:.4g}, Allreduce x"
-        f"{fit.communication:.4g} of the prior, from {fit.reports} reports at "
-        f"{fit.configurations} (GPUs, batch) configurations{measured}"
-    )
-    profile = dataclasses.replace(fit.profile, source=source)
-    return json.dumps(job_profile_to_json(profile), separators=(",", ":"))
-
-
-def fit_annotator(api: KubeApi) -> Annotate:
-    """Writes ``bellows.io/fit`` on the job with a merge patch (the annotation is Bellows'
-    own, so no precondition: the newest fit wins); a job gone meanwhile is skipped."""
-
-    async def annotate(job: str, text: str) -> None:
-        ref = _ref(job)
-        patch = {"metadata": {"annotations": {keys.FIT: text}}}
-        with contextlib.suppress(NotFoundError):
-            await api.patch_job(kind_named(ref.kind), ref.namespace, ref.name, patch)
-
-    return annotate
-
-
-async def read_fit(api: KubeApi, job: str) -> JobProfile | None:
-    """The profile the controller refitted for ``job`` (``<kind>/<namespace>/<name>``): its
-    ``bellows.io/fit`` annotation (``None``: none yet). :class:`SpecError` when the job is
-    not there or the key or the annotation is malformed."""
-    ref = _ref(job)
-    obj = await api.get_job(kind_named(ref.kind), ref.namespace, ref.name)
-    if obj is None:
-        raise SpecError("job", job, "a job that exists")
-    text = (obj["metadata"].get("annotations") or {}).get(keys.FIT)
-    return None if text is None else keys.parse_profile_text(keys.FIT, text)
-
-
-def _ref(job: str) -> JobRef:
-    return JobRef.parse(job, {kind.kind.lower(): kind.kind for kind in KINDS})
