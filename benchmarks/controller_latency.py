@@ -66,8 +66,9 @@ from bellows.scaling import default_cluster
 from bellows.service.clock import ServiceClock
 from bellows.service.compile_cache import enable_compile_cache
 from bellows.service.config import LoggingSettings, LogLevel
-from bellows.service.controller import Controller, ControllerObserver
+from bellows.service.controller import Controller
 from bellows.service.logging import configure_logging
+from bellows.service.observing import ControllerObserver
 from bellows.service.watching import kube_bridges
 from bellows.sim.workloads.generating import WorkloadSpec, generate
 from bellows.twin.replay import job_manifest, manifest_name

@@ -25,8 +25,7 @@ from bellows.refs import JobKind, JobRef
 from bellows.scaling import default_cluster
 from bellows.service.clock import ServiceClock
 from bellows.service.controller import Controller
-from bellows.service.metrics import Metrics
-from bellows.service.runner import MetricsObserver
+from bellows.service.metrics import Metrics, MetricsObserver
 from tests.service.livecluster import NS, crds
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"

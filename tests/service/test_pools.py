@@ -31,10 +31,9 @@ from bellows.service import runner
 from bellows.service.clock import ServiceClock
 from bellows.service.config import load_config
 from bellows.service.controller import EventsNotTakenError
-from bellows.service.metrics import Metrics
+from bellows.service.metrics import Metrics, MetricsObserver
 from bellows.service.pools import Cores, Pools
 from bellows.service.queues import QueueChange, QueueIndex, QueueProblem
-from bellows.service.runner import MetricsObserver
 from tests.conftest import shared_data_dir
 from tests.service.livecluster import NS, crds
 

@@ -22,20 +22,18 @@ from bellows.bus.settings import NatsSettings, bounded, check_bounds, doc
 from bellows.inputs import SpecError, check_name
 from bellows.jobs import MAX_MIN_RUNTIME_S, MAX_RESTART_S
 from bellows.kube.placement import HOSTNAME, Placement
-from bellows.service.config_fields import (
-    ENV_PREFIX,
-    ConfigError,
-    InvalidValueError,
-    Leaf,
-    build,
-    convert,
-    json_schema,
-    jsonable,
-    leaves,
-    markdown_table,
-    sections,
+from bellows.service.config_fields import ConfigError, build, json_schema, jsonable, markdown_table
+from bellows.service.config_sources import Sources
+from bellows.service.process_settings import (
+    DNS_LABEL,
+    BridgeSettings,
+    KubernetesSettings,
+    LeaderElectionSettings,
+    LogFormat,
+    LoggingSettings,
+    LogLevel,
+    MetricsSettings,
 )
-from bellows.service.config_files import read_config_file
 from bellows.service.progress_limits import ProgressLimits
 
 __all__ = [
@@ -51,6 +49,7 @@ __all__ = [
     "KueueSettings",
     "LeaderElectionSettings",
     "LogFormat",
+    "LogLevel",
     "LoggingSettings",
     "MetricsSettings",
     "OptimizerPath",
@@ -64,8 +63,6 @@ API_VERSION = "bellows.io/v1alpha1"
 KIND = "BellowsConfig"
 CONFIG_ENV = "BELLOWS_CONFIG"  # path of the config file when --config is not given
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _RESOURCE_NAME = re.compile(r"([a-z0-9.-]{1,253}/)?[A-Za-z0-9._-]{1,63}")
 # a qualified label key: an optional DNS-subdomain prefix, then a name of at most 63
 _LABEL_KEY = re.compile(
@@ -370,124 +367,6 @@ class ControllerSettings:
 
 
 @dataclass(frozen=True)
-class BridgeSettings:
-    """The bridge that turns job changes into events."""
-
-    resync_s: float = field(
-        default=300.0,
-        metadata=bounded(
-            "seconds between full re-lists of the watched jobs",
-            minimum=0.0,
-            maximum=7 * _DAY,
-            open_min=True,
-        ),
-    )
-
-    def __post_init__(self) -> None:
-        check_bounds(self)
-
-
-@dataclass(frozen=True)
-class KubernetesSettings:
-    """How to reach the Kubernetes API."""
-
-    kubeconfig: Path | None = field(default=None, metadata=doc("kubeconfig file (null: default)"))
-    context: str | None = field(default=None, metadata=doc("kubeconfig context (null: current)"))
-    in_cluster: bool | None = field(
-        default=None, metadata=doc("use the pod's service account (null: detect)")
-    )
-
-
-@dataclass(frozen=True)
-class LeaderElectionSettings:
-    """One active replica per component, chosen through a Kubernetes Lease."""
-
-    enabled: bool = field(default=True, metadata=doc("elect a leader (off: always active)"))
-    namespace: str = field(default="bellows-system", metadata=doc("namespace of the Leases"))
-    controller_lease: str = field(default="bellows-controller", metadata=doc("controller's Lease"))
-    bridge_lease: str = field(default="bellows-bridge", metadata=doc("bridge's Lease"))
-    lease_duration_s: float = field(
-        default=15.0,
-        metadata=bounded("seconds a lease is held", minimum=0.0, maximum=3600.0, open_min=True),
-    )
-    renew_deadline_s: float = field(
-        default=10.0,
-        metadata=bounded(
-            "seconds the leader has to renew", minimum=0.0, maximum=3600.0, open_min=True
-        ),
-    )
-    retry_period_s: float = field(
-        default=2.0,
-        metadata=bounded("seconds between attempts", minimum=0.0, maximum=3600.0, open_min=True),
-    )
-    stop_grace_s: float = field(
-        default=10.0,
-        metadata=bounded(
-            "seconds a stopping leader may finish its work before it ends",
-            minimum=0.0,
-            maximum=3600.0,
-        ),
-    )
-
-    def __post_init__(self) -> None:
-        check_bounds(self)
-        check_name("namespace", self.namespace, _DNS_LABEL, "a namespace name (DNS-1123 label)")
-        for name in ("controller_lease", "bridge_lease"):
-            check_name(name, getattr(self, name), _DNS_SUBDOMAIN, "a Lease name (DNS-1123)")
-        if self.renew_deadline_s >= self.lease_duration_s:
-            raise SpecError(
-                "renew_deadline_s",
-                self.renew_deadline_s,
-                f"< leaseDurationSeconds ({self.lease_duration_s})",
-            )
-        if self.retry_period_s >= self.renew_deadline_s:
-            raise SpecError(
-                "retry_period_s",
-                self.retry_period_s,
-                f"< renewDeadlineSeconds ({self.renew_deadline_s})",
-            )
-
-
-@dataclass(frozen=True)
-class MetricsSettings:
-    """The HTTP server of /metrics, /healthz and /readyz."""
-
-    host: str = field(default="0.0.0.0", metadata=doc("address to bind"))
-    port: int = field(
-        default=9090,
-        metadata=bounded("port to bind (0: any free port)", minimum=0, maximum=65535),
-    )
-
-    def __post_init__(self) -> None:
-        check_bounds(self)
-
-
-class LogFormat(StrEnum):
-    """How log lines look."""
-
-    AUTO = "auto"  # console on a terminal, JSON otherwise (in a pod)
-    JSON = "json"
-    CONSOLE = "console"
-
-
-class LogLevel(StrEnum):
-    """The least severe level written."""
-
-    DEBUG = "debug"
-    INFO = "info"
-    WARNING = "warning"
-    ERROR = "error"
-
-
-@dataclass(frozen=True)
-class LoggingSettings:
-    """Structured logs."""
-
-    format: LogFormat = field(default=LogFormat.AUTO, metadata=doc("auto, json or console"))
-    level: LogLevel = field(default=LogLevel.INFO, metadata=doc("debug, info, warning or error"))
-
-
-@dataclass(frozen=True)
 class BellowsConfig:
     """Configuration of the Bellows controller and bridge."""
 
@@ -510,89 +389,11 @@ class BellowsConfig:
         if self.kind != KIND:
             raise SpecError("kind", self.kind, repr(KIND))
         for i, ns in enumerate(self.namespaces):
-            check_name(f"namespaces[{i}]", ns, _DNS_LABEL, "a namespace name (DNS-1123 label)")
+            check_name(f"namespaces[{i}]", ns, DNS_LABEL, "a namespace name (DNS-1123 label)")
 
 
-_LEAVES: dict[tuple[str, ...], Leaf] = {leaf.keys: leaf for leaf in leaves(BellowsConfig)}
-_BY_ENV: dict[str, Leaf] = {leaf.env: leaf for leaf in _LEAVES.values()}
-_SECTION_ENV = tuple(
-    f"{ENV_PREFIX}{leaf.env.removeprefix(ENV_PREFIX).split('_')[0]}_"
-    for leaf in _LEAVES.values()
-    if len(leaf.keys) > 1
-)
-
-
-def _set(
-    values: dict[tuple[str, ...], tuple[Any, str]],
-    leaf: Leaf,
-    raw: object,
-    source: str,
-    *,
-    text: bool,
-) -> None:
-    try:
-        values[leaf.attrs] = (convert(leaf.hint, raw, from_text=text, bounds=leaf.bounds), source)
-    except InvalidValueError as exc:
-        masked = "********" if leaf.secret else raw
-        raise ConfigError(leaf.dotted, masked, exc.valid, source) from None
-
-
-def _from_file(path: Path, values: dict[tuple[str, ...], tuple[Any, str]]) -> None:
-    source = f"file {path}"
-    data = read_config_file(path)
-    if data is None:
-        return
-    if not isinstance(data, dict):
-        raise ConfigError("<root>", type(data).__name__, "a mapping of sections", source)
-    _walk(data, BellowsConfig, (), values, source)
-
-
-def _walk(
-    data: Mapping[Any, Any],
-    cls: type,
-    keys: tuple[str, ...],
-    values: dict[tuple[str, ...], tuple[Any, str]],
-    source: str,
-) -> None:
-    known = {key: hint for key, _, hint, _ in sections(cls)}
-    for key, raw in data.items():
-        path = (*keys, str(key))
-        if key not in known:
-            valid = "one of " + ", ".join(sorted(known))
-            raise ConfigError(".".join(path), "<unknown key>", valid, source)
-        leaf = _LEAVES.get(path)
-        if leaf is None:  # a section
-            if not isinstance(raw, dict):
-                raise ConfigError(".".join(path), raw, "a mapping (a section)", source)
-            _walk(raw, known[key], path, values, source)
-        else:
-            _set(values, leaf, raw, source, text=False)
-
-
-def _from_env(env: Mapping[str, str], values: dict[tuple[str, ...], tuple[Any, str]]) -> None:
-    for name in sorted(env):
-        leaf = _BY_ENV.get(name)
-        if leaf is not None:
-            _set(values, leaf, env[name], f"env {name}", text=True)
-        elif name.startswith(_SECTION_ENV):
-            # Looks meant for a section but matches no key: a typo must not pass silently.
-            raise ConfigError(
-                name,
-                "<unknown variable>",
-                "one of the env names in docs/configuration.md",
-                f"env {name}",
-            )
-
-
-def _from_flags(overrides: Sequence[str], values: dict[tuple[str, ...], tuple[Any, str]]) -> None:
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        source = f"flag --set {key}"
-        leaf = _LEAVES.get(tuple(key.split(".")))
-        if not sep or leaf is None:
-            valid = "KEY=VALUE with KEY one of the keys in docs/configuration.md"
-            raise ConfigError(key or item, "<unknown key>" if sep else item, valid, source)
-        _set(values, leaf, raw, source, text=True)
+_SOURCES = Sources(BellowsConfig)
+_LEAVES = _SOURCES.leaves
 
 
 def load_config(
@@ -610,9 +411,9 @@ def load_config(
         path = Path(env[CONFIG_ENV])
     values: dict[tuple[str, ...], tuple[Any, str]] = {}
     if path is not None:
-        _from_file(path, values)
-    _from_env(env, values)
-    _from_flags(overrides, values)
+        _SOURCES.from_file(path, values)
+    _SOURCES.from_env(env, values)
+    _SOURCES.from_flags(overrides, values)
     config: BellowsConfig = build(BellowsConfig, values)
     return config
 

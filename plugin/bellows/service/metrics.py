@@ -6,17 +6,22 @@ publisher, the consumer and the pump report into it without importing this layer
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
 from bellows.bus.events import EventType
+from bellows.kube import Outcome
 from bellows.kube.reading import MANAGED_BY
-from bellows.service.controller import QUEUE_UNKNOWN
+from bellows.service.observing import ControllerObserver
+from bellows.service.scoping import QUEUE_UNKNOWN
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "MetricsObserver"]
+
+_log = structlog.get_logger("bellows.service")
 
 # Optimizer rounds take from well under a millisecond (a few jobs) to seconds (hundreds of
 # jobs, hundreds of GPUs); event lag spans seconds (Δ = 0) to a Δ of 10 minutes and more.
@@ -36,6 +41,18 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        self._controller_metrics(r)
+        self._event_metrics(r)
+        self._progress_metrics(r)
+        self.apply_seconds = Histogram(
+            "bellows_apply_seconds",
+            "Time to apply one Δ window (optimizer and Kubernetes patches)",
+            buckets=_LAG_BUCKETS,
+            registry=r,
+        )
+
+    def _controller_metrics(self, r: CollectorRegistry) -> None:
+        """The rounds, the decisions and the jobs' state."""
         self.decisions = Counter(
             "bellows_decisions", "Decisions applied, by kind", ["kind"], registry=r
         )
@@ -78,6 +95,9 @@ class Metrics:
             buckets=_OPTIMIZER_BUCKETS,
             registry=r,
         )
+
+    def _event_metrics(self, r: CollectorRegistry) -> None:
+        """The events published, consumed and applied."""
         self.event_lag_seconds = Histogram(
             "bellows_event_lag_seconds",
             "From an event's time to its consumption, by event type",
@@ -106,6 +126,9 @@ class Metrics:
         self.apply_failures = Counter(
             "bellows_apply_failures", "Δ windows whose apply failed (redelivered)", registry=r
         )
+
+    def _progress_metrics(self, r: CollectorRegistry) -> None:
+        """The progress reports and what they say of the jobs."""
         self.progress_rejected = Counter(
             "bellows_progress_rejected",
             "Progress reports dropped, by reason (invalid, rate_limited, bytes_limited, "
@@ -124,12 +147,6 @@ class Metrics:
             "1 for each running job whose progress reports did not hold together (it keeps "
             "its last good fit)",
             ["job"],
-            registry=r,
-        )
-        self.apply_seconds = Histogram(
-            "bellows_apply_seconds",
-            "Time to apply one Δ window (optimizer and Kubernetes patches)",
-            buckets=_LAG_BUCKETS,
             registry=r,
         )
 
@@ -177,3 +194,41 @@ class Metrics:
     def exposition(self) -> bytes:
         """The text format Prometheus scrapes."""
         return generate_latest(self.registry)
+
+
+class MetricsObserver(ControllerObserver):
+    """Feeds the controller's rounds into the Prometheus metrics."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def round_done(
+        self,
+        seconds: float,
+        decisions: Sequence[Decision],
+        *,
+        running: int,
+        queued: int,
+        gpus_allocated: int,
+        capacity: int,
+    ) -> None:
+        self._metrics.observe_decisions(decisions)
+        self._metrics.observe_round(
+            seconds=seconds,
+            queued=queued,
+            running=running,
+            gpus_allocated=gpus_allocated,
+            capacity=capacity,
+        )
+
+    def applied(self, decision: Decision, outcome: Outcome) -> None:
+        _log.debug("decision.outcome", job=decision.job, result=outcome.result)
+
+    def invalid_jobs(self, count: int) -> None:
+        self._metrics.jobs_invalid.set(count)
+
+    def skipped_jobs(self, reason: str, count: int) -> None:
+        self._metrics.jobs_skipped.labels(reason=reason).set(count)
+
+    def started(self, step: str, seconds: float) -> None:
+        self._metrics.startup_seconds.labels(step=step).set(seconds)

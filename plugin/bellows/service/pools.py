@@ -41,7 +41,8 @@ from bellows.jobs import Allocation, JobSpec
 from bellows.kube import Actuator, JobReader, KubeApi, Outcome
 from bellows.kube.kueue import ClusterQueueView
 from bellows.scaling import ClusterProfile, EfficiencyProfile
-from bellows.service.controller import Controller, ControllerObserver, EventsNotTakenError
+from bellows.service.controller import Controller, EventsNotTakenError
+from bellows.service.observing import ControllerObserver
 from bellows.service.queues import QueueChange, QueueIndex
 
 __all__ = ["Cores", "Pools"]

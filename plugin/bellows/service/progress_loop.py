@@ -28,11 +28,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from enum import StrEnum
-from typing import Final, Protocol
+from typing import Final
 
 import nats.errors
 import structlog
@@ -44,13 +42,21 @@ from bellows.bus.settings import NatsSettings
 from bellows.bus.streams import ensure_progress_stream, progress_stream_name
 from bellows.inputs import SpecError, brief
 from bellows.jobs import Allocation, JobSpec
-from bellows.kube import KINDS, JobRef, KubeApi, NotFoundError, keys, kind_named
-from bellows.scaling import ClusterProfile, EfficiencyProfile, JobProfile, job_profile_to_json
+from bellows.kube import KubeApi
+from bellows.scaling import ClusterProfile, EfficiencyProfile, JobProfile
 from bellows.scaling.noise import efficiency_moved
-from bellows.scaling.online import REVISE_TOLERANCE, Learned, OnlineFit, drifted, moved
+from bellows.scaling.online import REVISE_TOLERANCE, Learned, drifted, moved
+from bellows.service.fit_annotation import (
+    Annotate,
+    efficiency_fields,
+    fit_annotator,
+    fit_text,
+    read_fit,
+)
 from bellows.service.learning import ProgressLearner
 from bellows.service.metrics import Metrics
-from bellows.service.progress_limits import Limited, NamespaceBuckets, ProgressLimits
+from bellows.service.progress_interfaces import Core, ProgressObserver, Rejection, Revising
+from bellows.service.progress_limits import NamespaceBuckets, ProgressLimits
 
 __all__ = [
     "CHECK_S",
@@ -76,76 +82,6 @@ _log = structlog.get_logger("bellows.progress")
 
 # Dropped reports logged per reason and minute (the rest are counted, and summed in one line)
 DROP_LOGS_PER_MINUTE = 10
-
-
-class Rejection(StrEnum):
-    """Why a report was dropped: the ``reason`` label of ``bellows_progress_rejected_total``."""
-
-    INVALID = "invalid"  # did not decode: schema, bounds, subject and payload disagree
-    OUT_OF_SCOPE = "out_of_scope"  # a namespace the controller does not manage
-    NOT_RUNNING = "not_running"  # no running job of that namespace and name
-    AMBIGUOUS = "ambiguous"  # two running jobs of different kinds share namespace and name
-    STALE = "stale"  # of another (GPUs, batch) than the job runs at: before a rescale
-    BACKWARDS = "backwards"  # samples seen went backwards
-    INCONSISTENT = "inconsistent"  # does not hold with the job's other reports or its work
-    RATE_LIMITED = Limited.REPORTS.value  # its namespace's reports per second spent
-    BYTES_LIMITED = Limited.BYTES.value  # its namespace's bytes per second spent
-
-
-Annotate = Callable[[str, str], Awaitable[None]]
-"""Writes a job's current fit where users read it: ``(job key, JobProfile JSON)``."""
-
-
-class Core(Protocol):
-    """What the loop reads of the core: an :class:`~bellows.autoscaler.Autoscaler`, or the
-    pools' cores together (:class:`~bellows.service.pools.Pools`)."""
-
-    @property
-    def allocations(self) -> Mapping[str, Allocation]: ...
-
-    @property
-    def queued(self) -> tuple[str, ...]: ...
-
-    def job(self, name: str) -> JobSpec: ...
-
-    def estimated_done(self, name: str, now: float) -> float: ...
-
-    @property
-    def goodput(self) -> bool: ...
-
-    def charged(self, name: str) -> EfficiencyProfile | None: ...
-
-
-class Revising(Protocol):
-    """What the loop needs of the controller (:class:`~bellows.service.controller.Controller`
-    or :class:`~bellows.service.pools.Pools`)."""
-
-    @property
-    def autoscaler(self) -> Core: ...
-
-    async def revise(
-        self,
-        spec: JobSpec,
-        *,
-        done: float | None,
-        since: float | None,
-        efficiency: EfficiencyProfile | None = None,
-    ) -> bool: ...
-
-    async def notify(self, job: str, reason: str, message: str) -> None: ...
-
-
-class ProgressObserver:
-    """Hooks for metrics; the base class ignores everything."""
-
-    def rejected(self, reason: Rejection) -> None:
-        return None
-
-    def stalled(self, job: str, stalled: bool) -> None:
-        return None
-
-    def inconsistent(self, job: str, inconsistent: bool) -> None:
-        return None
 
 
 class ProgressLoop:
@@ -323,7 +259,7 @@ class ProgressLoop:
                 "job.revised", job=key, compute=round(fit.compute, 4),
                 communication=round(fit.communication, 4), restart_s=measured,
                 reports=fit.reports, configurations=fit.configurations, at=str(running),
-                **_efficiency_fields(efficiency),
+                **efficiency_fields(efficiency),
             )  # fmt: skip
 
     def _drifted(self, key: str, done: float | None, since: float | None) -> bool:
@@ -509,67 +445,3 @@ async def start_progress_loop(
                 await sub.unsubscribe()
 
     return asyncio.create_task(run(), name="progress-loop")
-
-
-def fit_text(
-    fit: OnlineFit, restart_s: float | None, efficiency: EfficiencyProfile | None = None
-) -> str:
-    """The ``bellows.io/fit`` annotation: the refitted JobProfile, its ``source`` saying how
-    it was made (a document ``bellows.io/profile`` would accept as it is), and the
-    statistical efficiency learned, if any."""
-    measured = "" if restart_s is None else f"; restarts measured: median {restart_s:.3g} s"
-    learned = (
-        ""
-        if efficiency is None
-        else (
-            f"; efficiency learned: noise scale {efficiency.noise_scale:.4g} samples at 1e6 "
-            f"reference samples, growth {efficiency.growth:.3g}, batch exponent "
-            f"{efficiency.batch_exponent:.3g}, reference batch {efficiency.reference_batch}"
-        )
-    )
-    source = (
-        f"bellows online fit: compute x{fit.compute:.4g}, Allreduce x"
-        f"{fit.communication:.4g} of the prior, from {fit.reports} reports at "
-        f"{fit.configurations} (GPUs, batch) configurations{measured}{learned}"
-    )
-    profile = dataclasses.replace(fit.profile, source=source)
-    return json.dumps(job_profile_to_json(profile), separators=(",", ":"))
-
-
-def _efficiency_fields(efficiency: EfficiencyProfile | None) -> dict[str, float]:
-    if efficiency is None:
-        return {}
-    return {
-        "noise_scale": round(efficiency.noise_scale, 4),
-        "noise_growth": round(efficiency.growth, 4),
-        "noise_batch_exponent": round(efficiency.batch_exponent, 4),
-    }
-
-
-def fit_annotator(api: KubeApi) -> Annotate:
-    """Writes ``bellows.io/fit`` on the job with a merge patch (the annotation is Bellows'
-    own, so no precondition: the newest fit wins); a job gone meanwhile is skipped."""
-
-    async def annotate(job: str, text: str) -> None:
-        ref = _ref(job)
-        patch = {"metadata": {"annotations": {keys.FIT: text}}}
-        with contextlib.suppress(NotFoundError):
-            await api.patch_job(kind_named(ref.kind), ref.namespace, ref.name, patch)
-
-    return annotate
-
-
-async def read_fit(api: KubeApi, job: str) -> JobProfile | None:
-    """The profile the controller refitted for ``job`` (``<kind>/<namespace>/<name>``): its
-    ``bellows.io/fit`` annotation (``None``: none yet). :class:`SpecError` when the job is
-    not there or the key or the annotation is malformed."""
-    ref = _ref(job)
-    obj = await api.get_job(kind_named(ref.kind), ref.namespace, ref.name)
-    if obj is None:
-        raise SpecError("job", job, "a job that exists")
-    text = (obj["metadata"].get("annotations") or {}).get(keys.FIT)
-    return None if text is None else keys.parse_profile_text(keys.FIT, text)
-
-
-def _ref(job: str) -> JobRef:
-    return JobRef.parse(job, [kind.kind for kind in KINDS])

@@ -19,7 +19,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from nats.js import JetStreamContext
 
-from bellows.autoscaler import AutoscalerConfig, Decision, Mode
+from bellows.autoscaler import AutoscalerConfig, Mode
 from bellows.bus import (
     Batcher,
     EventConsumer,
@@ -32,7 +32,7 @@ from bellows.bus import (
 )
 from bellows.inputs import brief
 from bellows.jobs import SpecError
-from bellows.kube import Actuator, JobReader, KindAdapter, KubeApi, Outcome, keys
+from bellows.kube import Actuator, JobReader, KindAdapter, KubeApi, keys
 from bellows.kube.adapters import ALL_KINDS, KINDS
 from bellows.kube.client import client_from_config
 from bellows.optimizer.solving import RENT
@@ -42,12 +42,11 @@ from bellows.service.allocator import release_free_heap
 from bellows.service.capacity import NoGpuNodeError
 from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig, CapacitySettings, KubernetesSettings
-from bellows.service.controller import ControllerObserver
 from bellows.service.health import Health, serving
 from bellows.service.kubeconfig import KubeconfigError, checked_kubeconfig
 from bellows.service.leader import LeaderElector, default_identity
 from bellows.service.logging import configure_logging
-from bellows.service.metrics import Metrics
+from bellows.service.metrics import Metrics, MetricsObserver
 from bellows.service.pools import Pools
 from bellows.service.progress_loop import start_progress_loop
 from bellows.service.queues import QueueIndex
@@ -58,44 +57,6 @@ __all__ = ["kube_api_client", "read_capacity", "run_bridge", "run_controller"]
 _log = structlog.get_logger("bellows.service")
 
 Lead = Callable[[asyncio.Event], Awaitable[None]]
-
-
-class MetricsObserver(ControllerObserver):
-    """Feeds the controller's rounds into the Prometheus metrics."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
-
-    def round_done(
-        self,
-        seconds: float,
-        decisions: Sequence[Decision],
-        *,
-        running: int,
-        queued: int,
-        gpus_allocated: int,
-        capacity: int,
-    ) -> None:
-        self._metrics.observe_decisions(decisions)
-        self._metrics.observe_round(
-            seconds=seconds,
-            queued=queued,
-            running=running,
-            gpus_allocated=gpus_allocated,
-            capacity=capacity,
-        )
-
-    def applied(self, decision: Decision, outcome: Outcome) -> None:
-        _log.debug("decision.outcome", job=decision.job, result=outcome.result)
-
-    def invalid_jobs(self, count: int) -> None:
-        self._metrics.jobs_invalid.set(count)
-
-    def skipped_jobs(self, reason: str, count: int) -> None:
-        self._metrics.jobs_skipped.labels(reason=reason).set(count)
-
-    def started(self, step: str, seconds: float) -> None:
-        self._metrics.startup_seconds.labels(step=step).set(seconds)
 
 
 def kube_api_client(settings: KubernetesSettings) -> k8s.ApiClient:
@@ -248,8 +209,6 @@ async def _started_controller(
     ``capacity`` fails until a node with the resource appears.
     """
     wait, longest = REBUILD_BACKOFF_S
-    namespaces = _namespaces(config)
-    kueue = config.controller.kueue.enabled
     while not stop.is_set():
         try:
             capacity = await read_capacity(api_client, config.controller.capacity)
@@ -267,32 +226,10 @@ async def _started_controller(
             await _wait(stop, wait)
             wait = min(wait * 2, longest)
             continue
-        pools = Pools(
-            api=api,
-            core=_core_config(config),
-            cluster=cluster,
-            capacity=capacity,
-            actuator=Actuator(
-                api,
-                halt_timeout_s=config.controller.halt_timeout_s,
-                kueue=kueue,
-                kinds=served_kinds(config),
-                placement=config.controller.placement,
-                topology_key=config.controller.placement_topology_key,
-            ),
-            reader=JobReader(
-                api,
-                namespace=namespaces[0] if len(namespaces) == 1 else None,
-                kueue=kueue,
-                kinds=served_kinds(config),
-            ),
-            namespaces=namespaces,
-            now=clock.now,
-            wall_to_clock=clock.at,
-            observer=MetricsObserver(metrics),
-            queues=_queue_index(config, api) if kueue else None,
+        pools = _pools(
+            config, api=api, clock=clock, cluster=cluster, metrics=metrics, capacity=capacity
         )
-        _log.info("controller.leading", capacity=capacity, kueue=kueue)
+        _log.info("controller.leading", capacity=capacity, kueue=config.controller.kueue.enabled)
         try:
             await pools.rebuild()
         except Exception as err:  # the API server unreachable or answering errors
@@ -305,6 +242,45 @@ async def _started_controller(
             health.set_ready("capacity", True)
         return pools
     return None
+
+
+def _pools(
+    config: BellowsConfig,
+    *,
+    api: KubeApi,
+    clock: ServiceClock,
+    cluster: ClusterProfile,
+    metrics: Metrics,
+    capacity: int,
+) -> Pools:
+    """Fresh controllers for every pool, on ``capacity`` GPUs (not yet rebuilt)."""
+    namespaces = _namespaces(config)
+    kueue = config.controller.kueue.enabled
+    return Pools(
+        api=api,
+        core=_core_config(config),
+        cluster=cluster,
+        capacity=capacity,
+        actuator=Actuator(
+            api,
+            halt_timeout_s=config.controller.halt_timeout_s,
+            kueue=kueue,
+            kinds=served_kinds(config),
+            placement=config.controller.placement,
+            topology_key=config.controller.placement_topology_key,
+        ),
+        reader=JobReader(
+            api,
+            namespace=namespaces[0] if len(namespaces) == 1 else None,
+            kueue=kueue,
+            kinds=served_kinds(config),
+        ),
+        namespaces=namespaces,
+        now=clock.now,
+        wall_to_clock=clock.at,
+        observer=MetricsObserver(metrics),
+        queues=_queue_index(config, api) if kueue else None,
+    )
 
 
 def _paper(config: BellowsConfig) -> bool:
@@ -380,46 +356,18 @@ async def _run_controller(
                 consumer = await EventConsumer.open(
                     js, config.nats, namespaces=tuple(config.namespaces), observer=metrics
                 )
-                paper = _paper(config)
-                window = config.controller.autoscaler_config().delta_s if paper else 0.0
-                pump = EventPump(
-                    consumer,
-                    Batcher(delta_s=window, start=clock.now()),
-                    controller.apply,
-                    clock=clock.now,
-                    max_deliver=config.nats.max_deliver,
-                    ack_wait_s=config.nats.ack_wait_s,
-                    observer=metrics,
-                    heartbeat=health.register_loop("consume"),
-                    early=controller.closes_window if paper else None,
-                    immediate=not paper,
-                )
-                retrier = asyncio.create_task(
-                    controller.keep_house(either, retry_s=RETRY_S, speedup=clock.speedup)
-                )
-                helpers = [
-                    retrier,
-                    *_capacity_watch(config, api, controller, clock),
-                    *_queue_watch(controller.queues),
-                ]
-                if config.controller.learn_progress:
-                    learning = start_progress_loop(
-                        js, config.nats, controller=controller, api=api, cluster=cluster,
-                        stall_after_s=config.controller.stall_after_s, now=clock.now,
-                        wall_to_clock=clock.at,
-                        namespaces=_namespaces(config), metrics=metrics, stop=either,
-                        limits=config.controller.progress.limits(),
-                        refit_interval_s=config.controller.progress.refit_interval_s,
-                    )  # fmt: skip
-                    helpers.append(await learning)
+                pump = _event_pump(
+                    config, consumer, controller=controller, clock=clock, metrics=metrics,
+                    health=health,
+                )  # fmt: skip
+                helpers = await _helpers(
+                    config, js, api=api, controller=controller, clock=clock, cluster=cluster,
+                    metrics=metrics, stop=either,
+                )  # fmt: skip
                 try:
                     await pump.run(either)
                 finally:
-                    for task in helpers:
-                        task.cancel()
-                    for task in helpers:
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await task
+                    await _cancelled(helpers)
                     await consumer.close()
             finally:
                 watcher.cancel()
@@ -428,6 +376,76 @@ async def _run_controller(
             config, api.api_client, lease=config.leader_election.controller_lease, lead=lead,
             stop=stop, health=health, annotations={keys.MODE: str(config.controller.mode)},
         )  # fmt: skip
+
+
+def _event_pump(
+    config: BellowsConfig,
+    consumer: EventConsumer,
+    *,
+    controller: Pools,
+    clock: ServiceClock,
+    metrics: Metrics,
+    health: Health,
+) -> EventPump:
+    """The pump from the consumer to the pools' controllers: in paper mode its window is
+    Δ, with the paper's early trigger; in Bellows mode every event goes at once."""
+    paper = _paper(config)
+    window = config.controller.autoscaler_config().delta_s if paper else 0.0
+    return EventPump(
+        consumer,
+        Batcher(delta_s=window, start=clock.now()),
+        controller.apply,
+        clock=clock.now,
+        max_deliver=config.nats.max_deliver,
+        ack_wait_s=config.nats.ack_wait_s,
+        observer=metrics,
+        heartbeat=health.register_loop("consume"),
+        early=controller.closes_window if paper else None,
+        immediate=not paper,
+    )
+
+
+async def _helpers(
+    config: BellowsConfig,
+    js: JetStreamContext,
+    *,
+    api: KubeApi,
+    controller: Pools,
+    clock: ServiceClock,
+    cluster: ClusterProfile,
+    metrics: Metrics,
+    stop: asyncio.Event,
+) -> list[asyncio.Task[None]]:
+    """The tasks beside the pump while leading: retries and due rounds, the capacity and
+    queue watches, and the progress loop (``controller.learnProgress``)."""
+    retrier = asyncio.create_task(
+        controller.keep_house(stop, retry_s=RETRY_S, speedup=clock.speedup)
+    )
+    helpers = [
+        retrier,
+        *_capacity_watch(config, api, controller, clock),
+        *_queue_watch(controller.queues),
+    ]
+    if config.controller.learn_progress:
+        learning = start_progress_loop(
+            js, config.nats, controller=controller, api=api, cluster=cluster,
+            stall_after_s=config.controller.stall_after_s, now=clock.now,
+            wall_to_clock=clock.at,
+            namespaces=_namespaces(config), metrics=metrics, stop=stop,
+            limits=config.controller.progress.limits(),
+            refit_interval_s=config.controller.progress.refit_interval_s,
+        )  # fmt: skip
+        helpers.append(await learning)
+    return helpers
+
+
+async def _cancelled(tasks: Sequence[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` and wait until each has ended."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def run_bridge(
@@ -455,11 +473,7 @@ async def run_bridge(
                 await either.wait()
             finally:
                 watcher.cancel()
-                for task in tasks:
-                    task.cancel()
-                for task in tasks:
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                await _cancelled(tasks)
 
         await _led(
             config, api.api_client, lease=config.leader_election.bridge_lease, lead=lead,

@@ -5,7 +5,7 @@ it: the demo itself (:mod:`~bellows.twin.demo`), the replay of a trace as job ma
 (:mod:`~bellows.twin.replay`), emulated progress reports (:mod:`~bellows.twin.emulated_progress`),
 jobs that train at another speed than annotated (:mod:`~bellows.twin.wrong_priors`) and the
 ledger that turns what the controller did into the simulator's metrics
-(:mod:`~bellows.twin.ledger`, a :class:`~bellows.service.controller.ControllerObserver`).
+(:mod:`~bellows.twin.ledger`, a :class:`~bellows.service.observing.ControllerObserver`).
 
 This layer sits between ``bellows.service`` and ``bellows.cli``: it may import the
 simulator (``bellows.sim``), the emulated cluster (``bellows.emulator``) and the service;

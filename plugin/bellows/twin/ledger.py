@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from bellows.autoscaler import Decision, Preempt, Reject, Rescale, Start
 from bellows.jobs import JobSpec
 from bellows.scaling import ClusterProfile, single_gpu_throughput
-from bellows.service.controller import ControllerObserver
+from bellows.service.observing import ControllerObserver
 from bellows.sim.metrics import JobRecord, Segment
 
 __all__ = ["Ledger"]

@@ -1,0 +1,194 @@
+"""A controller's intake: each job event read against the cluster, and the job fed to the core.
+
+The cluster is the source of truth: an event only says where to look. An arrival is read
+(:meth:`JobReader.examine <bellows.kube.JobReader.examine>`), checked against the pool's
+scope, sized for the cluster, and then queued, held, or adopted at the size it runs at; a
+completion frees the job's GPUs only once the cluster shows it finished (or gone).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from bellows.autoscaler import Start
+from bellows.bus import Event, JobArrived, JobCompleted
+from bellows.inputs import SpecError
+from bellows.jobs import Allocation, fit_to_cluster, is_feasible
+from bellows.kube import (
+    Arrived,
+    Deleted,
+    Finished,
+    Invalid,
+    Observation,
+    Skipped,
+    keys,
+    kind_named,
+)
+from bellows.kube.journal import Journal, Phase
+from bellows.kube.kinds import finished_state, running_since
+from bellows.service.parts import Part, Parts
+from bellows.service.scoping import Scope
+from bellows.service.settling import Settler
+
+__all__ = ["Intake"]
+
+_log = structlog.get_logger("bellows.controller")
+
+
+class Intake(Part):
+    """Takes one controller's events and the jobs they name; see the module docstring."""
+
+    def __init__(
+        self,
+        parts: Parts,
+        *,
+        scope: Scope,
+        settler: Settler,
+        wall_to_clock: Callable[[datetime], float],
+    ) -> None:
+        super().__init__(parts)
+        self._scope = scope
+        self._settler = settler
+        self._at = wall_to_clock
+
+    async def take(self, event: Event, now: float) -> None:
+        """Take one event (API errors propagate: the event comes back later)."""
+        ref = event.job
+        if not self._scope.covers(ref):
+            # a forged or misrouted event: never read, let alone touch, a job out of scope
+            _log.warning("event.out_of_scope", job=ref.key, namespaces=self._scope.namespaces)
+            return
+        kind = kind_named(ref.kind)
+        if isinstance(event, JobCompleted) and ref.key not in self._roster.active:
+            self._reports.set_invalid(ref.key, False)
+            self._reports.unskip(ref.key)
+            return  # never arrived here, or already finished: nothing to free
+        obj = await self._api.get_job(kind, ref.namespace, ref.name)
+        gone = obj is None or obj["metadata"].get("uid") != event.job.uid
+        if isinstance(event, JobCompleted) and gone and _recreated(obj, event.job.uid):
+            # a TrainJob Bellows deleted and created again to resize it: the same job
+            _log.info("event.stale", job=ref.key, reason="re-created by its resize")
+            return
+        if isinstance(event, JobCompleted):
+            # the cluster is the truth: a completion it does not show frees no GPUs yet
+            if gone or finished_state(obj or {}) is not None:
+                self._roster.finish(ref.key, now, self._at(event.time))
+            else:
+                _log.warning("event.premature", job=ref.key, reason="the job has not finished")
+            return
+        assert isinstance(event, JobArrived)
+        if gone:
+            _log.info("event.stale", job=ref.key, reason="job gone or recreated")
+            return
+        assert obj is not None
+        if not await self._scope.takes(kind, obj, now):
+            return
+        seen = await self._reader.examine(kind, obj)
+        await self._observe(seen, now, arrived_at=self._at(event.time))
+
+    async def _observe(self, seen: Observation | None, now: float, *, arrived_at: float) -> None:
+        if seen is None:
+            return  # not opted in: never touched
+        if isinstance(seen, Invalid):
+            await self._reports.report(seen)
+        elif isinstance(seen, Skipped):
+            await self._reports.skip(seen)
+        elif isinstance(seen, Finished | Deleted):
+            self._roster.finish(seen.job, now, now)
+        elif (seen := await self.fit(seen)) is None:
+            return
+        elif seen.running is not None:
+            done, since = self.progress(seen, now)
+            if self._auto.adopt(seen.spec, seen.running, now, done=done, since=since):
+                self._roster.held[seen.spec.name] = seen.running.gpus
+                self._roster.active.add(seen.spec.name)
+                self._observer.arrived(seen.spec, arrived_at)
+        elif Journal.read(seen.view.annotations).phase is not Phase.REJECTED:
+            await self.admit(seen, now, arrived_at=arrived_at)
+
+    async def admit(self, seen: Arrived, now: float, *, arrived_at: float) -> None:
+        """Queue a waiting job in the core (held on the cluster if it is not suspended)."""
+        # a Kueue job is held even when suspended: its Workload is deactivated, so that
+        # Kueue does not admit (and resume) it before Bellows has sized it
+        kueue = seen.view.queue is not None and seen.spec.name not in self._roster.active
+        if kueue and not seen.view.suspended:
+            self._observer.kueue_admitted_first(seen.spec.name)
+            if await self._take_admitted(seen, now, arrived_at):
+                return
+        if (not seen.view.suspended or kueue) and seen.spec.name not in self._auto.allocations:
+            outcome = await self._actuator.hold(seen.spec.name)
+            _log.info("job.held", job=seen.spec.name, result=outcome.result)
+        if self._auto.arrive(seen.spec, now):
+            self._roster.active.add(seen.spec.name)
+            _log.info("job.arrived", job=seen.spec.name)
+            self._observer.arrived(seen.spec, arrived_at)
+
+    async def _take_admitted(self, seen: Arrived, now: float, arrived_at: float) -> bool:
+        """Take a Kueue job that Kueue admitted and resumed at its owner's size before Bellows
+        could hold it (Kueue admits within milliseconds of a job's creation) as running at
+        that size, rather than evicting and restarting it at once: when that size is one the
+        job allows, it fits the pool's free GPUs and no job waits before it. The next round
+        may still rescale it, as any running job, when the move pays for its restart.
+        Whether it was taken (else it is held)."""
+        spec, gpus = seen.spec, seen.view.gpus
+        batch = spec.batch_size
+        if gpus < 1 or self._auto.queued or self._auto.in_use + gpus > self._auto.capacity:
+            return False
+        running = Allocation(gpus, batch)
+        # the owner's batch on the GPUs Kueue gave it: allowed as the fixed-batch policy allows
+        if not is_feasible(spec, running, fixed_batch=True):
+            return False
+        if not self._auto.adopt(spec, running, now):
+            return False
+        self._roster.active.add(spec.name)
+        self._roster.held[spec.name] = gpus
+        _log.info("job.taken_as_admitted", job=spec.name, gpus=gpus, batch=batch)
+        self._observer.arrived(spec, arrived_at)
+        await self._settler.drive(Start(spec.name, gpus, batch), now)  # journals it; no restart
+        return True
+
+    async def fit(self, seen: Arrived) -> Arrived | None:
+        """The job sized for this cluster: a ``max-gpus`` above the cluster's GPUs (the most
+        it has had since this controller started, so that a node down at the job's arrival
+        does not shrink it for good) is clamped to them, and an Event says so; ``None`` (the
+        job reported) when it cannot run on the cluster."""
+        name, capacity = seen.spec.name, self._roster.widest
+        try:
+            spec = fit_to_cluster(seen.spec, capacity)
+        except SpecError as err:
+            await self._reports.report(Invalid(name, f"{err} (bellows.io/max-gpus)"))
+            return None
+        self._reports.set_invalid(name, False)
+        if spec is seen.spec:
+            return seen
+        if name not in self._roster.active:
+            pool = self._roster.pool
+            where = "the cluster's" if pool is None else f"ClusterQueue {pool}'s"
+            message = (
+                f"bellows.io/max-gpus={seen.spec.k_max} is more than {where} {capacity} "
+                f"GPUs; Bellows gives the job at most {spec.k_max}"
+            )
+            await self._actuator.notify(name, "Clamped", message, warning=True)
+            _log.info("job.clamped", job=name, k_max=seen.spec.k_max, to=spec.k_max)
+        return dataclasses.replace(seen, spec=spec)
+
+    def progress(self, seen: Arrived, now: float) -> tuple[float, float | None]:
+        """What the journal and the cluster know of a running job's progress: the samples it
+        had done when it last resumed, and when that was (on this clock). Without a journal
+        entry (a job Bellows started before it kept one), the cluster's ``Running``
+        condition says since when it runs, with the samples before unknown (0)."""
+        journal = Journal.read(seen.view.annotations)
+        samples, at = journal.progress or (0.0, running_since(seen.view.raw))
+        return samples, None if at is None else min(self._at(at), now)
+
+
+def _recreated(obj: Mapping[str, Any] | None, uid: str) -> bool:
+    """Whether ``obj`` is the copy of the job ``uid`` that a resize re-created (a TrainJob,
+    ``bellows.kube.recreation``): its ``bellows.io/recreated-from`` names that uid."""
+    notes = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+    return notes.get(keys.RECREATED_FROM) == uid

@@ -1,0 +1,161 @@
+"""A controller's start-up: its state recovered from the cluster, then the optimizer rehearsed.
+
+Interrupted rescales are finished first; jobs Bellows runs are adopted at their allocation;
+jobs waiting (suspended, not rejected) re-enter the queue in creation order; jobs with
+invalid settings are reported. The jobs are read a page at a time and only their specs are
+kept. Last, the optimizer meets the next rounds' likely shapes (:meth:`Rebuild.rehearse`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import structlog
+
+from bellows.autoscaler import Rescale, Start
+from bellows.inputs import DATA_ERRORS, brief
+from bellows.jobs import Allocation
+from bellows.kube import Arrived, Invalid, JobView, KindAdapter, Skipped
+from bellows.kube.journal import Journal, Phase
+from bellows.optimizer.solving import RENT
+from bellows.service.intake import Intake
+from bellows.service.parts import Part, Parts
+from bellows.service.scoping import Scope, object_key
+
+__all__ = ["Rebuild"]
+
+_log = structlog.get_logger("bellows.controller")
+_T = TypeVar("_T")
+
+
+class Rebuild(Part):
+    """Recovers one controller's jobs from the cluster; see the module docstring."""
+
+    def __init__(
+        self, parts: Parts, *, scope: Scope, intake: Intake, timer: Callable[[], float]
+    ) -> None:
+        super().__init__(parts)
+        self._scope = scope
+        self._intake = intake
+        self._timer = timer
+
+    async def recover_all(self, now: float) -> None:
+        """Read every job of the cluster a page at a time into the core: the running ones
+        adopted as they are met, the waiting ones queued after, in creation order."""
+        waiting: list[tuple[str, Arrived]] = []
+        for namespace in self._scope.namespaces:
+            # a TrainJob a killed controller deleted to re-create it is in no list: its
+            # record is; the copy is then read below, running at the journal's allocation
+            for outcome in await self._actuator.finish_recreations(namespace):
+                _log.info("rebuild.recreated", job=outcome.job, result=outcome.result)
+            for kind in self._actuator.kinds:
+                async for page, _ in self._api.list_job_pages(kind, namespace):
+                    for obj in page:
+                        key = object_key(kind, obj)
+                        found = await self._isolated(key, self._recovered(kind, obj, now))
+                        if found is not None:
+                            waiting.append(found)
+        waiting.sort(key=lambda item: item[0])
+        for _, job in waiting:
+            await self._isolated(job.spec.name, self._intake.admit(job, now, arrived_at=now))
+
+    async def _isolated(self, job: str, work: Awaitable[_T]) -> _T | None:
+        """``work`` for one job; a value in that job that no check foresaw marks the job
+        invalid and the caller goes on (API errors propagate, to be retried)."""
+        try:
+            return await work
+        except DATA_ERRORS as err:
+            _log.exception("job.failed", job=job)
+            await self._reports.report(
+                Invalid(job, f"Bellows could not take the job ({brief(err)})")
+            )
+            return None
+
+    async def _recovered(
+        self, kind: KindAdapter, obj: dict[str, Any], now: float
+    ) -> tuple[str, Arrived] | None:
+        """Take one job found at start-up; a job that waits is returned (creation, job)."""
+        if not await self._scope.takes(kind, obj, now):
+            return None
+        seen = await self._reader.examine(kind, obj)
+        if isinstance(seen, Invalid):
+            await self._reports.report(seen)
+        elif isinstance(seen, Skipped):
+            await self._reports.skip(seen)
+        if not isinstance(seen, Arrived) or (seen := await self._intake.fit(seen)) is None:
+            return None
+        journal = Journal.read(seen.view.annotations)
+        running = seen.running
+        if journal.phase in (Phase.SUSPENDING, Phase.PATCHED) and journal.target:
+            # a scaling the previous controller left half done: finish it first
+            gpus, batch = journal.target
+            was = journal.allocation or journal.target
+            outcome = await self._actuator.apply(Rescale(seen.spec.name, *was, gpus, batch))
+            _log.info("rebuild.resumed", job=outcome.job, result=outcome.result)
+            if outcome.result == "dropped":
+                return None
+            if outcome.result == "pending":  # its pods may still run: count their GPUs
+                self._roster.held[seen.spec.name] = seen.view.gpus
+            else:
+                running = Allocation(gpus, batch)
+        if running is not None:
+            self._roster.held[seen.spec.name] = running.gpus
+            self._roster.active.add(seen.spec.name)
+            done, since = self._intake.progress(seen, now)
+            adopted = self._auto.adopt(seen.spec, running, now, done=done, since=since)
+            if adopted:
+                self._observer.arrived(seen.spec, now)
+                self._observer.took_effect(Start(seen.spec.name, running.gpus, running.batch), now)
+            return None
+        if journal.phase is Phase.REJECTED:
+            return None
+        return _created(seen), Arrived(seen.spec, _lean(seen.view), None)
+
+    def rehearse(self, now: float) -> float:
+        """Run the next likely rounds on copies of the core: for each kind of job (category)
+        one more of it arriving, and one of it finishing.
+
+        The optimizer compiles a kernel for each new problem shape it meets, once per
+        process, which takes a second or more; meeting the likely shapes now, before events
+        are consumed, keeps those seconds out of the first windows' latency (later, in
+        ``run_controller``, a kernel not met here compiles in the background while the
+        NumPy engine answers: :meth:`RentRule.in_background`). The copies
+        (:meth:`Autoscaler.fork`) and their decisions are thrown away. The NumPy path
+        compiles nothing, so it skips this. Returns the seconds it took.
+        """
+        if self._auto.config.optimizer == "numpy":
+            return 0.0
+        names = [*self._auto.allocations, *self._auto.queued]
+        kinds = {self._auto.job(name).category: name for name in names}
+        started = self._timer()
+        later = now + 1.0
+        # "auto" would rent NumPy for a new shape (docs/optimizer.md): here it compiles now
+        with RENT.compiling():
+            for name in kinds.values():
+                leaving = self._auto.fork()
+                leaving.finish(name, later)
+                leaving.step(later)
+                coming = self._auto.fork()
+                spec = self._auto.job(name)
+                coming.arrive(dataclasses.replace(spec, name=f"{spec.name}-rehearsal"), later)
+                coming.step(later)
+        seconds = self._timer() - started
+        if kinds:
+            _log.info("rebuild.rehearsed", seconds=round(seconds, 3))
+        return seconds
+
+
+def _lean(view: JobView) -> JobView:
+    """What :meth:`Intake.admit <bellows.service.intake.Intake.admit>` reads of a waiting
+    job's view, kept until the rebuild queues it: not the raw object, its annotations (the
+    profile's JSON text among them) nor its env values. 10 000 of those, held through the
+    rebuild, cost ~20 MiB of heap, and the Python allocator's arenas they pin stay resident
+    after (docs/live.md)."""
+    return dataclasses.replace(view, annotations={}, env={}, raw={})
+
+
+def _created(seen: Arrived) -> str:
+    created = seen.view.raw.get("metadata", {}).get("creationTimestamp")
+    return str(created or "")

@@ -1,0 +1,142 @@
+"""A controller's rounds: step the core, then drive the cluster to its decisions.
+
+Faults: a decision the cluster does not take (an API error, a halt that times out) is kept
+and retried, at the next round or sooner (:meth:`Settler.settle` with no new decisions). The
+:class:`~bellows.service.roster.Roster` keeps an upper bound of the GPUs each job may hold
+on the cluster; a start or scale-up whose GPUs are not yet free there (a scale-down before
+it failed) waits instead of over-committing the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+import structlog
+
+from bellows.autoscaler import Decision, Preempt, Reject, Rescale, Start
+from bellows.inputs import brief
+from bellows.service.parts import Part, Parts
+
+__all__ = ["Settler"]
+
+_log = structlog.get_logger("bellows.controller")
+
+
+class Settler(Part):
+    """Runs one controller's rounds and applies their decisions, frees before claims."""
+
+    def __init__(
+        self, parts: Parts, *, now: Callable[[], float], timer: Callable[[], float]
+    ) -> None:
+        super().__init__(parts)
+        self._now = now
+        self._timer = timer
+
+    async def round(self, now: float) -> float:
+        """Step the core and drive its decisions; returns the seconds of the step."""
+        started = self._timer()
+        decisions = self._auto.step(now)
+        seconds = self._timer() - started
+        await self.settle(decisions, now, seconds=seconds)
+        await self._note_keeps(decisions)
+        return seconds
+
+    async def _note_keeps(self, decisions: Sequence[Decision]) -> None:
+        """Write on each job the round kept why (once per reason: the roster remembers
+        what was written); a job a decision touched says that decision's reason instead."""
+        kept = self._roster.kept
+        for decision in decisions:
+            kept.pop(decision.job, None)
+        keeps = [k for k in self._auto.keeps if kept.get(k.job) != k.reason]
+        self._auto.keeps = ()
+        noted = await asyncio.gather(
+            *(self._actuator.note_kept(k) for k in keeps), return_exceptions=True
+        )
+        for keep, outcome in zip(keeps, noted, strict=True):
+            if isinstance(outcome, BaseException):  # best effort, as an Event
+                _log.warning("job.note_failed", job=keep.job, error=brief(outcome))
+            else:
+                kept[keep.job] = keep.reason
+
+    async def settle(self, decisions: Sequence[Decision], now: float, *, seconds: float) -> None:
+        """Drive ``decisions`` and the retried ones: frees first, then what fits of the claims."""
+        retry = self._roster.retry
+        # a decision the cluster did not take yet is retried, unless a newer one replaces it
+        pending = list({**retry, **{d.job: d for d in decisions}}.values())
+        retry.clear()
+        # halts and scale-downs free GPUs before scale-ups and starts claim them
+        frees = [d for d in pending if _frees(d)]
+        await asyncio.gather(*(self.drive(d, now) for d in frees))
+        claims = [d for d in pending if not _frees(d)]
+        await asyncio.gather(*(self.drive(d, now) for d in self._admissible(claims)))
+        allocations = self._auto.allocations
+        self._observer.round_done(
+            seconds,
+            decisions,
+            running=len(allocations),
+            queued=len(self._auto.queued),
+            gpus_allocated=sum(a.gpus for a in allocations.values()),
+            capacity=self._auto.capacity,
+        )
+
+    def _admissible(self, claims: Sequence[Decision]) -> list[Decision]:
+        """The claims whose GPUs are free on the cluster now; the others wait for a retry.
+
+        The core's allocations always fit; the cluster's may not yet, when a scale-down or
+        halt before them failed. Each admitted claim reserves its GPUs at once.
+        """
+        held = self._roster.held
+        out: list[Decision] = []
+        in_use = sum(held.values())
+        for claim in claims:
+            assert isinstance(claim, Start | Rescale)
+            more = claim.gpus - held.get(claim.job, 0)
+            if more > 0 and in_use + more > self._auto.capacity:
+                _log.info("decision.deferred", job=claim.job, gpus=claim.gpus, in_use=in_use)
+                self._roster.retry[claim.job] = claim
+                continue
+            if more > 0:
+                in_use += more
+                held[claim.job] = claim.gpus
+            out.append(claim)
+        return out
+
+    async def drive(self, decision: Decision, now: float) -> None:
+        """Apply one decision; one the cluster did not take is kept for a retry."""
+        roster = self._roster
+        try:
+            done = (
+                self._auto.estimated_done(decision.job, now)
+                if isinstance(decision, Start | Rescale) and decision.job in self._auto.allocations
+                else None
+            )
+            outcome = await self._actuator.apply(decision, done=done)
+        except Exception as err:  # one job must not stop the loop: retry it next round
+            _log.warning("decision.failed", job=decision.job, error=brief(err))
+            roster.retry[decision.job] = decision
+            return
+        self._observer.applied(decision, outcome)
+        _log.info(
+            "decision.applied", job=decision.job, result=outcome.result, detail=outcome.detail
+        )
+        if outcome.result == "dropped":
+            roster.finish(decision.job, now, now)
+            return
+        if outcome.result == "pending":
+            roster.retry[decision.job] = decision
+            return
+        if isinstance(decision, Start | Rescale):
+            roster.held[decision.job] = decision.gpus
+        else:
+            roster.held.pop(decision.job, None)
+            if isinstance(decision, Reject):
+                roster.active.discard(decision.job)
+        # GPUs are held from when the pods run again, not from when the round decided
+        self._observer.took_effect(decision, max(now, self._now()))
+
+
+def _frees(decision: Decision) -> bool:
+    if isinstance(decision, Rescale):
+        return decision.gpus < decision.gpus_from
+    return isinstance(decision, Preempt | Reject)
