@@ -3,6 +3,7 @@
     python benchmarks/policies.py [--seeds 1 2 3] [--workers 2] [--skip-real] [--data DIR]
                                   [--gpus 400 --minutes 480 --period-min 120] [--restart-s 60]
                                   [--min-runtime-s 0] [--charged]
+                                  [--objective speedup|fair|remaining] [--restart-growth 0]
 
 The scenario of issue 10: the paper's 400-GPU bursty workload (categories 1-4, random baseline
 batches, as ``bellows workload generate --pattern bursty --period-min 120 --minutes 480
@@ -51,7 +52,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bellows.autoscaler import DEFAULT_RESTART_S
+from bellows.autoscaler import DEFAULT_RESTART_S, Objective
 from bellows.cli.data import DATA_ENV, data_folder, no_data_folder
 from bellows.sim.comparing import (
     COLUMNS,
@@ -263,7 +264,8 @@ def pollux_main(args: argparse.Namespace) -> int:
         print(f"  {r.scenario:<36} {r.policy:<8} {r.wall_s:7.1f} s", flush=True)
 
     runs = run_many(tasks, workers=args.workers, restart_s=args.restart_s, on_done=done,
-                    min_runtime_s=args.min_runtime_s)  # fmt: skip
+                    min_runtime_s=args.min_runtime_s, objective=Objective(args.objective),
+                    restart_growth=args.restart_growth)  # fmt: skip
     if workloads:
         print("\n== the eight Pollux workloads, 64 GPUs (16 nodes of 4), E(b) charged, on nodes")
         print_pollux(runs, workloads)
@@ -308,6 +310,16 @@ def _pollux_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --pollux: which Pollux workloads (1-8)")  # fmt: skip
 
 
+def _bellows_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--min-runtime-s", type=float, default=0.0,
+                        help="Bellows mode: shrink no job this soon after a start")  # fmt: skip
+    parser.add_argument("--objective", choices=[o.value for o in Objective],
+                        default=Objective.SPEEDUP.value,
+                        help="Bellows mode: what a round maximises")  # fmt: skip
+    parser.add_argument("--restart-growth", type=float, default=0.0,
+                        help="Bellows mode: price added per earlier move")  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
@@ -317,8 +329,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--period-min", type=float, default=120.0)
     parser.add_argument("--restart-s", type=float, default=DEFAULT_RESTART_S,
                         help="restart cost charged to every policy per halt")  # fmt: skip
-    parser.add_argument("--min-runtime-s", type=float, default=0.0,
-                        help="Bellows mode: shrink no job this soon after a start")  # fmt: skip
     parser.add_argument("--real", action=argparse.BooleanOptionalAction, default=True,
                         help="also the ITP cluster04 replay and the Pollux workloads")  # fmt: skip
     parser.add_argument("--skip-real", dest="real", action="store_false", help="= --no-real")
@@ -328,6 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also the bursty seeds and Pollux workloads, efficiency charged",
     )
     _pollux_arguments(parser)
+    _bellows_arguments(parser)
     parser.add_argument("--data", type=Path, default=data_folder(),
                         help=f"folder of the real traces (default: ${DATA_ENV}, else "
                              "shared/data beside the checkout)")  # fmt: skip
@@ -358,7 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     runs = run_many(
         tasks, workers=args.workers, restart_s=args.restart_s, on_done=done,
-        min_runtime_s=args.min_runtime_s,
+        min_runtime_s=args.min_runtime_s, objective=Objective(args.objective),
+        restart_growth=args.restart_growth,
     )  # fmt: skip
     by_key = {(r.scenario, r.policy): r for r in runs}
     by_seed = {seed: {p: by_key[(s.key, p)] for p in POLICIES} for seed, s in seeds.items()}

@@ -3,6 +3,7 @@
 from bellows.autoscaler.config import DEFAULT_RESTART_S, AutoscalerConfig, Mode, Policy
 from bellows.autoscaler.core import Autoscaler, ClockError, RoundStats
 from bellows.autoscaler.decisions import Decision, Keep, Preempt, Reject, Rescale, Start
+from bellows.autoscaler.objectives import Objective
 
 __all__ = [
     "DEFAULT_RESTART_S",
@@ -12,6 +13,7 @@ __all__ = [
     "Decision",
     "Keep",
     "Mode",
+    "Objective",
     "Policy",
     "Preempt",
     "Reject",

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from bellows.autoscaler.objectives import Objective
 from bellows.jobs import MAX_MIN_RUNTIME_S, JobSpec, SpecError, check_restart_s
 from bellows.optimizer import Method
 from bellows.optimizer.solving import METHODS
@@ -17,6 +18,7 @@ __all__ = [
     "PAPER_DELTA_S",
     "AutoscalerConfig",
     "Mode",
+    "Objective",
     "Policy",
     "restart_s",
     "restart_s_each",
@@ -72,6 +74,12 @@ class AutoscalerConfig:
     * ``node_counts``: rounds and fills choose only GPU counts that tile the cluster's nodes
       (divisors of a node, then whole nodes: :mod:`bellows.autoscaler.shapes`), so that
       jobs can be packed on the fewest nodes; off by default (any count, as the paper's).
+    * ``restart_growth``: each rescale a job has made adds this multiple of its restart
+      cost to the price of its next move (a penalty growing with restarts, as Sia's), so a
+      job offered a bigger count every round does not take every step; 0: off.
+    * ``objective``: the sum a round maximises (:class:`~bellows.autoscaler.objectives.
+      Objective`): the sum of speedups (the paper's), Pollux's ``p = -1`` fairness, or
+      speedups weighted by the inverse of remaining time; see ``docs/autoscaler.md``.
     """
 
     mode: Mode = Mode.BELLOWS
@@ -85,6 +93,8 @@ class AutoscalerConfig:
     min_runtime_s: float = 0.0
     optimizer: Method = "auto"
     node_counts: bool = False
+    objective: Objective = Objective.SPEEDUP
+    restart_growth: float = 0.0
 
     @classmethod
     def paper(cls, **changes: object) -> AutoscalerConfig:
@@ -97,6 +107,8 @@ class AutoscalerConfig:
             "restart_s": 0.0,
             "hysteresis": 0.0,
             "backfill": False,
+            "objective": Objective.SPEEDUP,
+            "restart_growth": 0.0,
         }
         settings.update(changes)
         return cls(**settings)  # type: ignore[arg-type]
@@ -125,6 +137,14 @@ class AutoscalerConfig:
             raise SpecError("hysteresis", self.hysteresis, "a finite number >= 0")
         if not isinstance(self.node_counts, bool):
             raise SpecError("node_counts", self.node_counts, "true or false")
+        if not (math.isfinite(self.restart_growth) and 0 <= self.restart_growth <= 100):
+            raise SpecError("restart_growth", self.restart_growth, "a number in [0, 100]")
+        if not isinstance(self.objective, Objective):
+            try:
+                object.__setattr__(self, "objective", Objective(self.objective))
+            except ValueError:
+                choices = " or ".join(repr(o.value) for o in Objective)
+                raise SpecError("objective", self.objective, choices) from None
         if self.optimizer not in METHODS:
             raise SpecError("optimizer", self.optimizer, " or ".join(map(repr, METHODS)))
 

@@ -48,6 +48,7 @@ from bellows.autoscaler.config import (
     restart_s_each,
 )
 from bellows.autoscaler.decisions import Decision, Keep, Preempt, Reject, Rescale, Start
+from bellows.autoscaler.objectives import Objective, objective_values
 from bellows.autoscaler.pricing import exact, kept, priced
 from bellows.autoscaler.progress import RunningJob, done_at_all
 from bellows.autoscaler.reasons import (
@@ -115,6 +116,7 @@ class _State:
     rejected: set[str] = field(default_factory=set)
     carried: dict[str, float] = field(default_factory=dict)  # progress kept over a preemption
     resumed: dict[str, float] = field(default_factory=dict)  # running job -> (re)started at
+    moves: dict[str, int] = field(default_factory=dict)  # rescales each job has made
     in_use: int = 0  # GPUs the running jobs hold
 
 
@@ -162,6 +164,7 @@ class Autoscaler:
             jobs=dict(s.jobs), rows=dict(s.rows), arrived=list(s.arrived),
             running=dict(s.running), finished=set(s.finished), rejected=set(s.rejected),
             carried=dict(s.carried), in_use=s.in_use, resumed=dict(s.resumed),
+            moves=dict(s.moves),
         )  # fmt: skip
         twin._clock = dataclasses.replace(self._clock)
         twin._row_cache = dict(self._row_cache)
@@ -293,6 +296,7 @@ class Autoscaler:
         self._s.carried.pop(name, None)
         self._s.resumed.pop(name, None)
         self._charged.pop(name, None)
+        self._s.moves.pop(name, None)
         self._clock.note_event(now, finished=running is not None)
         self._may_fill(now)
         return True
@@ -516,7 +520,7 @@ class Autoscaler:
         runs = [s.running.get(n) for n in names]
         held = [i for i, run in enumerate(runs) if run is not None]
         if not held:
-            return values, graded
+            return self._objective(names, values, graded, runs, now)
         at = np.array(held, dtype=np.int64)
         running = [run for run in runs if run is not None]
         gpus = np.array([run.allocation.gpus for run in running], dtype=np.int64)
@@ -524,6 +528,9 @@ class Autoscaler:
         hold = max(1.0, self._config.hysteresis)
         penalty = np.array(restart_s_each([s.jobs[names[i]] for i in held], self._config))
         penalty *= hold
+        if self._config.restart_growth:  # each earlier move makes the next one dearer
+            moved_before = np.array([s.moves.get(names[i], 0) for i in held], dtype=np.float64)
+            penalty *= 1.0 + self._config.restart_growth * moved_before
         moving = penalty > 0
         if moving.any():
             work = np.array([s.jobs[names[i]].work for i in held])
@@ -544,7 +551,34 @@ class Autoscaler:
             every = np.full(len(names), -1, dtype=np.int64)
             every[at] = keep
             graded = exact(values, every)
-        return values, graded
+        return self._objective(names, values, graded, runs, now)
+
+    def _objective(
+        self,
+        names: Sequence[str],
+        values: np.ndarray,
+        graded: np.ndarray,
+        runs: Sequence[RunningJob | None],
+        now: float,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The priced speedups as the terms of the configured objective
+        (:mod:`bellows.autoscaler.objectives`) and on the exact grid, each running job's
+        current k kept on a tie; the sum of speedups as it is."""
+        objective = self._config.objective
+        if objective is Objective.SPEEDUP:
+            return values, graded
+        s = self._s
+        remaining = None
+        if objective is Objective.REMAINING:
+            done = [s.carried.get(n, 0.0) if r is None else r.done_at(now)
+                    for n, r in zip(names, runs, strict=True)]  # fmt: skip
+            work = np.array([s.jobs[n].work for n in names])
+            rate = np.array([s.rows[n].x1 for n in names])
+            remaining = np.maximum(work - np.array(done), 0.0) / rate
+        terms = objective_values(values, objective, remaining)
+        keep = np.array([-1 if r is None or r.allocation.gpus >= terms.shape[1]
+                         else r.allocation.gpus for r in runs], dtype=np.int64)  # fmt: skip
+        return terms, exact(terms, keep)
 
     def _halt_newest(self, now: float) -> list[Decision]:
         """Halt the newest running jobs until the rest fit in the capacity (at its drop)."""
@@ -639,6 +673,7 @@ class Autoscaler:
                     continue  # same GPUs, another batch: a restart that would not pay
                 self._s.running[name] = running.moved_to(alloc, rate, now, restart_s=cost)
                 self._s.resumed[name] = now
+                self._s.moves[name] = self._s.moves.get(name, 0) + 1
                 self._s.in_use += k - old.gpus
                 change = Rescale(name, old.gpus, old.batch, alloc.gpus, alloc.batch)
                 (downs if alloc.gpus < old.gpus else ups).append(change)

@@ -149,6 +149,19 @@ def _pollux_settings(
     "or any count (issue 29, opt in). [default: any]",
 )
 @click.option(
+    "--restart-growth",
+    type=FiniteFloat(0, 100),
+    help="Each rescale a job has made adds this many restart costs to the price of its next "
+    "move (issue 29). [default: 0]",
+)
+@click.option(
+    "--objective",
+    type=click.Choice(["speedup", "fair", "remaining"]),
+    help="What a round maximises: the sum of speedups (the paper's), Pollux's p = -1 "
+    "fairness (sum of -1/speedup), or speedups weighted by 1/remaining time "
+    "(docs/autoscaler.md, issue 29). [default: speedup]",
+)
+@click.option(
     "--placement",
     type=click.Choice(["nodes", "fewest"]),
     help="nodes: place jobs on the cluster's nodes and charge each its placement's step "
@@ -186,6 +199,8 @@ def simulate(
     hysteresis: float | None,
     backfill: bool | None,
     node_counts: bool | None,
+    objective: str | None,
+    restart_growth: float | None,
     placement: str | None,
     horizon_min: float | None,
     cluster: ClusterProfile | None,
@@ -225,7 +240,8 @@ def simulate(
                     "delta_min": delta_min, "early_share": early_share,
                     "restart_cost_s": restart_cost_s, "hysteresis": hysteresis,
                     "backfill": backfill, "min_runtime_s": min_runtime_s,
-                    "node_counts": node_counts,
+                    "node_counts": node_counts, "objective": objective,
+                    "restart_growth": restart_growth,
                 }  # fmt: skip
                 # the same settings, built the same way, as a sweep's cells (bellows sweep)
                 config = settings_config({k: v for k, v in given.items() if v is not None})

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from bellows.autoscaler import DEFAULT_RESTART_S, AutoscalerConfig, Policy
+from bellows.autoscaler import DEFAULT_RESTART_S, AutoscalerConfig, Objective, Policy
 from bellows.inputs import SpecError, parse_float, parse_int
 from bellows.jobs import MAX_GPUS
 from bellows.scaling import MODEL_EFFICIENCY, ClusterProfile, default_cluster
@@ -77,16 +77,28 @@ simulator's default, and the nodes our default cluster profile models."""
 
 
 def policies(
-    restart_s: float = DEFAULT_RESTART_S, min_runtime_s: float = 0.0
+    restart_s: float = DEFAULT_RESTART_S,
+    min_runtime_s: float = 0.0,
+    *,
+    objective: Objective = Objective.SPEEDUP,
+    restart_growth: float = 0.0,
 ) -> dict[str, AutoscalerConfig]:
     """The three policies by name, each with a queue and charged ``restart_s`` per halt;
-    Bellows mode keeps a job from shrinking for ``min_runtime_s`` after a (re)start."""
+    Bellows mode keeps a job from shrinking for ``min_runtime_s`` after a (re)start and
+    maximises ``objective``, each earlier move adding ``restart_growth`` restarts to the
+    price of its next (paper mode and the baseline keep the paper's)."""
     return {
         "paper": AutoscalerConfig.paper(queue=True, restart_s=restart_s),
         "baseline": AutoscalerConfig.paper(
             queue=True, restart_s=restart_s, delta_s=0.0, policy=Policy.BASELINE
         ),
-        "bellows": AutoscalerConfig(queue=True, restart_s=restart_s, min_runtime_s=min_runtime_s),
+        "bellows": AutoscalerConfig(
+            queue=True,
+            restart_s=restart_s,
+            min_runtime_s=min_runtime_s,
+            objective=objective,
+            restart_growth=restart_growth,
+        ),
     }
 
 
@@ -204,6 +216,8 @@ def run_policy(
     cluster: ClusterProfile | None = None,
     keep_result: bool = False,
     min_runtime_s: float = 0.0,
+    objective: Objective = Objective.SPEEDUP,
+    restart_growth: float = 0.0,
 ) -> PolicyRun:
     """Run ``policy`` on ``scenario``; write its ``jobs.csv`` to a temporary folder and
     rebuild the GPUs held at every instant from that file alone."""
@@ -211,7 +225,9 @@ def run_policy(
     pollux = policy == POLLUX
     config = (
         AutoscalerConfig(restart_s=restart_s, delta_s=POLLUX_INTERVAL_S) if pollux
-        else policies(restart_s, min_runtime_s)[policy]
+        else policies(
+            restart_s, min_runtime_s, objective=objective, restart_growth=restart_growth
+        )[policy]
     )  # fmt: skip
     trace, gpus, horizon = scenario.build(profile)
     started = time.perf_counter()
@@ -233,13 +249,10 @@ def run_policy(
     )  # fmt: skip
 
 
-def _run_task(
-    scenario: Scenario, policy: str, restart_s: float, keep: bool, min_runtime_s: float = 0.0
-) -> PolicyRun:
-    """One run wherever a runner puts it (a module-level function, so that it pickles)."""
-    return run_policy(
-        scenario, policy, restart_s=restart_s, keep_result=keep, min_runtime_s=min_runtime_s
-    )
+def _run_task(scenario: Scenario, policy: str, options: Mapping[str, Any]) -> PolicyRun:
+    """One run wherever a runner puts it (a module-level function, so that it pickles);
+    ``options`` are :func:`run_policy`'s keywords."""
+    return run_policy(scenario, policy, **options)
 
 
 def _task_key(scenario: Scenario, policy: str) -> str:
@@ -252,13 +265,19 @@ def policy_tasks(
     restart_s: float = DEFAULT_RESTART_S,
     keep_results: bool = False,
     min_runtime_s: float = 0.0,
+    objective: Objective = Objective.SPEEDUP,
+    restart_growth: float = 0.0,
 ) -> list[Task]:
     """Each ``(scenario, policy)`` as a :class:`~bellows.sim.running.Task` whose value is
     its :class:`PolicyRun` (keyed ``scenario/policy``). Replays of real traces are the
     longest runs: they are marked so, so that a parallel runner starts them first."""
+    options = {
+        "restart_s": restart_s, "keep_result": keep_results, "min_runtime_s": min_runtime_s,
+        "objective": objective, "restart_growth": restart_growth,
+    }  # fmt: skip
     return [
         Task(
-            _task_key(s, p), _run_task, (s, p, restart_s, keep_results, min_runtime_s),
+            _task_key(s, p), _run_task, (s, p, options),
             cost=1.0 if s.source is Source.GENERATED else 2.0,
         )
         for s, p in tasks
@@ -274,6 +293,8 @@ def run_many(
     keep_results: bool = False,
     on_done: Callable[[PolicyRun], None] = lambda _: None,
     min_runtime_s: float = 0.0,
+    objective: Objective = Objective.SPEEDUP,
+    restart_growth: float = 0.0,
 ) -> list[PolicyRun]:
     """Run every ``(scenario, policy)`` on ``runner`` (default: ``workers`` local processes,
     or this one when ``workers`` is 1; see :mod:`bellows.sim.running`), ``on_done`` called
@@ -285,8 +306,9 @@ def run_many(
             on_done(finished.value)
 
     work = policy_tasks(
-        tasks, restart_s=restart_s, keep_results=keep_results, min_runtime_s=min_runtime_s
-    )
+        tasks, restart_s=restart_s, keep_results=keep_results, min_runtime_s=min_runtime_s,
+        objective=objective, restart_growth=restart_growth,
+    )  # fmt: skip
     values = collect(runner or make_runner(workers), work, {}, on_done=done)
     return [values[_task_key(s, p)] for s, p in tasks]
 

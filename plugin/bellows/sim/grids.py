@@ -185,7 +185,10 @@ def settings_config(settings: Mapping[str, Any]) -> AutoscalerConfig:
     given: dict[str, Any] = {"policy": Policy(settings.get("policy", Policy.ELASTIC))}
     if "early_share" in settings:
         given["early_share"] = settings["early_share"]
-    keys = ("queue", "hysteresis", "backfill", "min_runtime_s", "node_counts")
+    keys = (
+        "queue", "hysteresis", "backfill", "min_runtime_s", "node_counts", "objective",
+        "restart_growth",
+    )  # fmt: skip
     for key in keys:
         if key in settings:
             given[key] = settings[key]

@@ -1,0 +1,98 @@
+"""Round objectives: the sum of speedups, Pollux's p = -1 fairness, remaining-time weights."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from bellows.autoscaler import Autoscaler, AutoscalerConfig, Objective
+from bellows.autoscaler.objectives import objective_values
+from bellows.autoscaler.pricing import exact
+from bellows.jobs import JobSpec, SpecError
+from bellows.scaling import default_cluster, tsf_tables
+from tests.strategies import make_job
+
+ROWS = np.array([[-np.inf, 1.0, 1.8, 2.4], [-np.inf, -np.inf, 1.5, 1.6]])
+
+
+def test_speedup_is_the_table_itself() -> None:
+    assert objective_values(ROWS, Objective.SPEEDUP) is ROWS
+
+
+def test_fair_is_minus_one_over_the_speedup() -> None:
+    fair = objective_values(ROWS, Objective.FAIR)
+    np.testing.assert_array_equal(np.isinf(fair), np.isinf(ROWS))
+    np.testing.assert_allclose(fair[np.isfinite(fair)], -1.0 / ROWS[np.isfinite(ROWS)])
+
+
+def test_remaining_weights_the_shortest_one() -> None:
+    out = objective_values(ROWS, Objective.REMAINING, np.array([600.0, 150.0]))
+    np.testing.assert_allclose(out[0, 1:], ROWS[0, 1:] * 0.25)
+    np.testing.assert_allclose(out[1, 2:], ROWS[1, 2:])
+    assert out[1, 1] == -np.inf
+    with pytest.raises(ValueError, match="remaining_s"):
+        objective_values(ROWS, Objective.REMAINING)
+
+
+def _round(jobs: list[JobSpec], objective: Objective, capacity: int) -> dict[str, int]:
+    auto = Autoscaler(
+        AutoscalerConfig(objective=objective), capacity=capacity, cluster=default_cluster()
+    )
+    for job in jobs:
+        auto.arrive(job, 0.0)
+    auto.step(0.0)
+    auto.step(1.0e4)  # a round: the fills started them, the round rebalances
+    return {name: a.gpus for name, a in auto.allocations.items()}
+
+
+def _pair() -> list[JobSpec]:
+    good = make_job("scales", k_max=16, b_max=4096, m_max=256, weights=1_000_000, work=1e12)
+    poor = make_job("poorly", k_max=16, b_max=4096, m_max=256, weights=400_000_000, work=1e12)
+    return [good, poor]
+
+
+def test_fair_gives_the_poorly_scaling_job_more_than_the_sum_of_speedups() -> None:
+    speedup = _round(_pair(), Objective.SPEEDUP, 16)
+    fair = _round(_pair(), Objective.FAIR, 16)
+    assert speedup["scales"] > speedup["poorly"]
+    assert fair["poorly"] > speedup["poorly"]
+    assert sum(fair.values()) <= 16
+
+
+def test_remaining_favours_the_job_nearest_its_end() -> None:
+    jobs = [
+        make_job("short", k_max=16, b_max=4096, m_max=256, weights=4_000_000, work=2e6),
+        make_job("long", k_max=16, b_max=4096, m_max=256, weights=4_000_000, work=2e9),
+    ]
+    speedup = _round(jobs, Objective.SPEEDUP, 12)
+    remaining = _round(jobs, Objective.REMAINING, 12)
+    assert remaining["short"] > remaining["long"]
+    assert remaining["short"] > speedup["short"]
+
+
+@pytest.mark.parametrize("objective", [Objective.FAIR, Objective.SPEEDUP])
+def test_rounds_are_the_exact_optimum_of_the_objective(objective: Objective) -> None:
+    jobs = [
+        make_job("a", k_max=6, b_max=2048, m_max=256, weights=1_000_000, work=1e12),
+        make_job("b", k_max=6, b_max=2048, m_max=256, weights=60_000_000, work=1e12),
+        make_job("c", k_max=6, b_max=2048, m_max=256, weights=300_000_000, work=1e12),
+    ]
+    capacity = 9
+    got = _round(jobs, objective, capacity)
+    table = tsf_tables(jobs, default_cluster(), fixed_batch=False, width=6).values
+    graded = exact(objective_values(table, objective), np.full(3, -1, dtype=np.int64))
+    best = max(
+        (sum(graded[i, k] for i, k in enumerate(ks)), ks)
+        for ks in itertools.product(range(1, 7), repeat=3)
+        if sum(ks) <= capacity
+    )
+    assert sum(graded[i, got[job.name]] for i, job in enumerate(jobs)) == best[0]
+
+
+def test_objective_is_checked_and_paper_mode_keeps_the_sum_of_speedups() -> None:
+    assert AutoscalerConfig(objective="fair").objective is Objective.FAIR  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match=r"objective.*'speedup' or 'fair' or 'remaining'"):
+        AutoscalerConfig(objective="fastest")  # type: ignore[arg-type]
+    assert AutoscalerConfig.paper().objective is Objective.SPEEDUP
