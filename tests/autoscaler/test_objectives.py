@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bellows.autoscaler import Autoscaler, AutoscalerConfig, Objective
-from bellows.autoscaler.objectives import objective_values
+from bellows.autoscaler.objectives import REMAINING_EXPONENT, objective_values
 from bellows.autoscaler.pricing import exact
 from bellows.jobs import JobSpec, SpecError
 from bellows.scaling import default_cluster, tsf_tables
@@ -28,9 +28,9 @@ def test_fair_is_minus_one_over_the_speedup() -> None:
 
 
 def test_remaining_weights_the_shortest_one() -> None:
-    out = objective_values(ROWS, Objective.REMAINING, np.array([600.0, 150.0]))
-    np.testing.assert_allclose(out[0, 1:], ROWS[0, 1:] * 0.25)
-    np.testing.assert_allclose(out[1, 2:], ROWS[1, 2:])
+    out = objective_values(ROWS, Objective.REMAINING, np.array([600.0, 30.0]))
+    np.testing.assert_allclose(out[0, 1:], ROWS[0, 1:] * 0.1**REMAINING_EXPONENT)
+    np.testing.assert_allclose(out[1, 2:], ROWS[1, 2:])  # under a minute left: weight 1
     assert out[1, 1] == -np.inf
     with pytest.raises(ValueError, match="remaining_s"):
         objective_values(ROWS, Objective.REMAINING)
@@ -96,3 +96,4 @@ def test_objective_is_checked_and_paper_mode_keeps_the_sum_of_speedups() -> None
     with pytest.raises(SpecError, match=r"objective.*'speedup' or 'fair' or 'remaining'"):
         AutoscalerConfig(objective="fastest")  # type: ignore[arg-type]
     assert AutoscalerConfig.paper().objective is Objective.SPEEDUP
+    assert AutoscalerConfig().objective is Objective.SPEEDUP

@@ -12,6 +12,7 @@ from bellows.autoscaler import (
     AutoscalerConfig,
     Decision,
     Mode,
+    Objective,
     Policy,
     Preempt,
     Reject,
@@ -44,6 +45,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         restart_s=draw(st.sampled_from([0.0, 30.0])),
         hysteresis=draw(st.sampled_from([0.0, 1.5])),
         backfill=draw(st.booleans()),
+        objective=draw(st.sampled_from(list(Objective))),
+        restart_growth=draw(st.sampled_from([0.0, 1.0])),
     )
     capacity = draw(st.integers(0, 24))
     events: list[tuple[str, float, object]] = []

@@ -78,8 +78,9 @@ class AutoscalerConfig:
       cost to the price of its next move (a penalty growing with restarts, as Sia's), so a
       job offered a bigger count every round does not take every step; 0: off.
     * ``objective``: the sum a round maximises (:class:`~bellows.autoscaler.objectives.
-      Objective`): the sum of speedups (the paper's), Pollux's ``p = -1`` fairness, or
-      speedups weighted by the inverse of remaining time; see ``docs/autoscaler.md``.
+      Objective`): the sum of speedups (the paper's, the default), speedups weighted by a
+      power of the inverse of remaining time, or Pollux's ``p = -1`` fairness; see
+      ``docs/autoscaler.md``, "Round objectives".
     """
 
     mode: Mode = Mode.BELLOWS

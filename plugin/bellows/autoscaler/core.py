@@ -423,8 +423,10 @@ class Autoscaler:
             return 0, 0.0
         if self._charged:
             self._goodput_rows(names, now)
-        if len(names) == 1 and not required and self.shortcuts:
-            # most fills: one waiting job and the free GPUs; admitted when it fits
+        lone = len(names) == 1 and not required and self.shortcuts
+        if lone and self._config.objective is Objective.SPEEDUP:
+            # most fills: one waiting job and the free GPUs; admitted when it fits (another
+            # objective's terms are not the row's grid: those go through _values)
             row = self._s.rows[names[0]]
             if row.min_gpus > capacity:
                 return 0, 0.0
