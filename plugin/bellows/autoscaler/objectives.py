@@ -19,7 +19,8 @@ a term, so every one of them is solved exactly:
   grid's range). GPUs lean to the jobs nearest their end (shortest-remaining-first, softened: with
   the power 1 jobs traded GPUs whenever their order changed).
 
-Values that are ``-inf`` (counts a job may not take) stay ``-inf``.
+Values that are ``-inf`` (counts a job may not take) stay ``-inf``, and every finite one stays
+finite: an objective changes what a count is worth, never which counts are allowed.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ import numpy.typing as npt
 __all__ = ["REMAINING_EXPONENT", "Objective", "objective_values"]
 
 F64 = npt.NDArray[np.float64]
+
+FAIR_FLOOR = 1e-3
+"""Smallest speedup :attr:`Objective.FAIR` divides by (Pollux adds 1e-3 to every speedup)."""
 
 REMAINING_UNIT_S = 60.0
 """Remaining one-GPU seconds of weight 1 in :attr:`Objective.REMAINING` (shorter: 1 too). A
@@ -62,10 +66,9 @@ def objective_values(values: F64, objective: Objective, remaining_s: F64 | None 
     :attr:`Objective.REMAINING` only)."""
     if objective is Objective.SPEEDUP:
         return values
-    finite = np.isfinite(values) & (values > 0)
-    if objective is Objective.FAIR:
-        with np.errstate(divide="ignore"):
-            fair = -1.0 / np.where(finite, values, 1.0)
+    finite = np.isfinite(values)  # the same counts stay allowed, whatever their worth
+    if objective is Objective.FAIR:  # a speedup of 0 (a job with nothing left) is -1/0.001
+        fair = -1.0 / np.maximum(np.where(finite, values, 1.0), FAIR_FLOOR)
         return np.asarray(np.where(finite, fair, -np.inf), dtype=np.float64)
     if remaining_s is None or remaining_s.shape != (values.shape[0],):
         raise ValueError("remaining_s: one remaining time per row is needed")
