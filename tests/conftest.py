@@ -5,10 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from bellows.cli.data import given_data_folder
 
 REPO = Path(__file__).resolve().parents[1]
+
+# No per-example deadline: CI may share its two cores with other work, and speed targets live
+# in benchmarks, never in timed tests (a deadline once failed a codec test at 261 ms).
+settings.register_profile("bellows", deadline=None)
+settings.load_profile("bellows")
 
 
 def shared_data_dir() -> Path:
