@@ -45,17 +45,7 @@ def _records(stack: Live) -> list[str]:
     return [c["metadata"]["name"] for c in found if RECORD_LABEL in c["metadata"].get("labels", {})]
 
 
-# A known race, not yet fixed (issue 27's note): a controller killed just after a successor
-# TrainJob is created can, on a loaded machine, leave the GPUs over-committed for a moment or
-# a job unfinished (seen in 1 of 3 concurrent runs, and once in a full suite on 2 cores).
-_CREATED_RACE = pytest.mark.xfail(
-    reason="known race: killed right after a successor is created (issue 27)", strict=False
-)
-
-
-@pytest.mark.parametrize(
-    "step", [pytest.param(s, marks=_CREATED_RACE) if s == "created" else s for s in STEPS]
-)
+@pytest.mark.parametrize("step", STEPS)
 async def test_a_controller_killed_at_each_step_of_a_recreation_loses_and_duplicates_nothing(
     step: str,
 ) -> None:

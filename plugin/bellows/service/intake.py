@@ -188,7 +188,16 @@ class Intake(Part):
 
 
 def _recreated(obj: Mapping[str, Any] | None, uid: str) -> bool:
-    """Whether ``obj`` is the copy of the job ``uid`` that a resize re-created (a TrainJob,
-    ``bellows.kube.recreation``): its ``bellows.io/recreated-from`` names that uid."""
-    notes = ((obj or {}).get("metadata") or {}).get("annotations") or {}
-    return notes.get(keys.RECREATED_FROM) == uid
+    """Whether ``obj``, not finished, carries on the job ``uid`` was: a copy that a resize
+    re-created (a TrainJob, ``bellows.kube.recreation``; its ``bellows.io/recreated-from``
+    names the uid it replaced). Of ``uid`` itself or of a later copy: a completion of an
+    older copy can come after two resizes (redelivered to the next controller after one
+    was killed), and it must not free the GPUs the job's copy holds."""
+    meta = (obj or {}).get("metadata") or {}
+    notes = meta.get("annotations") or {}
+    return (
+        obj is not None
+        and meta.get("uid") != uid
+        and bool(notes.get(keys.RECREATED_FROM))
+        and finished_state(obj) is None
+    )
