@@ -7,10 +7,19 @@ from datetime import UTC, datetime
 
 import pytest
 
+from bellows.emulator.crds import trainer_crd_paths
 from bellows.emulator.patching import merge_patch
 from bellows.emulator.resources import crd_resources
-from bellows.kube import MPIJobKind, PyTorchJobKind
-from bellows.kube.journal import Phase, SendPatch, plan_scale
+from bellows.kube import MPIJobKind, PyTorchJobKind, keys
+from bellows.kube.adapters import TRAINJOB
+from bellows.kube.adapters.trainjob import (
+    JOBSET_NAME_LABEL,
+    NODE_JOB,
+    PLACEMENT_MANAGER,
+    node_pod_template,
+    pod_template_patch,
+)
+from bellows.kube.journal import Journal, Phase, SendPatch, plan_scale
 from bellows.kube.placement import (
     HOSTNAME,
     KUEUE_PREFERRED_TOPOLOGY,
@@ -18,6 +27,7 @@ from bellows.kube.placement import (
     pack_term,
     placed_template,
 )
+from bellows.kube.recreation import plan_recreate, successor
 from bellows.service.config import load_config
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -189,3 +199,140 @@ def test_config_placement_defaults_to_pack_and_names_bad_values(tmp_path):
     assert "spread" in str(bad.value)
     with pytest.raises(Exception, match=r"placement_topology_key|placementTopologyKey"):
         load_config(env={"BELLOWS_CONTROLLER_PLACEMENT_TOPOLOGY_KEY": "not a label/"})
+
+
+# ----- TrainJob: through spec.runtimePatches -----------------------------------------------
+
+KUEUE_MANAGER = "kueue.x-k8s.io/manager"
+
+
+@pytest.fixture(scope="module")
+def trainjob_schema(shared_data):
+    found = crd_resources(trainer_crd_paths(shared_data / "crds"))
+    return next(r for r in found if r.kind == "TrainJob")
+
+
+def _trainjob(examples, patches=()):
+    obj = copy.deepcopy(examples["TrainJob"])
+    obj["metadata"].update(uid="u-1", resourceVersion="7")
+    if patches:
+        obj["spec"]["runtimePatches"] = [copy.deepcopy(p) for p in patches]
+    return obj
+
+
+def _node_template(obj, manager):
+    """The ``node`` Job's pod template of the runtime patch of ``manager``."""
+    entry = next(p for p in obj["spec"]["runtimePatches"] if p["manager"] == manager)
+    jobs = entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    return next(j for j in jobs if j["name"] == NODE_JOB)["template"]["spec"]["template"]
+
+
+def test_trainjob_pack_is_a_runtime_patch_that_keeps_the_owners_and_kueues(
+    trainjob_schema, examples
+):
+    owner = pod_template_patch({"affinity": owner_affinity()}, manager="team-a/affinity")
+    kueue = pod_template_patch({"nodeSelector": {"gpu.type": "h100"}}, manager=KUEUE_MANAGER)
+    obj = _trainjob(examples, [owner, kueue])
+    spec = TRAINJOB.placement_patch(obj, Placement.PACK, HOSTNAME)
+    patched = merge_patch(obj, {"spec": spec})
+    assert trainjob_schema.problems(patched) == []
+    patches = patched["spec"]["runtimePatches"]
+    # the others' entries stay as they were, first; Bellows' entry last
+    assert patches[:2] == [owner, kueue]
+    assert patches[2]["manager"] == PLACEMENT_MANAGER
+    affinity = _node_template(patched, PLACEMENT_MANAGER)["spec"]["affinity"]
+    before = owner_affinity()
+    selector = {JOBSET_NAME_LABEL: obj["metadata"]["name"]}
+    assert affinity["podAffinity"][PREFERRED] == [
+        *before["podAffinity"][PREFERRED],
+        pack_term(selector),
+    ]
+    # the owner's other affinity carried on whole (the Trainer replaces a field whole)
+    assert affinity["nodeAffinity"] == before["nodeAffinity"]
+    assert affinity["podAntiAffinity"] == before["podAntiAffinity"]
+    # as the pods get it: every patch in its order
+    assert node_pod_template(patches)["spec"]["nodeSelector"] == {"gpu.type": "h100"}
+    assert TRAINJOB.placement_patch(patched, Placement.PACK, HOSTNAME) == {}  # idempotent
+    assert TRAINJOB.placement_patch(obj, Placement.NONE, HOSTNAME) == {}
+
+
+def test_trainjob_kueue_topology_annotates_the_training_pods(trainjob_schema, examples):
+    obj = _trainjob(examples)
+    spec = TRAINJOB.placement_patch(obj, Placement.KUEUE_TOPOLOGY, "cloud.example.com/host")
+    patched = merge_patch(obj, {"spec": spec})
+    assert trainjob_schema.problems(patched) == []
+    template = _node_template(patched, PLACEMENT_MANAGER)
+    assert template["metadata"]["annotations"] == {
+        KUEUE_PREFERRED_TOPOLOGY: "cloud.example.com/host"
+    }
+    assert "affinity" not in template["spec"]
+    # an owner who chose a topology in their own patch keeps it: nothing of Bellows'
+    own = pod_template_patch(
+        {},
+        manager="team-a/topology",
+        pod_metadata={"annotations": {"kueue.x-k8s.io/podset-required-topology": "rack"}},
+    )
+    mine = _trainjob(examples, [own])
+    assert TRAINJOB.placement_patch(mine, Placement.KUEUE_TOPOLOGY, HOSTNAME) == {}
+    # a list already at the CRD's 16 entries has no room for one more: left as it is
+    full = _trainjob(examples, [dict(own, manager=f"m-{i}") for i in range(16)])
+    assert TRAINJOB.placement_patch(full, Placement.PACK, HOSTNAME) == {}
+
+
+def test_the_recreated_trainjob_asks_for_packing_and_drops_kueues_patch(examples):
+    kueue = pod_template_patch({"nodeSelector": {"gpu.type": "h100"}}, manager=KUEUE_MANAGER)
+    owner = pod_template_patch({"tolerations": [{"key": "gpu"}]}, manager="team-a/tolerations")
+    obj = _trainjob(examples, [kueue, owner])
+    env = {"GLOBAL_BATCH_SIZE": "384", "LOCAL_BATCH_SIZE": "128"}
+    new = successor(
+        TRAINJOB, obj, target=(3, 384), env=env, done=None, now=NOW, journal=Journal(),
+        placement=Placement.PACK,
+    )  # fmt: skip
+    managers = [p["manager"] for p in new["spec"]["runtimePatches"]]
+    assert managers == ["team-a/tolerations", PLACEMENT_MANAGER]  # Kueue writes its own again
+    terms = _node_template(new, PLACEMENT_MANAGER)["spec"]["affinity"]["podAffinity"][PREFERRED]
+    assert terms == [pack_term({JOBSET_NAME_LABEL: obj["metadata"]["name"]})]
+    plain = successor(
+        TRAINJOB, obj, target=(3, 384), env=env, done=None, now=NOW, journal=Journal()
+    )
+    assert [p["manager"] for p in plain["spec"]["runtimePatches"]] == ["team-a/tolerations"]
+
+
+def test_a_trainjob_sized_already_gets_its_placement_while_suspended_then_resumes(examples):
+    obj = _trainjob(examples)  # numNodes 2, batch 256: the target below
+    obj["metadata"]["annotations"].update(
+        {
+            keys.TARGET: "k=2,b=256",
+            keys.PHASE: "suspending",
+            keys.SUSPENDED_AT: "2025-01-01T11:00:00Z",
+        }
+    )
+    obj["status"] = {
+        "conditions": [
+            {
+                "type": "Suspended",
+                "status": "True",
+                "reason": "Suspended",
+                "message": "",
+                "lastTransitionTime": "2025-01-01T11:00:01Z",
+            }
+        ],
+        "jobsStatus": [{"name": NODE_JOB, "active": 0, "suspended": 1}],
+    }
+    env = {"GLOBAL_BATCH_SIZE": "256", "LOCAL_BATCH_SIZE": "128"}
+
+    def plan(job):
+        return plan_recreate(
+            TRAINJOB, job, None, target=(2, 256), env=env, requested=(2, 256), now=NOW,
+            in_place=None, placement=Placement.PACK,
+        )  # fmt: skip
+
+    step = plan(obj)
+    assert isinstance(step, SendPatch)
+    assert step.phase is Phase.PATCHED
+    assert set(step.body["spec"]) == {"runtimePatches"}  # no suspend: it stays suspended
+    patched = merge_patch(obj, step.body)
+    step = plan(patched)
+    assert isinstance(step, SendPatch)
+    assert step.phase is Phase.DONE
+    assert step.body["spec"] == {"suspend": False}

@@ -244,7 +244,7 @@ def test_start_and_rescale_recreate_the_trainjob_keeping_what_it_was(on_cluster)
         ]
         first = await submit(api, body)
         act = actuator(api)
-        outcome = await act.apply(Start(JOB, 3, 192))
+        outcome = await act.apply(Start(JOB, 3, 192, reason="started into free GPUs"))
         assert outcome.result == "started", outcome
         started = await running_on(api, cluster, 3)
         assert started["metadata"]["uid"] != first["metadata"]["uid"]  # re-created
@@ -252,6 +252,10 @@ def test_start_and_rescale_recreate_the_trainjob_keeping_what_it_was(on_cluster)
         assert notes[keys.RECREATED_FROM] == first["metadata"]["uid"]
         assert (notes[keys.PHASE], notes[keys.ALLOCATION]) == ("done", "k=3,b=192")
         assert notes[keys.REQUESTED] == "k=2,b=256"
+        # the journal a resume in place writes (bellows status reads it): the first start
+        assert notes[keys.REASON] == "started into free GPUs"
+        assert keys.STARTED_AT in notes
+        assert keys.RESTARTS not in notes
         assert started["metadata"]["labels"] == {"team": "vision"}
         assert started["metadata"]["ownerReferences"] == body["metadata"]["ownerReferences"]
         assert started["spec"]["runtimeRef"]["name"] == "torch-distributed"
@@ -261,9 +265,15 @@ def test_start_and_rescale_recreate_the_trainjob_keeping_what_it_was(on_cluster)
         await asyncio.sleep(0.5)  # some training at (3, 192)
         before = cluster.trainer.progress(started["metadata"]["uid"]).samples
         assert before > 0
-        outcome = await act.apply(Rescale(JOB, 3, 192, 4, 256), done=before)
+        grow = Rescale(JOB, 3, 192, 4, 256, reason="grows: 1.3x the throughput")
+        outcome = await act.apply(grow, done=before)
         assert outcome.result == "rescaled", outcome
         again = await running_on(api, cluster, 4)
+        renotes = again["metadata"]["annotations"]
+        assert renotes[keys.REASON] == "grows: 1.3x the throughput"
+        assert renotes[keys.RESTARTS] == "1"  # one restart after its start
+        assert renotes[keys.STARTED_AT] == notes[keys.STARTED_AT]  # kept from the first start
+        assert keys.PROGRESS in renotes
         progress = cluster.trainer.progress(again["metadata"]["uid"])
         assert progress.samples >= before  # resumed from the checkpoint, not from zero
         assert (progress.gpus, progress.batch, progress.restarts) == (4, 256, 2)

@@ -221,9 +221,12 @@ def test_start_and_rescale_recreate_a_queued_trainjob_in_its_queue(on_cluster) -
         assert await records(api) == []
         assert cluster.kueue.fights == []  # Bellows never wrote suspend against Kueue
         # a rescale to the whole quota: the old Workload must go first for the new to fit
-        outcome = await act.apply(Rescale(JOB, 3, 192, 4, 256))
+        outcome = await act.apply(Rescale(JOB, 3, 192, 4, 256, reason="grows to the quota"))
         assert outcome.result == "rescaled", outcome
         again = await job_now(api, resumed(4))
+        renotes = again["metadata"]["annotations"]  # journaled as a resume in place is
+        assert (renotes[keys.REASON], renotes[keys.RESTARTS]) == ("grows to the quota", "1")
+        assert renotes[keys.STARTED_AT] == notes[keys.STARTED_AT]
         assert [
             p["count"]
             for p in (await workload_of(api, again["metadata"]["uid"], admitted))["spec"]["podSets"]

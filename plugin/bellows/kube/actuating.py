@@ -417,11 +417,12 @@ class Actuator:
                     "now": self._now(),
                     "in_place": in_place[0] if in_place else None,
                     "done": done,
+                    "reason": reason,
+                    "placement": self._placement,
+                    "topology_key": self._topology_key,
                 }
                 if read.kueue:  # held through its Workload, re-created in its queue
-                    return plan_kueue_recreate(
-                        kind, obj, read.record, read.workload, reason=reason, **common
-                    )
+                    return plan_kueue_recreate(kind, obj, read.record, read.workload, **common)
                 return plan_recreate(kind, obj, read.record, **common)
             if read.kueue:
                 return plan_kueue_scale(

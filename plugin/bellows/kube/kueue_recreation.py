@@ -37,6 +37,7 @@ from bellows.kube.journal import _body, _spec_matches, reading
 from bellows.kube.kinds import KindAdapter
 from bellows.kube.kueue import WorkloadView
 from bellows.kube.kueue_journal import KueueStep, _announce, _hold, plan_kueue_scale
+from bellows.kube.placement import HOSTNAME, Placement
 from bellows.kube.recreation import (
     DeleteJob,
     ProbeInPlace,
@@ -64,18 +65,23 @@ def plan_kueue_recreate(
     now: datetime,
     reason: str = "",
     done: float | None = None,
+    placement: Placement = Placement.NONE,
+    topology_key: str = HOSTNAME,
 ) -> KueueStep | RecreateStep:
     """The next step towards running the queued TrainJob ``obj`` on ``target``.
 
     ``record`` is its re-creation record built from ``obj`` (the caller finishes a record
     that is due first, with ``plan_recreate``), ``workload`` its Workload as read
     (``None``: none now), ``in_place`` this call's dry-run answer (``None``: not asked).
+    ``placement``: asked of the pods through ``spec.runtimePatches`` (in the copy, or with
+    the patch of a job sized in place), as ``plan_recreate`` does.
     """
     gpus, _ = target
     if _spec_matches(kind, obj, gpus, env) or in_place:
         return plan_kueue_scale(
             kind, obj, workload, target=target, env=env, requested=requested,
             launcher=None, now=now, done=done, reason=reason,
+            placement=placement, topology_key=topology_key,
         )  # fmt: skip
     view, journal, notes = reading(kind, obj, env, requested)
     if (first := _announce(obj, view, journal, notes, target=target, now=now)) is not None:
@@ -85,7 +91,11 @@ def plan_kueue_recreate(
     if in_place is None:
         return ProbeInPlace(_body(obj, {}, kind.scale_patch(obj, gpus, env)))
     if record is None or record.source != fingerprint(obj) or record.target != target:
-        new = successor(kind, obj, target=target, env=env, done=done, now=now, suspend=True)
+        new = successor(
+            kind, obj, target=target, env=env, done=done, now=now,
+            journal=journal, reason=reason, suspend=True,
+            placement=placement, topology_key=topology_key,
+        )  # fmt: skip
         body = record_body(obj, new, target)
         return WriteRecord(body, None if record is None else record.resource_version)
     meta = obj["metadata"]

@@ -46,6 +46,7 @@ from bellows.jobs import SpecError
 from bellows.kube import keys
 from bellows.kube.journal import (
     AwaitHalt,
+    Journal,
     Nothing,
     Phase,
     SendPatch,
@@ -56,6 +57,7 @@ from bellows.kube.journal import (
     reading,
 )
 from bellows.kube.kinds import KindAdapter
+from bellows.kube.placement import HOSTNAME, Placement
 
 __all__ = [
     "RECORD_LABEL",
@@ -191,13 +193,20 @@ def successor(
     env: Mapping[str, str],
     done: float | None,
     now: datetime,
+    journal: Journal,
+    reason: str = "",
     suspend: bool = False,
+    placement: Placement = Placement.NONE,
+    topology_key: str = HOSTNAME,
 ) -> dict[str, Any]:
     """The TrainJob that replaces ``obj`` on ``target``: its metadata kept (name, labels,
     annotations, owner references, finalizers), its spec kept but for ``spec.trainer``
     (``numNodes``, batch env) and ``suspend`` (false: it runs at once; true beside Kueue,
     which resumes it once it admits its new Workload), Kueue's runtime patches dropped
-    (Kueue writes them again when it admits the new Workload), and the journal at ``done``."""
+    (Kueue writes them again when it admits the new Workload), and the journal at ``done``
+    as a resume in place writes it (``journal``, read from ``obj``: the first start's time,
+    or one more restart; the decision's ``reason``). ``placement``: Bellows' entry of
+    ``spec.runtimePatches`` asks it of the copy's training pods (``kind.placement_patch``)."""
     meta = obj["metadata"]
     spec = copy.deepcopy(dict(obj["spec"]))
     gpus, _ = target
@@ -212,8 +221,10 @@ def successor(
         spec["runtimePatches"] = patches
     else:
         spec.pop("runtimePatches", None)
+    spec.update(kind.placement_patch({"metadata": meta, "spec": spec}, placement, topology_key))
     notes = dict(meta.get("annotations") or {})
-    notes.update({k: v for k, v in done_notes(target, done, now).items() if v is not None})
+    ended = done_notes(target, done, now, journal=journal, reason=reason)
+    notes.update({k: v for k, v in ended.items() if v is not None})
     notes[keys.TARGET] = keys.format_pair(*target)
     notes[keys.RECREATED_FROM] = meta["uid"]
     new_meta: dict[str, Any] = {"name": meta["name"], "namespace": meta["namespace"]}
@@ -262,12 +273,19 @@ def plan_recreate(
     now: datetime,
     in_place: bool | None,
     done: float | None = None,
+    reason: str = "",
+    placement: Placement = Placement.NONE,
+    topology_key: str = HOSTNAME,
 ) -> RecreateStep:
     """The next step towards running the TrainJob on ``target = (gpus, batch)``.
 
     ``obj`` is the job as read (``None``: there is none), ``record`` its re-creation record
     (``None``: none). ``in_place`` is the answer of this call's dry-run probe (``None``: not
     asked yet): true when the server accepts the patch of a suspended job's ``spec.trainer``.
+    ``reason``: the decision's, journaled with the resume (``bellows.io/reason``).
+    ``placement``: asked of the pods (on ``topology_key``) through ``spec.runtimePatches``,
+    written while the job is suspended: in the copy, or before the resume of a job sized
+    in place.
     """
     if obj is None:
         if record is not None:
@@ -302,16 +320,24 @@ def plan_recreate(
         return SendPatch(_body(obj, notes, suspend), Phase.SUSPENDING)
     if not kind.halted(obj, journal.suspended_at):
         return AwaitHalt()
+    placed = kind.placement_patch(obj, placement, topology_key)  # {} once asked
     if matches:  # patched in place (a future Trainer), or sized before its first start
-        notes |= done_notes(target, done, now)
+        if placed:  # runtimePatches change only while suspended: before the resume
+            notes |= {keys.PHASE: Phase.PATCHED}
+            return SendPatch(_body(obj, notes, placed), Phase.PATCHED)
+        notes |= done_notes(target, done, now, journal=journal, reason=reason)
         return SendPatch(_body(obj, notes, kind.suspend_spec(False)), Phase.DONE)
     if in_place is None:
         return ProbeInPlace(_body(obj, {}, kind.scale_patch(obj, gpus, env)))
     if in_place:
         notes |= {keys.PHASE: Phase.PATCHED}
-        return SendPatch(_body(obj, notes, kind.scale_patch(obj, gpus, env)), Phase.PATCHED)
+        spec = kind.scale_patch(obj, gpus, env) | placed
+        return SendPatch(_body(obj, notes, spec), Phase.PATCHED)
     if record is None or record.source != fingerprint(obj) or record.target != target:
-        new = successor(kind, obj, target=target, env=env, done=done, now=now)
+        new = successor(
+            kind, obj, target=target, env=env, done=done, now=now, journal=journal,
+            reason=reason, placement=placement, topology_key=topology_key,
+        )  # fmt: skip
         body = record_body(obj, new, target)
         return WriteRecord(body, None if record is None else record.resource_version)
     return DeleteJob(meta["uid"], meta["resourceVersion"])

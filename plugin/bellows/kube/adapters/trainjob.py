@@ -34,13 +34,24 @@ from bellows.kube.kinds import (
     with_env,
 )
 from bellows.kube.kueue import queue_name
-from bellows.kube.placement import Placement
+from bellows.kube.placement import Placement, placed_template
 from bellows.refs import JobKind, JobRef
 
-__all__ = ["NODE_JOB", "TRAINER_MANAGER", "TrainJobKind", "pod_template_patch"]
+__all__ = [
+    "JOBSET_NAME_LABEL",
+    "NODE_JOB",
+    "PLACEMENT_MANAGER",
+    "TRAINER_MANAGER",
+    "TrainJobKind",
+    "node_pod_template",
+    "pod_template_patch",
+]
 
 TRAINER_MANAGER = "trainer.kubeflow.org/trainjob-controller"
 NODE_JOB = "node"  # the replicated Job of a torch runtime whose pods train (upstream's name)
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"  # on every pod of the TrainJob's JobSet
+PLACEMENT_MANAGER = "bellows.io/placement"  # Bellows' entry of spec.runtimePatches
+MAX_RUNTIME_PATCHES = 16  # the CRD's maxItems of spec.runtimePatches (Trainer v2.3.0)
 
 
 def _trainer(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -52,17 +63,53 @@ def _trainer(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return trainer
 
 
-def pod_template_patch(pod_spec: Mapping[str, Any], *, manager: str) -> dict[str, Any]:
+def pod_template_patch(
+    pod_spec: Mapping[str, Any],
+    *,
+    manager: str,
+    pod_metadata: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The ``spec.runtimePatches`` entry (keyed by ``manager``) that gives the training
     pods of a torch runtime's ``node`` Job the fields of ``pod_spec`` (affinity, node
-    selector, tolerations, scheduling gates). The one place Bellows reaches a TrainJob's
-    pod template: a TrainJob has none of its own, and ``runtimePatches`` may change only
-    while the job is suspended (Kueue injects its node selectors the same way)."""
-    job = {"name": NODE_JOB, "template": {"spec": {"template": {"spec": dict(pod_spec)}}}}
+    selector, tolerations, scheduling gates) and of ``pod_metadata`` (labels, annotations).
+    The one place Bellows reaches a TrainJob's pod template: a TrainJob has none of its own,
+    and ``runtimePatches`` may change only while the job is suspended (Kueue injects its
+    node selectors the same way)."""
+    template: dict[str, Any] = {"spec": dict(pod_spec)}
+    if pod_metadata:
+        template = {"metadata": dict(pod_metadata), **template}
+    job = {"name": NODE_JOB, "template": {"spec": {"template": template}}}
     return {
         "manager": manager,
         "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [job]}}},
     }
+
+
+def node_pod_template(patches: Any) -> dict[str, Any]:
+    """The ``node`` Job's pod template as ``patches`` (``spec.runtimePatches`` entries)
+    make it, in their order: each entry's pod ``metadata`` and ``spec`` fields over the
+    earlier ones' (a field replaced whole, lists included, as the Trainer applies them).
+    Only what the patches say: the runtime's own template is not read here (no I/O)."""
+    out: dict[str, Any] = {}
+    for patch in patches if isinstance(patches, list) else []:
+        if not isinstance(patch, Mapping):
+            continue
+        runtime = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec")
+        for job in (runtime or {}).get("replicatedJobs") or []:
+            if not isinstance(job, Mapping) or job.get("name") != NODE_JOB:
+                continue
+            template = ((job.get("template") or {}).get("spec") or {}).get("template") or {}
+            for part in ("metadata", "spec"):
+                fields = template.get(part)
+                if isinstance(fields, Mapping):
+                    merged = out.setdefault(part, {})
+                    if part == "metadata":
+                        for key in ("labels", "annotations"):
+                            if isinstance(fields.get(key), Mapping):
+                                merged[key] = {**merged.get(key, {}), **fields[key]}
+                    else:
+                        merged.update(copy.deepcopy(dict(fields)))
+    return out
 
 
 class TrainJobKind:
@@ -170,10 +217,45 @@ class TrainJobKind:
     def pod_counts(self, obj: Mapping[str, Any]) -> dict[str, int]:
         return {NODE_JOB: self.nodes(obj)}
 
+    def pod_selector(self, obj: Mapping[str, Any]) -> dict[str, str]:
+        """The label JobSet puts on every pod of the TrainJob's JobSet (named as the
+        TrainJob), and on no other job's pods."""
+        return {JOBSET_NAME_LABEL: str((obj.get("metadata") or {}).get("name", ""))}
+
     def placement_patch(
         self, obj: Mapping[str, Any], placement: Placement, topology_key: str
     ) -> dict[str, Any]:
-        """Nothing yet: a TrainJob's pod template is its runtime's, reachable only through
-        ``spec.runtimePatches`` while suspended (``bellows.kube.placement.placed_template``
-        is meant for it), and its resize is a re-creation that does not send this patch."""
-        return {}
+        """The ``spec.runtimePatches`` (the whole list: a merge patch replaces it) with
+        Bellows' entry (manager :data:`PLACEMENT_MANAGER`) asking ``placement`` of the
+        training pods; ``{}`` when nothing needs to change. The other managers' entries
+        (the owner's, Kueue's) stay as they are, before Bellows' entry, which carries their
+        preferred affinity terms on with its own (the Trainer replaces a list whole).
+        Written only while the job is suspended: with the re-created copy, or with the
+        patch that sizes a suspended one (an in-place Trainer, or one never started)."""
+        if placement is Placement.NONE:
+            return {}
+        patches = list((obj.get("spec") or {}).get("runtimePatches") or [])
+        others = [p for p in patches if p.get("manager") != PLACEMENT_MANAGER]
+        if len(others) >= MAX_RUNTIME_PATCHES:
+            return {}  # no room for an entry of Bellows' (the CRD's maxItems): as placed
+        template = node_pod_template(others)
+        placed = placed_template(
+            template,
+            selector=self.pod_selector(obj),
+            placement=placement,
+            topology_key=topology_key,
+        )
+        wanted = list(others)
+        if placed:
+            pod_spec = dict(placed.get("spec") or {})
+            if "affinity" in pod_spec:  # the others' affinity carried on whole, with ours
+                owned = copy.deepcopy((template.get("spec") or {}).get("affinity") or {})
+                ours = pod_spec["affinity"]["podAffinity"]
+                owned["podAffinity"] = {**(owned.get("podAffinity") or {}), **ours}
+                pod_spec["affinity"] = owned
+            wanted.append(
+                pod_template_patch(
+                    pod_spec, manager=PLACEMENT_MANAGER, pod_metadata=placed.get("metadata")
+                )
+            )
+        return {} if wanted == patches else {"runtimePatches": wanted}
