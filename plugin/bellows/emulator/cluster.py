@@ -43,9 +43,10 @@ from kubernetes import client as k8s
 from bellows.emulator.admission import admit
 from bellows.emulator.faults import Faults
 from bellows.emulator.kueue import EmulatedKueue
-from bellows.emulator.nodes import gpu_node, ready_condition, schedulable_gpus
+from bellows.emulator.nodes import gpu_node, ready_condition, schedulable_gpus, schedulable_nodes
 from bellows.emulator.operator import EmulatedOperator
 from bellows.emulator.resources import builtin_resources, crd_resources
+from bellows.emulator.scheduling import Placer
 from bellows.emulator.server import build_app
 from bellows.emulator.store import Store
 from bellows.emulator.trainer import (
@@ -99,6 +100,10 @@ class EmulatedCluster:
         self._nodes = self.store.resources["v1/nodes"]
         for node, gpus in (gpu_nodes or {}).items():
             self.add_node(node, gpus)
+        # where the operators bind their pods: the nodes that take pods now (none: nowhere)
+        self.placer = Placer(
+            lambda: schedulable_nodes(self.store.list_objects(self._nodes, None)[0])
+        )
         self.operator: EmulatedOperator | None = (
             EmulatedOperator(
                 self.store,
@@ -106,6 +111,7 @@ class EmulatedCluster:
                 restart_s=restart_s,
                 cluster=cluster,
                 true_speed=true_speed,
+                placer=self.placer,
             )
             if operator
             else None
@@ -119,6 +125,7 @@ class EmulatedCluster:
                 compression=compression,
                 restart_s=restart_s,
                 cluster=cluster,
+                placer=self.placer,
             )
             self.add_training_runtime(TORCH_DISTRIBUTED)
         self._trainer_task: asyncio.Task[None] | None = None

@@ -20,9 +20,10 @@ in a test's node must fail, not vanish. Quantities are stored in the canonical f
 API server writes them in (``"1000"`` reads back ``"1k"``, ``0.5`` as ``"500m"``), so a
 client that reads them with ``int()`` fails here as it would on a real cluster.
 
-Pods are not emulated, so nothing runs *on* a node: the nodes are the cluster's capacity,
-which :func:`schedulable_gpus` counts as a scheduler would see it (a cordoned node, or one
-whose ``Ready`` condition is not ``True``, takes no new pods).
+Pods are not stored objects: the nodes are the cluster's capacity, which
+:func:`schedulable_gpus` counts as a scheduler would see it (a cordoned node, or one whose
+``Ready`` condition is not ``True``, takes no new pods), and where the emulated operators
+bind their jobs' pods (:func:`schedulable_nodes`, ``scheduling.Placer``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ __all__ = [
     "node_problems",
     "ready_condition",
     "schedulable_gpus",
+    "schedulable_nodes",
     "uniform_nodes",
 ]
 
@@ -353,11 +355,13 @@ def uniform_nodes(count: int, gpus: int, *, prefix: str = "gpu-node") -> dict[st
     return {f"{prefix}-{i}": gpus for i in range(count)}
 
 
-def schedulable_gpus(nodes: Iterable[Mapping[str, Any]], resource: str = GPU) -> int:
-    """The GPUs new pods could get on ``nodes``: allocatable ``resource`` of every node
-    that is not cordoned and whose ``Ready`` condition is ``True`` (stored nodes only:
-    their quantities are valid and whole)."""
-    total = 0
+def schedulable_nodes(
+    nodes: Iterable[Mapping[str, Any]], resource: str = GPU
+) -> dict[str, tuple[int, dict[str, str]]]:
+    """The nodes new pods could go to, by name: their allocatable ``resource`` and labels
+    (a cordoned node, or one whose ``Ready`` condition is not ``True``, left out; stored
+    nodes only: their quantities are valid and whole)."""
+    out: dict[str, tuple[int, dict[str, str]]] = {}
     for node in nodes:
         if (node.get("spec") or {}).get("unschedulable"):
             continue
@@ -368,5 +372,14 @@ def schedulable_gpus(nodes: Iterable[Mapping[str, Any]], resource: str = GPU) ->
         )
         value = (status.get("allocatable") or {}).get(resource)
         if ready and value is not None:
-            total += int(parse_quantity(resource, value))
-    return total
+            meta = node.get("metadata") or {}
+            gpus = int(parse_quantity(resource, value))
+            out[str(meta.get("name", ""))] = (gpus, dict(meta.get("labels") or {}))
+    return out
+
+
+def schedulable_gpus(nodes: Iterable[Mapping[str, Any]], resource: str = GPU) -> int:
+    """The GPUs new pods could get on ``nodes``: allocatable ``resource`` of every node
+    that is not cordoned and whose ``Ready`` condition is ``True`` (stored nodes only:
+    their quantities are valid and whole)."""
+    return sum(gpus for gpus, _ in schedulable_nodes(nodes, resource).values())

@@ -17,7 +17,10 @@ that job (or is logged), never the operator.
 Training itself is the twin in ``training.py``: speed from the JSA for the running
 ``(k, b)``, read from the job's ``bellows.io/`` settings and its batch env var (for an
 MPIJob, from the launcher's env, where ``mpirun`` takes it). A per-GPU batch above
-``max-batch-per-gpu`` fails the job as an out-of-memory error would. Pods are not emulated.
+``max-batch-per-gpu`` fails the job as an out-of-memory error would. Pods are not stored
+objects; with a :class:`~bellows.emulator.scheduling.Placer` (a cluster with nodes) a started
+job's GPU pods (one per replica, the operator's labels, its template's preferred pod
+affinity) are bound to nodes as kube-scheduler would, and released when it stops.
 """
 
 from __future__ import annotations
@@ -32,17 +35,27 @@ from typing import Any
 
 import structlog
 
+from bellows.emulator.scheduling import Placer, Pod, preferred_terms
 from bellows.emulator.store import ApiError, Store, rfc3339
 from bellows.emulator.training import Training, start, stop
-from bellows.inputs import DATA_ERRORS, SpecError, parse_int
+from bellows.inputs import DATA_ERRORS, SpecError, parse_int, parse_quantity
 from bellows.kube import keys
 from bellows.kube.adapters import KINDS
+from bellows.kube.adapters.replicated import ReplicatedKind
 from bellows.kube.kinds import KindAdapter, conditions, finished_state, foreign_manager, suspend_set
 from bellows.kube.specs import build_spec
 from bellows.scaling import ClusterProfile, JobProfile, default_cluster
 from bellows.scaling.online import SpeedFactors
 
-__all__ = ["EmulatedOperator", "Progress", "parse_batch", "progress_of", "warning_event"]
+__all__ = [
+    "EmulatedOperator",
+    "Progress",
+    "parse_batch",
+    "pod_gpus",
+    "progress_of",
+    "replica_pods",
+    "warning_event",
+]
 
 _BATCH_JOBS = "batch/v1/jobs"
 _LAUNCHER = "-launcher"
@@ -116,10 +129,13 @@ class EmulatedOperator:
         clock: Callable[[], float] | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         true_speed: Callable[[str, str], SpeedFactors | None] | None = None,
+        placer: Placer | None = None,
     ) -> None:
         """``true_speed(namespace, name)``, when given, says how a job really runs against
-        its annotated profile (``None``: as annotated); the job trains at that speed."""
+        its annotated profile (``None``: as annotated); the job trains at that speed.
+        ``placer``: where the started jobs' pods are bound (``None``: nowhere)."""
         self._store = store
+        self._placer = placer
         self._true_speed = true_speed
         self._compression = compression
         self._restart_s = restart_s
@@ -181,6 +197,7 @@ class EmulatedOperator:
             elif change.resource in self._kinds:
                 self._training.pop(meta["uid"], None)
                 self._running.discard(meta["uid"])
+                self._unbind(meta["uid"], self.emulated_now())
             elif change.resource == _BATCH_JOBS:
                 for ref in meta.get("ownerReferences") or []:
                     if ref.get("kind") == "MPIJob" and ref.get("controller") is True:
@@ -221,7 +238,7 @@ class EmulatedOperator:
         mark("Created", "True", "Created", "created")
         now = self.emulated_now()
         if suspended and running:
-            self._running.discard(uid)
+            self._unbind(uid, now)
             if state is not None:
                 self._training[uid] = stop(state, now)
             mark("Running", "False", "Suspended", "suspended")
@@ -237,6 +254,7 @@ class EmulatedOperator:
                 self._finish(status, kind, name, "Failed", failure)
             else:
                 self._running.add(uid)
+                self._bind(kind, obj, now)
                 mark("Running", "True", "Running", "running")
                 status["replicaStatuses"] = {
                     t: {"active": _count(kind, obj, t)} for t in _replica_types(kind, obj)
@@ -246,7 +264,7 @@ class EmulatedOperator:
             finish = state.finish_time()
             if finish is not None and finish <= now:
                 self._training[uid] = stop(state, now)
-                self._running.discard(uid)
+                self._unbind(uid, now)
                 self._finish(
                     status,
                     kind,
@@ -266,6 +284,22 @@ class EmulatedOperator:
         if status != (obj.get("status") or {}):
             obj["status"] = status
             self._store.update_with(res, ns, name, lambda _: obj, subresource="status")
+
+    def _bind(self, kind: KindAdapter, obj: Mapping[str, Any], now: float) -> None:
+        """Bind the started job's GPU pods to nodes (with a placer)."""
+        if self._placer is None or not isinstance(kind, ReplicatedKind):
+            return
+        try:
+            self._placer.place(obj["metadata"]["uid"], replica_pods(kind, obj), now)
+        except DATA_ERRORS:  # a template no check foresaw: its pods left unplaced
+            meta = obj["metadata"]
+            _log.exception("emulator.placement_failed", job=f"{meta['namespace']}/{meta['name']}")
+
+    def _unbind(self, uid: str, now: float) -> None:
+        """The job's pods stopped: not running, released from their nodes."""
+        self._running.discard(uid)
+        if self._placer is not None:
+            self._placer.release(uid, now)
 
     def _key(self, kind: KindAdapter) -> str:
         return f"{kind.group}/{kind.version}/{kind.plural}"
@@ -415,6 +449,33 @@ def _controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
     """``metav1.IsControlledBy``: ``obj``'s controller reference names ``uid``."""
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     return any(r.get("controller") is True and r.get("uid") == uid for r in refs)
+
+
+def pod_gpus(pod_spec: Mapping[str, Any]) -> int:
+    """The GPUs a pod of ``pod_spec`` asks for: its containers' ``nvidia.com/gpu`` limits."""
+    total = 0
+    for container in pod_spec.get("containers") or []:
+        limits = (container.get("resources") or {}).get("limits") or {}
+        value = limits.get("nvidia.com/gpu", 0)
+        total += int(parse_quantity("nvidia.com/gpu", str(value)))
+    return total
+
+
+def replica_pods(kind: ReplicatedKind, obj: Mapping[str, Any]) -> list[Pod]:
+    """The GPU pods the operator runs for ``obj``: ``replicas`` of each replica type, with
+    the operator's labels and the preferred pod affinity of the type's template."""
+    selector = kind.pod_selector(obj)
+    uid = obj["metadata"]["uid"]
+    pods: list[Pod] = []
+    for rtype, spec in kind.specs(obj).items():
+        template = spec.get("template") or {}
+        gpus = pod_gpus(template.get("spec") or {})
+        if gpus < 1:
+            continue  # an MPIJob's launcher: no GPUs to place
+        labels = {**selector, "training.kubeflow.org/replica-type": rtype.lower()}
+        terms = preferred_terms(template)
+        pods += [Pod(uid, labels, gpus, terms) for _ in range(int(spec.get("replicas", 1)))]
+    return pods
 
 
 def _replica_types(kind: KindAdapter, obj: Mapping[str, Any]) -> list[str]:

@@ -1,9 +1,10 @@
 """An emulated kube-scheduler's scoring: where each pod of a job would be bound.
 
-Pure and in memory (pods are not emulated objects yet: see ``docs/kube.md``, "Placement").
-One pod at a time, as kube-scheduler does: *filter* the nodes with room for the pod's GPUs,
-*score* each with the default plugins' weights, bind to the best (ties: the first node by
-name, where kube-scheduler picks at random among ties):
+In memory (pods are not emulated objects: see ``docs/kube.md``, "Placement"); the emulated
+operators bind a job's pods through a :class:`Placer` when they start it and release them
+when it stops. One pod at a time, as kube-scheduler does: *filter* the nodes with room for
+the pod's GPUs, *score* each with the default plugins' weights, bind to the best (ties: the
+first node by name, where kube-scheduler picks at random among ties):
 
 * ``NodeResourcesFit`` with ``LeastAllocated`` (weight 1): ``100 * free / allocatable``
   after the pod, on the GPU resource (the default scores cpu and memory; GPU pods here
@@ -16,11 +17,19 @@ name, where kube-scheduler picks at random among ties):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AFFINITY_WEIGHT", "FIT_WEIGHT", "Pod", "Scheduler", "preferred_terms"]
+__all__ = [
+    "AFFINITY_WEIGHT",
+    "FIT_WEIGHT",
+    "Placer",
+    "Pod",
+    "Scheduler",
+    "fewest_nodes",
+    "preferred_terms",
+]
 
 FIT_WEIGHT = 1
 AFFINITY_WEIGHT = 2
@@ -80,6 +89,15 @@ class Scheduler:
     def __init__(self, nodes: Mapping[str, tuple[int, Mapping[str, str]]]) -> None:
         self._nodes = {n: _Node(g, dict(lb)) for n, (g, lb) in sorted(nodes.items())}
 
+    def sync(self, nodes: Mapping[str, tuple[int, Mapping[str, str]]]) -> None:
+        """Take the nodes as they are now (added, resized, relabelled, gone): the pods bound
+        to a node that stays stay bound (running pods are never moved). A node left out (it
+        is gone, or takes no new pods: cordoned, not ready) is forgotten with its pods."""
+        self._nodes = {
+            n: _Node(g, dict(lb), self._nodes[n].pods if n in self._nodes else [])
+            for n, (g, lb) in sorted(nodes.items())
+        }
+
     def _affinity(self, pod: Pod, node: _Node) -> int:
         total = 0
         for other in self._nodes.values():
@@ -123,3 +141,99 @@ class Scheduler:
     def nodes_of(self, job: str) -> set[str]:
         """The nodes holding a pod of ``job``."""
         return {n for n, node in self._nodes.items() if any(p.job == job for p in node.pods)}
+
+    def placement(self, job: str) -> dict[str, int]:
+        """The GPUs the pods of ``job`` hold on each node that has one."""
+        out = {n: sum(p.gpus for p in node.pods if p.job == job) for n, node in self._nodes.items()}
+        return {n: g for n, g in out.items() if any(p.job == job for p in self._nodes[n].pods)}
+
+
+def fewest_nodes(gpus: int, sizes: Sequence[int]) -> int:
+    """The fewest nodes of ``sizes`` (GPUs each) that hold ``gpus`` GPUs: the largest first
+    (``ceil(gpus / per_node)`` on uniform nodes, the JSA's price); every node when they
+    cannot."""
+    held = count = 0
+    for size in sorted(sizes, reverse=True):
+        if held >= gpus:
+            break
+        held += size
+        count += 1
+    return max(count, 1 if gpus > 0 else 0)
+
+
+@dataclass
+class _Segment:
+    started: float
+    spread: bool  # on more nodes than the job's GPUs need
+
+
+class Placer:
+    """The pods the emulated operators run, bound to the cluster's nodes as kube-scheduler
+    would bind them, and how long each job spent spread over more nodes than it needed.
+
+    ``nodes()`` gives the nodes that take new pods now (name -> GPUs, labels); with none
+    (a cluster without Node objects) nothing is placed and nothing counted. Jobs are keyed
+    by uid. A pod no node fits stays Pending (:meth:`pending`); the emulated training still
+    runs (the GPU accounting is Bellows'), so a pending pod means the GPUs were over-committed.
+    """
+
+    def __init__(self, nodes: Callable[[], Mapping[str, tuple[int, Mapping[str, str]]]]) -> None:
+        self._read_nodes = nodes
+        self._scheduler = Scheduler({})
+        self._segments: dict[str, _Segment] = {}
+        self._pending: dict[str, int] = {}
+        self._sizes: dict[str, int] = {}
+        self.held_s = 0.0  # job-time with pods bound (emulated seconds)
+        self.spread_s = 0.0  # of it, on more nodes than needed
+
+    def place(self, job: str, pods: Sequence[Pod], now: float) -> dict[str, int]:
+        """Bind every pod of ``job`` (released first, if bound); its GPUs per node."""
+        self.release(job, now)
+        nodes = self._read_nodes()
+        if not nodes:
+            return {}
+        self._scheduler.sync(nodes)
+        self._sizes = {n: g for n, (g, _) in nodes.items()}
+        pending = 0
+        for pod in pods:
+            if self._scheduler.bind(pod) is None:
+                pending += 1
+        if pending:
+            self._pending[job] = pending
+        placed = self.placement(job)
+        if placed:
+            gpus = sum(placed.values())
+            spread = len(placed) > fewest_nodes(gpus, list(self._sizes.values()))
+            self._segments[job] = _Segment(now, spread)
+        return placed
+
+    def release(self, job: str, now: float) -> None:
+        """Unbind ``job``'s pods (stopped, finished or deleted), its time counted."""
+        segment = self._segments.pop(job, None)
+        if segment is not None:
+            self._count(segment, now)
+        self._pending.pop(job, None)
+        self._scheduler.release(job)
+
+    def _count(self, segment: _Segment, now: float) -> None:
+        span = max(0.0, now - segment.started)
+        self.held_s += span
+        self.spread_s += span if segment.spread else 0.0
+
+    def placement(self, job: str) -> dict[str, int]:
+        """The GPUs ``job``'s bound pods hold on each node."""
+        return self._scheduler.placement(job)
+
+    def pending(self, job: str) -> int:
+        """How many of ``job``'s pods no node could take."""
+        return self._pending.get(job, 0)
+
+    def spread_job_time_share(self, now: float) -> float:
+        """The share of the job-time so far (running segments up to ``now``) spent on more
+        nodes than the job's GPUs need: the simulator's ``spread_job_time_share``."""
+        held, spread = self.held_s, self.spread_s
+        for segment in self._segments.values():
+            span = max(0.0, now - segment.started)
+            held += span
+            spread += span if segment.spread else 0.0
+        return round(spread / held, 6) if held > 0 else 0.0

@@ -21,7 +21,13 @@ the cluster then loads the CRD with that rule relaxed (:func:`relax_trainer_rule
 A TrainJob deleted and created again under the same name with the annotation
 ``bellows.io/recreated-from: <old uid>`` resumes from the old one's progress, as a
 training script does from its checkpoint on a shared volume (the path is the job's name);
-any other TrainJob starts from zero. Pods themselves are not emulated.
+any other TrainJob starts from zero. Pods are not stored objects: the trainer node's pod
+template is rendered as the Trainer renders it (the runtime's, then each
+``spec.runtimePatches`` entry's pod metadata and fields in order: :meth:`pod_template`), and
+with a :class:`~bellows.emulator.scheduling.Placer` (a cluster with nodes) its ``numNodes``
+pods (labelled ``jobset.sigs.k8s.io/jobset-name``, as JobSet labels them) are bound to nodes
+as kube-scheduler would, by that template's preferred pod affinity, and released when the
+TrainJob stops.
 """
 
 from __future__ import annotations
@@ -34,12 +40,19 @@ from typing import Any, Final
 
 import structlog
 
-from bellows.emulator.operator import Progress, parse_batch, progress_of, warning_event
+from bellows.emulator.operator import (
+    Progress,
+    parse_batch,
+    pod_gpus,
+    progress_of,
+    warning_event,
+)
+from bellows.emulator.scheduling import Placer, Pod, preferred_terms
 from bellows.emulator.store import ApiError, Store, rfc3339
 from bellows.emulator.training import Training, start, stop
 from bellows.inputs import DATA_ERRORS
 from bellows.kube import keys
-from bellows.kube.adapters.trainjob import NODE_JOB, TrainJobKind
+from bellows.kube.adapters.trainjob import NODE_JOB, TrainJobKind, node_pod_template
 from bellows.kube.kinds import MULTIKUEUE, conditions, finished_state
 from bellows.kube.specs import build_spec
 from bellows.scaling import ClusterProfile, JobProfile, default_cluster
@@ -134,7 +147,9 @@ class EmulatedTrainer:
         restart_s: float = 30.0,
         cluster: ClusterProfile | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        placer: Placer | None = None,
     ) -> None:
+        """``placer``: where the trainer node pods of a started TrainJob are bound."""
         if TRAINJOBS not in store.resources or CLUSTER_RUNTIMES not in store.resources:
             raise ValueError(
                 "the emulated Trainer needs the CRDs of ../shared/data/crds/trainer-v2.3.0/ "
@@ -150,6 +165,8 @@ class EmulatedTrainer:
         self._checkpoints: dict[tuple[str, str, str], Training] = {}  # (ns, name, uid) deleted
         self._running: set[str] = set()
         self._env: dict[str, dict[str, str]] = {}  # uid -> the node pods' env when started
+        self._templates: dict[str, dict[str, Any]] = {}  # uid -> the node pods' template
+        self._placer = placer
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._warned: set[tuple[str, str]] = set()
         self._dirty: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
@@ -166,6 +183,11 @@ class EmulatedTrainer:
     def pod_env(self, uid: str) -> Mapping[str, str]:
         """The env the trainer node pods of TrainJob ``uid`` last started with."""
         return dict(self._env.get(uid, {}))
+
+    def pod_template(self, uid: str) -> Mapping[str, Any]:
+        """The pod template the trainer node pods of TrainJob ``uid`` last started with
+        (the runtime's, the runtime patches applied)."""
+        return copy.deepcopy(self._templates.get(uid, {}))
 
     async def run(self) -> None:
         self._origin = asyncio.get_running_loop().time()
@@ -199,6 +221,8 @@ class EmulatedTrainer:
                         state, self.emulated_now()
                     )
                 self._running.discard(uid)
+                if self._placer is not None:
+                    self._placer.release(uid, self.emulated_now())
                 if uid in self._timers:
                     self._timers.pop(uid).cancel()
             elif change.resource == TRAINJOBS:
@@ -248,6 +272,8 @@ class EmulatedTrainer:
                 self._running.discard(uid)
                 if uid in self._training:
                     self._training[uid] = stop(self._training[uid], now)
+                if self._placer is not None:
+                    self._placer.release(uid, now)
             _condition(
                 status, "Suspended", "True", "Suspended", "TrainJob is suspended", now=self._now()
             )
@@ -267,6 +293,7 @@ class EmulatedTrainer:
             else:
                 self._running.add(uid)
                 self.starts.append((f"{ns}/{name}", uid, nodes))
+                self._place(obj, nodes, now)
                 status["jobsStatus"] = [_jobs_status(NODE_JOB, active=1, ready=1)]
         state = self._training.get(uid)
         if state is not None and state.segment is not None and uid in self._running:
@@ -274,6 +301,8 @@ class EmulatedTrainer:
             if finish is not None and finish <= now:
                 self._training[uid] = stop(state, now)
                 self._running.discard(uid)
+                if self._placer is not None:
+                    self._placer.release(uid, now)
                 self._finish(status, "Complete", "JobsCompleted", "TrainJob is completed")
             elif finish is not None:
                 if uid in self._timers:
@@ -298,6 +327,7 @@ class EmulatedTrainer:
         uid = meta["uid"]
         env = _node_env(obj, runtime)
         self._env[uid] = env
+        self._templates[uid] = _node_template(obj, runtime)
         notes = meta.get("annotations") or {}
         if not keys.opted_in(notes):
             return None  # a job without a model runs until deleted
@@ -324,6 +354,23 @@ class EmulatedTrainer:
             state, job, gpus=view.gpus, batch=batch, cluster=self._cluster, now=now
         )
         return None
+
+    def _place(self, obj: Mapping[str, Any], nodes: int, now: float) -> None:
+        """Bind the ``nodes`` trainer pods of the started ``obj`` (with a placer)."""
+        if self._placer is None:
+            return
+        meta = obj["metadata"]
+        template = self._templates.get(meta["uid"], {})
+        try:
+            labels = {**((template.get("metadata") or {}).get("labels") or {})}
+            labels |= self._kind.pod_selector(obj)
+            gpus = pod_gpus(template.get("spec") or {})
+            pod = Pod(meta["uid"], labels, gpus, preferred_terms(template))
+        except DATA_ERRORS:  # a template no check foresaw: its pods unplaced
+            _log.exception("emulator.placement_failed", job=f"{meta['namespace']}/{meta['name']}")
+            return
+        if gpus > 0:
+            self._placer.place(meta["uid"], [pod] * nodes, now)
 
     def _checkpoint(self, obj: Mapping[str, Any]) -> Training | None:
         """The progress of the TrainJob this one re-creates (its checkpoint), if any."""
@@ -379,6 +426,34 @@ def _node_env(obj: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[str, s
     env["PET_NPROC_PER_NODE"] = str(trainer.get("numProcPerNode", gpus))
     env["PET_NODE_RANK"] = "$(JOB_COMPLETION_INDEX)"
     return env
+
+
+def _node_template(obj: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[str, Any]:
+    """The trainer node's pod template as the Trainer renders it: the runtime's ``node``
+    Job's, ``spec.trainer.resourcesPerNode`` on its container of that name, then each of
+    ``spec.runtimePatches`` in order (pod labels and annotations merged, the other pod
+    fields each replaced whole)."""
+    template: dict[str, Any] = {}
+    jobs = ((runtime.get("spec") or {}).get("template") or {}).get("spec", {}).get(
+        "replicatedJobs"
+    ) or []
+    for job in jobs:
+        if job.get("name") == NODE_JOB:
+            found = ((job.get("template") or {}).get("spec") or {}).get("template") or {}
+            template = copy.deepcopy(dict(found))
+    spec = template.setdefault("spec", {})
+    resources = (obj["spec"].get("trainer") or {}).get("resourcesPerNode")
+    for container in spec.get("containers") or []:
+        if container.get("name") == NODE_JOB and resources:
+            container["resources"] = copy.deepcopy(resources)
+    patched = node_pod_template(obj["spec"].get("runtimePatches"))
+    meta = template.setdefault("metadata", {})
+    for key in ("labels", "annotations"):
+        extra = (patched.get("metadata") or {}).get(key)
+        if extra:
+            meta[key] = {**(meta.get(key) or {}), **extra}
+    spec.update(patched.get("spec") or {})
+    return template
 
 
 def _jobs_status(name: str, **counts: int) -> dict[str, Any]:
