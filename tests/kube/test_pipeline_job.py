@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
 
 from bellows.autoscaler.decisions import Start
+from bellows.emulator.crds import trainer_crd_paths
 from bellows.inputs import SpecError
 from bellows.kube import Actuator, PyTorchJobKind, keys
+from bellows.kube.adapters import ALL_KINDS, TRAINJOB
 from bellows.kube.kinds import parse_time
 from bellows.kube.pipeline_job import job_manifest, run_job
 
 from .conftest import condition, wait_for
 
 NAME = "resnet50-pipeline"
+
+
+@pytest.fixture(scope="module")
+def crds(shared_data: Path) -> list[Path]:
+    """The Kubeflow v1 CRDs and Trainer v2.3.0's (for the TrainJob path)."""
+    kubeflow = sorted((shared_data / "crds").glob("*.yaml"))
+    return [*kubeflow, *trainer_crd_paths(shared_data / "crds")]
 
 
 def manifest(kind="PyTorchJob", **changes):
@@ -63,6 +73,59 @@ def test_the_job_runs_as_bellows_sizes_it_and_its_outcome_is_read_back(on_cluste
         assert outcome.jct_s >= 1  # timestamps in whole seconds: the run lasts a few
 
     on_cluster(scenario, compression=4.0, restart_s=1.0)
+
+
+def test_a_trainjob_is_followed_across_its_recreation_to_its_outcome(on_cluster, examples):
+    async def scenario(cluster, api):
+        core = k8s.CoreV1Api(api.api_client)
+        await asyncio.to_thread(core.create_namespaced_config_map, "default", examples["ConfigMap"])
+        step = asyncio.create_task(
+            asyncio.to_thread(
+                run_job, cluster.api_client(), manifest("TrainJob"), timeout_s=25, poll_s=0.01,
+                gone_s=5.0,
+            )
+        )  # fmt: skip
+        while (first := await api.get_job(TRAINJOB, "default", NAME)) is None:
+            await asyncio.sleep(0.02)
+        await wait_for(api, TRAINJOB, "default", NAME, lambda o: condition(o, "Suspended"))
+        # the controller sizes it to 4 nodes: spec.trainer is immutable, so a re-creation
+        act = Actuator(api, kinds=ALL_KINDS)
+        assert (await act.apply(Start(f"trainjob/default/{NAME}", 4, 256))).result == "started"
+        outcome = await step
+        final = await api.get_job(TRAINJOB, "default", NAME)
+        assert final["metadata"]["uid"] != first["metadata"]["uid"]  # the copy finished
+        assert final["metadata"]["annotations"][keys.RECREATED_FROM] == first["metadata"]["uid"]
+        assert condition(final, "Complete")
+        assert (outcome.phase, outcome.gpus, outcome.batch) == ("Succeeded", 4, 256)
+        assert cluster.trainer.pod_env(final["metadata"]["uid"])["PET_NNODES"] == "4"
+        # the JCT counts from the submission (the first object), not from the copy
+        submitted = parse_time(first["metadata"]["creationTimestamp"])
+        complete = next(c for c in final["status"]["conditions"] if c["type"] == "Complete")
+        done = parse_time(complete["lastTransitionTime"])
+        assert outcome.jct_s == pytest.approx((done - submitted).total_seconds())
+
+    on_cluster(scenario, trainer=True, compression=4.0, restart_cost_s=1.0)
+
+
+def test_a_job_deleted_for_good_is_reported_gone(on_cluster):
+    async def scenario(cluster, api):
+        made = manifest()  # nothing sizes it here; its owner deletes it
+        step = asyncio.create_task(
+            asyncio.to_thread(
+                run_job, cluster.api_client(), made, timeout_s=20, poll_s=0.02, gone_s=0.3
+            )
+        )
+        while (obj := await api.get_job(PyTorchJobKind(), "default", NAME)) is None:
+            await asyncio.sleep(0.02)
+        meta = obj["metadata"]
+        assert await api.delete_job(
+            PyTorchJobKind(), "default", NAME, uid=meta["uid"],
+            resource_version=meta["resourceVersion"],
+        )  # fmt: skip
+        with pytest.raises(LookupError, match=f"PyTorchJob default/{NAME} was deleted"):
+            await step
+
+    on_cluster(scenario)
 
 
 def test_a_job_bellows_never_starts_times_out_naming_it(on_cluster):

@@ -5,7 +5,9 @@ module that imports ``kfp``): :func:`job_manifest` builds a suspended PyTorchJob
 that opts in to Bellows (``bellows.io/`` owner annotations, ``docs/user-guide-annotations.md``),
 :func:`run_job` creates it, waits until its ``Succeeded`` or ``Failed`` condition (or the
 timeout), and returns the GPUs and global batch Bellows last gave it (its journal annotation
-``bellows.io/allocation``) and its JCT (submission to ``status.completionTime``).
+``bellows.io/allocation``) and its JCT (submission to ``status.completionTime``). A TrainJob
+that Bellows resizes is re-created under the same name: it is followed by name across its
+copies, and its JCT counts from the first one's creation.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
 
 from bellows.inputs import SpecError, check_name
 from bellows.kube import keys
@@ -40,9 +43,10 @@ LOCAL_BATCH_ENV = "LOCAL_BATCH_SIZE"
 @dataclass(frozen=True)
 class JobOutcome:
     """How the job ended: ``phase`` is ``Succeeded`` or ``Failed``; ``gpus``/``batch`` are
-    Bellows' last allocation (0 when it never started the job); ``jct_s`` from creation to
-    completion (``status.completionTime``, else the time of the final condition; 0.0 when
-    neither is known)."""
+    Bellows' last allocation (0 when it never started the job); ``jct_s`` from submission
+    (the first object's creation: a resized TrainJob is a copy) to completion
+    (``status.completionTime``, else the time of the final condition; 0.0 when neither is
+    known)."""
 
     name: str
     phase: str
@@ -165,11 +169,14 @@ def _finished(obj: Mapping[str, Any]) -> tuple[str, Any] | None:
     return None
 
 
-def _outcome(obj: Mapping[str, Any], phase: str, when: Any) -> JobOutcome:
+def _outcome(obj: Mapping[str, Any], phase: str, when: Any, submitted: Any) -> JobOutcome:
+    """The outcome of ``obj``, its JCT from ``submitted`` (the creation of the job this step
+    created: a TrainJob that Bellows resized is a copy, created later under the same name)."""
     meta = obj["metadata"]
     pair = keys.parse_pair(keys.ALLOCATION, (meta.get("annotations") or {}).get(keys.ALLOCATION))
     gpus, batch = pair or (0, 0)
-    created, done = parse_time(meta.get("creationTimestamp")), parse_time(when)
+    created = parse_time(submitted) or parse_time(meta.get("creationTimestamp"))
+    done = parse_time(when)
     jct = (done - created).total_seconds() if created and done else 0.0
     return JobOutcome(meta["name"], phase, gpus, batch, max(jct, 0.0))
 
@@ -180,29 +187,45 @@ def run_job(
     *,
     timeout_s: float,
     poll_s: float = 5.0,
+    gone_s: float = 300.0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> JobOutcome:
     """Create ``manifest`` and wait (polling every ``poll_s``) until it succeeds or fails.
 
     Raises :class:`TimeoutError` (naming the job) when neither happens within ``timeout_s``;
-    the job is left as it is, for its owner to inspect or delete."""
+    the job is left as it is, for its owner to inspect or delete. A TrainJob that Bellows
+    resizes is deleted and created again under the same name (``bellows.kube.recreation``):
+    the job may be missing between two polls, and only one missing for ``gone_s`` on end
+    (deleted by someone, not re-created) raises :class:`LookupError`."""
     if not timeout_s > 0:
         raise SpecError("timeout_s", timeout_s, "a number of seconds > 0")
     group, version, plural = _kind(str(manifest.get("kind")))
     meta = manifest["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     custom = k8s.CustomObjectsApi(api_client)
-    custom.create_namespaced_custom_object(group, version, namespace, plural, dict(manifest))
+    created = custom.create_namespaced_custom_object(
+        group, version, namespace, plural, dict(manifest)
+    )
+    submitted = ((created or {}).get("metadata") or {}).get("creationTimestamp")
     deadline = clock() + timeout_s
+    missing_since: float | None = None
+    what = f"{manifest['kind']} {namespace}/{name}"
     while True:
-        obj = custom.get_namespaced_custom_object(group, version, namespace, plural, name)
-        finished = _finished(obj)
-        if finished is not None:
-            return _outcome(obj, *finished)
+        try:
+            obj = custom.get_namespaced_custom_object(group, version, namespace, plural, name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            missing_since = clock() if missing_since is None else missing_since
+            if clock() - missing_since >= gone_s:
+                raise LookupError(f"{what} was deleted (gone for {gone_s} s)") from err
+        else:
+            missing_since = None
+            finished = _finished(obj)
+            if finished is not None:
+                return _outcome(obj, *finished, submitted)
         left = deadline - clock()
         if left <= 0:
-            raise TimeoutError(
-                f"{manifest['kind']} {namespace}/{name} not finished in {timeout_s} s"
-            )
+            raise TimeoutError(f"{what} not finished in {timeout_s} s")
         sleep(min(poll_s, left))
