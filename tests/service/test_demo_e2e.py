@@ -44,6 +44,8 @@ def test_live_stack_agrees_with_the_simulator(mode: str, shared_data: Path, tmp_
     }  # fmt: skip
     # Kueue admits an arriving job at its owner's size before Bellows can hold it whenever
     # its quota is free: the count is reported (the job c4-00000 arrives on an idle cluster)
+    # the pods ran on nodes of the profile's size, packed as asked (docs/kube.md, "Placement")
+    assert 0.0 <= live["spread_job_time_share"] <= 1.0
     assert ("kueue_admitted_first" in live) == mode.endswith("kueue")
     if mode.endswith("kueue"):
         assert live["kueue_admitted_first"] >= 1

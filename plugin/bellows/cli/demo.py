@@ -126,12 +126,18 @@ def _result_table(result: DemoResult) -> Table:
               callback=lambda _c, _p, v: _kinds(v),
               help="The job kinds the trace's jobs take in turn, comma-separated: pytorchjob, "
               "mpijob, trainjob (Kubeflow Trainer v2, on the emulated Trainer).")  # fmt: skip
+@click.option("--placement", type=click.Choice(["pack", "none"]), default="pack",
+              show_default=True,
+              help="What the controller asks of the scheduler for each job it sizes "
+              "(controller.placement): pack its pods on the fewest nodes, or nothing "
+              "(kube-scheduler's default scoring spreads them). The live run reports "
+              "spread_job_time_share.")  # fmt: skip
 def demo(
     *,
     gpus: int, minutes: float, speedup: float, seed: int, delta_min: float | None,
     paper: bool, policy: str, crds: Path | None, json_out: Path | None,
     wrong_priors: bool, no_learning: bool, kueue: bool, no_live: bool,
-    kinds: tuple[str, ...],
+    kinds: tuple[str, ...], placement: str,
 ) -> None:  # fmt: skip
     """Run nats-server, an emulated Kubeflow cluster, the bridge and the controller on a bursty
     workload, then the simulator on the same trace; exit 1 if they disagree beyond the paper's
@@ -143,6 +149,7 @@ def demo(
 
     from bellows.autoscaler import Policy
     from bellows.cli.simulate import fit_note
+    from bellows.kube.placement import Placement
     from bellows.scaling import default_cluster
     from bellows.service.config import LoggingSettings, LogLevel
     from bellows.service.logging import configure_logging
@@ -156,7 +163,7 @@ def demo(
         crds=files, gpus=gpus, minutes=minutes, speedup=speedup, seed=seed,
         delta_min=delta_min, policy=Policy(policy), paper=paper, wrong_priors=wrong_priors,
         learn=not no_learning, kueue_crds=kueue_files, kinds=kinds,
-        trainer_crds=trainer_files,
+        trainer_crds=trainer_files, placement=Placement(placement),
     )  # fmt: skip
     fit_note(workload(options, default_cluster()), gpus)  # the count both halves clamp
     console = Console()
@@ -172,6 +179,10 @@ def demo(
     for line in result.mismatches:
         console.print(f"  {line}")
     console.print(f"{result.jobs} jobs, {result.wall_s:.0f} s wall")
+    console.print(
+        f"placement {placement}: {result.live.get('spread_job_time_share', 0.0):.1%} of the "
+        "job-time on more nodes than the jobs' GPUs need (spread_job_time_share)"
+    )
     if wrong_priors:
         how = "kept the wrong priors" if no_learning else "learned online"
         console.print(

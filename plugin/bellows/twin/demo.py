@@ -44,6 +44,7 @@ from bellows.bus import (
 )
 from bellows.bus.server import running_nats_server
 from bellows.emulator import EmulatedCluster
+from bellows.emulator.nodes import uniform_nodes
 from bellows.inputs import brief
 from bellows.kube import Actuator, JobReader, KubeApi, kind_named
 from bellows.kube.kueue import Strategy
@@ -65,7 +66,15 @@ from bellows.twin.ledger import Ledger
 from bellows.twin.replay import DEFAULT_KINDS, job_manifest, manifest_name, unique_names
 from bellows.twin.wrong_priors import learning_tasks, true_speeds, true_trace
 
-__all__ = ["Bound", "DemoOptions", "DemoResult", "Progress", "run_demo", "workload"]
+__all__ = [
+    "Bound",
+    "DemoOptions",
+    "DemoResult",
+    "Progress",
+    "demo_nodes",
+    "run_demo",
+    "workload",
+]
 
 _log = structlog.get_logger("bellows.demo")
 NAMESPACE = "default"
@@ -96,6 +105,9 @@ class DemoOptions:
     # the job kinds the trace's jobs take in turn; TrainJob needs the Trainer's CRDs
     kinds: Sequence[str] = DEFAULT_KINDS
     trainer_crds: Sequence[Path] = ()
+    # what the controller asks of the scheduler for every sizing (controller.placement);
+    # the emulated cluster has nodes of the cluster profile's GPUs, where the pods land
+    placement: Placement = Placement.PACK
 
     @property
     def kueue(self) -> bool:
@@ -153,6 +165,16 @@ class Progress:
     # what bellows status shows of each job, read from the emulated cluster while the view
     # is live (one list per kind, no Events): what was decided for it, and why
     jobs: list[JobStatus] = field(default_factory=list)
+
+
+def demo_nodes(gpus: int, per_node: int) -> dict[str, int]:
+    """The emulated cluster's nodes: ``gpus`` GPUs on nodes of ``per_node`` (the cluster
+    profile's, which the JSA prices with), the last one partial."""
+    full, rest = divmod(gpus, per_node)
+    nodes = uniform_nodes(full, per_node)
+    if rest:
+        nodes[f"gpu-node-{full}"] = rest
+    return nodes
 
 
 def workload(options: DemoOptions, cluster: ClusterProfile) -> tuple[TraceJob, ...]:
@@ -223,6 +245,7 @@ async def _stack(
             true_speed=true_speed,
             kueue=options.kueue,
             trainer="TrainJob" in options.kinds,
+            gpu_nodes=demo_nodes(options.gpus, cluster.gpus_per_node),
         ) as kube,
     ):
         if options.kueue:  # the admin's queues: the demo's GPUs as one ClusterQueue's quota
@@ -278,7 +301,7 @@ async def run_demo(
             cluster=cluster,
             capacity=options.gpus,
             # the controller's default placement (pack): every sizing patch asks for it
-            actuator=Actuator(api, kueue=options.kueue, kinds=kinds, placement=Placement.PACK),
+            actuator=Actuator(api, kueue=options.kueue, kinds=kinds, placement=options.placement),
             reader=JobReader(api, namespace=NAMESPACE, kueue=options.kueue, kinds=kinds),
             now=clock.now,
             wall_to_clock=clock.at,
@@ -331,8 +354,10 @@ async def run_demo(
             for task in tasks:
                 task.cancel()
             await consumer.close()
-        records = ledger.records()
-    live = _live_summary(records, ledger, options, horizon_s, mode=live_config.mode.value)
+        records, spread = ledger.records(), _spread_share(parts["kube"])
+    live = _live_summary(
+        records, ledger, options, horizon_s, mode=live_config.mode.value, spread=spread
+    )
     oracle = true_trace(trace) if options.wrong_priors else trace  # decisions on the truth
     sim = simulate(
         fit_trace(oracle, options.gpus)[0],  # k_max clamped, as the controller does
@@ -347,6 +372,13 @@ async def run_demo(
     return DemoResult(live, simulated, bounds, len(trace), timer() - started, mismatches)
 
 
+def _spread_share(kube: EmulatedCluster) -> float:
+    """The share of the live run's job-time whose pods the emulated scheduler put on more
+    nodes than the job's GPUs need (the simulator's ``spread_job_time_share``)."""
+    assert kube.operator is not None
+    return kube.placer.spread_job_time_share(kube.operator.emulated_now())
+
+
 def _live_summary(
     records: Sequence[JobRecord],
     ledger: Ledger,
@@ -354,9 +386,11 @@ def _live_summary(
     horizon_s: float,
     *,
     mode: str,
+    spread: float,
 ) -> dict[str, Any]:
     live = summarize(records, gpus=options.gpus, horizon_s=horizon_s, span_s=horizon_s)
     live["mode"] = mode
+    live["spread_job_time_share"] = spread  # where the emulated scheduler put the pods
     if options.kueue:
         live["kueue_admitted_first"] = ledger.admitted_first
     return live
