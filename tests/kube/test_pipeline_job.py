@@ -104,7 +104,7 @@ def test_a_trainjob_is_followed_across_its_recreation_to_its_outcome(on_cluster,
         done = parse_time(complete["lastTransitionTime"])
         assert outcome.jct_s == pytest.approx((done - submitted).total_seconds())
 
-    on_cluster(scenario, trainer=True, compression=4.0, restart_cost_s=1.0)
+    on_cluster(scenario, trainer=True, compression=4.0, restart_s=1.0)
 
 
 def test_a_job_deleted_for_good_is_reported_gone(on_cluster):
