@@ -8,18 +8,20 @@ bridge and nats-server run here, as in a deployment. The controller starts, rebu
 state from the cluster and starts the jobs (the first round). Then ``--events`` events are
 made, one at a time, alternating: a new job is submitted (an arrival) or a running one is
 deleted (a completion). Each goes through the bridge and NATS and is applied: read from the
-cluster, one step of the core, the decisions patched onto the jobs. In paper mode (a round at
-every event, Δ = 0, restart cost 30 s) the event waits for its 0.25 s window to close; in
-Bellows mode (the defaults: restart cost 60 s, rounds every 2 min) the pump applies it at
-once and the core's step is a fill: a completion's GPUs go to the waiting jobs. Measured
-per event: from the window's close (the pump's apply call) to the last patch, the core's
-step alone, and the decisions made. The run is repeated from scratch for each mode and
-``--optimizer`` path. (Memory: ``benchmarks/controller_memory.py``.) Like every ``bellows``
-command, the controller here keeps compiled JAX kernels in the persistent compile cache
-(``BELLOWS_JAX_CACHE``, default ``~/.cache/bellows/jax``; the chart's volume in a pod): run
-twice on a fresh folder for a first start and a restarted one. As in ``run_controller``, the
-optimizer compiles the kernels the rounds meet after the rehearsal in the background
-(``RENT.in_background()``), the NumPy engine answering meanwhile.
+cluster, one step of the core, the decisions patched onto the jobs. The pump applies each
+event at once; in paper mode (Δ = 0.25 s on the core's clock, restart cost 30 s) the round
+that decides it comes when the core's clock has it due (the controller's ``tick``); in
+Bellows mode (the defaults: restart cost 60 s, rounds every 2 min) the core's step in the
+pump's apply is a fill: a completion's GPUs go to the waiting jobs. Measured per event:
+from the step that decides it (the pump's apply call, or paper mode's round at its due time)
+to the last patch, the core's step alone, and the decisions made. The run is repeated from
+scratch for each mode and ``--optimizer`` path. (Memory:
+``benchmarks/controller_memory.py``.) Like every ``bellows`` command, the controller here
+keeps compiled JAX kernels in the persistent compile cache (``BELLOWS_JAX_CACHE``, default
+``~/.cache/bellows/jax``; the chart's volume in a pod): run twice on a fresh folder for a
+first start and a restarted one. As in ``run_controller``, the optimizer compiles the
+kernels the rounds meet after the rehearsal in the background (``rent.in_background()``),
+the NumPy engine answering meanwhile.
 
 Usage: python benchmarks/controller_latency.py [--running 1000] [--events 200]
                                                 [--mode bellows,paper] [--optimizer numpy,auto]
@@ -43,7 +45,7 @@ import click
 import numpy as np
 from kubernetes import client as k8s
 
-from bellows.autoscaler import Autoscaler, AutoscalerConfig, Decision, Mode
+from bellows.autoscaler import Autoscaler, AutoscalerConfig, Decision, Engines, Mode
 from bellows.bus import (
     Batcher,
     EventConsumer,
@@ -61,7 +63,7 @@ from bellows.emulator import EmulatedCluster
 from bellows.kube import Actuator, JobReader, KubeApi, keys
 from bellows.kube.adapters import kind_named
 from bellows.optimizer import Method
-from bellows.optimizer.solving import METHODS, RENT
+from bellows.optimizer.solving import METHODS, RentRule
 from bellows.scaling import default_cluster
 from bellows.service.clock import ServiceClock
 from bellows.service.compile_cache import enable_compile_cache
@@ -170,19 +172,19 @@ def _client(url: str) -> Any:
 @dataclasses.dataclass
 class Sample:
     kind: str  # "arrival", "completion" or "start-up"
-    seconds: float  # window close -> last patch
+    seconds: float  # the deciding step (apply, or the due round) -> last patch
     core_s: float
     decisions: int
 
 
 def _config(mode: Mode, optimizer: Method) -> AutoscalerConfig:
     if mode is Mode.PAPER:
-        return AutoscalerConfig.paper(delta_s=0.0, queue=True, restart_s=30.0, optimizer=optimizer)
+        return AutoscalerConfig.paper(delta_s=0.25, queue=True, restart_s=30.0, optimizer=optimizer)
     return AutoscalerConfig(optimizer=optimizer)
 
 
 async def _latency(
-    running: int, events: int, seed: int, mode: Mode, optimizer: Method
+    running: int, events: int, seed: int, mode: Mode, optimizer: Method, *, rent: RentRule
 ) -> tuple[list[Sample], Sample, float]:
     trace = workload(running + events, seed)
     # capacity: every running job at its least, plus a quarter more to share elastically
@@ -205,7 +207,10 @@ async def _latency(
             controller = Controller(
                 api=api,
                 autoscaler=Autoscaler(
-                    _config(mode, optimizer), capacity=capacity, cluster=default_cluster()
+                    _config(mode, optimizer),
+                    capacity=capacity,
+                    cluster=default_cluster(),
+                    engines=Engines(rent=rent),
                 ),
                 actuator=Actuator(api),
                 reader=JobReader(api, namespace=NS),
@@ -215,24 +220,25 @@ async def _latency(
             )
             t0 = time.perf_counter()
             await controller.rebuild()
+            due = controller.autoscaler.next_round_at()
+            if mode is Mode.PAPER and due is not None:  # the first round, on the core's grid
+                await clock.sleep_until(due)
+                await controller.tick()
             startup = Sample("start-up", time.perf_counter() - t0, rounds[-1][0], rounds[-1][1])
             held = sum(controller.held.values())
             print(
                 f"start-up: {len(controller.autoscaler.allocations)} jobs running on {held} of "
                 f"{capacity} GPUs after {startup.seconds:.1f} s ({startup.decisions} starts); "
-                f"kernels compiled in this process so far: {len(RENT.ready)}"
+                f"kernels compiled in this process so far: {len(rent.ready)}"
             )
             samples: list[Sample] = []
             applied: list[tuple[float, float]] = []  # (seconds, when)
 
-            async def timed(batch: Any) -> None:
-                started = time.perf_counter()
-                await controller.apply(batch)
-                applied.append((time.perf_counter() - started, time.perf_counter()))
+            timed = _timed_steps(controller, mode, applied)
 
             stop = asyncio.Event()
             tasks, consumer = await _start_loop(
-                js, settings, api, clock=clock, apply=timed, stop=stop, mode=mode
+                js, settings, api, clock=clock, apply=timed, stop=stop
             )
             tasks.append(asyncio.create_task(controller.keep_house(stop)))
             await asyncio.sleep(2.0)  # the bridge's first listing, its arrivals, repeats
@@ -248,7 +254,7 @@ async def _latency(
                     seconds, _ = applied[-1]
                     core_s, decisions = rounds[-1]
                     samples.append(Sample(kind, seconds, core_s, decisions))
-                    await asyncio.sleep(0.3)  # let the window close empty
+                    await asyncio.sleep(0.3)  # the next event after the next round
             finally:
                 stop.set()
                 await asyncio.wait(tasks, timeout=10)
@@ -256,6 +262,30 @@ async def _latency(
                 await nc.close()
                 api.api_client.close()
     return samples, startup, capacity
+
+
+def _timed_steps(controller: Controller, mode: Mode, applied: list[tuple[float, float]]) -> Any:
+    """The pump's ``apply``, timed; and ``controller.tick``, timed: each appends (seconds,
+    when) to ``applied`` for the step that decides an event (Bellows mode: the apply, whose
+    step is a fill; paper mode: the round the core's clock has due, run by ``tick``)."""
+    tick = controller.tick
+
+    async def timed(batch: Any) -> Any:
+        started = time.perf_counter()
+        settled = await controller.apply(batch)
+        if mode is Mode.BELLOWS:
+            applied.append((time.perf_counter() - started, time.perf_counter()))
+        return settled
+
+    async def timed_tick() -> bool:
+        started = time.perf_counter()
+        ran = await tick()
+        if ran and mode is Mode.PAPER:
+            applied.append((time.perf_counter() - started, time.perf_counter()))
+        return ran
+
+    controller.tick = timed_tick  # type: ignore[method-assign]
+    return timed
 
 
 async def _start_loop(
@@ -266,11 +296,9 @@ async def _start_loop(
     clock: ServiceClock,
     apply: Any,
     stop: Any,
-    mode: Mode,
 ) -> tuple[list[asyncio.Task[None]], EventConsumer]:
-    """The bridge (one watch per kind) and the pump feeding ``apply``: Δ = 0.25 s windows in
-    paper mode, every fetch at once in Bellows mode (as the runner sets them)."""
-    paper = mode is Mode.PAPER
+    """The bridge (one watch per kind) and the pump feeding ``apply`` each fetch at once (as
+    the runner sets them, in either mode)."""
     publisher = EventPublisher(js, prefix=settings.subject_prefix, stream=settings.stream)
     store = KvResumeStore(await ensure_kv(js, settings))
     bridges = kube_bridges(api, publisher=publisher, store=store, namespaces=(NS,))
@@ -278,13 +306,12 @@ async def _start_loop(
     consumer = await EventConsumer.open(js, settings)
     pump = EventPump(
         consumer,
-        Batcher(delta_s=0.25 if paper else 0.0, start=clock.now()),
+        Batcher(),
         apply,
         clock=clock.now,
         max_deliver=settings.max_deliver,
         ack_wait_s=settings.ack_wait_s,
         poll_s=0.05,
-        immediate=not paper,
     )
     tasks.append(asyncio.create_task(pump.run(stop)))
     return tasks, consumer
@@ -332,20 +359,23 @@ def main() -> None:
     configure_logging(LoggingSettings(level=LogLevel.ERROR))
     print(f"JAX compile cache: {enable_compile_cache() or 'off'}")
     runs = {}
+    rent = RentRule()  # this process's, as run_controller's: its kernels serve every run
     for mode in modes:
         for path in paths:
-            before = set(RENT.ready)
+            before = set(rent.ready)
             # as run_controller: kernels met after the rehearsal compile beside the rounds
-            with RENT.in_background():
+            with rent.in_background():
+                method = cast(Method, path)
                 runs[f"{mode.value}/{path}"] = asyncio.run(
-                    _latency(args.running, args.events, args.seed, mode, cast(Method, path))
+                    _latency(args.running, args.events, args.seed, mode, method, rent=rent)
                 )
-            print(f"kernels compiled in this process: {len(RENT.ready - before)} more in this "
-                  f"run ({len(RENT.ready)} in all), {len(RENT.pending)} compiling, "
-                  f"{len(RENT.failed)} failed")  # fmt: skip
+            print(f"kernels compiled in this process: {len(rent.ready - before)} more in this "
+                  f"run ({len(rent.ready)} in all), {len(rent.pending)} compiling, "
+                  f"{len(rent.failed)} failed")  # fmt: skip
     capacity = next(iter(runs.values()))[2]
     print(f"\nevent-to-patch latency, {args.running} jobs running, capacity {capacity} GPUs, "
-          f"{args.events} events per run (seconds from window close to last patch)")  # fmt: skip
+          f"{args.events} events per run (seconds from the deciding step to the last "
+          "patch)")  # fmt: skip
     print(f"{'mode/optimizer':<14} {'events':<12} {'n':>4} {'median':>8} {'p99':>8} {'max':>8} "
           f"{'core p99':>9} {'decisions':>10} {'target':>7} {'p99/target':>11}")  # fmt: skip
     for path, (samples, _, _) in runs.items():

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from bellows.optimizer import admit, allocate, allocate_reference, windowed
-from bellows.optimizer.solving import Method, solve_rows
+from bellows.optimizer import admit, allocate, allocate_reference
+from bellows.optimizer.solving import Method, RentRule, solve_rows
 
 Table = npt.NDArray[np.float64]
 Gpus = npt.NDArray[np.int64]
@@ -139,14 +139,9 @@ def objective(values: Table, gpus: Gpus) -> float:
     return total
 
 
-def numpy_layers(run: Callable[[Method], Gpus]) -> Gpus:
-    """``run("numpy")`` on the engine's NumPy layers instead of its compiled ones."""
-    kept = windowed.COMPILED
-    windowed.COMPILED = False
-    try:
-        return run("numpy")
-    finally:
-        windowed.COMPILED = kept
+# As one long-lived caller (a simulation, the controller): one rent rule for every call, so
+# that "auto" rents across them and the band path keeps its width guesses.
+RENT = RentRule()
 
 
 def bench_allocate(sizes: list[tuple[int, int, int]], repeats: int, milp_limit: float) -> None:
@@ -172,14 +167,16 @@ def bench_allocate(sizes: list[tuple[int, int, int]], repeats: int, milp_limit: 
             slow = jobs * gpus * k_max > SLOW_CELLS
             few = max(1, repeats // 5) if slow else repeats
 
-            def run(method: Method, v: Table = values, g: int = gpus) -> Gpus:
-                return allocate(v, g, method=method)
+            def run(
+                method: Method, v: Table = values, g: int = gpus, compiled: bool = True
+            ) -> Gpus:
+                return allocate(v, g, method=method, rent=RENT, compiled=compiled)
 
             t_auto, got = timed(functools.partial(run, "auto"), repeats)
             t_dense, dense = timed(functools.partial(run, "dense"), few)
             t_band, band = timed(functools.partial(run, "band"), repeats)
             t_numpy, lean = timed(functools.partial(run, "numpy"), repeats)
-            t_layers, layered = timed(functools.partial(numpy_layers, run), repeats)
+            t_layers, layered = timed(functools.partial(run, "numpy", compiled=False), repeats)
             reference = functools.partial(allocate_reference, values, gpus)
             t_ref, ref = timed(reference, few)
             peak_numpy = traced_peak(functools.partial(run, "numpy"))
@@ -192,7 +189,7 @@ def bench_allocate(sizes: list[tuple[int, int, int]], repeats: int, milp_limit: 
                 np.array_equal(other, ref) and objective(values, other) == expected
                 for other in (got, dense, band, lean, layered)
             ) and abs(best - expected) <= 1e-9 * (1 + abs(best))
-            path = solve_rows(values, gpus).path
+            path = solve_rows(values, gpus, rent=RENT).path
             milp_note = f"{t_milp * 1e3:8.1f}" if exact else f"{'>limit':>8}"
             print(
                 f"{family:9} {jobs:5d} {gpus:6d} {k_max:5d} | {t_auto * 1e3:7.2f} {path:>5}"
@@ -220,11 +217,13 @@ def bench_admit(sizes: list[tuple[int, int, int]], repeats: int) -> None:
         cells = []
         admitted = 0
         for method in ("auto", "numpy", "dense", "band"):
-            call = functools.partial(admit, values, gpus, required=required, method=method)
+            call = functools.partial(
+                admit, values, gpus, required=required, method=method, rent=RENT
+            )
             seconds, result = timed(call, repeats)
             cells.append(f"{seconds * 1e3:7.2f}")
             admitted = len(result.admitted)
-        path = solve_rows(values[:admitted], gpus).path
+        path = solve_rows(values[:admitted], gpus, rent=RENT).path
         print(
             f"{jobs:5d} {gpus:5d} {k_max:5d} | {cells[0]} {path:>5} | {' '.join(cells[1:])}"
             f" | {admitted}/{jobs}"

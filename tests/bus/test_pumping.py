@@ -1,4 +1,5 @@
-"""The consume loop: apply per Δ window, ack only after apply, hand back on failure."""
+"""The consume loop: apply each fetch, ack only after apply (or after the round it waits
+for), hand back on failure."""
 
 from __future__ import annotations
 
@@ -28,9 +29,9 @@ async def publish(client, settings, *events):
         await publisher.publish(event)
 
 
-async def pump_for(client, settings, apply, *, delta_s, clock, **kw):
+async def pump_for(client, settings, apply, *, clock, **kw):
     consumer = await EventConsumer.open(client.jetstream(), settings)
-    batcher = Batcher(delta_s=delta_s, start=clock())
+    batcher = Batcher()
     pump = EventPump(
         consumer,
         batcher,
@@ -62,7 +63,7 @@ async def all_acked(client, settings, *, within_s: float = 10.0) -> bool:
     return True
 
 
-async def test_events_are_acked_only_after_their_window_is_applied(client, settings):
+async def test_events_are_acked_only_after_their_fetch_is_applied(client, settings):
     clock = FakeClock()
     applied: list[tuple[str, ...]] = []
     pending_during_apply: list[int] = []
@@ -72,19 +73,46 @@ async def test_events_are_acked_only_after_their_window_is_applied(client, setti
         applied.append(tuple(f"{e.job.name}:{e.type.value}" for e in events))
 
     await publish(client, settings, arrived("a"), arrived("b"), completed("a"))
-    _, pump = await pump_for(client, settings, apply, delta_s=10.0, clock=clock)
+    _, pump = await pump_for(client, settings, apply, clock=clock)
     beats = []
     pump._heartbeat = lambda: beats.append(clock())
-    await pump.cycle()
-    assert applied == []  # the window is still open
-    assert await ack_pending(client, settings) == 3
-    clock.now = 10.0
     await pump.cycle()
     assert applied == [("a:job.arrived", "b:job.arrived", "a:job.completed")]
     assert pending_during_apply == [3]
     await client.flush()
     assert await all_acked(client, settings)
-    assert beats == [0.0, 10.0]
+    assert beats == [0.0]
+
+
+async def test_deliveries_wait_for_the_round_apply_says_their_facts_wait_for(client, settings):
+    # the core has a round due (the paper's Δ, say): the acks wait until it has run
+    clock = FakeClock()
+    rounds = {"run": 0}
+    applied: list[int] = []
+
+    async def apply(events):
+        applied.append(len(events))
+        mark = rounds["run"]
+        return lambda: rounds["run"] > mark
+
+    await publish(client, settings, arrived("a"), completed("b"))
+    _, pump = await pump_for(client, settings, apply, clock=clock)
+    await pump.cycle()
+    assert applied == [2]
+    await client.flush()
+    assert not await all_acked(client, settings, within_s=0.5)
+    assert (await ack_pending(client, settings), pump.awaiting) == (2, 2)
+    await pump.cycle()  # the round has not run: still held
+    assert pump.awaiting == 2
+    rounds["run"] += 1
+    await pump.cycle()
+    assert pump.awaiting == 0
+    await client.flush()
+    assert await all_acked(client, settings)
+    # a repeat of a fact applied meanwhile is acked at once, not applied again
+    await publish(client, settings, arrived("a", source="pipeline/again"))
+    await pump.cycle()
+    assert applied == [2]
 
 
 async def test_a_failed_apply_is_redelivered_and_applied_once_it_succeeds(client, settings):
@@ -97,7 +125,7 @@ async def test_a_failed_apply_is_redelivered_and_applied_once_it_succeeds(client
             raise RuntimeError("api server unavailable")
 
     await publish(client, settings, arrived("a"))
-    _, pump = await pump_for(client, settings, apply, delta_s=0.0, clock=clock)
+    _, pump = await pump_for(client, settings, apply, clock=clock)
     deadline = time.monotonic() + 15.0  # the redelivery comes after nak_delay_s, ~0.01 s
     while len(calls) < 2 and time.monotonic() < deadline:
         await pump.cycle()
@@ -114,7 +142,7 @@ async def test_an_event_that_keeps_failing_is_dead_lettered_after_max_deliver(cl
         raise ValueError(f"cannot place {events[0].job.name}")
 
     await publish(client, settings, arrived("doomed"))
-    consumer, pump = await pump_for(client, settings, apply, delta_s=0.0, clock=clock)
+    consumer, pump = await pump_for(client, settings, apply, clock=clock)
     for _ in range(20):
         await pump.cycle()
         if await consumer.pending() == 0 and await ack_pending(client, settings) == 0:
@@ -125,16 +153,19 @@ async def test_an_event_that_keeps_failing_is_dead_lettered_after_max_deliver(cl
 
 
 async def test_held_events_stay_un_redelivered_past_ack_wait(client, settings):
-    # Δ (2.5 s) longer than ack_wait (1 s): in-progress acks keep the deliveries alive.
+    # a round due 2.5 s after the apply, longer than ack_wait (1 s): in-progress acks keep
+    # the deliveries alive until it has run
     loop = asyncio.get_running_loop()
-    seen: list[list[int]] = []
+    seen: list[int] = []
     deliveries: list = []
 
     async def apply(events):
-        seen.append([len(events)])
+        seen.append(len(events))
+        due = loop.time() + 2.5
+        return lambda: loop.time() >= due
 
     await publish(client, settings, arrived("a"), arrived("b"))
-    consumer, pump = await pump_for(client, settings, apply, delta_s=2.5, clock=loop.time)
+    consumer, pump = await pump_for(client, settings, apply, clock=loop.time)
     original_fetch = consumer.fetch
 
     async def spying_fetch(**kw):
@@ -144,24 +175,28 @@ async def test_held_events_stay_un_redelivered_past_ack_wait(client, settings):
 
     consumer.fetch = spying_fetch  # type: ignore[method-assign]
     deadline = loop.time() + 10
-    while not seen and loop.time() < deadline:
+    await pump.cycle()
+    while pump.awaiting and loop.time() < deadline:
         await pump.cycle()
-    assert seen == [[2]]
+    assert seen == [2]
+    assert pump.awaiting == 0
     assert [d.num_delivered for d in deliveries] == [1, 1]
+    await client.flush()
+    assert await all_acked(client, settings)
 
 
 async def test_stopping_hands_held_events_back_at_once(client, settings):
     clock = FakeClock()
 
     async def apply(events):
-        raise AssertionError("the window never closes in this test")
+        return lambda: False  # the round they wait for never runs in this test
 
     await publish(client, settings, arrived("a"))
-    _, pump = await pump_for(client, settings, apply, delta_s=600.0, clock=clock)
+    _, pump = await pump_for(client, settings, apply, clock=clock)
     stop = asyncio.Event()
     task = asyncio.create_task(pump.run(stop))
     deadline = asyncio.get_running_loop().time() + 5
-    while await ack_pending(client, settings) == 0:
+    while pump.awaiting == 0:
         assert asyncio.get_running_loop().time() < deadline
         await asyncio.sleep(0.02)
     stop.set()
@@ -172,52 +207,24 @@ async def test_stopping_hands_held_events_back_at_once(client, settings):
     assert [d.num_delivered for d in got] == [2]
 
 
-async def test_the_early_trigger_closes_a_window_before_delta(client, settings):
-    clock = FakeClock()
-    applied: list[tuple[str, ...]] = []
-    asked: list[int] = []
-
-    async def apply(events):
-        applied.append(tuple(f"{e.job.name}:{e.type.value}" for e in events))
-
-    def two_completions(events) -> bool:
-        asked.append(len(events))
-        return sum(e.type.value == "job.completed" for e in events) >= 2
-
-    _, pump = await pump_for(
-        client, settings, apply, delta_s=10.0, clock=clock, early=two_completions
-    )
-    await publish(client, settings, arrived("a"), completed("b"))
-    await pump.cycle()
-    assert applied == []  # one completion: the window waits for Δ
-    await publish(client, settings, completed("c"))
-    clock.now = 3.0
-    await pump.cycle()
-    assert applied == [("a:job.arrived", "b:job.completed", "c:job.completed")]
-    await pump.cycle()  # nothing new: the trigger is not even asked
-    assert asked == [2, 3]
-    # the grid does not move: a later event waits for the next multiple of Δ, not 3 + Δ
-    await publish(client, settings, arrived("d"))
-    await pump.cycle()
-    clock.now = 10.0
-    await pump.cycle()
-    assert applied[-1] == ("d:job.arrived",)
-
-
-async def test_a_failing_early_trigger_leaves_the_window_to_delta(client, settings):
+async def test_a_failing_settle_check_holds_its_acks_and_not_the_loop(client, settings):
     clock = FakeClock()
     applied: list[int] = []
 
     async def apply(events):
         applied.append(len(events))
+        if len(applied) == 1:
 
-    def broken(_events) -> bool:
-        raise RuntimeError("bug in a trigger")
+            def broken() -> bool:
+                raise RuntimeError("bug in a check")
 
-    _, pump = await pump_for(client, settings, apply, delta_s=10.0, clock=clock, early=broken)
+            return broken
+        return None
+
+    _, pump = await pump_for(client, settings, apply, clock=clock)
     await publish(client, settings, completed("a"))
     await pump.cycle()
-    assert applied == []
-    clock.now = 10.0
+    await publish(client, settings, completed("b"))
     await pump.cycle()
-    assert applied == [1]
+    assert applied == [1, 1]
+    assert pump.awaiting == 1  # the first still held; the second acked

@@ -248,7 +248,7 @@ def test_a_forged_event_on_the_bus_is_dead_lettered_and_the_good_one_applied(
                 loop = asyncio.get_running_loop()
                 pump = EventPump(
                     consumer,
-                    Batcher(delta_s=0.0, start=0.0),
+                    Batcher(),
                     controller.apply,
                     clock=loop.time,
                     max_deliver=settings.max_deliver,

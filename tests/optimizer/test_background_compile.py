@@ -7,26 +7,22 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
-import jax
 import numpy as np
 import pytest
 
 from bellows.optimizer import solving
-from bellows.optimizer.kernels import trace_counts
 from bellows.optimizer.solving import Kernel, RentRule, compile_kernel, padded_shape, solve_rows
+from tests.optimizer.tracing import BackendCompiles, Traces
 
 DEADLINE_S = 120.0  # for a compile on a loaded 2-core machine (one takes ~0.5-3 s alone)
 
 
 @pytest.fixture
-def rule(monkeypatch: pytest.MonkeyPatch) -> Iterator[RentRule]:
-    """A fresh rent rule that buys every shape at once, as ``solving``'s, with its own band
-    width guesses; after the test, its worker is drained."""
+def rule() -> Iterator[RentRule]:
+    """A fresh rent rule that buys every shape at once, with its own band width guesses, the
+    calls given it (``rent=rule``); after the test, its worker is drained."""
     fresh = RentRule(compile_s=0.0)
-    monkeypatch.setattr(solving, "RENT", fresh)
-    monkeypatch.setattr(solving, "_last_width", {})
     yield fresh
     assert fresh.wait(DEADLINE_S)
 
@@ -68,26 +64,6 @@ class Gated:
         compile_kernel(kernel)
 
 
-class BackendCompiles:
-    """Counts XLA backend compiles (any thread) while registered."""
-
-    EVENT = "/jax/core/compile/backend_compile_duration"
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, event: str, seconds: float, **_: Any) -> None:
-        if event == self.EVENT:
-            self.count += 1
-
-    def __enter__(self) -> BackendCompiles:
-        jax.monitoring.register_event_duration_secs_listener(self)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        jax.monitoring.unregister_event_duration_listener(self)
-
-
 def test_numpy_answers_while_the_kernel_compiles_then_jax_without_compiling_again(
     rule: RentRule,
 ) -> None:
@@ -95,19 +71,18 @@ def test_numpy_answers_while_the_kernel_compiles_then_jax_without_compiling_agai
     kernel = _dense_kernel(rows, 150)
     exact = solve_rows(rows, capacity, method="numpy")
     with rule.in_background():
-        first = solve_rows(rows, capacity, method="auto")
+        first = solve_rows(rows, capacity, method="auto", rent=rule)
         assert first.path == "numpy"
         assert np.array_equal(first.gpus, exact.gpus)
         assert first.objective == exact.objective
         assert kernel in rule.pending or kernel in rule.ready  # its compile has started
         _until(lambda: kernel in rule.ready)
-        traces = trace_counts()
-        with BackendCompiles() as compiles:
-            later = solve_rows(rows, capacity, method="auto")
-            again = solve_rows(rows, capacity, method="auto")
+        with BackendCompiles() as compiles, Traces() as traces:
+            later = solve_rows(rows, capacity, method="auto", rent=rule)
+            again = solve_rows(rows, capacity, method="auto", rent=rule)
         assert (later.path, again.path) == ("dense", "dense")
         assert compiles.count == 0  # the ahead-of-time compile is the one the call found
-        assert trace_counts() == traces
+        assert traces.count == 0
     assert np.array_equal(later.gpus, exact.gpus)
     assert later.objective == exact.objective
     assert not rule.failed
@@ -120,15 +95,15 @@ def test_the_caller_never_waits_and_a_kernel_is_compiled_once(rule: RentRule) ->
     kernel = _dense_kernel(rows, capacity)
     exact = solve_rows(rows, capacity, method="numpy")
     with rule.in_background():
-        answers = [solve_rows(rows, capacity, method="auto") for _ in range(3)]
+        answers = [solve_rows(rows, capacity, method="auto", rent=rule) for _ in range(3)]
         assert gated.started.wait(DEADLINE_S)
-        answers += [solve_rows(rows, capacity, method="auto") for _ in range(2)]
+        answers += [solve_rows(rows, capacity, method="auto", rent=rule) for _ in range(2)]
         # every call returned while the compile was held: none waited for it
         assert [a.path for a in answers] == ["numpy"] * 5
         assert list(rule.pending) == [kernel]
         gated.release.set()
         _until(lambda: kernel in rule.ready)
-        answers += [solve_rows(rows, capacity, method="auto") for _ in range(3)]
+        answers += [solve_rows(rows, capacity, method="auto", rent=rule) for _ in range(3)]
     assert [a.path for a in answers[5:]] == ["dense"] * 3
     assert gated.calls == [kernel]
     for answer in answers:
@@ -152,7 +127,7 @@ def test_band_widths_compile_in_the_background(
     paths = []
     with rule.in_background():
         for _ in range(5):
-            answer = solve_rows(rows, capacity, method="auto")
+            answer = solve_rows(rows, capacity, method="auto", rent=rule)
             assert np.array_equal(answer.gpus, exact.gpus)
             paths.append(answer.path)
             if answer.path == "numpy":
@@ -161,7 +136,7 @@ def test_band_widths_compile_in_the_background(
     # that width compiles too, and from then on the band path runs
     assert paths == ["numpy", "band", "numpy", "band", "band"]
     assert compiled == [("banded", 24, 8, 64), ("banded", 24, 8, 48)]
-    assert solving._last_width[key] == 48
+    assert rule.widths[key] == 48
 
 
 def test_a_failed_compile_leaves_numpy_answering(rule: RentRule) -> None:
@@ -172,12 +147,12 @@ def test_a_failed_compile_leaves_numpy_answering(rule: RentRule) -> None:
     kernel = _dense_kernel(rows, capacity)
     exact = solve_rows(rows, capacity, method="numpy")
     with rule.in_background():
-        first = solve_rows(rows, capacity, method="auto")
+        first = solve_rows(rows, capacity, method="auto", rent=rule)
         _until(lambda: kernel in rule.failed)
-        later = [solve_rows(rows, capacity, method="auto") for _ in range(3)]
+        later = [solve_rows(rows, capacity, method="auto", rent=rule) for _ in range(3)]
         with rule.compiling():  # not retried in the caller either
-            later.append(solve_rows(rows, capacity, method="auto"))
-    later.append(solve_rows(rows, capacity, method="auto"))  # nor with background off
+            later.append(solve_rows(rows, capacity, method="auto", rent=rule))
+    later.append(solve_rows(rows, capacity, method="auto", rent=rule))  # nor with background off
     assert [a.path for a in [first, *later]] == ["numpy"] * 6
     for answer in [first, *later]:
         assert np.array_equal(answer.gpus, exact.gpus)
@@ -193,7 +168,7 @@ def test_inside_compiling_the_caller_compiles_even_in_background(rule: RentRule)
     rows, capacity = _table(12, 6, seed=14), 50
     exact = solve_rows(rows, capacity, method="numpy")
     with rule.in_background(), rule.compiling():
-        answer = solve_rows(rows, capacity, method="auto")
+        answer = solve_rows(rows, capacity, method="auto", rent=rule)
     assert answer.path == "dense"
     assert np.array_equal(answer.gpus, exact.gpus)
     assert _dense_kernel(rows, capacity) in rule.ready
@@ -207,11 +182,11 @@ def test_compiling_waits_for_the_worker_instead_of_compiling_twice(rule: RentRul
     rows, capacity = _table(13, 6, seed=15), 50
     kernel = _dense_kernel(rows, capacity)
     with rule.in_background():
-        assert solve_rows(rows, capacity, method="auto").path == "numpy"
+        assert solve_rows(rows, capacity, method="auto", rent=rule).path == "numpy"
         assert gated.started.wait(DEADLINE_S)
         threading.Timer(0.2, gated.release.set).start()  # while the caller waits below
         with rule.compiling():
-            answer = solve_rows(rows, capacity, method="auto")
+            answer = solve_rows(rows, capacity, method="auto", rent=rule)
     assert answer.path == "dense"
     assert gated.calls == [kernel]
     assert kernel in rule.ready
@@ -222,7 +197,7 @@ def test_without_background_the_caller_compiles_as_before(rule: RentRule) -> Non
     rule.compiler = gated
     rows, capacity = _table(14, 6, seed=16), 50
     exact = solve_rows(rows, capacity, method="numpy")
-    answer = solve_rows(rows, capacity, method="auto")
+    answer = solve_rows(rows, capacity, method="auto", rent=rule)
     assert answer.path == "dense"  # bought at once (compile_s 0), compiled in the call
     assert np.array_equal(answer.gpus, exact.gpus)
     assert gated.calls == []
@@ -235,5 +210,5 @@ def test_forced_jax_methods_compile_in_the_caller_even_in_background(rule: RentR
     rule.compiler = gated
     rows, capacity = _table(15, 6, seed=17), 50
     with rule.in_background():
-        assert solve_rows(rows, capacity, method="dense").path == "dense"
+        assert solve_rows(rows, capacity, method="dense", rent=rule).path == "dense"
     assert gated.calls == []

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from bellows.optimizer import admit, allocate
-from bellows.optimizer.kernels import trace_counts
-from bellows.optimizer.solving import bucket
+from bellows.optimizer.solving import RentRule, bucket
+from tests.optimizer.tracing import Traces
 
 
 def test_bucket_steps_are_quarter_octaves() -> None:
@@ -26,12 +26,12 @@ def test_same_padded_shape_does_not_retrace() -> None:
         return values
 
     allocate(table(100), 300, method="dense")
-    before = trace_counts()
-    # 97..112 jobs share the 112-row bucket; 256..319 GPUs the 320-wide dense window
-    allocate(table(112), 319, method="dense")
-    allocate(table(97), 256, method="dense")
-    admit(table(100), 300, required=40, method="dense")
-    assert trace_counts() == before
+    with Traces() as traces:
+        # 97..112 jobs share the 112-row bucket; 256..319 GPUs the 320-wide dense window
+        allocate(table(112), 319, method="dense")
+        allocate(table(97), 256, method="dense")
+        admit(table(100), 300, required=40, method="dense")
+    assert traces.count == 0
 
 
 def test_band_path_reuses_its_kernel_for_the_same_shape() -> None:
@@ -39,10 +39,11 @@ def test_band_path_reuses_its_kernel_for_the_same_shape() -> None:
     values = rng.random((100, 13))
     values[:, 0] = -np.inf
     # The first calls may compile for the first width guess, then for the width that fits
-    # (wider, or narrower: the guess follows the last instance).
-    allocate(values, 300, method="band")
-    allocate(values, 300, method="band")
-    before = trace_counts()
-    allocate(values, 300, method="band")
-    allocate(values * 2.0, 300, method="band")  # other values, the same band
-    assert trace_counts() == before
+    # (wider, or narrower: the guess follows the last instance, kept in the caller's rule).
+    rent = RentRule()
+    allocate(values, 300, method="band", rent=rent)
+    allocate(values, 300, method="band", rent=rent)
+    with Traces() as traces:
+        allocate(values, 300, method="band", rent=rent)
+        allocate(values * 2.0, 300, method="band", rent=rent)  # other values, the same band
+    assert traces.count == 0

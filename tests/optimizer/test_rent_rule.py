@@ -1,12 +1,12 @@
 """``auto`` counts compile cost: it rents the NumPy engine per padded shape until what JAX
-would have saved reaches one compile, and takes a shape already compiled in this process at
-once."""
+would have saved reaches one compile, and takes a shape its rule has compiled at once (the
+rule is the caller's, passed in)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from bellows.optimizer.solving import RENT, RentRule, padded_shape, solve_rows
+from bellows.optimizer.solving import RentRule, padded_shape, solve_rows
 
 
 def test_rent_until_it_reaches_one_compile_then_buy() -> None:
@@ -41,12 +41,14 @@ def test_auto_takes_numpy_for_a_fresh_shape_and_jax_once_it_is_compiled() -> Non
     rows = np.concatenate([np.full((37, 1), -np.inf), np.sort(rng.random((37, 12)), 1)], 1)
     capacity = 150  # a shape no other test compiles: (40, 12, 160)
     shape = padded_shape(37, 12, capacity)
-    assert shape not in RENT.compiled
-    fresh = solve_rows(rows, capacity, method="auto")
+    rule = RentRule()
+    fresh = solve_rows(rows, capacity, method="auto", rent=rule)
     assert fresh.path == "numpy"
-    forced = solve_rows(rows, capacity, method="dense")  # compiles this shape
-    assert shape in RENT.compiled
-    again = solve_rows(rows, capacity, method="auto")
+    assert shape not in rule.compiled
+    forced = solve_rows(rows, capacity, method="dense", rent=rule)  # compiles this shape
+    assert shape in rule.compiled
+    again = solve_rows(rows, capacity, method="auto", rent=rule)
+    assert solve_rows(rows, capacity, method="auto").path == "numpy"  # another caller: rents
     assert again.path == "dense"
     assert np.array_equal(again.gpus, fresh.gpus)
     assert np.array_equal(forced.gpus, fresh.gpus)

@@ -1,7 +1,7 @@
 """The NumPy engine (``method="numpy"``): bit-equal to the reference, compact, JAX-free.
 
 Every test here runs twice: on the compiled layers (``_windowed.c``) and on the NumPy layers
-that run where they are not built.
+that run where they are not built, chosen through the engine's ``compiled`` parameter.
 """
 
 from __future__ import annotations
@@ -17,26 +17,37 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bellows.optimizer import Infeasible, allocate_reference
+from bellows.optimizer import Infeasible, allocate_reference, solving
 from bellows.optimizer import windowed as engine
-from bellows.optimizer.errors import NO_FIT, min_gpus
+from bellows.optimizer.errors import NO_FIT, Values, min_gpus
 from bellows.optimizer.reference import solve_reference
-from bellows.optimizer.solving import solve_rows
-from bellows.optimizer.windowed import Windows, choice_dtype, solve_windowed, windows
+from bellows.optimizer.windowed import Windows, choice_dtype, windows
 from tests.optimizer.brute import benchmark, random_table
 
 Table = np.ndarray
 
 
+LAYERS = {"compiled": True}  # the layers this module's calls ask for (the fixture sets it)
+
+
 @pytest.fixture(autouse=True, scope="module", params=["compiled", "numpy layers"])
 def layers(request: pytest.FixtureRequest) -> Iterator[str]:
     """Each test on both DP layers (module-scoped: hypothesis allows no function fixtures)."""
-    kept = engine.COMPILED
-    engine.COMPILED = request.param == "compiled"
+    LAYERS["compiled"] = request.param == "compiled"
     try:
         yield str(request.param)
     finally:
-        engine.COMPILED = kept
+        LAYERS["compiled"] = True
+
+
+def solve_windowed(rows: Values, capacity: int, **kw: object) -> tuple[np.ndarray, float]:
+    """The engine on the layers this run of the module tests."""
+    return engine.solve_windowed(rows, capacity, compiled=LAYERS["compiled"], **kw)  # type: ignore[arg-type]
+
+
+def solve_rows(rows: Values, capacity: int, **kw: object) -> solving.Solution:
+    """``solve_rows`` with the layers this run of the module tests."""
+    return solving.solve_rows(rows, capacity, compiled=LAYERS["compiled"], **kw)  # type: ignore[arg-type]
 
 
 def test_the_compiled_layers_are_built() -> None:

@@ -1,7 +1,8 @@
 """TSF tables: the vectorized core equals a scalar loop, and facts every table must obey.
 
 Every test here runs twice: with the compiled weighing of candidates (``_batches.c``) and
-with the NumPy chunks that run where it is not built.
+with the NumPy chunks that run where it is not built, chosen through ``tsf_tables``'s
+``compiled`` parameter.
 """
 
 from __future__ import annotations
@@ -24,20 +25,27 @@ from bellows.scaling import (
     step_time,
     throughput,
     throughput_table,
-    tsf_tables,
 )
 from bellows.scaling import tables as scaling_tables
+from bellows.scaling.tables import TsfTables
+
+WEIGHING = {"compiled": True}  # the weighing this module's tables ask for (the fixture sets it)
 
 
 @pytest.fixture(autouse=True, scope="module", params=["compiled", "numpy chunks"])
 def weighing(request: pytest.FixtureRequest) -> Iterator[str]:
     """Each test on both weighings (module-scoped: hypothesis allows no function fixtures)."""
-    kept = scaling_tables.COMPILED
-    scaling_tables.COMPILED = request.param == "compiled"
+    WEIGHING["compiled"] = request.param == "compiled"
     try:
         yield str(request.param)
     finally:
-        scaling_tables.COMPILED = kept
+        WEIGHING["compiled"] = True
+
+
+def tsf_tables(jobs: list[JobSpec], cluster: ClusterProfile, **kw: object) -> TsfTables:
+    """The tables on the weighing this run of the module tests (or ``compiled=`` given)."""
+    kw.setdefault("compiled", WEIGHING["compiled"])
+    return scaling_tables.tsf_tables(jobs, cluster, **kw)  # type: ignore[arg-type]
 
 
 def test_the_compiled_weighing_is_built() -> None:
@@ -155,14 +163,13 @@ def test_compiled_and_chunked_weighing_are_the_same_bits(
 ) -> None:
     # the NumPy path weighs candidates in chunks (one per column at the smallest): ties
     # between chunks keep the earlier (smaller) batch, as the compiled loop's strict > does
-    kept = scaling_tables.COMPILED, scaling_tables._CHUNK_ELEMENTS
+    kept = scaling_tables._CHUNK_ELEMENTS
     try:
-        scaling_tables.COMPILED = True
-        compiled = tsf_tables(batch, cluster, fixed_batch=False)
-        scaling_tables.COMPILED, scaling_tables._CHUNK_ELEMENTS = False, elements
-        cut = tsf_tables(batch, cluster, fixed_batch=False)
+        compiled = tsf_tables(batch, cluster, fixed_batch=False, compiled=True)
+        scaling_tables._CHUNK_ELEMENTS = elements
+        cut = tsf_tables(batch, cluster, fixed_batch=False, compiled=False)
     finally:
-        scaling_tables.COMPILED, scaling_tables._CHUNK_ELEMENTS = kept
+        scaling_tables._CHUNK_ELEMENTS = kept
     for part in ("values", "batch", "throughput"):
         assert getattr(cut, part).tobytes() == getattr(compiled, part).tobytes(), part
 

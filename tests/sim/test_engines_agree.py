@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bellows.autoscaler import Autoscaler, AutoscalerConfig
-from bellows.optimizer import Method, windowed
-from bellows.scaling import default_cluster, tables, tsf_tables
+from bellows.autoscaler import Autoscaler, AutoscalerConfig, Engines
+from bellows.optimizer import Method
+from bellows.scaling import default_cluster, tsf_tables
 from bellows.sim import run
 from bellows.sim.metrics import jobs_csv_text
 from bellows.sim.workloads.generating import WorkloadSpec, generate
@@ -33,8 +33,10 @@ def trace() -> tuple[TraceJob, ...]:
     return generate(spec, np.random.default_rng(5), cluster=default_cluster())
 
 
-def _outputs(trace: tuple[TraceJob, ...], config: AutoscalerConfig) -> tuple[str, str]:
-    result = run(trace, gpus=GPUS, config=config, cluster=default_cluster())
+def _outputs(
+    trace: tuple[TraceJob, ...], config: AutoscalerConfig, engines: Engines | None = None
+) -> tuple[str, str]:
+    result = run(trace, gpus=GPUS, config=config, cluster=default_cluster(), engines=engines)
     return jobs_csv_text(result.jobs), json.dumps(result.summary(), sort_keys=True)
 
 
@@ -51,14 +53,17 @@ def test_every_optimizer_path_gives_the_same_run(trace: tuple[TraceJob, ...], mo
 
 
 @pytest.mark.parametrize("mode", sorted(CONFIGS))
-@pytest.mark.parametrize("part", [windowed, tables], ids=["dp layers", "tsf batches"])
+@pytest.mark.parametrize(
+    "numpy_part",
+    [Engines(compiled_layers=False), Engines(compiled_weighing=False)],
+    ids=["dp layers", "tsf batches"],
+)
 def test_the_compiled_parts_and_their_numpy_versions_give_the_same_run(
-    trace: tuple[TraceJob, ...], mode: str, part: object, monkeypatch: pytest.MonkeyPatch
+    trace: tuple[TraceJob, ...], mode: str, numpy_part: Engines
 ) -> None:
     config = AutoscalerConfig(**{**vars(CONFIGS[mode]), "optimizer": "numpy"})
-    compiled = _outputs(trace, config)
-    monkeypatch.setattr(part, "COMPILED", False)
-    assert _outputs(trace, config) == compiled
+    compiled = _outputs(trace, config, Engines())
+    assert _outputs(trace, config, numpy_part) == compiled
 
 
 def test_batched_rows_equal_rows_one_job_at_a_time(trace: tuple[TraceJob, ...]) -> None:

@@ -3,6 +3,7 @@
 from bellows.autoscaler.config import DEFAULT_RESTART_S, AutoscalerConfig, Mode, Policy
 from bellows.autoscaler.core import Autoscaler, ClockError, RoundStats
 from bellows.autoscaler.decisions import Decision, Keep, Preempt, Reject, Rescale, Start
+from bellows.autoscaler.engines import Engines
 from bellows.autoscaler.objectives import Objective
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "AutoscalerConfig",
     "ClockError",
     "Decision",
+    "Engines",
     "Keep",
     "Mode",
     "Objective",

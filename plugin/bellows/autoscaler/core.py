@@ -48,6 +48,7 @@ from bellows.autoscaler.config import (
     restart_s_each,
 )
 from bellows.autoscaler.decisions import Decision, Keep, Preempt, Reject, Rescale, Start
+from bellows.autoscaler.engines import Engines
 from bellows.autoscaler.objectives import Objective, objective_values
 from bellows.autoscaler.pricing import exact, kept, priced
 from bellows.autoscaler.progress import RunningJob, done_at_all
@@ -128,8 +129,18 @@ class Autoscaler:
     # jobs' grid rows are computed once. The tests turn them off to hold them to it.
     shortcuts = True
 
-    def __init__(self, config: AutoscalerConfig, *, capacity: int, cluster: ClusterProfile) -> None:
+    def __init__(
+        self,
+        config: AutoscalerConfig,
+        *,
+        capacity: int,
+        cluster: ClusterProfile,
+        engines: Engines | None = None,
+    ) -> None:
+        """``engines``: the optimizer's and the JSA's (:class:`Engines`; ``None``: this core's
+        own, a fresh rent rule and no compile-ahead worker)."""
         self._config = config
+        self._engines = Engines() if engines is None else engines
         self._cluster = cluster
         self._capacity = _check_capacity(capacity)
         self._clock = RoundClock(config.delta_s, config.early_share)
@@ -333,6 +344,11 @@ class Autoscaler:
         return self._config
 
     @property
+    def engines(self) -> Engines:
+        """The engines this core runs on (a fork shares them)."""
+        return self._engines
+
+    @property
     def allocations(self) -> Mapping[str, Allocation]:
         """Running jobs and their allocations, in start order."""
         return MappingProxyType({n: r.allocation for n, r in self._s.running.items()})
@@ -446,6 +462,8 @@ class Autoscaler:
             required=required,
             backfill=self._config.backfill,
             method=self._config.optimizer,
+            rent=self._engines.rent,
+            compiled=self._engines.compiled_layers,
         )
         rows = np.asarray(admission.admitted, dtype=np.int64)
         chosen = admission.gpus[rows]
@@ -861,7 +879,7 @@ class Autoscaler:
         progress = None if goodput is None else [g[1] for g in goodput]
         tables = tsf_tables(
             jobs, self._cluster, fixed_batch=fixed, width=width,
-            efficiency=profiles, progress=progress,
+            efficiency=profiles, progress=progress, compiled=self._engines.compiled_weighing,
         )  # fmt: skip
         table = tables.values.astype(np.float64)
         if self._config.node_counts:  # counts that tile nodes only (bellows.autoscaler.shapes)

@@ -2,7 +2,7 @@
 
 Pure parts (no I/O): :mod:`~bellows.bus.events` (the facts), :mod:`~bellows.bus.codec`
 (versioned JSON), :mod:`~bellows.bus.subjects` (subject layout), :mod:`~bellows.bus.batching`
-(the Δ-window batcher). I/O parts: :mod:`~bellows.bus.publishing`,
+(each new fact once, per fetch). I/O parts: :mod:`~bellows.bus.publishing`,
 :mod:`~bellows.bus.consuming`, :mod:`~bellows.bus.pumping` (consume → apply → ack),
 :mod:`~bellows.bus.bridging` (watch → publish, with a resume point),
 :mod:`~bellows.bus.streams` (provisioning) and :mod:`~bellows.bus.server` (a local
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     )
     from bellows.bus.observers import BusObserver, NullObserver
     from bellows.bus.publishing import EventPublisher, Published, publish_events
-    from bellows.bus.pumping import Apply, EventPump, PartlyAppliedError
+    from bellows.bus.pumping import Apply, EventPump, PartlyAppliedError, Settled
     from bellows.bus.settings import NatsSettings, Secret, TlsSettings
     from bellows.bus.streams import ensure_consumer, ensure_kv, ensure_streams
     from bellows.refs import JobKind, JobRef
@@ -86,6 +86,7 @@ __getattr__ = lazy_names(
         "Apply": "bellows.bus.pumping",
         "EventPump": "bellows.bus.pumping",
         "PartlyAppliedError": "bellows.bus.pumping",
+        "Settled": "bellows.bus.pumping",
         "NatsSettings": "bellows.bus.settings",
         "Secret": "bellows.bus.settings",
         "TlsSettings": "bellows.bus.settings",
@@ -126,6 +127,7 @@ __all__ = [
     "Published",
     "ResumeStore",
     "Secret",
+    "Settled",
     "TlsSettings",
     "WatchSource",
     "connect",

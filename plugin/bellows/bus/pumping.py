@@ -1,11 +1,14 @@
-"""The consume loop: fetch, batch per Δ, apply, and only then ack (at-least-once).
+"""The consume loop: fetch, apply, and only then ack (at-least-once).
 
-The one place where the bus meets the controller: ``apply`` receives the facts of a closed
-window and returns once the decisions they led to are applied; the deliveries are acked
-after it returns. If ``apply`` raises, the deliveries are nak'ed for redelivery (or, past
-``max_deliver``, dead-lettered with the error) and the loop goes on. While events wait for
-their window, their deliveries are kept alive with in-progress acks so that a Δ longer
-than ``ack_wait`` does not trigger redeliveries.
+The one place where the bus meets the controller: ``apply`` receives the new facts of each
+fetch at once and returns once the decisions they led to are applied; the deliveries are
+acked after it returns. The bus does not decide when a round is due, the core's clock does:
+when ``apply`` returns a :data:`Settled` check (the facts wait for a round the core has
+due), the deliveries stay un-acked until the check says that round has run. If ``apply``
+raises, the deliveries are nak'ed for redelivery (or, past ``max_deliver``,
+dead-lettered with the error) and the loop goes on. While deliveries wait, they are kept
+alive with in-progress acks so that a Δ longer than ``ack_wait`` does not trigger
+redeliveries.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ from bellows.bus.consuming import Delivery, EventConsumer
 from bellows.bus.events import Event, event_key
 from bellows.bus.observers import BusObserver, NullObserver
 
-__all__ = ["APPLY_FAILED", "Apply", "Early", "EventPump", "PartlyAppliedError"]
+__all__ = ["APPLY_FAILED", "Apply", "EventPump", "PartlyAppliedError", "Settled"]
 
 APPLY_FAILED = "apply_failed"
 
-Apply = Callable[[tuple[Event, ...]], Awaitable[None]]
-Early = Callable[[tuple[Event, ...]], bool]
+# Whether the round the applied facts wait for has run (their deliveries may be acked).
+Settled = Callable[[], bool]
+Apply = Callable[[tuple[Event, ...]], Awaitable[Settled | None]]
 
 _log = structlog.get_logger("bellows.bus")
 
@@ -48,10 +52,10 @@ class EventPump:
     """Drives :class:`EventConsumer` → :class:`Batcher` → ``apply`` → acks.
 
     ``clock`` is monotonic seconds (``loop.time`` in the service, a fake in tests);
-    ``heartbeat`` is called once per cycle (the liveness probe watches it). ``early``, given
-    the facts of the open window after new ones came in, may close it before Δ (the paper's
-    hybrid trigger); the grid of later windows does not move. ``immediate`` applies what each
-    fetch brought at once, as one batch (Bellows mode: the core keeps the Δ grid itself).
+    ``heartbeat`` is called once per cycle (the liveness probe watches it). What each fetch
+    brought is applied at once, as one batch; when ``apply`` returns a :data:`Settled`
+    check, its deliveries are acked once the check holds (asked every cycle, at least every
+    ``poll_s``).
     """
 
     def __init__(
@@ -67,8 +71,6 @@ class EventPump:
         nak_delay_s: float = 1.0,
         observer: BusObserver | None = None,
         heartbeat: Callable[[], None] | None = None,
-        early: Early | None = None,
-        immediate: bool = False,
     ) -> None:
         self._consumer = consumer
         self._batcher = batcher
@@ -80,57 +82,61 @@ class EventPump:
         self._nak_delay_s = nak_delay_s
         self._observer: BusObserver = observer or NullObserver()
         self._heartbeat = heartbeat
-        self._early = early
-        self._immediate = immediate
         self._last_keepalive = clock()
+        # applied deliveries waiting for the round their facts wait for, with its check
+        self._awaiting: list[tuple[Settled, list[Delivery]]] = []
+
+    @property
+    def awaiting(self) -> int:
+        """Deliveries applied but not acked yet: their facts wait for a round."""
+        return sum(len(held) for _, held in self._awaiting)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set; then hand held events back for redelivery."""
         while not stop.is_set():
             await self.cycle()
-        for delivery in self._batcher.held():
+        for delivery in self._held():
             await delivery.nak()
+        self._awaiting.clear()
 
     async def cycle(self) -> None:
-        """One fetch, then every batch that is due."""
-        deliveries = await self._consumer.fetch(timeout_s=self._fetch_timeout())
-        news = False
+        """One fetch, then its batch; then the acks whose round has run."""
+        deliveries = await self._consumer.fetch(timeout_s=self._poll_s)
         for delivery in deliveries:
-            offered = self._batcher.offer(delivery.event, delivery)
-            if offered is Offered.APPLIED:
+            if self._batcher.offer(delivery.event, delivery) is Offered.APPLIED:
                 await delivery.ack()
-            news = news or offered is Offered.QUEUED
-        early = news and (self._immediate or self._closes_early())
-        while (batch := self._batcher.poll(self._clock(), force=early)) is not None:
-            early = False
+        batch = self._batcher.poll(self._clock())
+        if batch is not None:
             await self._apply_batch(batch)
+        await self._ack_settled()
         await self._keep_alive()
         if self._heartbeat is not None:
             self._heartbeat()
 
-    def _closes_early(self) -> bool:
-        if self._early is None or self._batcher.delta_s == 0:
-            return False
-        try:
-            early = self._early(self._batcher.waiting())
-        except Exception:  # a faulty trigger only loses the early close, never the loop
-            _log.exception("batch.early_check_failed")
-            return False
-        if early:
-            _log.info("batch.closed_early", events=self._batcher.pending)
-        return early
+    def _held(self) -> list[Delivery]:
+        return [*self._batcher.held(), *(d for _, held in self._awaiting for d in held)]
 
-    def _fetch_timeout(self) -> float:
-        due = self._batcher.next_close()
-        if due is None:
-            return self._poll_s
-        return min(self._poll_s, max(0.01, due - self._clock()))
+    async def _ack_settled(self) -> None:
+        waiting: list[tuple[Settled, list[Delivery]]] = []
+        for settled, held in self._awaiting:
+            try:
+                done = settled()
+            except Exception:  # a faulty check only delays its acks to the stop, never the loop
+                _log.exception("batch.settle_check_failed")
+                done = False
+            if not done:
+                waiting.append((settled, held))
+                continue
+            for delivery in held:
+                await delivery.ack()
+        self._awaiting = waiting
 
     async def _apply_batch(self, batch: Batch[Delivery]) -> None:
         started = self._clock()
         failed: dict[object, str] = {}
+        settled: Settled | None = None
         try:
-            await self._apply(batch.events)
+            settled = await self._apply(batch.events)
         except PartlyAppliedError as exc:  # the others were taken: ack them, keep these
             failed = {event_key(e): reason for e, reason in exc.failed}
             _log.warning("batch.partly_applied", events=len(batch.events), failed=len(failed))
@@ -139,16 +145,22 @@ class EventPump:
             _log.exception("batch.apply_failed", events=len(batch.events))
             self._observer.apply_failed(len(batch.events))
             failed = dict.fromkeys(batch.keys, f"{type(exc).__name__}: {exc}")
+        taken: list[Delivery] = []
         for delivery in batch.handles:
             why = failed.get(event_key(delivery.event))
-            if why is None:
+            if why is not None:
+                await self._hand_back(delivery, why)
+            elif settled is None:
                 await delivery.ack()
             else:
-                await self._hand_back(delivery, why)
-        taken = tuple(e for e in batch.events if event_key(e) not in failed)
+                taken.append(delivery)
         if taken:
-            self._batcher.commit(Batch(taken, (), batch.closed_at))
-            self._observer.batch_applied(len(taken), seconds=self._clock() - started)
+            assert settled is not None
+            self._awaiting.append((settled, taken))
+        events = tuple(e for e in batch.events if event_key(e) not in failed)
+        if events:
+            self._batcher.commit(Batch(events, (), batch.closed_at))
+            self._observer.batch_applied(len(events), seconds=self._clock() - started)
 
     async def _hand_back(self, delivery: Delivery, reason: str) -> None:
         if delivery.num_delivered >= self._max_deliver:
@@ -162,5 +174,5 @@ class EventPump:
         if now - self._last_keepalive < self._keepalive_s:
             return
         self._last_keepalive = now
-        for delivery in self._batcher.held():
+        for delivery in self._held():
             await delivery.in_progress()

@@ -21,7 +21,7 @@ from bellows.optimizer.errors import (
     finite_counts,
 )
 from bellows.optimizer.results import Admission
-from bellows.optimizer.solving import METHODS, Method, solve_rows
+from bellows.optimizer.solving import METHODS, Method, RentRule, solve_rows
 
 __all__ = ["admit"]
 
@@ -33,6 +33,8 @@ def admit(
     required: object,
     backfill: bool = False,
     method: Method = "auto",
+    rent: RentRule | None = None,
+    compiled: bool = True,
 ) -> Admission:
     """Place rows ``[0, required)`` and admit later rows in order while they fit.
 
@@ -41,7 +43,8 @@ def admit(
     candidates in arrival order. Admission stops at the first candidate that no longer fits
     (FIFO) or, with ``backfill``, skips it and goes on. The allocation is the optimum over
     the admitted rows. (A candidate with a finite column 0 always fits: put ``-inf`` there
-    for jobs that must run to be admitted.)
+    for jobs that must run to be admitted.) ``method``, ``rent`` and ``compiled``: as
+    :func:`bellows.optimizer.solving.solve_rows` takes them.
     """
     array = check_values(values)
     cap = check_capacity(capacity)
@@ -62,6 +65,13 @@ def admit(
             break
     gpus = np.zeros(array.shape[0], dtype=np.int64)
     rows = np.asarray(admitted, dtype=np.int64)
-    solution = solve_rows(array[rows], cap, method=method, counts=(least[rows], most[rows]))
+    solution = solve_rows(
+        array[rows],
+        cap,
+        method=method,
+        counts=(least[rows], most[rows]),
+        rent=rent,
+        compiled=compiled,
+    )
     gpus[admitted] = solution.gpus
     return Admission(admitted=tuple(admitted), gpus=gpus, objective=solution.objective)

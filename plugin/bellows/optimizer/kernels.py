@@ -26,19 +26,12 @@ from typing import Any
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["BandFn", "BandedFn", "DpFn", "make_banded", "make_bands", "make_dp", "trace_counts"]
+__all__ = ["BandFn", "BandedFn", "DpFn", "make_banded", "make_bands", "make_dp"]
 
 Array = Any  # jax.Array; jax ships no stubs mypy can follow here
 DpFn = Callable[[Array, Array, Array], tuple[Array, Array]]
 BandFn = Callable[[Array, Array, Array], tuple[Array, Array, Array]]
 BandedFn = Callable[[Array, Array], tuple[Array, Array, Array]]
-
-_traces: dict[str, int] = {"dp": 0, "bands": 0, "banded": 0}
-
-
-def trace_counts() -> dict[str, int]:
-    """How many times each kernel has been traced (a retrace means a recompile)."""
-    return dict(_traces)
 
 
 def make_dp(*, jobs: int, k_max: int, width: int) -> DpFn:
@@ -79,7 +72,6 @@ def make_dp(*, jobs: int, k_max: int, width: int) -> DpFn:
         return g - k, k
 
     def solve(values: Array, offsets: Array, capacity: Array) -> tuple[Array, Array]:
-        _traces["dp"] += 1
         start = jnp.where(jnp.arange(width) == 0, 0.0, -jnp.inf)  # E_0, window at 0
         (last, last_offset), (prevs, prev_offsets) = lax.scan(
             layer, (start, jnp.int32(0)), (values, offsets)
@@ -136,7 +128,6 @@ def make_bands(*, jobs: int, k_max: int, steps: int = 16, fine: int = 12) -> Ban
         return rhs / jnp.where(slope == 0, 1.0, slope)[None], slope
 
     def bands(values: Array, capacity: Array, margin: Array) -> tuple[Array, Array, Array]:
-        _traces["bands"] += 1
         columns = values.T  # [k_max+1, jobs]
         cap = capacity.astype(values.dtype)
         bottom = jnp.min(jnp.where(jnp.isfinite(values), values, jnp.inf), axis=1)
@@ -192,7 +183,6 @@ def make_banded(*, jobs: int, k_max: int, width: int) -> BandedFn:
     solve = make_dp(jobs=jobs, k_max=k_max, width=width)
 
     def banded(values: Array, capacity: Array) -> tuple[Array, Array, Array]:
-        _traces["banded"] += 1
         finite = jnp.isfinite(values)  # [jobs, k_max+1]
         least = jnp.argmax(finite, axis=1).astype(jnp.int32)  # fewest GPUs of each row
         most = (k_max - jnp.argmax(finite[:, ::-1], axis=1)).astype(jnp.int32)

@@ -21,9 +21,12 @@ have saved on JAX — its estimated time (``NUMPY_S_PER_CELL`` per DP cell) less
 compiled JAX call costs (``JAX_CALL_S``, its dispatch) — until that reaches ``COMPILE_S``,
 the measured cost of one compile, and only then goes to JAX (the ski-rental rule: never
 worse than twice the better of the two choices made in hindsight). A call NumPy finishes
-sooner than a JAX dispatch saves nothing on JAX, and pays no rent. A shape already
-compiled in this process goes to JAX at once, and inside :meth:`RentRule.compiling` (a
-controller's start-up rehearsal) every shape is compiled at once. Below ``NUMPY_BELOW``
+sooner than a JAX dispatch saves nothing on JAX, and pays no rent. A shape the rule has
+bought goes to JAX at once, and inside :meth:`RentRule.compiling` (a controller's start-up
+rehearsal) every shape is compiled at once. The rule is a value its owner passes in
+(``rent=``): the live controller's runner owns one for the process, with its worker; each
+simulated core makes its own (:class:`bellows.autoscaler.Autoscaler`); a call given none
+starts from a fresh one. Below ``NUMPY_BELOW``
 cells the NumPy engine beats even a compiled JAX dispatch. Whichever path runs, the
 allocation is the same.
 
@@ -70,7 +73,6 @@ if TYPE_CHECKING:
     from bellows.optimizer import kernels
 
 __all__ = [
-    "RENT",
     "Kernel",
     "Method",
     "RentRule",
@@ -169,9 +171,7 @@ def compile_kernel(kernel: Kernel) -> None:
             _jitted(kernel).lower(values, capacity).compile()
 
 
-# Band width of the last banded call per (rows, columns) bucket: the next call's guess.
-_last_width: dict[tuple[int, int], int] = {}
-FIRST_WIDTH = 64
+FIRST_WIDTH = 64  # the band width guessed for a (rows, columns) bucket not met yet
 
 
 def padded_shape(rows: int, k_max: int, capacity: int) -> Shape:
@@ -183,7 +183,10 @@ def padded_shape(rows: int, k_max: int, capacity: int) -> Shape:
 class RentRule:
     """``auto``'s choice past ``NUMPY_BELOW`` (the module docstring): per padded shape, the
     estimated NumPy seconds spent so far, and the shapes bought (sent to JAX); per kernel,
-    whether it is compiled, compiling in the background, or failed to compile there."""
+    whether it is compiled, compiling in the background, or failed to compile there; per
+    (rows, columns) bucket, the band width the last banded call needed (the next call's
+    guess). Whoever starts the worker (:meth:`in_background`) owns it and passes the rule
+    to the calls that may use it."""
 
     compile_s: float = COMPILE_S
     s_per_cell: float = NUMPY_S_PER_CELL
@@ -195,6 +198,7 @@ class RentRule:
     ready: set[Kernel] = field(default_factory=set)  # compiled in this process
     pending: dict[Kernel, Future[None]] = field(default_factory=dict)  # on the worker
     failed: dict[Kernel, str] = field(default_factory=dict)  # its compile's error: NumPy
+    widths: dict[tuple[int, int], int] = field(default_factory=dict)  # band width guesses
     compiler: Callable[[Kernel], None] = compile_kernel  # what the worker runs (tests swap it)
     _worker: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -306,9 +310,6 @@ class RentRule:
                     del self.pending[kernel]
 
 
-RENT = RentRule()  # this process's: kernels compiled here serve every later call
-
-
 def _pad(rows: Values, jobs: int, k_max: int) -> Values:
     padded = np.full((jobs, k_max + 1), -np.inf)  # [jobs, k_max+1]
     padded[: rows.shape[0], : rows.shape[1]] = rows
@@ -317,11 +318,19 @@ def _pad(rows: Values, jobs: int, k_max: int) -> Values:
 
 
 def solve_rows(
-    rows: Values, capacity: int, *, method: Method = "auto", counts: Counts | None = None
+    rows: Values,
+    capacity: int,
+    *,
+    method: Method = "auto",
+    counts: Counts | None = None,
+    rent: RentRule | None = None,
+    compiled: bool = True,
 ) -> Solution:
     """Optimal GPUs per row and objective for validated ``rows``; Infeasible if none fits.
     ``counts``: the rows' :func:`~bellows.optimizer.errors.finite_counts`, if the caller has
-    them."""
+    them; ``rent``: the rule ``auto`` and the JAX paths keep their state in (``None``: a
+    fresh one, for this call only); ``compiled``: whether the NumPy engine runs its compiled
+    layers (``False``: its NumPy layers, the same result)."""
     n, cols = rows.shape
     least, most = finite_counts(rows) if counts is None else counts
     needed = int(least.sum())
@@ -332,30 +341,35 @@ def solve_rows(
     # No row can use more than its largest allowed count: capacity beyond their sum is idle.
     capacity = min(capacity, int(most.sum()))
     cells = n * (capacity + 1) * cols
+    rule = RentRule() if rent is None else rent
     if method == "numpy" or (
         method == "auto"
-        and (cells < NUMPY_BELOW or not RENT.uses_jax(padded_shape(n, cols - 1, capacity), cells))
+        and (cells < NUMPY_BELOW or not rule.uses_jax(padded_shape(n, cols - 1, capacity), cells))
     ):
-        return Solution(*solve_windowed(rows, capacity, counts=(least, most)), "numpy")
+        solved = solve_windowed(rows, capacity, counts=(least, most), compiled=compiled)
+        return Solution(*solved, "numpy")
     band = method == "band" or (method == "auto" and cells >= BAND_FROM)
     try:
-        return _solve_jax(rows, capacity, band=band, inline=method != "auto")
+        return _solve_jax(rows, capacity, rule, band=band, inline=method != "auto")
     except _Compiling:  # "auto" in background mode: NumPy answers while the kernel compiles
-        return Solution(*solve_windowed(rows, capacity, counts=(least, most)), "numpy")
+        solved = solve_windowed(rows, capacity, counts=(least, most), compiled=compiled)
+        return Solution(*solved, "numpy")
 
 
 class _Compiling(Exception):  # noqa: N818 - a signal, not an error
     """A kernel this call needs is not compiled; its compile runs on the worker thread."""
 
 
-def _runnable(kernel: Kernel, *, inline: bool) -> Any:
+def _runnable(kernel: Kernel, rent: RentRule, *, inline: bool) -> Any:
     """``kernel``'s jitted function, if this call may run it (:meth:`RentRule.may_run`)."""
-    if not RENT.may_run(kernel, inline=inline):
+    if not rent.may_run(kernel, inline=inline):
         raise _Compiling
     return _jitted(kernel)
 
 
-def _solve_jax(rows: Values, capacity: int, *, band: bool, inline: bool) -> Solution:
+def _solve_jax(
+    rows: Values, capacity: int, rent: RentRule, *, band: bool, inline: bool
+) -> Solution:
     """The JAX paths on validated, feasible ``rows`` (capacity already cut to what fits).
 
     Raises :class:`_Compiling` when a kernel is not compiled and this call may not compile
@@ -364,43 +378,51 @@ def _solve_jax(rows: Values, capacity: int, *, band: bool, inline: bool) -> Solu
     n, cols = rows.shape
     shape = padded_shape(n, cols - 1, capacity)
     jobs, k_max, dense = shape
-    RENT.mark_compiled(shape)
-    width = min(_last_width.get((jobs, k_max + 1), FIRST_WIDTH), dense) if band else dense
+    rent.mark_compiled(shape)
+    width = min(rent.widths.get((jobs, k_max + 1), FIRST_WIDTH), dense) if band else dense
     # the first kernel is checked before JAX is imported: the caller waits for no import
-    _runnable(("banded" if width < dense else "dp", jobs, k_max, width), inline=inline)
+    _runnable(("banded" if width < dense else "dp", jobs, k_max, width), rent, inline=inline)
     import jax  # noqa: PLC0415 - lazy: only the JAX paths pay for it
 
     padded = _pad(rows, jobs, k_max)
     with jax.enable_x64(True):
         if band:
-            banded = _banded_solve(padded, capacity, dense, inline=inline)
+            banded = _banded_solve(padded, capacity, dense, rent, inline=inline)
             if banded is not None:
                 return Solution(banded[0][:n], banded[1], "band")
-        gpus, objective = _runnable(("dp", jobs, k_max, dense), inline=inline)(
+        gpus, objective = _runnable(("dp", jobs, k_max, dense), rent, inline=inline)(
             padded, np.zeros(jobs, dtype=np.int32), np.int32(capacity)
         )
         return Solution(np.asarray(gpus)[:n].astype(np.int64), float(objective), "dense")
 
 
 def _banded_solve(
-    padded: Values, capacity: int, dense: int, *, inline: bool
+    padded: Values, capacity: int, dense: int, rent: RentRule, *, inline: bool
 ) -> tuple[Gpus, float] | None:
     """The band path, guessing the width from the last call; None: no narrower than dense."""
     key = (padded.shape[0], padded.shape[1])
-    width = min(_last_width.get(key, FIRST_WIDTH), dense)
+    width = min(rent.widths.get(key, FIRST_WIDTH), dense)
     while width < dense:
         kernel: Kernel = ("banded", padded.shape[0], padded.shape[1] - 1, width)
-        gpus, objective, needed = _runnable(kernel, inline=inline)(padded, np.int32(capacity))
+        run = _runnable(kernel, rent, inline=inline)
+        gpus, objective, needed = run(padded, np.int32(capacity))
         fits = int(needed) <= width
         # remember the width this instance needed (narrower or wider) for the next call
-        _last_width[key] = bucket(min(int(needed), dense), minimum=8)
+        rent.widths[key] = bucket(min(int(needed), dense), minimum=8)
         if fits:
             return np.asarray(gpus).astype(np.int64), float(objective)
-        width = _last_width[key]
+        width = rent.widths[key]
     return None
 
 
-def allocate(values: object, capacity: object, *, method: Method = "auto") -> Gpus:
+def allocate(
+    values: object,
+    capacity: object,
+    *,
+    method: Method = "auto",
+    rent: RentRule | None = None,
+    compiled: bool = True,
+) -> Gpus:
     """GPUs per job maximizing ``sum_j values[j, gpus[j]]`` with ``sum(gpus) <= capacity``.
 
     ``values``: float ``[n_jobs, k_max+1]``, ``values[j, k]`` the worth of giving job ``j``
@@ -408,7 +430,9 @@ def allocate(values: object, capacity: object, *, method: Method = "auto") -> Gp
     placed). Returns int64 ``[n_jobs]``; exact, ties broken as ``docs/optimizer.md`` says.
     Raises :class:`Infeasible` when no allocation has a finite sum, and
     :class:`bellows.jobs.SpecError` (a ValueError) for a bad shape, NaN, ``+inf`` or a
-    negative capacity.
+    negative capacity. ``rent`` and ``compiled``: as :func:`solve_rows` takes them (a caller
+    that calls again passes its rule, so ``auto`` rents across its calls and the band path
+    keeps its width guesses).
     """
     array = check_values(values)
     cap = check_capacity(capacity)
@@ -416,4 +440,4 @@ def allocate(values: object, capacity: object, *, method: Method = "auto") -> Gp
         raise SpecError("method", method, " or ".join(repr(m) for m in METHODS))
     if cap > 2**30:
         raise SpecError("capacity", cap, "at most 2**30 GPUs")
-    return solve_rows(array, cap, method=method).gpus
+    return solve_rows(array, cap, method=method, rent=rent, compiled=compiled).gpus

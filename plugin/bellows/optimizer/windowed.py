@@ -52,18 +52,16 @@ from bellows.optimizer.errors import Counts, Values, finite_counts
 
 # The compiled layers (bellows/optimizer/_windowed.c, built at install where a C compiler is
 # at hand): the same DP and backtrack, bit for bit, without a NumPy call per layer. Without
-# them (or with COMPILED set False) the NumPy layers of _Dp run.
+# them (or called with ``compiled=False``) the NumPy layers of _Dp run.
 _Run = Callable[..., tuple[bool, float]]
 _compiled_run: _Run | None
 try:
     from bellows.optimizer._windowed import run as _compiled_run
 except ImportError:  # pragma: no cover - built wherever the suite runs (test_compiled_layers)
     _compiled_run = None
-COMPILED = _compiled_run is not None  # run the compiled layers (tests switch it off)
 
 __all__ = [
     "BANDS_FROM",
-    "COMPILED",
     "Windows",
     "band_bounds",
     "best_count",
@@ -282,7 +280,12 @@ def _windows(
 
 
 def solve_windowed(
-    rows: Values, capacity: int, *, bands: bool | None = None, counts: Counts | None = None
+    rows: Values,
+    capacity: int,
+    *,
+    bands: bool | None = None,
+    counts: Counts | None = None,
+    compiled: bool = True,
 ) -> tuple[Ints, float]:
     """Optimal allocation of validated, feasible ``rows`` and its objective (the DP's sum).
 
@@ -291,7 +294,8 @@ def solve_windowed(
     by size (None: bounds from :data:`BANDS_FROM` reachable cells). Every row must have a
     finite column and the rows' smallest counts must fit in ``capacity`` (the caller checks;
     raising :class:`~bellows.optimizer.errors.Infeasible` is theirs). ``counts``: the rows'
-    :func:`~bellows.optimizer.errors.finite_counts`, if the caller has them.
+    :func:`~bellows.optimizer.errors.finite_counts`, if the caller has them. ``compiled``:
+    run the compiled layers where they are built (``False``: the NumPy layers, the same bits).
     """
     jobs = rows.shape[0]
     if jobs == 0:
@@ -301,11 +305,11 @@ def solve_windowed(
     if jobs == 1:  # most fills of a simulation (issue 11): the DP's one layer, directly
         return _one_row(rows[0], int(least[0]), capacity)
     window = _windows(rows, capacity, (least, most), bands=bands)
-    solved = _solve(rows, capacity, window, least, most)
+    solved = _solve(rows, capacity, window, least, most, compiled=compiled)
     if window.floor > -np.inf and (solved is None or solved[1] < window.floor):
         # the optimum left the band (rounding beyond the margin): again, without it
         reach = _windows(rows, capacity, (least, most), bands=False)
-        solved = _solve(rows, capacity, reach, least, most)
+        solved = _solve(rows, capacity, reach, least, most, compiled=compiled)
     if solved is None:  # pragma: no cover - the reachable windows hold every feasible path
         raise AssertionError("the windowed DP lost every allocation of a feasible table")
     return solved
@@ -348,11 +352,12 @@ def _layers(window: Windows, least: Ints, most: Ints) -> _Layers:
 
 
 def _solve(
-    rows: Values, capacity: int, window: Windows, least: Ints, most: Ints
+    rows: Values, capacity: int, window: Windows, least: Ints, most: Ints, *, compiled: bool
 ) -> tuple[Ints, float] | None:
-    """The windowed DP and its backtrack: compiled where built, else in NumPy layers."""
+    """The windowed DP and its backtrack: compiled where built (and ``compiled``), else in
+    NumPy layers."""
     layers = _layers(window, least, most)
-    if not COMPILED or _compiled_run is None:
+    if not compiled or _compiled_run is None:
         return _Dp(rows, capacity, layers, most).run()
     # what each state keeps: its choice less the row's first count, compact
     choices = np.empty(int(layers.starts[-1]), dtype=choice_dtype(int(most.max())))

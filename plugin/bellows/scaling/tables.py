@@ -32,16 +32,14 @@ from bellows.scaling.profiles import ClusterProfile
 # The compiled weighing of candidates (bellows/scaling/_batches.c, built at install where a
 # C compiler is at hand): the same operations on the same values and the same choices as the
 # NumPy chunks of _best_local_batches, visiting only the candidates inside each k's range.
-# Without it (or with COMPILED set False) the NumPy chunks run.
+# Without it (or called with ``compiled=False``) the NumPy chunks run.
 _compiled_best: Callable[..., None] | None
 try:
     from bellows.scaling._batches import best as _compiled_best
 except ImportError:  # pragma: no cover - built wherever the suite runs (test_tables)
     _compiled_best = None
-COMPILED = _compiled_best is not None  # weigh candidates in the compiled loop (tests switch)
 
 __all__ = [
-    "COMPILED",
     "TsfTables",
     "candidate_count",
     "processing_seconds_rows",
@@ -184,6 +182,7 @@ def tsf_tables(
     width: int | None = None,
     efficiency: Sequence[EfficiencyProfile | None] | None = None,
     progress: Sequence[float] | None = None,
+    compiled: bool = True,
 ) -> TsfTables:
     """TSF tables ``[len(jobs), width+1]`` under the elastic policy or the fixed-batch baseline.
 
@@ -194,13 +193,17 @@ def tsf_tables(
     not given) makes row ``j`` a goodput row: per k the batch maximising ``X * E(b)`` and
     ``values`` that goodput over the one-GPU goodput at ``x1_batch``. Rows without a profile,
     and every row when ``efficiency`` is ``None`` or all ``None``, are today's, bit for bit.
+    ``compiled``: weigh the candidate batches in the compiled loop where it is built
+    (``False``: in NumPy chunks, the same bits).
     """
     if efficiency is not None and len(efficiency) != len(jobs):
         raise SpecError("efficiency", f"{len(efficiency)} profiles", f"{len(jobs)}, one per job")
     if progress is not None and len(progress) != len(jobs):
         raise SpecError("progress", f"{len(progress)} values", f"{len(jobs)}, one per job")
     if efficiency is None or all(e is None for e in efficiency):
-        return _throughput_tables(jobs, cluster, fixed_batch=fixed_batch, width=width)
+        return _throughput_tables(
+            jobs, cluster, fixed_batch=fixed_batch, width=width, compiled=compiled
+        )
     if width is None:
         width = max((job.k_max for job in jobs), default=1)
     return _goodput_tables(
@@ -215,6 +218,7 @@ def _throughput_tables(
     *,
     fixed_batch: bool,
     width: int | None,
+    compiled: bool,
 ) -> TsfTables:
     """The tables of :func:`tsf_tables` without efficiency (the paper's premise)."""
     if width is None:
@@ -254,7 +258,7 @@ def _throughput_tables(
     hi = np.minimum(m_max, b_max // kk)
     feasible = (col >= 1) & (col <= k_max) & (lo <= hi)
     x_best, m_best = _best_local_batches(
-        jobs, cluster, knots, tar=tar, lo=lo, hi=hi, feasible=feasible
+        jobs, cluster, knots, tar=tar, lo=lo, hi=hi, feasible=feasible, compiled=compiled
     )
     b_best = col * m_best
     x_el = np.where(rigid, x_fixed, np.where(feasible, x_best, 0.0))
@@ -271,6 +275,7 @@ def _best_local_batches(
     lo: I64,
     hi: I64,
     feasible: npt.NDArray[np.bool_],
+    compiled: bool,
 ) -> tuple[F64, I64]:
     """Per job and k, the highest throughput over the candidate per-GPU batches and the
     batch that gives it (the first maximum, as one argmax over every candidate).
@@ -292,7 +297,7 @@ def _best_local_batches(
         cand[j, : len(c)] = c
     t_cand = processing_seconds_rows(knots, np.maximum(cand, 1).astype(np.float64))  # [n, c]
     mix = _Mixer(cluster, tar, t_cand)
-    if COMPILED and _compiled_best is not None:
+    if compiled and _compiled_best is not None:
         x_best = np.full((n, columns), -np.inf)
         m_best = np.zeros((n, columns), dtype=np.int64)
         sizes = np.array([len(c) for c in lists], dtype=np.int64)

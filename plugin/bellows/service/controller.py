@@ -1,19 +1,20 @@
 """The controller: job events in, the core's decisions out, applied before the events are acked.
 
 One :class:`Controller` owns one :class:`~bellows.autoscaler.Autoscaler`. The event pump
-(:class:`bellows.bus.EventPump`) hands it the facts of each closed Δ window through
+(:class:`bellows.bus.EventPump`) hands it the facts of each fetch at once through
 :meth:`Controller.apply`; the controller reads each arrived job from the cluster (the jobs
-are the source of truth, the event only says where to look), feeds the core, runs the round
-and drives the cluster to the decisions through the :class:`~bellows.kube.Actuator`. Only
-when that returns does the pump ack the window's messages (at-least-once). On start,
-:meth:`Controller.rebuild` recovers the state from the cluster before anything is consumed.
+are the source of truth, the event only says where to look), feeds the core, runs its step
+and drives the cluster to the decisions through the :class:`~bellows.kube.Actuator`. On
+start, :meth:`Controller.rebuild` recovers the state from the cluster before anything is
+consumed.
 
-In paper mode the core runs with ``delta_s = 0``: the pump's window *is* the paper's Δ, so
-each window with news is one round, on the same grid the simulator uses. In Bellows mode the
-pump hands over every event at once and the core keeps its own Δ grid on the service clock:
-an arrival or a completion that leaves GPUs free starts waiting jobs within the
-event-to-patch latency, and the rounds that move running jobs come when the core says they
-are due, through :meth:`Controller.tick`.
+When a round is due is the core's to say, in every mode, as in the simulator
+(:class:`~bellows.autoscaler.rounds.RoundClock`: the Δ grid on the service clock and the
+paper's hybrid trigger): the rounds come through :meth:`Controller.tick` when the core
+says they are due, and an arrival or a completion that leaves GPUs free starts waiting jobs
+at once in Bellows mode (a fill), within the event-to-patch latency. The pump acks a fetch's
+deliveries when ``apply`` returned, or, while the core has a round due that will decide on
+their facts, once that round has run (at-least-once: the decisions applied, then the acks).
 
 The controller is a thin loop, one lock around each step, over its parts, each in a module
 of its own:
@@ -25,7 +26,7 @@ of its own:
 * :mod:`~bellows.service.rebuilding`: the state recovered from the cluster at start, and
   the optimizer's rehearsal;
 * :mod:`~bellows.service.settling`: the rounds, and their decisions driven to the cluster
-  (frees before claims; a decision the cluster does not take is retried, at the next window
+  (frees before claims; a decision the cluster does not take is retried, at the next step
   or sooner through :meth:`Controller.retry_pending`);
 * :mod:`~bellows.service.roster`: what the controller holds beside the core (the GPUs each
   job may hold on the cluster, the decisions not taken yet);
@@ -43,7 +44,7 @@ from datetime import datetime
 import structlog
 
 from bellows.autoscaler import Autoscaler, Decision
-from bellows.bus import Event, JobCompleted, PartlyAppliedError
+from bellows.bus import Event, PartlyAppliedError, Settled
 from bellows.inputs import brief
 from bellows.jobs import JobSpec
 from bellows.kube import Actuator, JobReader, KubeApi
@@ -64,9 +65,9 @@ _log = structlog.get_logger("bellows.controller")
 
 
 class EventsNotTakenError(PartlyAppliedError):
-    """Some events of a window could not be read (API errors); the pump redelivers them.
+    """Some events of a fetch could not be read (API errors); the pump redelivers them.
 
-    The window's other events were taken and its round ran before this was raised; the
+    The fetch's other events were taken and the core's step ran before this was raised; the
     pump acks those.
     """
 
@@ -157,27 +158,15 @@ class Controller:
             self._observer.started("first-round", await self._settler.round(now))
             self._observer.started("rehearsal", self._rebuild.rehearse(now))
 
-    def closes_window(self, events: Sequence[Event]) -> bool:
-        """The paper's hybrid trigger, live: whether the open window's completions of running
-        jobs reach ``early_share`` of the jobs running now, so its round should not wait
-        for Δ (the pump asks; the round still checks each completion against the cluster).
-        """
-        share = self._auto.config.early_share
-        running = self._auto.allocations
-        if share is None or not running:
-            return False
-        finished = {
-            key for e in events if isinstance(e, JobCompleted) and (key := e.job.key) in running
-        }
-        return len(finished) >= share * len(running)
-
     # ------------------------------------------------------------------ the pump's callback
-    async def apply(self, events: tuple[Event, ...]) -> None:
-        """Take one closed window's facts, run the round, drive the cluster to it.
+    async def apply(self, events: tuple[Event, ...]) -> Settled | None:
+        """Take one fetch's facts, run the core's step, drive the cluster to it.
 
-        Raises :class:`EventsNotTakenError` (after the round) when some events could not be read
-        from the cluster, so that the pump hands them back for redelivery; taking an event
-        twice is harmless.
+        Returns, while the core has a round due (the facts wait for it), the check that says
+        when that round has run, so that the pump acks the deliveries then; ``None`` when
+        nothing waits. Raises :class:`EventsNotTakenError` (after the step) when some events
+        could not be read from the cluster, so that the pump hands them back for
+        redelivery; taking an event twice is harmless.
         """
         async with self._lock:
             now = self._now()
@@ -188,8 +177,22 @@ class Controller:
                 except Exception as err:  # an API error: the event comes back later
                     failures.append((event, err))
             await self._settler.round(now)
+            settled = self._settled()
         if failures:
             raise EventsNotTakenError(failures)
+        return settled
+
+    @property
+    def rounds(self) -> int:
+        """The core's rounds run so far (not its fills)."""
+        return self._settler.rounds
+
+    def _settled(self) -> Settled | None:
+        """While the core has a round due: whether a round has run since now."""
+        if self._auto.next_round_at() is None:
+            return None
+        rounds = self.rounds
+        return lambda: self.rounds > rounds
 
     async def retry_pending(self) -> None:
         """Drive the decisions the cluster has not taken yet (no new round)."""

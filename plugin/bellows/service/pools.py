@@ -34,8 +34,8 @@ from datetime import datetime
 
 import structlog
 
-from bellows.autoscaler import Autoscaler, AutoscalerConfig, Decision
-from bellows.bus import Event, event_key
+from bellows.autoscaler import Autoscaler, AutoscalerConfig, Decision, Engines
+from bellows.bus import Event, Settled, event_key
 from bellows.inputs import brief
 from bellows.jobs import Allocation, JobSpec
 from bellows.kube import Actuator, JobReader, KubeApi, Outcome
@@ -185,7 +185,9 @@ class Pools:
     The keyword arguments are :class:`Controller`'s (shared by every pool), plus ``core``
     (the autoscaler's settings; a ClusterQueue's pool takes its ``backfill`` from the
     queue's strategy), ``cluster`` and ``capacity`` (the default pool's GPUs), and
-    ``queues``: the :class:`QueueIndex` (``None``: Kueue cooperation off, one pool).
+    ``queues``: the :class:`QueueIndex` (``None``: Kueue cooperation off, one pool), and
+    ``engines``: the optimizer's (:class:`~bellows.autoscaler.Engines`, its rent rule and the
+    compile-ahead worker of whoever started it), shared by every pool's core.
     """
 
     def __init__(
@@ -203,8 +205,10 @@ class Pools:
         observer: ControllerObserver | None = None,
         timer: Callable[[], float] | None = None,
         queues: QueueIndex | None = None,
+        engines: Engines | None = None,
     ) -> None:
         self._api = api
+        self._engines = Engines() if engines is None else engines  # shared by every pool
         self._core = core
         self._cluster = cluster
         self._actuator = actuator
@@ -282,14 +286,12 @@ class Pools:
             await self._follow(strict=True)
 
     # ------------------------------------------------------------------ the pump's callbacks
-    def closes_window(self, events: Sequence[Event]) -> bool:
-        """Whether some pool's completions reach its ``early_share`` (paper mode)."""
-        return any(c.closes_window(events) for c in self.controllers)
+    async def apply(self, events: tuple[Event, ...]) -> Settled | None:
+        """Every pool takes the fetch's facts (each its own jobs) and runs its step.
 
-    async def apply(self, events: tuple[Event, ...]) -> None:
-        """Every pool takes the window (each its own jobs) and runs its round.
-
-        The events some pool could not read come back in one :class:`EventsNotTakenError`.
+        Returns, while some pool has a round due, the check that says when each such pool
+        has run it (or is gone: renewed or dropped). The events some pool could not read
+        come back in one :class:`EventsNotTakenError`.
         """
         async with self._lock:
             controllers = self.controllers
@@ -308,6 +310,10 @@ class Pools:
             raise unexpected
         if failures:
             raise EventsNotTakenError(list(failures.values()))
+        waiting = [(c, r) for c, r in zip(controllers, results, strict=True) if callable(r)]
+        if not waiting:
+            return None
+        return lambda: all(r() or c not in self.controllers for c, r in waiting)
 
     async def retry_pending(self) -> None:
         """Drive the decisions the cluster has not taken yet, in every pool (no new round)."""
@@ -448,7 +454,9 @@ class Pools:
     def _controller(self, pool: Pool, core: AutoscalerConfig, capacity: int) -> Controller:
         return Controller(
             api=self._api,
-            autoscaler=Autoscaler(core, capacity=capacity, cluster=self._cluster),
+            autoscaler=Autoscaler(
+                core, capacity=capacity, cluster=self._cluster, engines=self._engines
+            ),
             actuator=self._actuator,
             reader=self._reader,
             now=self._now,

@@ -14,12 +14,11 @@ from typing import Any, TypeVar
 
 import structlog
 
-from bellows.autoscaler import Rescale, Start
+from bellows.autoscaler import Autoscaler, Mode, Rescale, Start
 from bellows.inputs import DATA_ERRORS, brief
 from bellows.jobs import Allocation
 from bellows.kube import Arrived, Invalid, JobView, KindAdapter, Skipped
 from bellows.kube.journal import Journal, Phase
-from bellows.optimizer.solving import RENT
 from bellows.service.intake import Intake
 from bellows.service.parts import Part, Parts
 from bellows.service.scoping import Scope, object_key
@@ -121,7 +120,8 @@ class Rebuild(Part):
         process, which takes a second or more; meeting the likely shapes now, before events
         are consumed, keeps those seconds out of the first windows' latency (later, in
         ``run_controller``, a kernel not met here compiles in the background while the
-        NumPy engine answers: :meth:`RentRule.in_background`). The copies
+        NumPy engine answers: :meth:`RentRule.in_background` on the rent rule the runner
+        owns and passes in, :attr:`Autoscaler.engines`). The copies
         (:meth:`Autoscaler.fork`) and their decisions are thrown away. The NumPy path
         compiles nothing, so it skips this. Returns the seconds it took.
         """
@@ -132,19 +132,27 @@ class Rebuild(Part):
         started = self._timer()
         later = now + 1.0
         # "auto" would rent NumPy for a new shape (docs/optimizer.md): here it compiles now
-        with RENT.compiling():
+        with self._auto.engines.rent.compiling():
             for name in kinds.values():
                 leaving = self._auto.fork()
                 leaving.finish(name, later)
-                leaving.step(later)
+                leaving.step(_first_step(leaving, later))
                 coming = self._auto.fork()
                 spec = self._auto.job(name)
                 coming.arrive(dataclasses.replace(spec, name=f"{spec.name}-rehearsal"), later)
-                coming.step(later)
+                coming.step(_first_step(coming, later))
         seconds = self._timer() - started
         if kinds:
             _log.info("rebuild.rehearsed", seconds=round(seconds, 3))
         return seconds
+
+
+def _first_step(core: Autoscaler, now: float) -> float:
+    """When the step a fact fed at ``now`` leads to first is rehearsed: at once in Bellows
+    mode (a fill, if GPUs are free while jobs wait), at the round the core's clock has due
+    in paper mode (it decides only in rounds)."""
+    due = core.next_round_at()
+    return now if core.config.mode is Mode.BELLOWS or due is None else max(due, now)
 
 
 def _lean(view: JobView) -> JobView:

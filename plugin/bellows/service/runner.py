@@ -12,14 +12,13 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
 
 import structlog
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from nats.js import JetStreamContext
 
-from bellows.autoscaler import AutoscalerConfig, Mode
+from bellows.autoscaler import Engines
 from bellows.bus import (
     Batcher,
     EventConsumer,
@@ -35,7 +34,7 @@ from bellows.jobs import SpecError
 from bellows.kube import Actuator, JobReader, KindAdapter, KubeApi, keys
 from bellows.kube.adapters import ALL_KINDS, KINDS
 from bellows.kube.client import client_from_config
-from bellows.optimizer.solving import RENT
+from bellows.optimizer.solving import RentRule
 from bellows.scaling import ClusterProfile, default_cluster, load_cluster_profile
 from bellows.service import capacity
 from bellows.service.allocator import release_free_heap
@@ -198,6 +197,7 @@ async def _started_controller(
     metrics: Metrics,
     stop: asyncio.Event,
     health: Health | None = None,
+    engines: Engines | None = None,
 ) -> Pools | None:
     """The pools' controllers (one, the default pool, unless ``controller.kueue.enabled``),
     their state rebuilt from the cluster; ``None`` if ``stop`` came first.
@@ -227,8 +227,9 @@ async def _started_controller(
             wait = min(wait * 2, longest)
             continue
         pools = _pools(
-            config, api=api, clock=clock, cluster=cluster, metrics=metrics, capacity=capacity
-        )
+            config, api=api, clock=clock, cluster=cluster, metrics=metrics, capacity=capacity,
+            engines=engines,
+        )  # fmt: skip
         _log.info("controller.leading", capacity=capacity, kueue=config.controller.kueue.enabled)
         try:
             await pools.rebuild()
@@ -252,13 +253,15 @@ def _pools(
     cluster: ClusterProfile,
     metrics: Metrics,
     capacity: int,
+    engines: Engines | None = None,
 ) -> Pools:
-    """Fresh controllers for every pool, on ``capacity`` GPUs (not yet rebuilt)."""
+    """Fresh controllers for every pool, on ``capacity`` GPUs (not yet rebuilt), their cores
+    on ``engines`` (the process's rent rule and compile-ahead worker)."""
     namespaces = _namespaces(config)
     kueue = config.controller.kueue.enabled
     return Pools(
         api=api,
-        core=_core_config(config),
+        core=config.controller.autoscaler_config(),
         cluster=cluster,
         capacity=capacity,
         actuator=Actuator(
@@ -280,18 +283,8 @@ def _pools(
         wall_to_clock=clock.at,
         observer=MetricsObserver(metrics),
         queues=_queue_index(config, api) if kueue else None,
+        engines=engines,
     )
-
-
-def _paper(config: BellowsConfig) -> bool:
-    return config.controller.autoscaler_config().mode is Mode.PAPER
-
-
-def _core_config(config: BellowsConfig) -> AutoscalerConfig:
-    """The core's settings: in paper mode the pump's window is Δ and the core decides at
-    every window with news; in Bellows mode the core keeps its own Δ grid."""
-    core = config.controller.autoscaler_config()
-    return replace(core, delta_s=0.0) if core.mode is Mode.PAPER else core
 
 
 @contextlib.asynccontextmanager
@@ -324,13 +317,19 @@ async def run_controller(
 ) -> None:
     """The controller process: consume events, decide, act — while holding its Lease.
 
-    The optimizer compiles in the background here (:meth:`RentRule.in_background`): a
-    round that meets a kernel not yet compiled is solved by the NumPy engine (the same
-    allocation) while XLA compiles it beside, so no window waits seconds for a compile.
+    The optimizer compiles in the background here: this process's rent rule, made here,
+    starts its compile-ahead worker (:meth:`RentRule.in_background`) and is passed to every
+    pool's core. A round that meets a kernel not yet compiled is solved by the NumPy engine
+    (the same allocation) while XLA compiles it beside, so no round waits seconds for a
+    compile. Kernels compiled serve every later controller of this process (a lease lost
+    and won again).
     """
     clock = clock or ServiceClock()
-    with RENT.in_background():
-        await _run_controller(config, stop=stop, api_client=api_client, clock=clock)
+    rent = RentRule()
+    with rent.in_background():
+        await _run_controller(
+            config, stop=stop, api_client=api_client, clock=clock, engines=Engines(rent=rent)
+        )
 
 
 async def _run_controller(
@@ -339,6 +338,7 @@ async def _run_controller(
     stop: asyncio.Event,
     api_client: k8s.ApiClient | None,
     clock: ServiceClock,
+    engines: Engines,
 ) -> None:
     async with _component(config, "controller", api_client) as (api, js, metrics, health):
         health.set_ready("nats", True)
@@ -349,7 +349,7 @@ async def _run_controller(
             try:
                 controller = await _started_controller(
                     config, api_client=api.api_client, api=api, clock=clock, cluster=cluster,
-                    metrics=metrics, stop=either, health=health,
+                    metrics=metrics, stop=either, health=health, engines=engines,
                 )  # fmt: skip
                 if controller is None:
                     return  # stopped (or the lease lost) before the state was rebuilt
@@ -387,21 +387,17 @@ def _event_pump(
     metrics: Metrics,
     health: Health,
 ) -> EventPump:
-    """The pump from the consumer to the pools' controllers: in paper mode its window is
-    Δ, with the paper's early trigger; in Bellows mode every event goes at once."""
-    paper = _paper(config)
-    window = config.controller.autoscaler_config().delta_s if paper else 0.0
+    """The pump from the consumer to the pools' controllers, in every mode: it delivers
+    each fetch at once; the core's clock says when rounds are due."""
     return EventPump(
         consumer,
-        Batcher(delta_s=window, start=clock.now()),
+        Batcher(),
         controller.apply,
         clock=clock.now,
         max_deliver=config.nats.max_deliver,
         ack_wait_s=config.nats.ack_wait_s,
         observer=metrics,
         heartbeat=health.register_loop("consume"),
-        early=controller.closes_window if paper else None,
-        immediate=not paper,
     )
 
 

@@ -32,12 +32,17 @@ class Settler(Part):
         super().__init__(parts)
         self._now = now
         self._timer = timer
+        self.rounds = 0  # the core's rounds run (not fills): the pump acks after them
 
     async def round(self, now: float) -> float:
         """Step the core and drive its decisions; returns the seconds of the step."""
         started = self._timer()
+        before = self._auto.last_round
         decisions = self._auto.step(now)
         seconds = self._timer() - started
+        ran = self._auto.last_round
+        if ran is not before and ran is not None and ran.kind == "round":
+            self.rounds += 1
         await self.settle(decisions, now, seconds=seconds)
         await self._note_keeps(decisions)
         return seconds

@@ -44,7 +44,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from bellows.autoscaler import Autoscaler, AutoscalerConfig, Mode
+from bellows.autoscaler import Autoscaler, AutoscalerConfig, Engines, Mode
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
 from bellows.jobs import JobSpec, SpecError
 from bellows.scaling import (
@@ -255,6 +255,7 @@ class _Run:
         efficiency: Mapping[str, EfficiencyProfile] | None = None,
         nodes: bool = False,
         pollux: bool = False,
+        engines: Engines | None = None,
     ) -> None:
         self.config = config
         self.nodes = Nodes(gpus, cluster.gpus_per_node) if nodes else None
@@ -262,7 +263,7 @@ class _Run:
         self.timer = timer
         self.auto: Autoscaler | PolluxPolicy = (
             PolluxPolicy(config, capacity=gpus, cluster=cluster) if pollux
-            else Autoscaler(config, capacity=gpus, cluster=cluster)
+            else Autoscaler(config, capacity=gpus, cluster=cluster, engines=engines)
         )  # fmt: skip
         self.capacity = gpus
         self.heap = EventHeap()
@@ -517,6 +518,7 @@ def run(
     efficiency: Mapping[str, EfficiencyProfile] | None = None,
     nodes: bool = False,
     pollux: bool = False,
+    engines: Engines | None = None,
 ) -> SimResult:
     """Simulate ``trace`` on ``gpus`` GPUs under ``config`` until every event is processed.
 
@@ -535,6 +537,8 @@ def run(
     ``pollux``: the Pollux reference (:mod:`bellows.sim.pollux`) decides instead of the core,
     every ``config.delta_s``, charged ``config``'s restart costs; it places jobs per node
     itself, so it needs ``nodes``, and models neither capacity changes nor learning.
+    ``engines``: the core's (:class:`~bellows.autoscaler.Engines`; ``None``: the run's own);
+    the same outputs whichever.
     """
     if pollux and (not nodes or capacity_changes or learning is not None):
         raise SpecError(
@@ -546,7 +550,7 @@ def run(
     state = _Run(
         trace, gpus=gpus, config=config, cluster=cluster,
         capacity_changes=capacity_changes, timer=timer, learning=learning,
-        efficiency=efficiency, nodes=nodes, pollux=pollux,
+        efficiency=efficiency, nodes=nodes, pollux=pollux, engines=engines,
     )  # fmt: skip
     state.loop(progress)
     wall = timer() - started

@@ -7,7 +7,8 @@ compression. When every job has finished or been rejected, the same trace runs t
 simulator, and the two summaries are set side by side with the paper's own
 simulator-vs-cluster tolerances (jobs completed within 5 %, SJS efficiency within 5 %, drop
 ratio within 4 points). Both runs use one mode: Bellows mode by default (starts at events,
-rounds on the core's Δ grid), or the paper's (``paper=True``: one round per Δ window).
+rounds on the core's Δ grid), or the paper's (``paper=True``: rounds on that grid only);
+both halves decide when a round is due with the same core clock.
 With ``wrong_priors`` the jobs train at another speed than annotated and report progress,
 the controller learns online (or not: ``learn=False``), and the simulator half replays the
 true profiles (:mod:`bellows.twin.wrong_priors`). With ``kueue_crds`` the emulated cluster
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -283,7 +284,6 @@ async def run_demo(
     # the NumPy engine, the simulator a JAX path ("dense": "auto" would pick NumPy at these
     # sizes, see docs/optimizer.md).
     live_config = options.config(optimizer="numpy")
-    delta_s = live_config.delta_s
     horizon_s = options.minutes * 60.0
     truth = true_speeds(trace) if options.wrong_priors else None
     async with _stack(options, cluster, truth) as parts:
@@ -296,8 +296,7 @@ async def run_demo(
         queues = QueueIndex(api, namespaces=(NAMESPACE,)) if options.kueue else None
         controller = Pools(
             api=api,
-            # paper mode: the pump's window is Δ; Bellows mode: the core keeps its grid
-            core=replace(live_config, delta_s=0.0) if options.paper else live_config,
+            core=live_config,  # the core's clock decides the rounds, as in the simulator
             cluster=cluster,
             capacity=options.gpus,
             # the controller's default placement (pack): every sizing patch asks for it
@@ -318,14 +317,12 @@ async def run_demo(
         consumer = await EventConsumer.open(js, settings)
         pump = EventPump(
             consumer,
-            Batcher(delta_s=delta_s if options.paper else 0.0, start=0.0),
+            Batcher(),
             controller.apply,
             clock=clock.now,
             max_deliver=settings.max_deliver,
             ack_wait_s=settings.ack_wait_s,
             poll_s=0.05,
-            early=controller.closes_window if options.paper else None,
-            immediate=not options.paper,
         )
         tasks = [asyncio.create_task(b.run(stop)) for b in bridges]
         tasks += [asyncio.create_task(queues.watch())] if queues is not None else []
