@@ -208,7 +208,7 @@ def tsf_tables(
         width = max((job.k_max for job in jobs), default=1)
     return _goodput_tables(
         jobs, cluster, fixed_batch=fixed_batch, width=width, efficiency=efficiency,
-        progress=progress,
+        progress=progress, compiled=compiled,
     )  # fmt: skip
 
 
@@ -400,6 +400,7 @@ def _goodput_tables(
     width: int,
     efficiency: Sequence[EfficiencyProfile | None],
     progress: Sequence[float] | None,
+    compiled: bool = True,
 ) -> TsfTables:
     """The tables with the rows of jobs that carry an efficiency profile made goodput rows.
 
@@ -420,7 +421,7 @@ def _goodput_tables(
     chosen = set(good)
     rest = [j for j in range(n) if j not in chosen]
     base = _throughput_tables([jobs[j] for j in rest], cluster, fixed_batch=fixed_batch,
-                              width=width)  # fmt: skip
+                              width=width, compiled=compiled)  # fmt: skip
     values = np.full((n, width + 1), -np.inf)
     batch = np.zeros((n, width + 1), dtype=np.int64)
     rate = np.zeros((n, width + 1))
