@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from bellows.autoscaler import Autoscaler, AutoscalerConfig, Objective
-from bellows.autoscaler.objectives import REMAINING_EXPONENT, objective_values
+from bellows.autoscaler import Autoscaler, AutoscalerConfig, Objective, core
+from bellows.autoscaler.objectives import REMAINING_EXPONENT, objective_values, shared_remaining
 from bellows.autoscaler.pricing import exact
 from bellows.jobs import JobSpec, SpecError
 from bellows.scaling import default_cluster, tsf_tables
@@ -97,3 +97,34 @@ def test_objective_is_checked_and_paper_mode_keeps_the_sum_of_speedups() -> None
         AutoscalerConfig(objective="fastest")  # type: ignore[arg-type]
     assert AutoscalerConfig.paper().objective is Objective.SPEEDUP
     assert AutoscalerConfig().objective is Objective.SPEEDUP
+
+
+def _swap_setting(share: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Two jobs of one template: the long one took the cluster's 8 first, the short one
+    (1 % of its work) the 4 left; the next rounds under ``remaining``."""
+    if not share:  # each job weighted by its own remaining time, as before templates shared
+        monkeypatch.setattr(core, "shared_remaining", lambda remaining, groups: remaining)
+    auto = Autoscaler(
+        AutoscalerConfig(objective=Objective.REMAINING), capacity=12, cluster=default_cluster()
+    )
+    spec = {"k_max": 8, "b_max": 4096, "m_max": 256, "weights": 1_000_000}
+    auto.arrive(make_job("long", work=1e12, **spec), 0.0)
+    auto.step(0.0)
+    auto.arrive(make_job("short", work=1e10, **spec), 1.0)
+    auto.step(1.0)
+    before = {name: a.gpus for name, a in auto.allocations.items()}
+    assert before == {"long": 8, "short": 4}
+    for now in (1.0e3, 2.0e3, 3.0e3):
+        auto.step(now)
+    return {name: a.gpus for name, a in auto.allocations.items()}
+
+
+def test_remaining_never_swaps_two_jobs_of_one_template(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _swap_setting(True, monkeypatch) == {"long": 8, "short": 4}
+    # each job's own weight: the short one's is higher, and the two trade their counts
+    assert _swap_setting(False, monkeypatch) == {"long": 4, "short": 8}
+
+
+def test_shared_remaining_is_the_mean_of_each_group() -> None:
+    out = shared_remaining(np.array([100.0, 300.0, 50.0, 7.0]), np.array([0, 0, -1, 3]))
+    np.testing.assert_array_equal(out, [200.0, 200.0, 50.0, 7.0])

@@ -49,7 +49,7 @@ from bellows.autoscaler.config import (
 )
 from bellows.autoscaler.decisions import Decision, Keep, Preempt, Reject, Rescale, Start
 from bellows.autoscaler.engines import Engines
-from bellows.autoscaler.objectives import Objective, objective_values
+from bellows.autoscaler.objectives import Objective, objective_values, shared_remaining
 from bellows.autoscaler.pricing import exact, kept, priced
 from bellows.autoscaler.progress import RunningJob, done_at_all
 from bellows.autoscaler.reasons import (
@@ -595,6 +595,12 @@ class Autoscaler:
             work = np.array([s.jobs[n].work for n in names])
             rate = np.array([s.rows[n].x1 for n in names])
             remaining = np.maximum(work - np.array(done), 0.0) / rate
+            kinds: dict[tuple[object, ...], int] = {}  # running jobs of a template: one weight
+            groups = np.full(len(names), -1, dtype=np.int64)
+            for i, (name, run) in enumerate(zip(names, runs, strict=True)):
+                if run is not None:
+                    groups[i] = kinds.setdefault(self._template(s.jobs[name]), len(kinds))
+            remaining = shared_remaining(remaining, groups)
         terms = objective_values(values, objective, remaining)
         keep = np.array([-1 if r is None or r.allocation.gpus >= terms.shape[1]
                          else r.allocation.gpus for r in runs], dtype=np.int64)  # fmt: skip

@@ -17,7 +17,13 @@ a term, so every one of them is solved exactly:
   speedup weighted by a power of the inverse of the job's remaining one-GPU time ``T``
   (``T_0 = REMAINING_UNIT_S``, so every weight is in ``(0, 1]`` and sums stay in the exact
   grid's range). GPUs lean to the jobs nearest their end (shortest-remaining-first, softened: with
-  the power 1 jobs traded GPUs whenever their order changed).
+  the power 1 jobs traded GPUs whenever their order changed). The running jobs of one
+  template (one speedup table) share one weight, that of their mean ``T``
+  (:func:`shared_remaining`): two of them with different weights would trade GPU counts
+  whenever the weighted gain beat the two restarts priced in (a *pure swap*, two halts for
+  no throughput: 15 on the ITP replay with each job's own ``T``); with one weight on one
+  table, and the restart priced into every move, exchanging their counts is always worth
+  less than keeping them. Waiting jobs keep their own ``T`` (a start is no swap).
 
 Values that are ``-inf`` (counts a job may not take) stay ``-inf``, and every finite one stays
 finite: an objective changes what a count is worth, never which counts are allowed.
@@ -30,7 +36,7 @@ from enum import StrEnum
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["REMAINING_EXPONENT", "Objective", "objective_values"]
+__all__ = ["REMAINING_EXPONENT", "Objective", "objective_values", "shared_remaining"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -74,3 +80,16 @@ def objective_values(values: F64, objective: Objective, remaining_s: F64 | None 
         raise ValueError("remaining_s: one remaining time per row is needed")
     weight = (REMAINING_UNIT_S / np.maximum(remaining_s, REMAINING_UNIT_S)) ** REMAINING_EXPONENT
     return np.asarray(np.where(finite, values * weight[:, None], -np.inf), dtype=np.float64)
+
+
+def shared_remaining(remaining_s: F64, groups: npt.NDArray[np.int64]) -> F64:
+    """``remaining_s`` with every job of one group (``groups[j] >= 0``; -1: no group) given
+    the group's mean, in row order: :attr:`Objective.REMAINING` weights the running jobs of
+    one template alike (the module docstring says why)."""
+    out = np.array(remaining_s, dtype=np.float64)
+    grouped = groups >= 0
+    if grouped.any():
+        _, inverse = np.unique(groups[grouped], return_inverse=True)
+        sums = np.bincount(inverse, weights=out[grouped])
+        out[grouped] = (sums / np.bincount(inverse))[inverse]
+    return out
