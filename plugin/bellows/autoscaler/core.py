@@ -440,15 +440,17 @@ class Autoscaler:
         if self._charged:
             self._goodput_rows(names, now)
         lone = len(names) == 1 and not required and self.shortcuts
-        if lone and self._config.objective is Objective.SPEEDUP:
-            # most fills: one waiting job and the free GPUs; admitted when it fits (another
-            # objective's terms are not the row's grid: those go through _values)
+        if lone:  # most fills: one waiting job and the free GPUs; admitted when it fits
             row = self._s.rows[names[0]]
             if row.min_gpus > capacity:
                 return 0, 0.0
-            k = best_count(row.grid, row.min_gpus, capacity)
+            worth, grid = row.values, row.grid
+            if self._config.objective is not Objective.SPEEDUP:  # its terms, on their grid
+                terms, graded = self._objective(names, worth[None, :], grid[None, :], [None], now)
+                worth, grid = terms[0], graded[0]
+            k = best_count(grid, row.min_gpus, capacity)
             decisions.extend(self._apply({names[0]: k}, now))
-            return 1, float(row.values[k])
+            return 1, float(worth[k])
         values, graded = self._values(names, capacity, now)
         for i, name in enumerate(names[:required]):
             if floors and (floor := floors.get(name, 0)) > 1:
