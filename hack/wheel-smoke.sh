@@ -59,8 +59,10 @@ step "bellows --version"
 "$bellows" --version
 
 step "the compiled parts (the DP layers, the TSF rows' weighing) are in the wheel and load"
-"$work/venv/bin/python" -c 'from bellows.optimizer import windowed; assert windowed.COMPILED'
-"$work/venv/bin/python" -c 'from bellows.scaling import tables; assert tables.COMPILED'
+"$work/venv/bin/python" -c 'from bellows.optimizer import _windowed, windowed
+assert windowed._compiled_run is _windowed.run'
+"$work/venv/bin/python" -c 'from bellows.scaling import _batches, tables
+assert tables._compiled_best is _batches.best'
 
 step "bellows simulate on a generated trace"
 "$bellows" workload generate --pattern bursty --minutes 60 --categories 1,2,3,4 --gpus 16 \
