@@ -83,7 +83,8 @@ class Store:
         # Each resource's (namespace, name) keys in order, as of a revision (a list pages
         # through it without sorting every object again), and each stored object's JSON,
         # valid while that very object is the stored one (a write stores a new object).
-        self._sorted: dict[str, tuple[int, list[tuple[str, str]]]] = {}
+        # each resource's (namespace, name) in order; dropped when one is created or deleted
+        self._sorted: dict[str, list[tuple[str, str]]] = {}
         self._encoded: dict[tuple[str, str, str], tuple[dict[str, Any], bytes]] = {}
         # Every subscriber's queue, and whether it serves an HTTP watch (close_watches ends those).
         self._subscribers: dict[asyncio.Queue[Change | None], bool] = {}
@@ -118,13 +119,13 @@ class Store:
         self, res: ResourceType, namespace: str | None, matchers: Iterable[Matcher] = ()
     ) -> tuple[list[dict[str, Any]], int]:
         checks = list(matchers)
-        items = [
-            copy.deepcopy(obj)
-            for (key, ns, _), obj in sorted(self._objects.items())
-            if key == res.key
-            and (namespace is None or ns == namespace)
-            and all(m(obj) for m in checks)
-        ]
+        key = res.key
+        found = (
+            self._objects[(key, ns, name)]
+            for ns, name in self._keys(key)
+            if namespace is None or ns == namespace
+        )
+        items = [copy.deepcopy(obj) for obj in found if all(m(obj) for m in checks)]
         return items, self._revision
 
     def encoded(self, res: ResourceType, ns: str, name: str) -> bytes:
@@ -143,10 +144,9 @@ class Store:
 
     def _keys(self, key: str) -> list[tuple[str, str]]:
         cached = self._sorted.get(key)
-        if cached is None or cached[0] != self._revision:
-            found = sorted((ns, name) for (k, ns, name) in self._objects if k == key)
-            cached = self._sorted[key] = (self._revision, found)
-        return cached[1]
+        if cached is None:
+            cached = self._sorted[key] = sorted((ns, n) for (k, ns, n) in self._objects if k == key)
+        return cached
 
     def page_keys(
         self,
@@ -351,6 +351,7 @@ class Store:
                 "expected Background, Foreground or Orphan",
             )
         del self._objects[(res.key, ns, name)]
+        self._sorted.pop(res.key, None)
         self._encoded.pop((res.key, ns, name), None)
         self._revision += 1
         gone = copy.deepcopy(current)
@@ -479,6 +480,8 @@ class Store:
         self._revision += 1
         obj["metadata"]["resourceVersion"] = str(self._revision)
         self._objects[(res.key, ns, name)] = obj
+        if old is None:  # a new name: the resource's order changes (an update keeps it)
+            self._sorted.pop(res.key, None)
         self._encoded.pop((res.key, ns, name), None)
         kind = "ADDED" if old is None else "MODIFIED"
         self._record(Change(self._revision, res.key, kind, copy.deepcopy(obj), old))
