@@ -3,6 +3,7 @@ rule, the p = -1 objective solved exactly, its restart factor, and runs in the s
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -17,7 +18,7 @@ from bellows.autoscaler.decisions import Preempt, Rescale, Start
 from bellows.cli.main import main
 from bellows.jobs import SpecError
 from bellows.optimizer import allocate
-from bellows.scaling import MODEL_EFFICIENCY, default_cluster
+from bellows.scaling import MODEL_EFFICIENCY, default_cluster, throughput
 from bellows.sim import run
 from bellows.sim.comparing import jobs_csv_over_commit
 from bellows.sim.metrics import write_jobs_csv
@@ -251,3 +252,36 @@ def test_the_exploration_cap_at_most_doubles_a_job_each_round() -> None:
     free.arrive(make_job("a", k_max=16, weights=1_000_000), 0.0)
     free.step(60.0, lambda name: 0)
     assert sum(g for _, g in free.placement("a")) == 16
+
+
+def test_a_job_retuned_in_place_is_charged_no_faster_than_its_best_batch_allows(
+    tmp_path: Path,
+) -> None:
+    """A lone imagenet job on one GPU: Pollux retunes its batch in place as its progress
+    moves (20, 70, ... 115, all below M0 = 200). Each segment is charged the progress its
+    samples make (``EfficiencyProfile.progress_after``), so the run can be no faster than
+    always running at the best goodput of the moment: ``integral ds / max_b X(b) E(b, s)``.
+    Before the inverse was fixed below M0 it finished in 5.3 min, against that bound's
+    14.1 (14.2 min now)."""
+    (job,) = _trace(tmp_path, ["a,0,imagenet,1,200"])
+    job = dataclasses.replace(job, spec=dataclasses.replace(job.spec, work=207_898.0))
+    result = run([job], gpus=1, config=CONFIG, cluster=CLUSTER, nodes=True, pollux=True,
+                 efficiency=MODEL_EFFICIENCY)  # fmt: skip
+    (record,) = result.jobs
+    assert len({s.batch for s in record.segments}) >= 3  # retuned in place, several times
+    profile = MODEL_EFFICIENCY["imagenet"]
+    batches = np.arange(job.spec.b_min, job.spec.m_max + 1)
+    rates = np.array([throughput(job.spec, 1, int(b), CLUSTER) for b in batches])
+    edges = np.linspace(0.0, job.spec.work, 4001)
+    middle = (edges[1:] + edges[:-1]) / 2
+    best = (rates[:, None] * profile.efficiency(batches[:, None], middle[None, :])).max(axis=0)
+    bound = float((np.diff(edges) / best).sum())
+    assert record.finish_s is not None
+    assert record.finish_s >= bound * 0.999
+    done = 0.0
+    for seg in record.segments:  # each segment's samples make the progress it was credited
+        samples = throughput(job.spec, seg.gpus, seg.batch, CLUSTER) * (seg.end_s - seg.start_s)
+        after = float(profile.progress_after(seg.batch, done, samples))
+        assert float(profile.samples_between(seg.batch, done, after)) == pytest.approx(samples)
+        done = after
+    assert done == pytest.approx(job.spec.work, rel=1e-6)

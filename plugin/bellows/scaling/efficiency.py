@@ -159,15 +159,23 @@ class EfficiencyProfile:
     ) -> F64:
         """Progress (reference samples) after ``samples`` more samples at constant ``batch``
         from ``start``: the inverse of :meth:`samples_between` (what a simulator charges a
-        job for an interval at one batch). Newton's method from below (``1/E`` falls as
-        progress grows, so every iterate stays below the answer), to 1e-12 relative."""
+        job for an interval at one batch), to 1e-12 relative.
+
+        Newton's method on ``samples_between(b, start, end) = samples``, whose slope in ``end``
+        is ``1/E(b, end)``, from ``start + samples * E(b, start)``. ``E`` moves one way through
+        training for a given batch: it falls toward 1 below ``M0`` (``1/E`` rises: the guess is
+        above the answer, the function convex, every iterate stays above it) and rises toward
+        1 above ``M0`` (the guess below, the function concave, every iterate below): Newton
+        converges monotonically from either side. (It once only stepped up, as if ``E`` fell
+        at every batch: below ``M0`` it kept the guess, ``E`` at the interval's start for the
+        whole interval, up to ``M0 / b`` times the progress where ``phi`` starts from 0.)"""
         b, lo, n = np.broadcast_arrays(_batches(batch), _progress(start), _progress(samples))
         end = np.minimum(lo + n * self._efficiency(b, lo), MAX_WORK)
         for _ in range(60):  # every iterate in [lo, MAX_WORK]: checked once, above
             missing = n - self._samples_between(b, lo, end)
-            step = np.maximum(missing, 0.0) * self._efficiency(b, end)
-            end = np.minimum(end + step, MAX_WORK)
-            if np.all(step <= 1e-12 * np.maximum(end, 1.0)):
+            step = missing * self._efficiency(b, end)
+            end = np.clip(end + step, lo, MAX_WORK)
+            if np.all(np.abs(step) <= 1e-12 * np.maximum(end, 1.0)):
                 break
         return np.asarray(end, dtype=np.float64)
 
