@@ -10,7 +10,7 @@ import pytest
 
 from bellows.autoscaler import Autoscaler, AutoscalerConfig, Mode, Policy
 from bellows.autoscaler.core import GOODPUT_STEPS
-from bellows.autoscaler.decisions import Start
+from bellows.autoscaler.decisions import Decision, Rescale, Start
 from bellows.scaling import MODEL_EFFICIENCY, default_cluster, throughput, tsf_tables
 from bellows.sim import run
 from bellows.sim.grids import read_grid
@@ -103,6 +103,45 @@ def test_bellows_mode_starts_a_charged_job_at_its_goodput_batch(tmp_path: Path) 
     plain = tsf_tables([job.spec], CLUSTER, fixed_batch=False)
     assert start.batch == int(good.batch[0, start.gpus])
     assert start.batch < int(plain.batch[0, start.gpus])  # goodput picks a smaller batch
+
+
+def test_a_running_job_is_estimated_at_the_goodput_of_its_current_step(tmp_path: Path) -> None:
+    """Below M0 (imagenet at batch 20, M0 = 200) E falls as training goes on. A running
+    job entering a later step of its work is estimated at what its batch makes *there*, and
+    its move to that step's batch weighed against it: with its first step's E kept, the
+    estimate ran ahead and the job stayed at batch 20 to its end (bursty 400 charged: 960
+    such 1-GPU imagenet jobs, 17.0 min each against 14.2 at Pollux's batches)."""
+    (job,) = _pollux(tmp_path, ["a,0,imagenet,1,200"])
+    spec = dataclasses.replace(job.spec, work=207_898.0)
+    profile = MODEL_EFFICIENCY["imagenet"]
+    auto = Autoscaler(AutoscalerConfig(queue=True, restart_s=60.0), capacity=1, cluster=CLUSTER)
+    auto.charge(spec.name, profile)
+    auto.arrive(spec, 0.0)
+    (start,) = auto.step(0.0)
+    assert isinstance(start, Start)
+    assert (start.gpus, start.batch) == (1, 20)
+    moved: list[Decision] = []
+    at = 0.0
+    for i in range(1, 8):  # a waiting job arrives every 150 s: a round runs at the next
+        at = 150.0 * i
+        auto.arrive(dataclasses.replace(spec, name=f"w{i}"), at)
+        while (due := auto.next_round_at()) is not None and due <= at:
+            moved += [d for d in auto.step(due) if d.job == spec.name]
+        moved += [d for d in auto.step(at) if d.job == spec.name]
+        if moved:
+            break
+    (move,) = moved
+    assert isinstance(move, Rescale)
+    assert (move.gpus_from, move.gpus, move.batch_from) == (1, 1, 20)
+    assert move.batch > 20
+    # the move was weighed against batch 20's goodput in the step the estimate is in
+    done = auto.estimated_done(spec.name, at)
+    step = int(GOODPUT_STEPS * done / spec.work)
+    middle = spec.work * (step + 0.5) / GOODPUT_STEPS
+    good = tsf_tables([spec], CLUSTER, fixed_batch=False, efficiency=[profile], progress=[middle])
+    assert move.batch == int(good.batch[0, 1])
+    stay = throughput(spec, 1, 20, CLUSTER) * float(profile.efficiency(20, middle))
+    assert float(good.goodput[0, 1]) > stay
 
 
 def test_paper_mode_and_the_baseline_ignore_charge(tmp_path: Path) -> None:

@@ -847,6 +847,7 @@ class Autoscaler:
         s = self._s
         todo: dict[tuple[object, ...], tuple[JobSpec, EfficiencyProfile, float]] = {}
         keys: dict[str, tuple[object, ...]] = {}
+        steps: dict[str, int] = {}
         for name in names:
             profile = self._charged.get(name)
             if profile is None:
@@ -855,6 +856,7 @@ class Autoscaler:
             done = run.done_at(now) if run is not None else s.carried.get(name, 0.0)
             step = min(GOODPUT_STEPS - 1, int(GOODPUT_STEPS * max(done, 0.0) / job.work))
             key = keys[name] = (*self._template(job), profile, step)
+            steps[name] = step
             if key not in self._row_cache:  # E at the step's middle: its rate's mean, nearly
                 todo.setdefault(key, (job, profile, job.work * (step + 0.5) / GOODPUT_STEPS))
         if todo:
@@ -862,7 +864,31 @@ class Autoscaler:
             rows = self._compute_rows([p[0] for p in parts], [(p[1], p[2]) for p in parts])
             self._row_cache.update(zip(todo, rows, strict=True))
         for name, key in keys.items():
-            s.rows[name] = self._row_cache[key]
+            row = self._row_cache[key]
+            run = s.running.get(name)
+            if run is not None and s.rows.get(name) is not row:
+                s.running[name] = self._regoodput(name, run, row, steps[name], now)
+            s.rows[name] = row
+
+    def _regoodput(
+        self, name: str, run: RunningJob, row: _Row, step: int, now: float
+    ) -> RunningJob:
+        """A running job entering the next step of its work: its estimate goes on at the
+        goodput of what it holds *there* (the new row's where its batch is the row's, else
+        ``X(b, k) E(b)`` at the step's middle), not at the goodput of the step it was placed
+        in. Below ``M0`` E falls as training goes on: a job left at its first batch was
+        credited its first step's E to the end, so its estimate ran ahead, and the choice to
+        move it to the new row's batch (:meth:`_batch_move_pays`) weighed that stale rate
+        against the new step's."""
+        held = run.allocation
+        if row.batch[held.gpus] == held.batch:
+            rate = float(row.rate[held.gpus])
+        else:
+            job, profile = self._s.jobs[name], self._charged[name]
+            middle = job.work * (step + 0.5) / GOODPUT_STEPS
+            gain = float(profile.efficiency(held.batch, middle))
+            rate = throughput(job, held.gpus, held.batch, self._cluster) * gain
+        return RunningJob(held, rate, run.done_at(now), now, run.paused_until)
 
     def _row(self, job: JobSpec) -> _Row:
         """The job's row, from the template cache or computed now."""
