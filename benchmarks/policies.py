@@ -4,6 +4,7 @@
                                   [--gpus 400 --minutes 480 --period-min 120] [--restart-s 60]
                                   [--min-runtime-s 0] [--charged]
                                   [--objective speedup|fair|remaining] [--restart-growth 0]
+                                  [--pollux [--workloads N ...] [--pollux-retune restart]]
 
 The scenario of issue 10: the paper's 400-GPU bursty workload (categories 1-4, random baseline
 batches, as ``bellows workload generate --pattern bursty --period-min 120 --minutes 480
@@ -257,15 +258,16 @@ def pollux_main(args: argparse.Namespace) -> int:
     tasks = [(s, p) for s in scenarios for p in WITH_POLLUX]
     print(f"{len(tasks)} runs, {args.workers} at a time; efficiency charged and jobs placed on "
           f"nodes for every policy; restart cost {args.restart_s:g} s per halt charged to "
-          "every policy; Pollux = our reimplementation of Pollux's policy (60 s rounds)",
-          flush=True)  # fmt: skip
+          "every policy; Pollux = our reimplementation of Pollux's policy (60 s rounds, "
+          f"batch changes {args.pollux_retune})", flush=True)  # fmt: skip
 
     def done(r: PolicyRun) -> None:
         print(f"  {r.scenario:<36} {r.policy:<8} {r.wall_s:7.1f} s", flush=True)
 
     runs = run_many(tasks, workers=args.workers, restart_s=args.restart_s, on_done=done,
                     min_runtime_s=args.min_runtime_s, objective=Objective(args.objective),
-                    restart_growth=args.restart_growth)  # fmt: skip
+                    restart_growth=args.restart_growth,
+                    pollux_retune=args.pollux_retune == "in-place")  # fmt: skip
     if workloads:
         print("\n== the eight Pollux workloads, 64 GPUs (16 nodes of 4), E(b) charged, on nodes")
         print_pollux(runs, workloads)
@@ -308,6 +310,10 @@ def _pollux_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workloads", type=int, nargs="+", default=list(range(1, 9)),
                         choices=range(1, 9), metavar="N",
                         help="with --pollux: which Pollux workloads (1-8)")  # fmt: skip
+    parser.add_argument("--pollux-retune", choices=["in-place", "restart"], default="in-place",
+                        help="with --pollux: the reference changes a batch in place, as "
+                             "AdaptDL does (default), or by a restart priced and charged as "
+                             "Bellows mode's")  # fmt: skip
 
 
 def _bellows_arguments(parser: argparse.ArgumentParser) -> None:

@@ -285,3 +285,34 @@ def test_a_job_retuned_in_place_is_charged_no_faster_than_its_best_batch_allows(
         assert float(profile.samples_between(seg.batch, done, after)) == pytest.approx(samples)
         done = after
     assert done == pytest.approx(job.spec.work, rel=1e-6)
+
+
+def test_without_retunes_in_place_a_batch_change_is_a_priced_restart(tmp_path: Path) -> None:
+    """``retune=False`` (Bellows mode's job constraints): the same lone imagenet job changes
+    its batch only by a restart onto its node, which the simulator charges, and only where
+    its goodput there beats the batch it runs by Pollux's restart factor: fewer batch
+    changes than in place, each a rescale, and a later finish."""
+    (job,) = _trace(tmp_path, ["a,0,imagenet,1,200"])
+    job = dataclasses.replace(job, spec=dataclasses.replace(job.spec, work=207_898.0))
+    records = []
+    for retune in (True, False):
+        result = run([job], gpus=1, config=CONFIG, cluster=CLUSTER, nodes=True, pollux=True,
+                     efficiency=MODEL_EFFICIENCY, pollux_retune=retune)  # fmt: skip
+        records.append(result.jobs[0])
+    in_place, restarted = records
+    assert in_place.rescales == 0
+    changes = sum(a.batch != b.batch for a, b in itertools.pairwise(restarted.segments))
+    assert 1 <= changes < len(in_place.segments) - 1
+    assert restarted.rescales == changes
+    assert all(s.gpus == 1 for s in restarted.segments)
+    assert in_place.finish_s is not None
+    assert restarted.finish_s is not None
+    assert restarted.finish_s > in_place.finish_s
+    policy = PolluxPolicy(CONFIG, capacity=1, cluster=CLUSTER, retune=False)
+    policy.charge("a", MODEL_EFFICIENCY["imagenet"])
+    policy.arrive(job.spec, 0.0)
+    decided = [
+        d for t in range(0, 1200, 60) for d in policy.step(float(t), lambda _, t=t: min(9, t // 90))
+    ]
+    assert not any(isinstance(d, Retune) for d in decided)
+    assert any(isinstance(d, Rescale) and d.gpus == d.gpus_from == 1 for d in decided)

@@ -218,9 +218,11 @@ def run_policy(
     min_runtime_s: float = 0.0,
     objective: Objective = Objective.SPEEDUP,
     restart_growth: float = 0.0,
+    pollux_retune: bool = True,
 ) -> PolicyRun:
     """Run ``policy`` on ``scenario``; write its ``jobs.csv`` to a temporary folder and
-    rebuild the GPUs held at every instant from that file alone."""
+    rebuild the GPUs held at every instant from that file alone. ``pollux_retune=False``:
+    the Pollux reference's batch changes are restarts, as Bellows mode's (``run``'s)."""
     profile = default_cluster() if cluster is None else cluster
     pollux = policy == POLLUX
     config = (
@@ -234,7 +236,7 @@ def run_policy(
     charge = MODEL_EFFICIENCY if scenario.charge else None
     result = run(
         trace, gpus=gpus, config=config, cluster=profile, horizon_s=horizon, efficiency=charge,
-        nodes=scenario.nodes or pollux, pollux=pollux,
+        nodes=scenario.nodes or pollux, pollux=pollux, pollux_retune=pollux_retune,
     )  # fmt: skip
     wall = time.perf_counter() - started
     summary = result.summary()
@@ -267,13 +269,14 @@ def policy_tasks(
     min_runtime_s: float = 0.0,
     objective: Objective = Objective.SPEEDUP,
     restart_growth: float = 0.0,
+    pollux_retune: bool = True,
 ) -> list[Task]:
     """Each ``(scenario, policy)`` as a :class:`~bellows.sim.running.Task` whose value is
     its :class:`PolicyRun` (keyed ``scenario/policy``). Replays of real traces are the
     longest runs: they are marked so, so that a parallel runner starts them first."""
     options = {
         "restart_s": restart_s, "keep_result": keep_results, "min_runtime_s": min_runtime_s,
-        "objective": objective, "restart_growth": restart_growth,
+        "objective": objective, "restart_growth": restart_growth, "pollux_retune": pollux_retune,
     }  # fmt: skip
     return [
         Task(
@@ -295,6 +298,7 @@ def run_many(
     min_runtime_s: float = 0.0,
     objective: Objective = Objective.SPEEDUP,
     restart_growth: float = 0.0,
+    pollux_retune: bool = True,
 ) -> list[PolicyRun]:
     """Run every ``(scenario, policy)`` on ``runner`` (default: ``workers`` local processes,
     or this one when ``workers`` is 1; see :mod:`bellows.sim.running`), ``on_done`` called
@@ -307,7 +311,7 @@ def run_many(
 
     work = policy_tasks(
         tasks, restart_s=restart_s, keep_results=keep_results, min_runtime_s=min_runtime_s,
-        objective=objective, restart_growth=restart_growth,
+        objective=objective, restart_growth=restart_growth, pollux_retune=pollux_retune,
     )  # fmt: skip
     values = collect(runner or make_runner(workers), work, {}, on_done=done)
     return [values[_task_key(s, p)] for s, p in tasks]

@@ -256,13 +256,14 @@ class _Run:
         nodes: bool = False,
         pollux: bool = False,
         engines: Engines | None = None,
+        pollux_retune: bool = True,
     ) -> None:
         self.config = config
         self.nodes = Nodes(gpus, cluster.gpus_per_node) if nodes else None
         self.cluster = cluster
         self.timer = timer
         self.auto: Autoscaler | PolluxPolicy = (
-            PolluxPolicy(config, capacity=gpus, cluster=cluster) if pollux
+            PolluxPolicy(config, capacity=gpus, cluster=cluster, retune=pollux_retune) if pollux
             else Autoscaler(config, capacity=gpus, cluster=cluster, engines=engines)
         )  # fmt: skip
         self.capacity = gpus
@@ -519,6 +520,7 @@ def run(
     nodes: bool = False,
     pollux: bool = False,
     engines: Engines | None = None,
+    pollux_retune: bool = True,
 ) -> SimResult:
     """Simulate ``trace`` on ``gpus`` GPUs under ``config`` until every event is processed.
 
@@ -536,7 +538,9 @@ def run(
     every output as before.
     ``pollux``: the Pollux reference (:mod:`bellows.sim.pollux`) decides instead of the core,
     every ``config.delta_s``, charged ``config``'s restart costs; it places jobs per node
-    itself, so it needs ``nodes``, and models neither capacity changes nor learning.
+    itself, so it needs ``nodes``, and models neither capacity changes nor learning;
+    ``pollux_retune=False``: its batch changes are restarts, as Bellows mode's
+    (:class:`~bellows.sim.pollux.PolluxPolicy`'s ``retune``).
     ``engines``: the core's (:class:`~bellows.autoscaler.Engines`; ``None``: the run's own);
     the same outputs whichever.
     """
@@ -551,6 +555,7 @@ def run(
         trace, gpus=gpus, config=config, cluster=cluster,
         capacity_changes=capacity_changes, timer=timer, learning=learning,
         efficiency=efficiency, nodes=nodes, pollux=pollux, engines=engines,
+        pollux_retune=pollux_retune,
     )  # fmt: skip
     state.loop(progress)
     wall = timer() - started

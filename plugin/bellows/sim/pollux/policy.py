@@ -25,6 +25,11 @@ Every ``interval_s`` (Pollux's 60 s; the config's ``delta_s``) it re-optimises e
   then start on what is left at their smallest count. The batch follows the placement.
 * **Batch.** A job that keeps its placement but whose best batch moved (its progress step
   changed) retunes in place (:class:`Retune`), without a restart, as AdaptDL does.
+  ``retune=False`` holds it to the job constraints Bellows mode has (a batch change is a
+  restart, docs/training-contract.md): keeping its placement is then worth its goodput at
+  the batch it runs, and moving to the new best batch on the same nodes is a re-allocation
+  like any other, its speedup multiplied by the restart factor and, when chosen, charged a
+  restart (a :class:`~bellows.autoscaler.decisions.Rescale` onto the same placement).
 * **Exploration cap** (``explore``, on by default). A job gets at most twice the most GPUs
   it has run on (before its first start: its smallest feasible count, 1 mostly), as Pollux's
   scheduler and simulator bound its ``max_replicas``: its throughput model is fitted online
@@ -50,9 +55,9 @@ from bellows.autoscaler.config import restart_s
 from bellows.autoscaler.decisions import Decision, Preempt, Rescale, Start
 from bellows.jobs import JobSpec, SpecError
 from bellows.optimizer import allocate
-from bellows.scaling import ClusterProfile, EfficiencyProfile
+from bellows.scaling import ClusterProfile, EfficiencyProfile, throughput
 from bellows.sim.pollux.packing import Packer, Placement, node_sizes
-from bellows.sim.pollux.speedups import RowCache, Rows
+from bellows.sim.pollux.speedups import STEPS, RowCache, Rows
 
 __all__ = ["FAIRNESS_P", "POLLUX_INTERVAL_S", "SPEEDUP_OFFSET", "PolluxPolicy", "Retune"]
 
@@ -98,12 +103,15 @@ class PolluxPolicy:
         capacity: int,
         cluster: ClusterProfile,
         explore: bool = True,
+        retune: bool = True,
     ) -> None:
         if not config.delta_s > 0:
             raise SpecError("delta_s", config.delta_s, "seconds > 0 between Pollux's rounds")
         self._config = config
         self.interval_s = config.delta_s
         self.explore = explore
+        self.retune = retune
+        self._cluster = cluster
         self._capacity = capacity
         self._sizes = node_sizes(capacity, cluster.gpus_per_node)
         self._cache = RowCache(cluster)
@@ -200,13 +208,13 @@ class PolluxPolicy:
             base = (
                 float(share.max()) if share.size and share.max() > 0 else float(good[feasible[0]])
             )
-            age = max(now - job.arrival_s, 0.0)
-            delay = job.restart_s
-            factor = max(age - job.restarts * delay, 0.0) / (age + delay) if age + delay else 1.0
+            factor = _restart_factor(job, now)
             speed = good / base * scale * factor
             row_values = np.where(good > 0, -1.0 / (speed + SPEEDUP_OFFSET), -np.inf)
             if job.gpus:  # kept where it is: no restart, at the goodput of its placement
                 kept = row.goodput(job.gpus, len(job.placement)) / base * scale
+                if not self.retune:  # at the batch it runs, or retuned at a restart
+                    kept = max(self._held_goodput(job) / base * scale, kept * factor)
                 row_values[job.gpus] = -1.0 / (kept + SPEEDUP_OFFSET)
             row_values[0] = -1.0 / SPEEDUP_OFFSET
             if self.explore:  # at most twice the most GPUs it has run on, or its least
@@ -266,13 +274,37 @@ class PolluxPolicy:
                 moves.append(Rescale(name, job.gpus, job.batch, gpus, batch,
                                      "re-allocated by the Pollux reference"))  # fmt: skip
                 job.restarts += 1
-            elif batch != job.batch:
+            elif batch != job.batch and self.retune:
                 moves.append(Retune(name, batch))
+            elif batch != job.batch:  # a restart onto the same nodes, where it pays
+                factor = _restart_factor(job, self._now)
+                if self._held_goodput(job) >= row.goodput(gpus, len(placed)) * factor:
+                    batch = job.batch
+                else:
+                    moves.append(Rescale(name, job.gpus, job.batch, gpus, batch,
+                                         "batch changed by the Pollux reference"))  # fmt: skip
+                    job.restarts += 1
             job.gpus, job.batch, job.placement = gpus, batch, placed
             job.most = max(job.most, gpus)
         return halts + moves
+
+    def _held_goodput(self, job: _Job) -> float:
+        """Goodput of ``job`` at the batch it runs on its placement, in its progress step."""
+        profile = self._profiles.get(job.spec.name)
+        nodes = len(job.placement)
+        rate = throughput(job.spec, job.gpus, job.batch, self._cluster, nodes=nodes)
+        if profile is None:
+            return rate
+        middle = job.spec.work * (job.step + 0.5) / STEPS
+        return rate * float(profile.efficiency(job.batch, middle))
 
     def _advance(self, now: float) -> None:
         if now < self._now:
             raise ClockError(f"t={now!r} is before the last fact or step (t={self._now!r})")
         self._now = now
+
+
+def _restart_factor(job: _Job, now: float) -> float:
+    """Pollux's ``REALLOC_FACTOR`` of a job re-allocated at ``now`` (module docstring)."""
+    age, delay = max(now - job.arrival_s, 0.0), job.restart_s
+    return max(age - job.restarts * delay, 0.0) / (age + delay) if age + delay else 1.0
