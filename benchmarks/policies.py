@@ -37,7 +37,9 @@ workloads (64 GPUs, 16 nodes of 4) and the bursty seeds, statistical efficiency 
 placed on nodes for every policy (paper mode, the baseline, Bellows mode, Pollux), and prints
 avg and p99 JCT, restarts per job, the job-time spread over more nodes than needed and the
 GPU-time idle beside waiting jobs, with each policy's avg JCT over Pollux's; then issue 29's
-targets against Pollux (medians over workloads and over seeds).
+targets against Pollux (medians over workloads and over seeds). ``--pollux-retune restart``
+holds the reference to Bellows mode's job constraints, where a batch change is a restart
+(``PolluxPolicy(retune=False)``); the default changes batches in place, as AdaptDL does.
 
 Runs are independent and go ``--workers`` at a time in separate processes. Exit status 1 when a
 target is missed.
