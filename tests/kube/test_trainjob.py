@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from kubernetes.client.rest import ApiException
 
 from bellows.autoscaler.decisions import Preempt, Rescale, Start
 from bellows.emulator.crds import trainer_crd_paths
-from bellows.emulator.store import ApiError
+from bellows.emulator.store import ApiError, rfc3339
 from bellows.emulator.trainer import TORCH_DISTRIBUTED
 from bellows.jobs import SpecError
 from bellows.kube import Actuator, KubeApi, keys
@@ -399,6 +400,77 @@ def test_a_record_made_stale_by_the_owner_is_dropped_untouched(on_cluster) -> No
         assert keys.RECREATED_FROM not in obj["metadata"]["annotations"]
         assert running["metadata"]["uid"] != obj["metadata"]["uid"]
         assert record_name(NAME) == f"bellows-recreate-{NAME}"
+
+    on_cluster(scenario, trainer=True, compression=1.0)
+
+
+def test_a_record_left_by_a_job_that_finished_before_its_delete_is_dropped(on_cluster) -> None:
+    async def scenario(cluster, api):
+        await submit(api)
+        await actuator(api).apply(Start(JOB, 2, 256))
+        running = await running_on(api, cluster, 2)
+        with pytest.raises(CrashError):  # killed right after the record's write
+            await actuator(Dying(api.api_client, "write_configmap")).apply(
+                Rescale(JOB, 2, 256, 4, 512)
+            )
+        assert await records(api) == [record_name(NAME)]
+        # the job ends before anyone deletes it (here: its pods failed while suspended)
+        store = cluster.store
+        res = store.resources[f"{GROUP}/{VERSION}/{PLURAL}"]
+
+        def failed(obj: dict[str, Any]) -> dict[str, Any]:
+            ended = {"type": "Failed", "status": "True", "reason": "TrainJobFailed"}
+            ended |= {
+                "message": "the node pods failed",
+                "lastTransitionTime": rfc3339(datetime.now(UTC)),
+            }
+            obj["status"] = {**(obj.get("status") or {}), "conditions": [ended]}
+            return obj
+
+        store.update_with(res, "default", NAME, failed, subresource="status")
+        outcomes = await actuator(api).resume_interrupted()
+        assert {(o.result, o.detail) for o in outcomes} == {("dropped", "failed")}
+        assert await records(api) == []  # the record went with the job's end
+        obj = await api.get_job(TRAINJOB, "default", NAME)
+        assert obj["metadata"]["uid"] == running["metadata"]["uid"]  # never deleted
+        # the owner deletes the finished job: nothing brings it back
+        meta = obj["metadata"]
+        assert await api.delete_job(
+            TRAINJOB, "default", NAME, uid=meta["uid"], resource_version=meta["resourceVersion"]
+        )
+        assert await actuator(api).resume_interrupted() == []
+        assert await api.get_job(TRAINJOB, "default", NAME) is None
+        assert [s[1] for s in cluster.trainer.starts] == [running["metadata"]["uid"]]
+
+    on_cluster(scenario, trainer=True, compression=1.0)
+
+
+def test_a_record_written_late_by_a_dead_controller_does_not_pass_for_a_resume(
+    on_cluster,
+) -> None:
+    async def scenario(cluster, api):
+        await submit(api)
+        await actuator(api).apply(Start(JOB, 2, 256))
+        running = await running_on(api, cluster, 2)
+        with pytest.raises(CrashError):
+            await actuator(Dying(api.api_client, "write_configmap")).apply(
+                Rescale(JOB, 2, 256, 4, 512)
+            )
+        (late,) = await api.list_configmaps("default", RECORD_LABEL)
+        await actuator(api).resume_interrupted()  # the next controller finishes it
+        copy_ = await running_on(api, cluster, 4)
+        assert copy_["metadata"]["annotations"][keys.RECREATED_FROM] == running["metadata"]["uid"]
+        assert (await actuator(api).apply(Preempt(JOB, "capacity"))).result == "preempted"
+        # the dead controller's write of that record lands only now (a request in flight)
+        body = {k: late[k] for k in ("apiVersion", "kind", "data")}
+        body["metadata"] = {k: late["metadata"][k] for k in ("name", "namespace", "labels")}
+        await api.write_configmap("default", body, resource_version=None)
+        # started again at the record's target: the copy is not running there, so the stale
+        # record is dropped and the job resumed, not taken as done
+        assert (await actuator(api).apply(Start(JOB, 4, 512))).result == "started"
+        assert await records(api) == []
+        obj = await running_on(api, cluster, 4)
+        assert obj["metadata"]["uid"] == copy_["metadata"]["uid"]  # resumed, not re-created
 
     on_cluster(scenario, trainer=True, compression=1.0)
 

@@ -12,7 +12,11 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+
+import pytest
+from kubernetes.client.rest import ApiException
 
 from bellows.autoscaler import Autoscaler, AutoscalerConfig
 from bellows.autoscaler.decisions import Rescale
@@ -24,6 +28,7 @@ from bellows.emulator import EmulatedCluster
 from bellows.emulator.crds import trainer_crd_paths
 from bellows.kube import Actuator, JobReader, KubeApi, keys
 from bellows.kube.adapters import ALL_KINDS, TRAINJOB
+from bellows.kube.recreation import RECORD_LABEL
 from bellows.scaling import default_cluster
 from bellows.service.clock import ServiceClock
 from bellows.service.controller import Controller
@@ -49,22 +54,31 @@ async def _running(api: KubeApi, uid_not: str) -> dict[str, Any]:
         await asyncio.sleep(0.05)
 
 
-async def test_a_late_completion_of_an_older_copy_does_not_finish_the_job() -> None:
+def _crds() -> list[Path]:
     crds = [*sorted((shared_data_dir() / "crds").glob("*.yaml"))]
-    crds += trainer_crd_paths(shared_data_dir() / "crds")
-    async with EmulatedCluster(crds=crds, trainer=True, compression=1.0) as kube:
+    return crds + trainer_crd_paths(shared_data_dir() / "crds")
+
+
+def _controller(api: KubeApi) -> tuple[Actuator, Controller]:
+    """A controller of 8 GPUs on this cluster (a real clock), and its actuator."""
+    clock = ServiceClock(speedup=1.0)
+    actuator = Actuator(api, kinds=ALL_KINDS, halt_timeout_s=10)
+    controller = Controller(
+        api=api,
+        autoscaler=Autoscaler(AutoscalerConfig(), capacity=8, cluster=default_cluster()),
+        actuator=actuator,
+        reader=JobReader(api, namespace=NS, kinds=ALL_KINDS),
+        now=clock.now,
+        wall_to_clock=clock.at,
+    )
+    return actuator, controller
+
+
+async def test_a_late_completion_of_an_older_copy_does_not_finish_the_job() -> None:
+    async with EmulatedCluster(crds=_crds(), trainer=True, compression=1.0) as kube:
         api = KubeApi(kube.api_client())
         first = await submit(api, example())
-        clock = ServiceClock(speedup=1.0)
-        actuator = Actuator(api, kinds=ALL_KINDS, halt_timeout_s=10)
-        controller = Controller(
-            api=api,
-            autoscaler=Autoscaler(AutoscalerConfig(), capacity=8, cluster=default_cluster()),
-            actuator=actuator,
-            reader=JobReader(api, namespace=NS, kinds=ALL_KINDS),
-            now=clock.now,
-            wall_to_clock=clock.at,
-        )
+        actuator, controller = _controller(api)
         await controller.rebuild()  # started at the core's size: a re-creation (or not)
         allocation = controller.autoscaler.allocations[JOB]
         obj = await api.get_job(TRAINJOB, NS, NAME)
@@ -100,4 +114,32 @@ async def test_a_late_completion_of_an_older_copy_does_not_finish_the_job() -> N
         await controller.apply((JobCompleted(ref, datetime.now(UTC), BusOutcome.DELETED),))
         assert JOB not in controller.autoscaler.allocations
         assert JOB not in controller.held
+        await asyncio.to_thread(api.api_client.close)
+
+
+async def test_a_completion_between_a_resizes_delete_and_create_recreates_the_job() -> None:
+    """A resize's create that failed (the API server answered 500) leaves the job deleted and
+    its record there; the old uid's ``DELETED`` then comes in: no completion, the record
+    creates the job, and it stays the core's."""
+    async with EmulatedCluster(crds=_crds(), trainer=True, compression=1.0) as kube:
+        api = KubeApi(kube.api_client())
+        await submit(api, example())
+        actuator, controller = _controller(api)
+        await controller.rebuild()
+        allocation = controller.autoscaler.allocations[JOB]
+        before = await _running(api, "")
+        held = controller.held
+        gpus, batch = allocation.gpus, allocation.batch
+        kube.faults.inject("POST", f"/namespaces/{NS}/trainjobs$", 500)
+        with pytest.raises(ApiException):  # the delete landed, the create did not
+            await actuator.apply(Rescale(JOB, gpus, batch, gpus + 1, batch))
+        assert await api.get_job(TRAINJOB, NS, NAME) is None
+        ref = BusRef(BusKind.TRAINJOB, NS, NAME, before["metadata"]["uid"])
+        await controller.apply((JobCompleted(ref, datetime.now(UTC), BusOutcome.DELETED),))
+        assert JOB in controller.autoscaler.allocations, "the resize's delete finished the job"
+        assert controller.held == held
+        copy = await _running(api, before["metadata"]["uid"])
+        assert copy["metadata"]["annotations"][keys.RECREATED_FROM] == before["metadata"]["uid"]
+        assert copy["spec"]["trainer"]["numNodes"] == gpus + 1
+        assert await api.list_configmaps(NS, RECORD_LABEL) == []
         await asyncio.to_thread(api.api_client.close)

@@ -45,17 +45,7 @@ def _records(stack: Live) -> list[str]:
     return [c["metadata"]["name"] for c in found if RECORD_LABEL in c["metadata"].get("labels", {})]
 
 
-# Known race (issue 27, open): killed just after the record ConfigMap is deleted, a full suite
-# on a loaded 2-core machine once timed out waiting for every job to finish (1 of 3 suites);
-# 0 lost or duplicated jobs is still the target. Not strict, so that it shows when it passes.
-_RACES = {"record-deleted": "known race: a job left unfinished once after this kill"}
-_PARAMS = [
-    pytest.param(s, marks=pytest.mark.xfail(reason=_RACES[s], strict=False)) if s in _RACES else s
-    for s in STEPS
-]
-
-
-@pytest.mark.parametrize("step", _PARAMS)
+@pytest.mark.parametrize("step", STEPS)
 async def test_a_controller_killed_at_each_step_of_a_recreation_loses_and_duplicates_nothing(
     step: str,
 ) -> None:

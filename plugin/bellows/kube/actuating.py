@@ -354,6 +354,21 @@ class Actuator:
                 outcomes.append(await self._scale(ref, record.target, "rescaled"))
         return outcomes
 
+    async def finish_recreation(self, job: str) -> Outcome | None:
+        """Finish the re-creation of the TrainJob ``job`` that its record says is under way,
+        as :meth:`finish_recreations` does at start-up: ``None`` when there is no record
+        (or the kind is never re-created). A controller calls this when an event finds the
+        job gone: its resize may have deleted it and not created it yet (a create that
+        failed), which is no completion."""
+        kind = self._kinds.get(job.partition("/")[0])
+        if kind is None or not getattr(kind, "recreates", False):
+            return None
+        ref = self.ref(job)
+        record = await self._record(kind, ref)
+        if record is None or record.target is None:
+            return None
+        return await self._scale(ref, record.target, "rescaled")
+
     async def resume_interrupted(self, namespace: str | None = None) -> list[Outcome]:
         """Finish every scaling a previous controller left half done (journal not ``done``).
 
@@ -810,10 +825,15 @@ class Actuator:
 
 def _record_due(obj: Mapping[str, Any] | None, record: Record | None) -> bool:
     """Whether ``record`` is the next thing to act on: the job it re-creates is gone (create
-    it), or the job now there is another (its copy, or a new one: delete the record)."""
+    it), or the job now there is another (its copy, or a new one: delete the record), or
+    it finished before its delete (delete the record)."""
     if record is None:
         return False
-    return obj is None or obj["metadata"].get("uid") != record.old_uid
+    return (
+        obj is None
+        or obj["metadata"].get("uid") != record.old_uid
+        or finished_state(obj) is not None
+    )
 
 
 def _waiting(step: AwaitEviction | AwaitWorkload) -> str:

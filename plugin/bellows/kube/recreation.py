@@ -29,7 +29,11 @@ and a record built from it (fingerprint equal) → delete; no job and a record �
 the record's old uid → it was created, delete the record. A record whose fingerprint
 no longer matches the old job (it changed since) is rewritten before any delete, so no
 stale copy is ever created; a job of that name that is neither the old one nor its copy
-(the owner made a new one) makes the record stale, and it is deleted untouched.
+(the owner made a new one) makes the record stale, and it is deleted untouched. So does
+the old job found finished (``Complete`` or ``Failed`` between the record's write and the
+delete, which is preconditioned on the ``resourceVersion`` a status write bumps): a
+finished job is never deleted nor created again, and no record outlives it (one left
+behind would re-create the job once its owner deleted it).
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ from bellows.kube.journal import (
     done_notes,
     reading,
 )
-from bellows.kube.kinds import KindAdapter
+from bellows.kube.kinds import KindAdapter, finished_state
 from bellows.kube.placement import HOSTNAME, Placement
 
 __all__ = [
@@ -293,12 +297,18 @@ def plan_recreate(
         return Nothing("deleted")
     meta = obj["metadata"]
     notes_now = meta.get("annotations") or {}
+    if record is not None and meta.get("uid") == record.old_uid and finished_state(obj):
+        # it finished before the delete: nothing to re-create, ever
+        return DeleteRecord(record.name, record.resource_version, False)
     if record is not None and meta.get("uid") != record.old_uid:
         # the copy, created (its recreated-from names the old uid), or someone's new job
         created = notes_now.get(keys.RECREATED_FROM) == record.old_uid
-        # done only when the copy is this call's target: else the call goes on from it
+        now_at = Journal.read(notes_now)
+        # done only when the copy runs at this call's target as it was created (journal
+        # done there, not halted since): else the call goes on from it
+        at_target = now_at.phase is Phase.DONE and now_at.allocation == target
         return DeleteRecord(
-            record.name, record.resource_version, created and record.target == target
+            record.name, record.resource_version, created and record.target == target and at_target
         )
     view, journal, notes = reading(kind, obj, env, requested)
     gpus, batch = target

@@ -74,6 +74,14 @@ class Intake(Part):
             # a TrainJob Bellows deleted and created again to resize it: the same job
             _log.info("event.stale", job=ref.key, reason="re-created by its resize")
             return
+        if isinstance(event, JobCompleted) and (obj is None or finished_state(obj)):
+            # a TrainJob gone may be between its resize's delete and create (the create
+            # failed): its record creates it now; one finished may have left a record
+            # behind (finished before the delete), which goes
+            outcome = await self._actuator.finish_recreation(ref.key)
+            if obj is None and outcome is not None and outcome.result != "dropped":
+                _log.info("event.stale", job=ref.key, reason="re-created from its record")
+                return
         if isinstance(event, JobCompleted):
             # the cluster is the truth: a completion it does not show frees no GPUs yet
             if gone or finished_state(obj or {}) is not None:
