@@ -18,6 +18,13 @@ A step does what is due, in this order:
   change leaves GPUs free while jobs wait: the optimizer over the waiting jobs and the free
   GPUs alone. No running job is touched; only rounds take GPUs from running jobs.
 
+**Nodes** (issue 29, Bellows mode only): a caller that knows where the GPUs sit tells the
+core before a step (:meth:`Autoscaler.see_nodes`, the simulator on nodes); that step's
+counts that would straddle nodes are priced at their step time there, counts beyond a node
+take whole free nodes, a round or fill whose joint placement would squeeze a job is solved
+again, and a straddled running job whose move onto one node pays its restart moves, at the
+same count (a fill too: it takes no GPUs from it) (:mod:`bellows.autoscaler.straddle`).
+
 **Goodput** (issue 29, Bellows mode only): a job given an efficiency profile
 (:meth:`Autoscaler.charge`) gets goodput rows (``tsf_tables(efficiency=...)``: per k the
 batch maximising throughput x E(b) at the middle of each ``1 / GOODPUT_STEPS`` of its
@@ -62,6 +69,15 @@ from bellows.autoscaler.reasons import (
 )
 from bellows.autoscaler.rounds import RoundClock
 from bellows.autoscaler.shapes import shape_rows
+from bellows.autoscaler.straddle import (
+    FreeNodes,
+    migrations,
+    placed_rooms,
+    reprice,
+    rooms,
+    straddle_ratios,
+    whole_nodes,
+)
 from bellows.jobs import Allocation, JobSpec, SpecError
 from bellows.optimizer import admit, best_count
 from bellows.scaling import (
@@ -77,6 +93,7 @@ __all__ = ["GOODPUT_STEPS", "TABULATE_BATCH", "Autoscaler", "ClockError", "Round
 
 TABULATE_BATCH = 512  # jobs per vectorized TSF table in Autoscaler.tabulate (~30 MiB peak)
 GOODPUT_STEPS = 10  # a goodput row is recomputed each 1/10 of a job's work (10 % progress)
+STRADDLE_PASSES = 6  # rounds solved again while their placement squeezes a job (see_nodes)
 
 
 class ClockError(RuntimeError):
@@ -160,6 +177,9 @@ class Autoscaler:
         self._batch_kept: dict[str, int] = {}  # job -> the batch a round declined (_apply)
         self._priced: tuple[list[str], np.ndarray] | None = None  # the last round's values
         self._charged: dict[str, EfficiencyProfile] = {}  # job -> profile (goodput rows)
+        self._nodes: FreeNodes | None = None  # where GPUs sit, for the next step (see_nodes)
+        self._ratios: dict[tuple[object, ...], np.ndarray] = {}  # straddle ratios (_ratio)
+        self._squeezed: dict[str, int] = {}  # job -> its room in this round's placement
 
     def fork(self) -> Autoscaler:
         """An independent core in this one's state: what either is told or decides from now
@@ -191,6 +211,13 @@ class Autoscaler:
             self._charged.pop(name, None)
         elif self.goodput:
             self._charged[name] = profile
+
+    def see_nodes(self, nodes: FreeNodes | None) -> None:
+        """Where the GPUs sit now, for the next :meth:`step` only (Bellows mode): its counts
+        that would straddle nodes are priced at their step time there
+        (:mod:`bellows.autoscaler.straddle`); ``None`` or never called: every count priced on
+        the fewest nodes. Paper mode and the baseline ignore it."""
+        self._nodes = nodes
 
     @property
     def goodput(self) -> bool:
@@ -388,6 +415,7 @@ class Autoscaler:
         elif self._fill_at is not None and self._fill_at <= now:
             self._fill_at = None
             decisions.extend(self._fill(now))
+        self._nodes = None
         return decisions
 
     def _round(self, now: float) -> list[Decision]:
@@ -435,6 +463,7 @@ class Autoscaler:
     ) -> tuple[int, float]:
         """Admit and place ``names`` (the ``required`` running jobs first) on ``capacity``;
         a job in ``floors`` gets at least that many GPUs (:meth:`_protected`)."""
+        self._squeezed = {}
         if not names:
             return 0, 0.0
         if self._charged:
@@ -445,33 +474,40 @@ class Autoscaler:
             if row.min_gpus > capacity:
                 return 0, 0.0
             worth, grid = row.values, row.grid
+            if self._nodes is not None:  # a copy: the row is shared
+                worth, grid = worth[None, :].copy(), grid[None, :].copy()
+                self._straddled(names, worth, grid, [None])
+                worth, grid = worth[0], grid[0]
             if self._config.objective is not Objective.SPEEDUP:  # its terms, on their grid
                 terms, graded = self._objective(names, worth[None, :], grid[None, :], [None], now)
                 worth, grid = terms[0], graded[0]
             k = best_count(grid, row.min_gpus, capacity)
-            decisions.extend(self._apply({names[0]: k}, now))
+            decisions.extend(self._placed({names[0]: k}, now, fill=True))
             return 1, float(worth[k])
-        values, graded = self._values(names, capacity, now)
-        for i, name in enumerate(names[:required]):
-            if floors and (floor := floors.get(name, 0)) > 1:
-                values[i, 1:floor] = -np.inf
-                graded[i, 1:floor] = -np.inf
+        for _ in range(STRADDLE_PASSES):  # more than one only with see_nodes (_restraddled)
+            values, graded = self._values(names, capacity, now)
+            for i, name in enumerate(names[:required]):
+                if floors and (floor := floors.get(name, 0)) > 1:
+                    values[i, 1:floor] = -np.inf
+                    graded[i, 1:floor] = -np.inf
+            admission = admit(
+                graded,
+                capacity,
+                required=required,
+                backfill=self._config.backfill,
+                method=self._config.optimizer,
+                rent=self._engines.rent,
+                compiled=self._engines.compiled_layers,
+            )
+            rows = np.asarray(admission.admitted, dtype=np.int64)
+            chosen = admission.gpus[rows]
+            gpus = dict(zip([names[i] for i in admission.admitted], chosen.tolist(), strict=True))
+            if not self._restraddled(gpus):
+                break
         if self.note_keeps:
             self._priced = (names, values)
-        admission = admit(
-            graded,
-            capacity,
-            required=required,
-            backfill=self._config.backfill,
-            method=self._config.optimizer,
-            rent=self._engines.rent,
-            compiled=self._engines.compiled_layers,
-        )
-        rows = np.asarray(admission.admitted, dtype=np.int64)
-        chosen = admission.gpus[rows]
-        gpus = dict(zip([names[i] for i in admission.admitted], chosen.tolist(), strict=True))
         objective = float(values[rows, chosen].sum())
-        decisions.extend(self._apply(gpus, now))
+        decisions.extend(self._placed(gpus, now, fill=not required))
         return len(admission.admitted), objective
 
     def _stats(
@@ -542,6 +578,7 @@ class Autoscaler:
         runs = [s.running.get(n) for n in names]
         held = [i for i, run in enumerate(runs) if run is not None]
         if not held:
+            self._straddled(names, values, graded, runs)
             return self._objective(names, values, graded, runs, now)
         at = np.array(held, dtype=np.int64)
         running = [run for run in runs if run is not None]
@@ -569,11 +606,99 @@ class Autoscaler:
             )
             graded[priced_at] = exact(values[priced_at], np.full(priced_at.size, -1, np.int64))
         kept(graded, at, keep)
+        self._straddled(names, values, graded, runs)
         if not self.shortcuts:
             every = np.full(len(names), -1, dtype=np.int64)
             every[at] = keep
             graded = exact(values, every)
         return self._objective(names, values, graded, runs, now)
+
+    def _straddled(
+        self,
+        names: Sequence[str],
+        values: np.ndarray,
+        graded: np.ndarray,
+        runs: Sequence[RunningJob | None],
+    ) -> None:
+        """Counts that would straddle nodes priced at their step time there, in place, on the
+        grid too (:meth:`see_nodes`; Bellows mode only)."""
+        if self._nodes is None or not self.goodput:
+            return
+        ratios = [self._ratio(name) for name in names]
+        now = np.array([-1 if r is None else r.allocation.gpus for r in runs], dtype=np.int64)
+        room = rooms(self._nodes, names, self._cluster.gpus_per_node)
+        if self._squeezed:
+            room = np.minimum(room, [self._squeezed.get(n, self._capacity) for n in names])
+        whole = whole_nodes(values, self._cluster.gpus_per_node, now, room)
+        changed = np.array(sorted(whole.union(reprice(values, room, ratios, now).tolist())))
+        if changed.size:
+            keep = np.where(now[changed] < values.shape[1], now[changed], -1)
+            graded[changed] = exact(values[changed], keep)
+
+    def _ratio(self, name: str) -> np.ndarray:
+        """The job's :func:`straddle_ratios`, cached by what they depend on."""
+        job, row = self._s.jobs[name], self._s.rows[name]
+        key = (job.weights, job.profile, row.batch[: self._cluster.gpus_per_node + 1])
+        ratio = self._ratios.get(key)
+        if ratio is None:
+            ratio = self._ratios[key] = straddle_ratios(job, row.batch, self._cluster)
+        return ratio
+
+    def _placed(self, gpus: Mapping[str, int], now: float, *, fill: bool) -> list[Decision]:
+        """:meth:`_apply` with the :meth:`_migrations` that pay; in a fill (``gpus``: the
+        waiting jobs only) the running jobs keep their counts but may migrate too."""
+        if self._nodes is None or not self.goodput:
+            return self._apply(gpus, now)
+        moved = self._migrations(gpus, now, fill=fill)
+        running = self._s.running
+        return self._apply({**gpus, **{n: running[n].allocation.gpus for n in moved}}, now, moved)
+
+    def _migrations(self, gpus: Mapping[str, int], now: float, *, fill: bool) -> frozenset[str]:
+        """Running jobs kept on their count (in ``gpus``, or any in a fill) that straddle
+        nodes and would sit on one node after the step's moves, where the time that gains
+        pays their restart: they move (a rescale to the same GPUs: a restart onto one node;
+        :meth:`see_nodes`)."""
+        nodes = self._nodes
+        assert nodes is not None  # _placed calls it with nodes seen only
+        s, g = self._s, self._cluster.gpus_per_node
+        hold = max(1.0, self._config.hysteresis)
+        moving = {name: k for name, k in gpus.items()
+                  if (run := s.running.get(name)) is None or run.allocation.gpus != k}  # fmt: skip
+        gains: list[tuple[float, str, int]] = []
+        for name in nodes.spread or ():
+            run = s.running.get(name)
+            if run is None or name in moving:
+                continue
+            k = run.allocation.gpus
+            if k > g or not (fill or name in gpus):
+                continue
+            left = max(s.jobs[name].work - run.done_at(now), 0.0)
+            rate = float(s.rows[name].rate[k])
+            slower = left / (rate * float(self._ratio(name)[k])) - left / rate
+            if slower > self.restart_s(name) * hold:
+                gains.append((slower, name, k))
+        if not gains:
+            return frozenset()
+        best = [(name, k) for _, name, k in sorted(gains, reverse=True)]
+        return frozenset(migrations(nodes, moving, best, g))
+
+    def _restraddled(self, gpus: Mapping[str, int]) -> bool:
+        """Whether placing the jobs that ``gpus`` starts or moves, as the simulator places
+        them, leaves one of them less room than it was priced with, below a node's worth
+        (it would straddle): it is then priced with that room (:meth:`_straddled`), and the
+        round solves again."""
+        if self._nodes is None or not self.goodput:
+            return False
+        running, g = self._s.running, self._cluster.gpus_per_node
+        moving = {name: k for name, k in gpus.items()
+                  if (run := running.get(name)) is None or run.allocation.gpus != k}  # fmt: skip
+        found = placed_rooms(self._nodes, moving, g)
+        squeezed = False
+        for name, room in found.items():
+            if room < moving[name] and room < self._squeezed.get(name, self._capacity + 1):
+                self._squeezed[name] = room
+                squeezed = True
+        return squeezed
 
     def _objective(
         self,
@@ -666,7 +791,11 @@ class Autoscaler:
     def _min_need(self, names: Sequence[str]) -> int:
         return sum(self._s.rows[n].min_gpus for n in names)
 
-    def _apply(self, gpus: Mapping[str, int], now: float) -> list[Decision]:
+    def _apply(
+        self, gpus: Mapping[str, int], now: float, moved: frozenset[str] = frozenset()
+    ) -> list[Decision]:
+        """The decisions that put the jobs on ``gpus``; ``moved``: jobs that keep their count
+        but restart onto other nodes (:meth:`_migrations`)."""
         downs: list[Rescale] = []
         ups: list[Rescale] = []
         starts: list[Start] = []
@@ -678,7 +807,7 @@ class Autoscaler:
             batch = row.batch[k]
             running = jobs.get(name)
             held = None if running is None else running.allocation
-            if held is not None and held.gpus == k and held.batch == batch:
+            if held is not None and held.gpus == k and held.batch == batch and name not in moved:
                 continue  # the common case in a round: the job keeps what it has
             alloc = Allocation(k, batch)
             rate = float(row.rate[k])
@@ -694,9 +823,10 @@ class Autoscaler:
                 self._s.resumed[name] = now
                 self._s.in_use += k
                 starts.append(Start(name, alloc.gpus, alloc.batch))
-            elif running.allocation != alloc:
+            elif running.allocation != alloc or name in moved:
                 old = running.allocation
-                if old.gpus == k and not self._batch_move_pays(name, running, rate, cost, now):
+                if (old.gpus == k and name not in moved
+                        and not self._batch_move_pays(name, running, rate, cost, now)):  # fmt: skip
                     self._batch_kept[name] = alloc.batch
                     continue  # same GPUs, another batch: a restart that would not pay
                 self._s.running[name] = running.moved_to(alloc, rate, now, restart_s=cost)

@@ -74,6 +74,8 @@ def _rescale(
     capacity: int,
 ) -> str:
     a, b = change.gpus_from, change.gpus
+    if a == b and change.batch == change.batch_from:
+        return f"moved onto one node on its {a} GPUs: it finishes sooner, its restart included"
     if a == b:
         return (
             f"batch {change.batch_from}→{change.batch} on its {a} GPUs: it finishes sooner, "

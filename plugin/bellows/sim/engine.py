@@ -46,6 +46,7 @@ import numpy.typing as npt
 
 from bellows.autoscaler import Autoscaler, AutoscalerConfig, Engines, Mode
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
+from bellows.autoscaler.straddle import FreeNodes
 from bellows.jobs import JobSpec, SpecError
 from bellows.scaling import (
     ClusterProfile,
@@ -260,6 +261,8 @@ class _Run:
     ) -> None:
         self.config = config
         self.nodes = Nodes(gpus, cluster.gpus_per_node) if nodes else None
+        self.placed: dict[str, Placement] = {}  # running job -> its GPUs per node (on nodes)
+        self.spread: set[str] = set()  # the placed jobs on more than one node
         self.cluster = cluster
         self.timer = timer
         self.auto: Autoscaler | PolluxPolicy = (
@@ -381,6 +384,8 @@ class _Run:
         if self.nodes is not None:
             self.nodes.release(job.held)
             job.held, job.extra_nodes = (), 0
+            self.placed.pop(job.spec.name, None)
+            self.spread.discard(job.spec.name)
 
     def release(self, job: _Live, now: float) -> None:
         self.unplace(job)
@@ -397,6 +402,9 @@ class _Run:
                 self.retune(self.jobs[self.index[tune.job]], tune.batch, now)
             decisions = [d for d in chosen if not isinstance(d, Retune)]
         else:
+            if self.nodes is not None:  # Bellows mode prices counts that would straddle
+                seen = FreeNodes(tuple(self.nodes.free), dict(self.placed), frozenset(self.spread))
+                self.auto.see_nodes(seen)
             decisions = self.auto.step(now)
         self.core_s += self.timer() - started
         self.rounds += 1
@@ -494,6 +502,9 @@ class _Run:
             except SpecError as error:
                 raise SimulationError(f"t={now}: {job.spec.name}: {error}") from None
             job.extra_nodes = len(job.held) - self.nodes.fewest(gpus)
+            self.placed[job.spec.name] = job.held
+            if len(job.held) > 1:
+                self.spread.add(job.spec.name)
             spread = len(job.held)
             job.rate = throughput(job.spec, gpus, batch, self.cluster, nodes=spread)
         job.since, job.resume_at = now, now + pause
