@@ -50,12 +50,18 @@ def test_the_joint_placement_goes_largest_first_and_releases_movers_first() -> N
 
 
 def test_reprice_scales_only_the_counts_above_the_room_up_to_a_node() -> None:
-    values = np.array([[-np.inf, 1.0, 1.8, 2.5, 3.0, 3.6], [-np.inf, 1.0, 1.8, 2.5, 3.0, 3.6]])
-    ratio = np.array([1.0, 1.0, 0.5, 0.5, 0.5])
-    changed = straddle.reprice(values, np.array([2, 1]), [ratio, ratio], np.array([-1, 2]))
-    assert changed.tolist() == [0, 1]
+    values = np.array([[-np.inf, 1.0, 1.8, 2.5, 3.0, 3.6]] * 4)
+    half, most = np.array([1.0, 1.0, 0.5, 0.5, 0.5]), np.array([1.0, 1.0, 0.9, 0.9, 0.9])
+    values[3, 1:3] = -np.inf  # no count within its room: only straddling
+    changed = straddle.reprice(
+        values, np.array([2, 1, 2, 2]), [half, half, most, most], np.array([-1, 2, -1, -1])
+    )
+    assert changed.tolist() == [0, 1, 2, 3]
     assert values[0].tolist() == [-np.inf, 1.0, 1.8, 1.25, 1.5, 3.6]  # 5 spans 2 nodes anyway
     assert values[1].tolist() == [-np.inf, 1.0, 1.8, 1.25, 1.5, 3.6]  # its current 2 is kept
+    # 2.25 and 2.7 straddled, but the GPUs past its room's 2 add nothing: capped at 1.8
+    assert values[2].tolist() == [-np.inf, 1.0, 1.8, 1.8, 1.8, 3.6]
+    assert values[3].tolist() == [-np.inf, -np.inf, -np.inf, 2.25, 2.7, 3.6]
 
 
 def test_counts_beyond_a_node_sit_on_whole_free_nodes_only() -> None:

@@ -93,7 +93,7 @@ __all__ = ["GOODPUT_STEPS", "TABULATE_BATCH", "Autoscaler", "ClockError", "Round
 
 TABULATE_BATCH = 512  # jobs per vectorized TSF table in Autoscaler.tabulate (~30 MiB peak)
 GOODPUT_STEPS = 10  # a goodput row is recomputed each 1/10 of a job's work (10 % progress)
-STRADDLE_PASSES = 6  # rounds solved again while their placement squeezes a job (see_nodes)
+STRADDLE_PASSES = 8  # rounds solved again while their placement squeezes a job (see_nodes)
 
 
 class ClockError(RuntimeError):

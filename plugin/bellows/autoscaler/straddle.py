@@ -11,7 +11,12 @@ them before the job is placed again). Then, in Bellows mode:
 * **Straddling is priced.** A count ``k <= gpus_per_node`` above the room would straddle
   nodes and run at the inter-node link's step time, so its value is scaled by
   ``X(k, b_k, 2 nodes) / X(k, b_k, 1 node)`` (:func:`straddle_ratios`: the JSA's step time
-  for that many nodes, at the row's batch for ``k``; :func:`reprice`).
+  for that many nodes, at the row's batch for ``k``; :func:`reprice`), and capped at the
+  job's best count within the room: GPUs that only come by straddling are worth nothing
+  more, since the straddle also leaves two nodes partly held for the jobs after it (priced
+  by the step time alone, jobs whose straddle costs 3-5 % took it, and 5-7 % of job-time
+  stayed spread on some Pollux workloads). A job with no count within the room (a rigid
+  one) is not capped: straddling is all it can do.
 * **Beyond a node, whole free nodes.** A count beyond one node that is not whole nodes (6 on
   nodes of 4), or more whole nodes than the room, is not taken while the job has another
   (:func:`whole_nodes`): it would leave nodes partly held, which the JSA's step time does
@@ -153,8 +158,10 @@ def reprice(
     current: npt.NDArray[np.int64],
 ) -> npt.NDArray[np.int64]:
     """Scale, in place, each row's counts above its ``room`` (up to a node, the ratios'
-    length) by its ``ratios``, but not its ``current`` count (-1: none); returns the rows
-    changed."""
+    length) by its ``ratios``, and cap them at the best of the counts within the room and
+    its ``current`` count (-1: none), which is left as it is; returns the rows changed. The
+    cap: GPUs that only come by straddling are worth nothing more (a job with no count
+    within the room is not capped: straddling is all it can do)."""
     changed = []
     for i, ratio in enumerate(ratios):
         first, last = int(room[i]) + 1, min(ratio.size, values.shape[1]) - 1
@@ -164,6 +171,11 @@ def reprice(
         cols = cols[(cols != current[i]) & (ratio[cols] < 1.0)]
         if cols.size:
             values[i, cols] *= ratio[cols]
+            packed = values[i, 1:first]  # worth within its room, or where it stays
+            if first <= current[i] < values.shape[1]:
+                packed = np.append(packed, values[i, current[i]])
+            if packed.size and np.isfinite(packed).any():
+                values[i, cols] = np.minimum(values[i, cols], packed.max())
             changed.append(i)
     return np.array(changed, dtype=np.int64)
 
