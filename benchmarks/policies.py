@@ -3,7 +3,7 @@
     python benchmarks/policies.py [--seeds 1 2 3] [--workers 2] [--skip-real] [--data DIR]
                                   [--gpus 400 --minutes 480 --period-min 120] [--restart-s 60]
                                   [--min-runtime-s 0] [--charged]
-                                  [--objective speedup|fair|remaining] [--restart-growth 0]
+                                  [--objective slack|speedup|fair|remaining] [--restart-growth 0]
                                   [--pollux [--workloads N ...] [--pollux-retune restart]]
 
 The scenario of issue 10: the paper's 400-GPU bursty workload (categories 1-4, random baseline
@@ -55,7 +55,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bellows.autoscaler import DEFAULT_RESTART_S, Objective
+from bellows.autoscaler import DEFAULT_OBJECTIVE, DEFAULT_RESTART_S, Objective
 from bellows.cli.data import DATA_ENV, data_folder, no_data_folder
 from bellows.sim.comparing import (
     COLUMNS,
@@ -322,7 +322,7 @@ def _bellows_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-runtime-s", type=float, default=0.0,
                         help="Bellows mode: shrink no job this soon after a start")  # fmt: skip
     parser.add_argument("--objective", choices=[o.value for o in Objective],
-                        default=Objective.SPEEDUP.value,
+                        default=DEFAULT_OBJECTIVE.value,
                         help="Bellows mode: what a round maximises")  # fmt: skip
     parser.add_argument("--restart-growth", type=float, default=0.0,
                         help="Bellows mode: price added per earlier move")  # fmt: skip

@@ -1,4 +1,5 @@
-"""Round objectives: the sum of speedups, Pollux's p = -1 fairness, remaining-time weights."""
+"""Round objectives: the sum of speedups, Pollux's p = -1 fairness, remaining-time weights
+and the same weights scaled by the cluster's slack (the default)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import numpy as np
 import pytest
 
 from bellows.autoscaler import Autoscaler, AutoscalerConfig, Objective, core
-from bellows.autoscaler.objectives import REMAINING_EXPONENT, objective_values, shared_remaining
+from bellows.autoscaler.objectives import (
+    REMAINING_EXPONENT,
+    SLACK_SHARE,
+    objective_values,
+    shared_remaining,
+    slack,
+)
 from bellows.autoscaler.pricing import exact
 from bellows.jobs import JobSpec, SpecError
 from bellows.scaling import default_cluster, tsf_tables
@@ -96,7 +103,7 @@ def test_objective_is_checked_and_paper_mode_keeps_the_sum_of_speedups() -> None
     with pytest.raises(SpecError, match=r"objective.*'speedup' or 'fair' or 'remaining'"):
         AutoscalerConfig(objective="fastest")  # type: ignore[arg-type]
     assert AutoscalerConfig.paper().objective is Objective.SPEEDUP
-    assert AutoscalerConfig().objective is Objective.SPEEDUP
+    assert AutoscalerConfig().objective is Objective.SLACK
 
 
 def _swap_setting(share: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
@@ -128,3 +135,45 @@ def test_remaining_never_swaps_two_jobs_of_one_template(monkeypatch: pytest.Monk
 def test_shared_remaining_is_the_mean_of_each_group() -> None:
     out = shared_remaining(np.array([100.0, 300.0, 50.0, 7.0]), np.array([0, 0, -1, 3]))
     np.testing.assert_array_equal(out, [200.0, 200.0, 50.0, 7.0])
+
+
+def test_slack_is_one_when_idle_and_none_from_its_share_on() -> None:
+    assert slack(0, 100) == 1.0
+    assert slack(45, 100) == 0.0 == slack(100, 100) == slack(300, 100)
+    assert slack(10, 0) == 0.0  # no GPUs: nothing to weigh
+    assert slack(9, 100) == pytest.approx(1.0 - 9 / (SLACK_SHARE * 100))
+
+
+def test_slack_scales_the_power_of_the_remaining_weights() -> None:
+    left = np.array([600.0, 30.0])
+    full = objective_values(ROWS, Objective.SLACK, left, share=1.0)
+    np.testing.assert_array_equal(full, objective_values(ROWS, Objective.REMAINING, left))
+    half = objective_values(ROWS, Objective.SLACK, left, share=0.5)
+    np.testing.assert_allclose(half[0, 1:], ROWS[0, 1:] * 0.1 ** (REMAINING_EXPONENT / 2))
+    assert objective_values(ROWS, Objective.SLACK, left, share=0.0) is ROWS
+    with pytest.raises(ValueError, match="share"):
+        objective_values(ROWS, Objective.SLACK, left, share=1.5)
+
+
+def _short_and_long(objective: Objective, rigid: int) -> dict[str, int]:
+    """A short and a long job of one shape on 40 GPUs, beside ``rigid`` rigid one-GPU jobs
+    that take the cluster's slack; GPUs after a round under ``objective``."""
+    auto = Autoscaler(AutoscalerConfig(objective=objective), capacity=24, cluster=default_cluster())
+    shape = {"k_max": 16, "b_max": 4096, "m_max": 256, "weights": 4_000_000}
+    for i in range(rigid):
+        auto.arrive(make_job(f"rigid{i}", elastic=False, gpus=1, work=1e15), 0.0)
+    auto.arrive(make_job("short", work=2e6, **shape), 0.0)
+    auto.arrive(make_job("long", work=2e9, **shape), 0.0)
+    auto.step(0.0)
+    auto.step(1.0e4)
+    return {name: a.gpus for name, a in auto.allocations.items() if not name.startswith("rigid")}
+
+
+def test_slack_weighs_remaining_time_on_an_idle_cluster_and_speedups_near_a_backlog() -> None:
+    idle = _short_and_long(Objective.SLACK, 0)  # 2 of 24 GPUs taken at the smallest
+    assert idle["short"] > idle["long"]  # the job nearest its end first, as remaining
+    assert idle["short"] > _short_and_long(Objective.SPEEDUP, 0)["short"]
+    # 12 of 24 GPUs held by rigid jobs: more than SLACK_SHARE taken, the sum of speedups
+    busy = _short_and_long(Objective.SLACK, 12)
+    assert busy == _short_and_long(Objective.SPEEDUP, 12)
+    assert busy != _short_and_long(Objective.REMAINING, 12)

@@ -1,12 +1,19 @@
 """The autoscaler core: a sans-I/O state machine that turns job events into decisions."""
 
-from bellows.autoscaler.config import DEFAULT_RESTART_S, AutoscalerConfig, Mode, Policy
+from bellows.autoscaler.config import (
+    DEFAULT_OBJECTIVE,
+    DEFAULT_RESTART_S,
+    AutoscalerConfig,
+    Mode,
+    Policy,
+)
 from bellows.autoscaler.core import Autoscaler, ClockError, RoundStats
 from bellows.autoscaler.decisions import Decision, Keep, Preempt, Reject, Rescale, Start
 from bellows.autoscaler.engines import Engines
 from bellows.autoscaler.objectives import Objective
 
 __all__ = [
+    "DEFAULT_OBJECTIVE",
     "DEFAULT_RESTART_S",
     "Autoscaler",
     "AutoscalerConfig",

@@ -14,6 +14,7 @@ from bellows.optimizer.solving import METHODS
 
 __all__ = [
     "BELLOWS_DELTA_S",
+    "DEFAULT_OBJECTIVE",
     "DEFAULT_RESTART_S",
     "PAPER_DELTA_S",
     "AutoscalerConfig",
@@ -31,6 +32,10 @@ PAPER_DELTA_S = 600.0
 BELLOWS_DELTA_S = 120.0
 """Bellows mode's Δ: rounds only rebalance (starts happen at events), so they can come more
 often; ``benchmarks/policies.py`` measured 90 to 180 s alike and 600 s worse."""
+DEFAULT_OBJECTIVE = Objective.SLACK
+"""What Bellows mode's rounds maximise by default: speedups weighted by remaining time while
+the cluster has slack, the sum of speedups near a backlog (``docs/autoscaler.md``, "Round
+objectives"); paper mode keeps the sum of speedups."""
 
 
 class Policy(StrEnum):
@@ -78,9 +83,10 @@ class AutoscalerConfig:
       cost to the price of its next move (a penalty growing with restarts, as Sia's), so a
       job offered a bigger count every round does not take every step; 0: off.
     * ``objective``: the sum a round maximises (:class:`~bellows.autoscaler.objectives.
-      Objective`): the sum of speedups (the paper's, the default), speedups weighted by a
-      power of the inverse of remaining time, or Pollux's ``p = -1`` fairness; see
-      ``docs/autoscaler.md``, "Round objectives".
+      Objective`): speedups weighted by a power of the inverse of remaining time, the power
+      scaled by the cluster's slack (the default, :data:`DEFAULT_OBJECTIVE`), the same
+      weights always, the sum of speedups (the paper's, paper mode's always), or Pollux's
+      ``p = -1`` fairness; see ``docs/autoscaler.md``, "Round objectives".
     """
 
     mode: Mode = Mode.BELLOWS
@@ -94,7 +100,7 @@ class AutoscalerConfig:
     min_runtime_s: float = 0.0
     optimizer: Method = "auto"
     node_counts: bool = False
-    objective: Objective = Objective.SPEEDUP
+    objective: Objective = DEFAULT_OBJECTIVE
     restart_growth: float = 0.0
 
     @classmethod

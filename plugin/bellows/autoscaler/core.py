@@ -56,7 +56,7 @@ from bellows.autoscaler.config import (
 )
 from bellows.autoscaler.decisions import Decision, Keep, Preempt, Reject, Rescale, Start
 from bellows.autoscaler.engines import Engines
-from bellows.autoscaler.objectives import Objective, objective_values, shared_remaining
+from bellows.autoscaler.objectives import Objective, objective_values, shared_remaining, slack
 from bellows.autoscaler.pricing import exact, kept, priced
 from bellows.autoscaler.progress import RunningJob, done_at_all
 from bellows.autoscaler.reasons import (
@@ -175,6 +175,9 @@ class Autoscaler:
         self.note_keeps = False
         self.keeps: tuple[Keep, ...] = ()
         self._batch_kept: dict[str, int] = {}  # job -> the batch a round declined (_apply)
+        # GPUs the running jobs and those admission takes need at their smallest, this step
+        # (Objective.SLACK): from the core's state, whichever candidates the step offers
+        self._need = 0
         self._priced: tuple[list[str], np.ndarray] | None = None  # the last round's values
         self._charged: dict[str, EfficiencyProfile] = {}  # job -> profile (goodput rows)
         self._nodes: FreeNodes | None = None  # where GPUs sit, for the next step (see_nodes)
@@ -427,7 +430,9 @@ class Autoscaler:
         self._batch_kept = {}
         # only the candidates admission takes get a row: a long queue costs the DP nothing
         free = self._capacity - self._min_need(running) - self._floor_need(floors)
-        names = running + (self._fitting(offered, free) if self.shortcuts else offered)
+        taken = self._fitting(offered, free)
+        names = running + (taken if self.shortcuts else offered)
+        self._need = self._min_need(running) + self._min_need(taken)
         self._priced = None
         admitted, objective = self._optimize(
             names, self._capacity, now, decisions, required=len(running), floors=floors
@@ -446,7 +451,9 @@ class Autoscaler:
         """Start waiting jobs on the free GPUs; running jobs are left as they are."""
         free = self._capacity - self._s.in_use
         decisions: list[Decision] = []
-        names = self._fitting(self._s.arrived, free) if self.shortcuts else self._candidates(free)
+        taken = self._fitting(self._s.arrived, free)
+        names = taken if self.shortcuts else self._candidates(free)
+        self._need = self._min_need(list(self._s.running)) + self._min_need(taken)
         admitted, objective = self._optimize(names, free, now, decisions, required=0)
         self._stats(now, len(names), admitted, objective, decisions, kind="fill")
         return decisions
@@ -712,11 +719,12 @@ class Autoscaler:
         (:mod:`bellows.autoscaler.objectives`) and on the exact grid, each running job's
         current k kept on a tie; the sum of speedups as it is."""
         objective = self._config.objective
-        if objective is Objective.SPEEDUP:
+        share = slack(self._need, self._capacity) if objective is Objective.SLACK else 1.0
+        if objective is Objective.SPEEDUP or share == 0.0:
             return values, graded
         s = self._s
         remaining = None
-        if objective is Objective.REMAINING:
+        if objective is not Objective.FAIR:
             done = [s.carried.get(n, 0.0) if r is None else r.done_at(now)
                     for n, r in zip(names, runs, strict=True)]  # fmt: skip
             work = np.array([s.jobs[n].work for n in names])
@@ -728,7 +736,7 @@ class Autoscaler:
                 if run is not None:
                     groups[i] = kinds.setdefault(self._template(s.jobs[name]), len(kinds))
             remaining = shared_remaining(remaining, groups)
-        terms = objective_values(values, objective, remaining)
+        terms = objective_values(values, objective, remaining, share=share)
         keep = np.array([-1 if r is None or r.allocation.gpus >= terms.shape[1]
                          else r.allocation.gpus for r in runs], dtype=np.int64)  # fmt: skip
         return terms, exact(terms, keep)

@@ -156,10 +156,11 @@ def _pollux_settings(
 )
 @click.option(
     "--objective",
-    type=click.Choice(["speedup", "fair", "remaining"]),
-    help="What a round maximises: the sum of speedups (the paper's), Pollux's p = -1 "
-    "fairness (sum of -1/speedup), or speedups weighted by 1/remaining time "
-    "(docs/autoscaler.md, issue 29). [default: speedup]",
+    type=click.Choice(["slack", "speedup", "fair", "remaining"]),
+    help="What a Bellows-mode round maximises: speedups weighted by remaining time while the "
+    "cluster has slack, the sum of speedups near a backlog (slack); the sum of speedups (the "
+    "paper's; paper mode's always); Pollux's p = -1 fairness (sum of -1/speedup); or speedups "
+    "always weighted by remaining time (docs/autoscaler.md, issue 29). [default: slack]",
 )
 @click.option(
     "--placement",

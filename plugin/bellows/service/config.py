@@ -17,7 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from bellows.autoscaler.config import AutoscalerConfig, Mode, Policy
+from bellows.autoscaler.config import AutoscalerConfig, Mode, Objective, Policy
 from bellows.bus.settings import NatsSettings, bounded, check_bounds, doc
 from bellows.inputs import SpecError, check_name
 from bellows.jobs import MAX_MIN_RUNTIME_S, MAX_RESTART_S
@@ -264,6 +264,15 @@ class ControllerSettings:
             maximum=MAX_MIN_RUNTIME_S,
         ),
     )
+    objective: Objective | None = field(
+        default=None,
+        metadata=doc(
+            "what a round maximises: slack (speedups weighted by remaining time while the "
+            "cluster has slack), speedup (the sum of speedups, the paper's), fair (Pollux's "
+            "p = -1) or remaining (remaining-time weights always); null: the mode's (slack "
+            "bellows, speedup paper)"
+        ),
+    )
     hysteresis: float | None = field(
         default=None,
         metadata=bounded(
@@ -352,6 +361,7 @@ class ControllerSettings:
             "restart_s": self.restart_cost_s,
             "hysteresis": self.hysteresis,
             "backfill": self.backfill,
+            "objective": self.objective,
         }
         settings: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         settings.update(

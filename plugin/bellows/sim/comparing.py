@@ -32,7 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from bellows.autoscaler import DEFAULT_RESTART_S, AutoscalerConfig, Objective, Policy
+from bellows.autoscaler import (
+    DEFAULT_OBJECTIVE,
+    DEFAULT_RESTART_S,
+    AutoscalerConfig,
+    Objective,
+    Policy,
+)
 from bellows.inputs import SpecError, parse_float, parse_int
 from bellows.jobs import MAX_GPUS
 from bellows.scaling import MODEL_EFFICIENCY, ClusterProfile, default_cluster
@@ -80,7 +86,7 @@ def policies(
     restart_s: float = DEFAULT_RESTART_S,
     min_runtime_s: float = 0.0,
     *,
-    objective: Objective = Objective.SPEEDUP,
+    objective: Objective = DEFAULT_OBJECTIVE,
     restart_growth: float = 0.0,
 ) -> dict[str, AutoscalerConfig]:
     """The three policies by name, each with a queue and charged ``restart_s`` per halt;
@@ -216,7 +222,7 @@ def run_policy(
     cluster: ClusterProfile | None = None,
     keep_result: bool = False,
     min_runtime_s: float = 0.0,
-    objective: Objective = Objective.SPEEDUP,
+    objective: Objective = DEFAULT_OBJECTIVE,
     restart_growth: float = 0.0,
     pollux_retune: bool = True,
 ) -> PolicyRun:
@@ -267,7 +273,7 @@ def policy_tasks(
     restart_s: float = DEFAULT_RESTART_S,
     keep_results: bool = False,
     min_runtime_s: float = 0.0,
-    objective: Objective = Objective.SPEEDUP,
+    objective: Objective = DEFAULT_OBJECTIVE,
     restart_growth: float = 0.0,
     pollux_retune: bool = True,
 ) -> list[Task]:
@@ -296,7 +302,7 @@ def run_many(
     keep_results: bool = False,
     on_done: Callable[[PolicyRun], None] = lambda _: None,
     min_runtime_s: float = 0.0,
-    objective: Objective = Objective.SPEEDUP,
+    objective: Objective = DEFAULT_OBJECTIVE,
     restart_growth: float = 0.0,
     pollux_retune: bool = True,
 ) -> list[PolicyRun]:
