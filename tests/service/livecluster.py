@@ -33,7 +33,7 @@ from bellows.emulator.nodes import schedulable_gpus
 from bellows.emulator.store import Change
 from bellows.jobs import SpecError
 from bellows.kube import keys, kind_named
-from bellows.kube.kinds import finished_state, suspend_set
+from bellows.kube.kinds import conditions, finished_state, suspend_set
 from bellows.kube.kueue import CLUSTER_QUEUES, GROUP, VERSION, Strategy, read_cluster_queue
 from bellows.scaling import default_cluster
 from bellows.scaling.online import SpeedFactors
@@ -458,6 +458,22 @@ class Live:
             out[name] = finished_state(obj) or notes.get(keys.PHASE) or "new"
         return out
 
+    def describe(self) -> str:
+        """Each unfinished job's spec and journal in one line (for a timeout's message)."""
+        rows = []
+        for name, obj in sorted(self.objects().items()):
+            if finished_state(obj):
+                continue
+            spec, meta = obj.get("spec") or {}, obj["metadata"]
+            notes = {k: v for k, v in (meta.get("annotations") or {}).items() if "bellows" in k}
+            size = (spec.get("trainer") or {}).get("numNodes", spec.get("pytorchReplicaSpecs"))
+            rows.append(
+                f"{name}: uid {meta.get('uid')} suspend {spec.get('suspend')} size {size}"
+                f" conditions {[(t, c.get('status')) for t, c in conditions(obj).items()]}"
+                f" notes {notes}"
+            )
+        return "unfinished: " + " | ".join(rows)
+
     async def until(
         self, what: str, predicate: Callable[[], bool], timeout_s: float = 30.0
     ) -> float:
@@ -466,7 +482,9 @@ class Live:
         while not predicate():
             self.alive()
             if time.monotonic() - started > timeout_s:
-                raise AssertionError(f"not {what} within {timeout_s} s; jobs: {self.states()}")
+                raise AssertionError(
+                    f"not {what} within {timeout_s} s; jobs: {self.states()}; {self.describe()}"
+                )
             await asyncio.sleep(0.02)
         return time.monotonic() - started
 
