@@ -669,8 +669,7 @@ class Autoscaler:
         assert nodes is not None  # _placed calls it with nodes seen only
         s, g = self._s, self._cluster.gpus_per_node
         hold = max(1.0, self._config.hysteresis)
-        moving = {name: k for name, k in gpus.items()
-                  if (run := s.running.get(name)) is None or run.allocation.gpus != k}  # fmt: skip
+        moving = self._moving(gpus)
         gains: list[tuple[float, str, int]] = []
         for name in nodes.spread or ():
             run = s.running.get(name)
@@ -689,6 +688,12 @@ class Autoscaler:
         best = [(name, k) for _, name, k in sorted(gains, reverse=True)]
         return frozenset(migrations(nodes, moving, best, g))
 
+    def _moving(self, gpus: Mapping[str, int]) -> dict[str, int]:
+        """The jobs of ``gpus`` the step starts or gives another count, with that count."""
+        running = self._s.running
+        return {name: k for name, k in gpus.items()
+                if (run := running.get(name)) is None or run.allocation.gpus != k}  # fmt: skip
+
     def _restraddled(self, gpus: Mapping[str, int]) -> bool:
         """Whether placing the jobs that ``gpus`` starts or moves, as the simulator places
         them, leaves one of them less room than it was priced with, below a node's worth
@@ -696,9 +701,8 @@ class Autoscaler:
         round solves again."""
         if self._nodes is None or not self.goodput:
             return False
-        running, g = self._s.running, self._cluster.gpus_per_node
-        moving = {name: k for name, k in gpus.items()
-                  if (run := running.get(name)) is None or run.allocation.gpus != k}  # fmt: skip
+        g = self._cluster.gpus_per_node
+        moving = self._moving(gpus)
         found = placed_rooms(self._nodes, moving, g)
         squeezed = False
         for name, room in found.items():
