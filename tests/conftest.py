@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -15,6 +18,19 @@ REPO = Path(__file__).resolve().parents[1]
 # in benchmarks, never in timed tests (a deadline once failed a codec test at 261 ms).
 settings.register_profile("bellows", deadline=None)
 settings.load_profile("bellows")
+
+
+def load_script(path: Path) -> Any:
+    """A script of the repository (a benchmark, a hack or an example: not a package) loaded
+    as a module by path, registered in ``sys.modules`` (its dataclasses look themselves up
+    there)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)
+    spec.loader.exec_module(module)
+    return module
 
 
 def shared_data_dir() -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -11,16 +10,14 @@ import yaml
 from kfp import compiler
 
 from bellows.kube.kfp_component import BELLOWS_IMAGE, elastic_training_job
+from tests.conftest import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "pipelines" / "elastic_training.py"
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("elastic_training", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLE)
 
 
 def test_the_example_pipeline_compiles_with_the_component_and_its_outputs(tmp_path):

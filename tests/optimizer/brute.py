@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import functools
-import importlib.util
 import itertools
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from tests.conftest import REPO, load_script
 
 
 def brute_force(values: np.ndarray, capacity: int) -> tuple[float, tuple[int, ...] | None]:
@@ -42,13 +42,7 @@ def _key(gpus: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
 def benchmark() -> Any:
     """benchmarks/optimizer.py, loaded by path (it is a script, not a package): its table
     generators and its MILP."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "optimizer.py"
-    spec = importlib.util.spec_from_file_location("optimizer_benchmark", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "benchmarks" / "optimizer.py")
 
 
 def milp_objective(values: np.ndarray, capacity: int) -> float | None:

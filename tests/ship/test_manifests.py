@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 from tests.ship import kube_schemas
 from tests.ship.chart import NAMESPACE, render
 
@@ -130,13 +129,7 @@ def test_base_is_the_charts_default_install() -> None:
 
 def _generator() -> Any:
     """hack/generate_manifests.py as a module (its quickstart values and plain rendering)."""
-    spec = importlib.util.spec_from_file_location("generate_manifests", GENERATOR)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)  # its dataclasses look themselves up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script(GENERATOR)
 
 
 def _unhashed(name: str) -> str:

@@ -4,7 +4,6 @@ profile, the core is told the annotated one and may learn the truth from progres
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 from collections.abc import Sequence
@@ -38,7 +37,7 @@ from bellows.sim.learning import (
 from bellows.sim.metrics import jobs_csv_text
 from bellows.sim.workloads.generating import BatchChoice, Pattern, WorkloadSpec, generate
 from bellows.sim.workloads.traces import TraceJob, fit_trace, write_trace
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 from tests.strategies import make_job
 
 CLUSTER = default_cluster()
@@ -267,13 +266,7 @@ def test_simulate_wrong_priors_flags(tmp_path: Path) -> None:
 
 
 def test_the_benchmark_prints_its_tables(capsys: pytest.CaptureFixture[str]) -> None:
-    spec = importlib.util.spec_from_file_location(
-        "learning_benchmark", REPO / "benchmarks" / "learning.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(REPO / "benchmarks" / "learning.py")
     args = [
         "--gpus",
         "16",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from bellows.sim.comparing import (
     run_policy,
 )
 from bellows.sim.metrics import JobRecord, Segment, write_jobs_csv
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 
 BENCHMARK = REPO / "benchmarks" / "policies.py"
 SMALL = ["--gpus", "16", "--minutes", "60", "--period-min", "30", "--seeds", "1"]
@@ -32,12 +31,7 @@ SMALL = ["--gpus", "16", "--minutes", "60", "--period-min", "30", "--seeds", "1"
 
 def _benchmark() -> Any:
     """benchmarks/policies.py, loaded by path (it is a script, not a package)."""
-    spec = importlib.util.spec_from_file_location("policies_benchmark", BENCHMARK)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCHMARK)
 
 
 def test_benchmark_prints_the_three_policies_and_the_targets(

@@ -4,7 +4,6 @@ benchmark that needs them stops with the same advice."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import bellows.cli.data
 import bellows.sim.reproduce
 from bellows.cli.main import main
 from bellows.sim.reproduce import EXPERIMENTS
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 
 NO_DATA_ENV = {"BELLOWS_DATA": None, "BELLOWS_SHARED_DATA": None}
 BENCHMARK = REPO / "benchmarks" / "policies.py"
@@ -79,11 +78,7 @@ def test_a_benchmark_without_the_traces_stops_with_what_to_set(
 ) -> None:
     for name in NO_DATA_ENV:
         monkeypatch.delenv(name, raising=False)
-    spec = importlib.util.spec_from_file_location("policies_benchmark", BENCHMARK)
-    assert spec is not None
-    assert spec.loader is not None
-    benchmark = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(benchmark)
+    benchmark = load_script(BENCHMARK)
     with pytest.raises(SystemExit) as stopped:
         benchmark.main(["--seeds", "1"])
     assert stopped.value.code == 2
