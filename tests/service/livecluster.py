@@ -418,7 +418,8 @@ class Live:
         await asyncio.wait_for(task, 15)
 
     def alive(self) -> None:
-        """Fail if a controller or bridge died with an error."""
+        """Fail if a controller or bridge, or an emulated controller, died with an error."""
+        self.kube.check_alive()
         for name, (task, _) in self.tasks.items():
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise AssertionError(f"{name} died") from task.exception()
@@ -467,10 +468,12 @@ class Live:
             spec, meta = obj.get("spec") or {}, obj["metadata"]
             notes = {k: v for k, v in (meta.get("annotations") or {}).items() if "bellows" in k}
             size = (spec.get("trainer") or {}).get("numNodes", spec.get("pytorchReplicaSpecs"))
+            trainer = self.kube.trainer
+            held = "" if trainer is None else f" trainer: {trainer.describe(meta.get('uid', ''))}"
             rows.append(
                 f"{name}: uid {meta.get('uid')} suspend {spec.get('suspend')} size {size}"
                 f" conditions {[(t, c.get('status')) for t, c in conditions(obj).items()]}"
-                f" notes {notes}"
+                f" notes {notes}{held}"
             )
         return "unfinished: " + " | ".join(rows)
 

@@ -153,6 +153,15 @@ class EmulatedCluster:
             self._trainer_task = asyncio.create_task(self.trainer.run(), name="emulated-trainer")
         return self
 
+    def check_alive(self) -> None:
+        """Raise if an emulated controller (operator, Kueue, Trainer) died with an error: the
+        jobs it reconciles would stall without one."""
+        for task in (self._task, self._kueue_task, self._trainer_task):
+            if task is not None and task.done() and not task.cancelled():
+                error = task.exception()
+                if error is not None:
+                    raise AssertionError(f"{task.get_name()} died") from error
+
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,

@@ -180,6 +180,21 @@ class EmulatedTrainer:
         state = self._training.get(uid)
         return None if state is None else progress_of(state, self.emulated_now())
 
+    def describe(self, uid: str) -> str:
+        """What the emulated Trainer holds of TrainJob ``uid`` (for a test's failure message):
+        running or not, samples done of the work, emulated seconds to its finish, restarts."""
+        state = self._training.get(uid)
+        if state is None:
+            return "no training"
+        now = self.emulated_now()
+        finish = state.finish_time()
+        left = "stopped" if finish is None else f"finish in {finish - now:.0f} s"
+        return (
+            f"{'running' if uid in self._running else 'not running'},"
+            f" {state.samples(now):.0f}/{state.work:.0f} samples, {left},"
+            f" {state.restarts} starts, timer {'set' if uid in self._timers else 'none'}"
+        )
+
     def pod_env(self, uid: str) -> Mapping[str, str]:
         """The env the trainer node pods of TrainJob ``uid`` last started with."""
         return dict(self._env.get(uid, {}))
