@@ -24,15 +24,6 @@ pytestmark = pytest.mark.slow
 
 TRAINJOBS = "trainer.kubeflow.org/v1alpha1/trainjobs"
 STEPS = ("record", "deleted", "created", "record-deleted")
-# Each step passes alone (80+ runs in a row of record-deleted, 30 of the others, under nice,
-# API delays and late kills), but under xdist with other tests beside it (2 workers) the run
-# after the kill stalled three times: at `record-deleted` in two full suites from a fresh
-# clone, at `deleted` in a run of tests/service and tests/kube; four or all six jobs were
-# journalled `done` and none finished within 120 s (40 cluster hours).
-# Every job stalling, not only the one re-created, points past the re-creation itself; the
-# cause is not found. Not strict until it is; the timeout's message describes every unfinished
-# job (Live.describe) for the next run that fails.
-_RACES = dict.fromkeys(STEPS, "known stall in a full suite: jobs left unfinished after the kill")
 
 
 def _step(change: Change) -> str | None:
@@ -54,15 +45,7 @@ def _records(stack: Live) -> list[str]:
     return [c["metadata"]["name"] for c in found if RECORD_LABEL in c["metadata"].get("labels", {})]
 
 
-@pytest.mark.parametrize(
-    "step",
-    [
-        pytest.param(s, marks=pytest.mark.xfail(reason=_RACES[s], strict=False))
-        if s in _RACES
-        else s
-        for s in STEPS
-    ],
-)
+@pytest.mark.parametrize("step", STEPS)
 async def test_a_controller_killed_at_each_step_of_a_recreation_loses_and_duplicates_nothing(
     step: str,
 ) -> None:

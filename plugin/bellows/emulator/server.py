@@ -164,8 +164,12 @@ def build_app(store: Store, *, faults: Faults | None = None) -> web.Application:
                 if request.query.get("watch") in _WATCH_TRUE:
                     return await _watch(store, request, target)
                 return _list(store, request, target)
+            # the body is read before the dry-run scope: the scope must hold no await, or every
+            # other write in the loop meanwhile (the emulated controllers', other requests')
+            # would be answered as made and dropped, or a dry one stored
+            given = await _body(request)
             with store.dry_run(bool(dry)):
-                body, code = await _write(store, request, target)
+                body, code = _write(store, request, target, given)
             if fault is not None:  # the write landed; the answer is "lost"
                 return _status(fault.error())
             return web.json_response(body, status=code)
@@ -179,8 +183,8 @@ def build_app(store: Store, *, faults: Faults | None = None) -> web.Application:
     return app
 
 
-async def _write(store: Store, request: web.Request, t: _Target) -> tuple[Any, int]:
-    body = await _body(request)
+def _write(store: Store, request: web.Request, t: _Target, body: Any) -> tuple[Any, int]:
+    """The write ``request`` asks for, with its decoded ``body`` (synchronous: see ``handle``)."""
     if request.method == "POST" and t.name is None:
         if t.res.namespaced and t.namespace is None:
             raise ApiError(

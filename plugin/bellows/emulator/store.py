@@ -458,7 +458,10 @@ class Store:
     @contextlib.contextmanager
     def dry_run(self, dry: bool = True) -> Iterator[None]:
         """Writes inside are checked in full (schema, CEL, admission, versions) and answered
-        as if made, but nothing is stored, versioned or watched (``?dryRun=All``)."""
+        as if made, but nothing is stored, versioned or watched (``?dryRun=All``).
+
+        The flag is the store's: the scope must not await, or a write of another task in the
+        same loop meanwhile is taken as dry too (answered, never stored)."""
         before, self._dry = self._dry, dry
         try:
             yield
