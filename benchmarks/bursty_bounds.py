@@ -22,23 +22,51 @@ GPU-time the cluster had in the arrival window (the load the charge leaves).
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 
+import numpy as np
+
 from bellows.autoscaler import DEFAULT_RESTART_S
-from bellows.scaling import MODEL_EFFICIENCY, default_cluster
+from bellows.scaling import MODEL_EFFICIENCY, ClusterProfile, default_cluster
+from bellows.scaling.tables import throughput_table
 from bellows.sim.bounds import demands, elastic_srpt, fluid_srpt, rigid_srpt
 from bellows.sim.comparing import POLLUX, bursty, policies, run_policy
 from bellows.sim.engine import run
+from bellows.sim.workloads.traces import TraceJob
 
 TARGET = 0.33
+SCALING = (2, 4, 8)  # GPU counts whose worth per GPU is printed
 ALONE = 10  # times the GPUs for "alone"
 
 
 def _minutes(values: Sequence[float]) -> float:
     return statistics.fmean(values) / 60.0
+
+
+def parallel_efficiency(trace: Sequence[TraceJob], cluster: ClusterProfile, k: int) -> float | None:
+    """The median over elastic jobs that may use ``k`` GPUs of their goodput per GPU at ``k``
+    over that at their smallest count (best batch each, efficiency at half the work): what
+    a GPU beyond the smallest count is worth. ``None`` when no job may use ``k``."""
+    ratios = []
+    for job in trace:
+        spec = job.spec
+        if not spec.elastic or spec.k_max < k:
+            continue
+        rate = throughput_table(spec, cluster)
+        batch = np.arange(rate.shape[0])[:, None] * np.arange(rate.shape[1])[None, :]
+        profile = MODEL_EFFICIENCY.get(job.model)
+        if profile is not None:
+            usable = np.maximum(batch, 1).astype(np.float64)
+            rate = rate * profile.efficiency(usable, np.full(usable.shape, spec.work / 2))
+        best = rate.max(axis=1)
+        least = int(np.flatnonzero(best > 0)[0])
+        if least < k:
+            ratios.append((best[k] / k) / (best[least] / least))
+    return statistics.median(ratios) if ratios else None
 
 
 def measure(seed: int, gpus: int) -> dict[str, float]:
@@ -64,6 +92,9 @@ def measure(seed: int, gpus: int) -> dict[str, float]:
     out["rigid SRPT"] = _minutes(rigid_srpt(jobs, gpus, DEFAULT_RESTART_S)[0])
     assert horizon is not None
     out["load"] = sum(j.gpu_s for j in jobs) / (gpus * horizon)
+    for k in SCALING:
+        worth = parallel_efficiency(trace, cluster, k)
+        out[f"worth {k}"] = math.nan if worth is None else worth
     return out
 
 
@@ -81,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         with ProcessPoolExecutor(args.workers) as pool:
             results = list(pool.map(measure, args.seeds, gpus))
-    names = [n for n in results[0] if n != "load"]
+    names = [n for n in results[0] if n != "load" and not n.startswith("worth")]
     head = (
         "| avg JCT, min | " + " | ".join(f"seed {s}" for s in args.seeds) + " | median | / paper |"
     )
@@ -97,6 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"| target: {TARGET}x paper mode | | | | {TARGET * paper:.1f} | {TARGET:.3f} |")
     loads = ", ".join(f"{r['load']:.2f}" for r in results)
     print(f"\nGPU-time Bellows mode used / GPU-time in the arrival window: {loads}")
+    for k in SCALING:
+        worth = ", ".join(f"{r[f'worth {k}']:.2f}" for r in results)
+        print(f"goodput per GPU on {k} GPUs / on the smallest count, median job: {worth}")
     return 0
 
 
