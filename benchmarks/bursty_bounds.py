@@ -32,7 +32,7 @@ import numpy as np
 
 from bellows.autoscaler import DEFAULT_RESTART_S
 from bellows.scaling import MODEL_EFFICIENCY, ClusterProfile, default_cluster
-from bellows.scaling.tables import throughput_table
+from bellows.scaling.tables import tsf_tables
 from bellows.sim.bounds import demands, elastic_srpt, fluid_srpt, rigid_srpt
 from bellows.sim.comparing import POLLUX, bursty, policies, run_policy
 from bellows.sim.engine import run
@@ -49,20 +49,18 @@ def _minutes(values: Sequence[float]) -> float:
 
 def parallel_efficiency(trace: Sequence[TraceJob], cluster: ClusterProfile, k: int) -> float | None:
     """The median over elastic jobs that may use ``k`` GPUs of their goodput per GPU at ``k``
-    over that at their smallest count (best batch each, efficiency at half the work): what
-    a GPU beyond the smallest count is worth. ``None`` when no job may use ``k``."""
+    over that at their smallest count (the JSA's goodput tables, efficiency at half the
+    work): what a GPU beyond the smallest count is worth. ``None`` when no job may use ``k``."""
+    jobs = [job for job in trace if job.spec.elastic and job.spec.k_max >= k]
+    if not jobs:
+        return None
+    tables = tsf_tables(
+        [job.spec for job in jobs], cluster, fixed_batch=False,
+        efficiency=[MODEL_EFFICIENCY.get(job.model) for job in jobs],
+        progress=[job.spec.work / 2 for job in jobs],
+    )  # fmt: skip
     ratios = []
-    for job in trace:
-        spec = job.spec
-        if not spec.elastic or spec.k_max < k:
-            continue
-        rate = throughput_table(spec, cluster)
-        batch = np.arange(rate.shape[0])[:, None] * np.arange(rate.shape[1])[None, :]
-        profile = MODEL_EFFICIENCY.get(job.model)
-        if profile is not None:
-            usable = np.maximum(batch, 1).astype(np.float64)
-            rate = rate * profile.efficiency(usable, np.full(usable.shape, spec.work / 2))
-        best = rate.max(axis=1)
+    for best in tables.goodput:
         least = int(np.flatnonzero(best > 0)[0])
         if least < k:
             ratios.append((best[k] / k) / (best[least] / least))
