@@ -28,6 +28,7 @@ from bellows.kube.client import ExpiredError, KubeApi
 from bellows.kube.examining import LeftAlone, opted_job
 from bellows.kube.journal import Journal, Phase
 from bellows.kube.kinds import JobView, KindAdapter
+from bellows.kube.readback import Distrusted, checked_journal
 from bellows.kube.specs import build_spec
 from bellows.refs import job_key
 from bellows.scaling import JobProfile
@@ -44,12 +45,15 @@ class Arrived:
     """An opted-in job with valid settings (seen for the first time, or with a new spec).
 
     ``running`` is the allocation the journal says the job runs with (``None`` for a job
-    Bellows has not started, or has suspended again).
+    Bellows has not started, or has suspended again, or whose journal's allocation its
+    settings or replicas rule out: ``distrusted`` says which).
     """
 
     spec: JobSpec
     view: JobView
     running: Allocation | None
+    # journal values read back and not trusted (bellows.kube.readback): they read as absent
+    distrusted: tuple[Distrusted, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,14 +157,14 @@ class JobReader:
         view, settings = seen.view, seen.settings
         profile = await self._profile(view.ref.namespace, settings.profile)
         spec = build_spec(view, settings, profile)
-        journal = Journal.read(notes)
+        journal, distrusted = checked_journal(Journal.read(notes), spec, view)
         running = None
         # A Kueue job sized by Bellows (within its ClusterQueue's quota) runs at its
         # allocation even while it waits, suspended, for Kueue to admit it.
         waiting = view.queue is not None and view.suspended
         if journal.phase is Phase.DONE and journal.allocation and (not view.suspended or waiting):
             running = Allocation(*journal.allocation)
-        return Arrived(spec, view, running)
+        return Arrived(spec, view, running, distrusted)
 
     async def _profile(self, namespace: str, source: JobProfile | keys.ConfigMapRef) -> JobProfile:
         if isinstance(source, JobProfile):

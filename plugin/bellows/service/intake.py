@@ -31,6 +31,7 @@ from bellows.kube import (
 )
 from bellows.kube.journal import Journal, Phase
 from bellows.kube.kinds import finished_state, running_since
+from bellows.kube.readback import checked_journal
 from bellows.service.parts import Part, Parts
 from bellows.service.scoping import Scope
 from bellows.service.settling import Settler
@@ -173,7 +174,7 @@ class Intake(Part):
             return None
         self._reports.set_invalid(name, False)
         if spec is seen.spec:
-            return seen
+            return await self._trusted(seen)
         if name not in self._roster.active:
             pool = self._roster.pool
             where = "the cluster's" if pool is None else f"ClusterQueue {pool}'s"
@@ -183,7 +184,27 @@ class Intake(Part):
             )
             await self._actuator.notify(name, "Clamped", message, warning=True)
             _log.info("job.clamped", job=name, k_max=seen.spec.k_max, to=spec.k_max)
-        return dataclasses.replace(seen, spec=spec)
+        return await self._trusted(dataclasses.replace(seen, spec=spec))
+
+    def journal(self, seen: Arrived) -> Journal:
+        """The journal on the job, every value its (fitted) settings, its replicas or the
+        cluster's GPUs rule out read as absent (:mod:`bellows.kube.readback`)."""
+        journal = Journal.read(seen.view.annotations)
+        return checked_journal(journal, seen.spec, seen.view, capacity=self._roster.widest)[0]
+
+    async def _trusted(self, seen: Arrived) -> Arrived:
+        """``seen`` with a running allocation only where its journal holds up against the
+        fitted settings and the cluster's GPUs; each value that does not is said on the job
+        (a Warning Event) and counted, once per value."""
+        journal = Journal.read(seen.view.annotations)
+        _, distrusted = checked_journal(journal, seen.spec, seen.view, capacity=self._roster.widest)
+        found = {*seen.distrusted, *distrusted}
+        if not found:
+            return seen
+        await self._reports.distrust(seen.spec.name, sorted(found, key=lambda d: d.key))
+        if any(d.key == keys.ALLOCATION for d in found):
+            seen = dataclasses.replace(seen, running=None)
+        return seen
 
     def progress(self, seen: Arrived, now: float) -> tuple[float, float | None]:
         """What the journal and the cluster know of a running job's progress: the samples it

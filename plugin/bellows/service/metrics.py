@@ -70,6 +70,20 @@ class Metrics:
             "Opted-in jobs Bellows leaves alone because their settings or spec are invalid",
             registry=r,
         )
+        self.journal_distrusted = Counter(
+            "bellows_journal_distrusted",
+            "Journal values read back from a job and not acted on (its settings, replicas or "
+            "the cluster's GPUs rule them out), by annotation",
+            ["key"],
+            registry=r,
+        )
+        self.jobs_set_aside = Counter(
+            "bellows_jobs_set_aside",
+            "Jobs set aside by a rebuild or a resume because their objects failed (spec: "
+            "unreadable, api: an API error for that job, unexpected: anything else)",
+            ["reason"],
+            registry=r,
+        )
         self.jobs_skipped = Gauge(
             "bellows_jobs_skipped",
             "Opted-in jobs Bellows never writes to, by reason (managed-by: "
@@ -226,6 +240,12 @@ class MetricsObserver(ControllerObserver):
 
     def invalid_jobs(self, count: int) -> None:
         self._metrics.jobs_invalid.set(count)
+
+    def journal_distrusted(self, key: str) -> None:
+        self._metrics.journal_distrusted.labels(key=key).inc()
+
+    def job_set_aside(self, reason: str) -> None:
+        self._metrics.jobs_set_aside.labels(reason=reason).inc()
 
     def skipped_jobs(self, reason: str, count: int) -> None:
         self._metrics.jobs_skipped.labels(reason=reason).set(count)

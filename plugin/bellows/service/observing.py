@@ -38,6 +38,14 @@ class ControllerObserver:
     def invalid_jobs(self, count: int) -> None:
         """``count`` opted-in jobs are left alone now because their data is invalid."""
 
+    def journal_distrusted(self, key: str) -> None:
+        """A journal value (annotation ``key``) read back from a job was not trusted: its
+        job's settings, replicas or the cluster's GPUs rule it out (it reads as absent)."""
+
+    def job_set_aside(self, reason: str) -> None:
+        """One job's objects failed its rebuild or resume (``reason``: ``spec``, ``api``,
+        ``unexpected``); the job was set aside and the others went on."""
+
     def skipped_jobs(self, reason: str, count: int) -> None:
         """``count`` opted-in jobs are skipped now, never written to, for ``reason``
         (``managed-by``: another controller runs them; ``queue-unknown``: their Kueue

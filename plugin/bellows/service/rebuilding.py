@@ -18,6 +18,7 @@ from bellows.autoscaler import Autoscaler, Mode, Rescale, Start
 from bellows.inputs import DATA_ERRORS, brief
 from bellows.jobs import Allocation
 from bellows.kube import Arrived, Invalid, JobView, KindAdapter, Skipped
+from bellows.kube.client import unavailable
 from bellows.kube.journal import Journal, Phase
 from bellows.service.intake import Intake
 from bellows.service.parts import Part, Parts
@@ -47,7 +48,12 @@ class Rebuild(Part):
         for namespace in self._scope.namespaces:
             # a TrainJob a killed controller deleted to re-create it is in no list: its
             # record is; the copy is then read below, running at the journal's allocation
-            for outcome in await self._actuator.finish_recreations(namespace):
+            recreated = await self._isolated(
+                f"records of {namespace or 'every namespace'}",
+                self._actuator.finish_recreations(namespace),
+                report=False,
+            )
+            for outcome in recreated or ():
                 _log.info("rebuild.recreated", job=outcome.job, result=outcome.result)
             for kind in self._actuator.kinds:
                 async for page, _ in self._api.list_job_pages(kind, namespace):
@@ -60,16 +66,23 @@ class Rebuild(Part):
         for _, job in waiting:
             await self._isolated(job.spec.name, self._intake.admit(job, now, arrived_at=now))
 
-    async def _isolated(self, job: str, work: Awaitable[_T]) -> _T | None:
-        """``work`` for one job; a value in that job that no check foresaw marks the job
-        invalid and the caller goes on (API errors propagate, to be retried)."""
+    async def _isolated(self, job: str, work: Awaitable[_T], *, report: bool = True) -> _T | None:
+        """``work`` for one job. Whatever that job's objects raise (a value no check
+        foresaw, an API error about them, anything) sets the job aside: it is reported
+        invalid (an Event on it, the metrics) and the caller goes on with the others in the
+        same pass. Only an API server that cannot be asked now (``unavailable``) stops the
+        pass, to be retried whole: that is the cluster's trouble, not the job's."""
         try:
             return await work
-        except DATA_ERRORS as err:
-            _log.exception("job.failed", job=job)
-            await self._reports.report(
-                Invalid(job, f"Bellows could not take the job ({brief(err)})")
-            )
+        except Exception as err:
+            if unavailable(err):
+                raise
+            reason = "spec" if isinstance(err, DATA_ERRORS) else _failure(err)
+            _log.exception("job.set_aside", job=job, reason=reason)
+            self._observer.job_set_aside(reason)
+            if report:
+                problem = f"Bellows could not take the job ({brief(err)})"
+                await self._reports.report(Invalid(job, problem))
             return None
 
     async def _recovered(
@@ -85,8 +98,11 @@ class Rebuild(Part):
             await self._reports.skip(seen)
         if not isinstance(seen, Arrived) or (seen := await self._intake.fit(seen)) is None:
             return None
-        journal = Journal.read(seen.view.annotations)
+        journal = self._intake.journal(seen)  # what it holds up of what was written
         running = seen.running
+        # a journal value not trusted reads as absent (the job Bellows' settings and replicas
+        # rule it out for is queued: held, its pods stopped, then sized afresh; its replicas
+        # buy it no GPUs in the meantime, whatever they ask for)
         if journal.phase in (Phase.SUSPENDING, Phase.PATCHED) and journal.target:
             # a scaling the previous controller left half done: finish it first
             gpus, batch = journal.target
@@ -145,6 +161,13 @@ class Rebuild(Part):
         if kinds:
             _log.info("rebuild.rehearsed", seconds=round(seconds, 3))
         return seconds
+
+
+def _failure(err: Exception) -> str:
+    """The metric's reason for a job set aside: ``api`` for an API error about its objects
+    (a 4xx, a 500, an actuation that kept conflicting), else ``unexpected``."""
+    module = type(err).__module__
+    return "api" if module.startswith(("kubernetes", "bellows.kube")) else "unexpected"
 
 
 def _first_step(core: Autoscaler, now: float) -> float:
