@@ -337,7 +337,8 @@ def test_delete_options_of_the_wrong_types_are_bad_requests(server: Background) 
         {"preconditions": {"uid": 5}},
         {"propagationPolicy": ["Background"]},
         {"gracePeriodSeconds": True},
-        {"dryRun": ["All"]},
+        {"dryRun": "All"},
+        {"dryRun": ["Maybe"]},
     ):
         resp = server.request("DELETE", f"{CONFIGMAPS}/keep", json.dumps(options).encode())
         assert resp.status == 400, (options, resp.data[:300])

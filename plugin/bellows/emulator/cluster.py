@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType, TracebackType
@@ -130,6 +131,8 @@ class EmulatedCluster:
             self.add_training_runtime(TORCH_DISTRIBUTED)
         self._trainer_task: asyncio.Task[None] | None = None
         self.faults = Faults()  # fault tests add rules here (see faults.py)
+        # every request the server was sent, by (method, path): what tests count
+        self.requests: Counter[tuple[str, str]] = Counter()
         self._runner: web.AppRunner | None = None
         self._task: asyncio.Task[None] | None = None
         self._kueue_task: asyncio.Task[None] | None = None
@@ -137,7 +140,8 @@ class EmulatedCluster:
 
     async def __aenter__(self) -> EmulatedCluster:
         self._runner = web.AppRunner(
-            build_app(self.store, faults=self.faults), handle_signals=False
+            build_app(self.store, faults=self.faults, requests=self.requests),
+            handle_signals=False,
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)

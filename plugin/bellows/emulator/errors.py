@@ -39,8 +39,7 @@ class ApiError(Exception):
         details = dict(self.details)
         if self.causes:
             details["causes"] = [
-                {"reason": "FieldValueInvalid", "message": c.message(), "field": c.field}
-                for c in self.causes
+                {"reason": c.reason, "message": c.message(), "field": c.field} for c in self.causes
             ]
         return {
             "kind": "Status",

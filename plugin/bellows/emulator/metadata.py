@@ -7,7 +7,8 @@ Two kinds of problem, as on the real server:
   malformed request (400, "cannot be handled as a …"); a patch that yields one is an invalid
   patch (422).
 * :func:`metadata_problems`: values that decode but are invalid (422): names, label and
-  annotation keys, label values, the annotations' total size, owner references.
+  annotation keys, label values, the annotations' total size, owner references, finalizer
+  names.
 
 Every name pattern here is matched whole (``fullmatch``): ``$`` would let ``"name\\n"`` pass.
 """
@@ -165,7 +166,7 @@ def metadata_problems(meta: Mapping[str, Any], *, label_name: bool = False) -> l
     """Problems in ``meta`` (its types already decode): the name an RFC 1123 subdomain (a
     label where ``label_name``, as for namespaces), qualified label and annotation keys,
     label values, annotations within 256 KiB, complete owner references with one
-    controller at most."""
+    controller at most, finalizers qualified names (``example.com/cleanup``)."""
     found = [p for p in [_name_problem(meta.get("name", ""), label=label_name)] if p]
     for field in ("labels", "annotations"):
         entries = meta.get(field) or {}
@@ -198,4 +199,9 @@ def metadata_problems(meta: Mapping[str, Any], *, label_name: bool = False) -> l
             )
         )
     found += _owner_problems(list(meta.get("ownerReferences") or []))
+    found += [
+        FieldProblem("metadata.finalizers", name, "a qualified name: [prefix/]name")
+        for name in meta.get("finalizers") or []
+        if not _qualified_key(name)
+    ]
     return found

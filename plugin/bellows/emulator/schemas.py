@@ -54,8 +54,11 @@ class FieldProblem:
     field: str
     value: object
     expected: str
+    reason: str = "FieldValueInvalid"  # FieldValueForbidden: a change the server forbids
 
     def message(self) -> str:
+        if self.reason == "FieldValueForbidden":
+            return f"{self.field}: Forbidden: {self.expected}"
         shown = json.dumps(self.value)[:80] if _jsonable(self.value) else repr(self.value)
         return f"{self.field}: Invalid value: {shown}: {self.expected}"
 

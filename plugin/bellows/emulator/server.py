@@ -5,8 +5,10 @@ It speaks what the ``kubernetes`` client sends: get, list (label and field selec
 ``DELETED`` events, a label selector's enter/leave as ``ADDED``/``DELETED``, 410 as an
 ``ERROR`` event), create (201), replace, patch (JSON merge patch and JSON patch; strategic
 merge only for types where it equals a merge patch, else 415; server-side apply is not
-emulated and answers 415), delete with preconditions, and the ``status`` subresource.
-Errors are ``Status`` bodies with the real reasons and codes.
+emulated and answers 415), delete with preconditions (an object with finalizers is marked,
+not deleted, and answered as it now is: ``store.py``), dry runs of every write, delete
+included, and the ``status`` subresource. Errors are ``Status`` bodies with the real reasons
+and codes. ``requests`` (when given) counts every request by method and path.
 
 It is as strict as kube-apiserver with what it is sent: a body that is not UTF-8 JSON (or
 nests deeper than the store allows) is a 400, one over 3 MiB a 413; a body whose fields do
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -137,8 +140,14 @@ def _query_int(request: web.Request, name: str, *, default: int, maximum: int = 
         raise ApiError(400, "BadRequest", str(err)) from None
 
 
-def build_app(store: Store, *, faults: Faults | None = None) -> web.Application:
-    """The aiohttp application serving ``store``, failing what ``faults`` says (fault tests)."""
+def build_app(
+    store: Store,
+    *,
+    faults: Faults | None = None,
+    requests: Counter[tuple[str, str]] | None = None,
+) -> web.Application:
+    """The aiohttp application serving ``store``, failing what ``faults`` says (fault tests),
+    counting each request in ``requests`` by ``(method, path)``."""
     # aiohttp's own limit (1 MiB) would answer a plain-text 413 before the handler runs
     app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
 
@@ -146,14 +155,14 @@ def build_app(store: Store, *, faults: Faults | None = None) -> web.Application:
         return web.json_response({"major": "1", "minor": "31", "gitVersion": "v1.31.0-bellows"})
 
     async def handle(request: web.Request) -> web.StreamResponse:
+        if requests is not None:
+            requests[(request.method, request.path)] += 1
         fault = faults.take(request.method, request.path) if faults is not None else None
         if fault is not None and not fault.after_commit:
             return _status(fault.error())
         try:
-            dry = request.query.getall("dryRun", [])
-            if any(value != "All" for value in dry):
-                raise ApiError(400, "BadRequest", f"unsupported dryRun {dry}: only All is valid")
-            if dry and request.method not in ("POST", "PUT", "PATCH"):
+            dry = _dry_run(request.query.getall("dryRun", []))
+            if dry and request.method not in ("POST", "PUT", "PATCH", "DELETE"):
                 raise ApiError(400, "BadRequest", f"dryRun of {request.method} is not emulated")
             target = _parse(store, request.path)
             if request.method == "GET":
@@ -168,7 +177,9 @@ def build_app(store: Store, *, faults: Faults | None = None) -> web.Application:
             # other write in the loop meanwhile (the emulated controllers', other requests')
             # would be answered as made and dropped, or a dry one stored
             given = await _body(request)
-            with store.dry_run(bool(dry)):
+            if request.method == "DELETE" and target.name is not None:
+                dry = dry or _dry_run(_delete_options(given).get("dryRun") or [])
+            with store.dry_run(dry):
                 body, code = _write(store, request, target, given)
             if fault is not None:  # the write landed; the answer is "lost"
                 return _status(fault.error())
@@ -206,7 +217,7 @@ def _write(store: Store, request: web.Request, t: _Target, body: Any) -> tuple[A
         options = _delete_options(body)
         pre = options.get("preconditions") or {}
         policy = request.query.get("propagationPolicy") or options.get("propagationPolicy")
-        gone = store.delete(
+        deletion = store.delete(
             t.res,
             t.namespace,
             t.name,
@@ -214,6 +225,9 @@ def _write(store: Store, request: web.Request, t: _Target, body: Any) -> tuple[A
             resource_version=pre.get("resourceVersion"),
             propagation=policy or "Background",
         )
+        if not deletion.gone:  # finalizers left: the object as it is now, being deleted
+            # 202 only where the client asked for cascading by orphanDependents=false
+            return deletion.obj, 202 if options.get("orphanDependents") is False else 200
         return {
             "kind": "Status",
             "apiVersion": "v1",
@@ -223,7 +237,7 @@ def _write(store: Store, request: web.Request, t: _Target, body: Any) -> tuple[A
                 "name": t.name,
                 "group": t.res.group,
                 "kind": t.res.plural,
-                "uid": gone["metadata"]["uid"],
+                "uid": deletion.obj["metadata"]["uid"],
             },
         }, 200
     raise ApiError(405, "MethodNotAllowed", f"{request.method} is not allowed")
@@ -247,8 +261,8 @@ def _delete_options(body: Any) -> Mapping[str, Any]:
                 f"DeleteOptions.{key}: cannot unmarshal {go_type(value)} into a "
                 f"{'string' if kind is str else kind.__name__}",
             )
-    if body.get("dryRun"):
-        raise ApiError(400, "BadRequest", "dryRun is not emulated")
+    if not all(isinstance(value, str) for value in body.get("dryRun") or []):
+        raise ApiError(400, "BadRequest", "DeleteOptions.dryRun: expected a list of strings")
     pre = body.get("preconditions") or {}
     for key in ("uid", "resourceVersion"):
         if pre.get(key) is not None and not isinstance(pre[key], str):
@@ -256,6 +270,14 @@ def _delete_options(body: Any) -> Mapping[str, Any]:
                 400, "BadRequest", f"DeleteOptions.preconditions.{key}: expected a string"
             )
     return body
+
+
+def _dry_run(values: list[str]) -> bool:
+    """Whether a request's ``dryRun`` values (query or ``DeleteOptions``) ask for one; any
+    value but ``All`` is a 400, as on the real server."""
+    if any(value != "All" for value in values):
+        raise ApiError(400, "BadRequest", f"unsupported dryRun {values}: only All is valid")
+    return bool(values)
 
 
 def _patcher(res: ResourceType, content_type: str, body: Any) -> Any:

@@ -8,6 +8,17 @@ changes outside ``metadata`` and ``status``; a write that changes nothing change
 and sends no event; deleting an owner deletes its dependents (``ownerReferences``), as the
 garbage collector does. All of it runs on one event loop, without locks.
 
+Finalizers as kube-apiserver's registry handles them (none of the emulated types deletes
+gracefully, so every one is treated as a custom resource is): a delete of an object whose
+``metadata.finalizers`` is not empty marks it instead (``deletionTimestamp`` now,
+``deletionGracePeriodSeconds`` 0, ``generation`` + 1: a MODIFIED event) and answers it as it
+now is; a second delete changes nothing. While it is being deleted no finalizer may be added
+(422, Forbidden), ``deletionTimestamp`` and ``deletionGracePeriodSeconds`` stay what the
+server set (a client setting either on a live object is a 422: immutable), and the update
+that removes the last finalizer deletes it (one DELETED event, no MODIFIED before it), its
+dependents collected then (a ``Background`` delete) or when it was marked (``Orphan``,
+``Foreground``: the garbage collector works at once here).
+
 A create or replace body whose type or object metadata does not decode (``metadata.name`` a
 list) is a bad request (400), and a patch that yields one is invalid (422), as on the real
 server. Objects nest at most :data:`MAX_DEPTH` levels: a deliberate limit of the emulator
@@ -38,7 +49,7 @@ from bellows.emulator.schemas import FieldProblem
 from bellows.emulator.selectors import Matcher
 from bellows.inputs import json_depth
 
-__all__ = ["MAX_DEPTH", "ApiError", "Change", "Store", "rfc3339"]
+__all__ = ["MAX_DEPTH", "ApiError", "Change", "Deletion", "Store", "rfc3339"]
 
 MAX_DEPTH = 64  # nesting of lists and objects in one object; real ones stay under 20
 NAME_LABEL = "kubernetes.io/metadata.name"  # the label the API server gives every namespace
@@ -55,6 +66,15 @@ class Change:
     kind: str  # ADDED, MODIFIED, DELETED
     obj: dict[str, Any]
     old: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """What a delete did: ``gone`` (``obj`` its last version) or, with finalizers left,
+    marked and still there (``obj`` as it is now, ``deletionTimestamp`` set)."""
+
+    obj: dict[str, Any]
+    gone: bool
 
 
 def _outside_meta(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -88,9 +108,11 @@ class Store:
         self._encoded: dict[tuple[str, str, str], tuple[dict[str, Any], bytes]] = {}
         # Every subscriber's queue, and whether it serves an HTTP watch (close_watches ends those).
         self._subscribers: dict[asyncio.Queue[Change | None], bool] = {}
+        # the propagation policy of each object being deleted (uid): applied when it goes
+        self._policies: dict[str, str] = {}
         self.writes: list[
             tuple[str, str, str, str]
-        ] = []  # (verb, resource, ns, name): create, update, update/status, delete
+        ] = []  # (verb, resource, ns, name): create, update, update/status, terminate, delete
         self.create_namespace("default")
 
     # ----- reading -------------------------------------------------------------------------
@@ -248,6 +270,7 @@ class Store:
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=rfc3339(self._now()), generation=1)
         meta.pop("resourceVersion", None)
         meta.pop("deletionTimestamp", None)
+        meta.pop("deletionGracePeriodSeconds", None)
         if res.status_subresource and not res.status_on_create:
             obj.pop("status", None)
         obj = self._admit(res, obj)
@@ -324,7 +347,9 @@ class Store:
         uid: str | None = None,
         resource_version: str | None = None,
         propagation: str = "Background",
-    ) -> dict[str, Any]:
+    ) -> Deletion:
+        """Delete the object (preconditions ``uid`` and ``resource_version`` checked), or,
+        while it has finalizers, mark it as being deleted (see the module's docstring)."""
         ns = namespace or ""
         current = self.get(res, ns, name)
         meta = current["metadata"]
@@ -350,16 +375,48 @@ class Store:
                 f"propagationPolicy {propagation!r} is invalid: "
                 "expected Background, Foreground or Orphan",
             )
+        if meta.get("finalizers"):
+            return Deletion(self._mark_deleted(res, ns, current, propagation), gone=False)
+        return Deletion(self._remove(res, ns, current, propagation), gone=True)
+
+    def _mark_deleted(
+        self, res: ResourceType, ns: str, current: dict[str, Any], propagation: str
+    ) -> dict[str, Any]:
+        """Mark ``current`` as being deleted (``markAsDeleting``); it stays until an update
+        removes its last finalizer. Already marked: nothing changes (no version, no event)."""
+        if current["metadata"].get("deletionTimestamp"):
+            return current
+        obj = copy.deepcopy(current)
+        meta = obj["metadata"]
+        meta["deletionTimestamp"] = rfc3339(self._now())
+        meta["deletionGracePeriodSeconds"] = 0
+        meta["generation"] = int(meta.get("generation", 1)) + 1
+        marked = self._commit(res, ns, meta["name"], obj, current, verb="terminate")
+        if not self._dry:
+            self._policies[meta["uid"]] = propagation
+            if propagation != "Background":  # the orphan/foregroundDeletion finalizers' work
+                self._collect(meta["uid"], orphan=propagation == "Orphan")
+        return marked
+
+    def _remove(
+        self, res: ResourceType, ns: str, current: dict[str, Any], propagation: str
+    ) -> dict[str, Any]:
+        """Delete ``current`` from the store (DELETED event), then its dependents."""
+        meta = current["metadata"]
+        name = meta["name"]
+        gone = copy.deepcopy(current)
+        if self._dry:
+            return gone
         del self._objects[(res.key, ns, name)]
         self._sorted.pop(res.key, None)
         self._encoded.pop((res.key, ns, name), None)
         self._revision += 1
-        gone = copy.deepcopy(current)
         gone["metadata"]["resourceVersion"] = str(self._revision)
         self._record(Change(self._revision, res.key, "DELETED", gone, current))
         self.writes.append(("delete", res.key, ns, name))
-        self._collect(meta["uid"], orphan=propagation == "Orphan")
-        return gone
+        policy = self._policies.pop(meta["uid"], propagation)
+        self._collect(meta["uid"], orphan=policy == "Orphan")
+        return copy.deepcopy(gone)
 
     # ----- internals -----------------------------------------------------------------------
 
@@ -431,10 +488,16 @@ class Store:
                     new_meta[key] = meta[key]
                 else:
                     new_meta.pop(key, None)
+            _kept_deletion(res, meta, new_meta)
         obj = self._admit(res, obj, current)
         obj["metadata"]["resourceVersion"] = meta["resourceVersion"]
         if obj == current:
             return current  # a no-op write: no new version, no event (as the real server)
+        if meta.get("deletionTimestamp") and not obj["metadata"].get("finalizers"):
+            # the last finalizer removed: deleted, not written (deleteWithoutFinalizers)
+            gone = self._remove(res, ns, current, "Background")
+            obj["metadata"]["resourceVersion"] = gone["metadata"]["resourceVersion"]
+            return obj
         if _outside_meta(obj) != _outside_meta(current):
             obj["metadata"]["generation"] = int(meta.get("generation", 1)) + 1
         name = meta["name"]
@@ -458,7 +521,8 @@ class Store:
     @contextlib.contextmanager
     def dry_run(self, dry: bool = True) -> Iterator[None]:
         """Writes inside are checked in full (schema, CEL, admission, versions) and answered
-        as if made, but nothing is stored, versioned or watched (``?dryRun=All``).
+        as if made, but nothing is stored, versioned or watched (``?dryRun=All``); a delete
+        is answered as it would be made (preconditions checked) and deletes nothing.
 
         The flag is the store's: the scope must not await, or a write of another task in the
         same loop meanwhile is taken as dry too (answered, never stored)."""
@@ -506,6 +570,40 @@ class Store:
                 self.update_with(self.resources[key], ns, name, _with_owners(kept))
             elif (key, ns, name) in self._objects:
                 self.delete(self.resources[key], ns, name)
+
+
+def _kept_deletion(res: ResourceType, old: Mapping[str, Any], new: dict[str, Any]) -> None:
+    """Keep the server's marks of a deletion in an update's metadata ``new``, as
+    ``rest.BeforeUpdate`` and ``ValidateObjectMetaUpdate`` do: ``deletionTimestamp`` and
+    ``deletionGracePeriodSeconds`` once set are restored when left out or changed (the
+    timestamp) and immutable; set on a live object they are a 422; and no finalizer may be
+    added to an object being deleted (422, Forbidden)."""
+    problems: list[FieldProblem] = []
+    if old.get("deletionTimestamp"):
+        new["deletionTimestamp"] = old["deletionTimestamp"]
+        added = sorted(set(new.get("finalizers") or []) - set(old.get("finalizers") or []))
+        if added:
+            listed = ", ".join(f'"{f}"' for f in added)
+            message = (
+                "no new finalizers can be added if the object is being deleted, "
+                f"found new finalizers []string{{{listed}}}"
+            )
+            problems.append(
+                FieldProblem("metadata.finalizers", added, message, "FieldValueForbidden")
+            )
+    elif new.get("deletionTimestamp"):
+        problems.append(
+            FieldProblem(
+                "metadata.deletionTimestamp", new["deletionTimestamp"], "field is immutable"
+            )
+        )
+    grace = "deletionGracePeriodSeconds"
+    if grace in old and grace not in new:
+        new[grace] = old[grace]
+    if new.get(grace) != old.get(grace):
+        problems.append(FieldProblem(f"metadata.{grace}", new.get(grace), "field is immutable"))
+    if problems:
+        raise _invalid(res, {"metadata": new}, problems)
 
 
 def _invalid(res: ResourceType, obj: Mapping[str, Any], problems: list[FieldProblem]) -> ApiError:

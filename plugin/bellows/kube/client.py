@@ -24,6 +24,7 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
 from bellows.kube import kueue
+from bellows.kube.deletion import Terminating, deletion_of
 from bellows.kube.errors import ConflictError, ExpiredError, NotFoundError
 from bellows.kube.kinds import KindAdapter
 
@@ -190,21 +191,34 @@ class KubeApi:
 
     async def delete_job(
         self, kind: KindAdapter, namespace: str, name: str, *, uid: str, resource_version: str
-    ) -> bool:
-        """Delete the job: only the one with ``uid``, still at ``resource_version``; False
-        when it is gone or no longer that one (404 / 409)."""
+    ) -> bool | Terminating:
+        """Delete the job: only the one with ``uid``, still at ``resource_version``. True when
+        it is gone; :class:`~bellows.kube.deletion.Terminating` (truthy) when the server
+        accepted the delete but the job stays until its finalizers are removed (a second
+        delete changes nothing); False when it is gone or no longer that one (404 / 409)."""
         body = k8s.V1DeleteOptions(
             propagation_policy="Background",
             preconditions=k8s.V1Preconditions(uid=uid, resource_version=resource_version),
         )
         try:
-            await _call(
-                self._custom.delete_namespaced_custom_object,
+            return deletion_of(await _call(
+                self._answer_json, self._custom.delete_namespaced_custom_object,
                 kind.group, kind.version, namespace, kind.plural, name, body=body,
-            )  # fmt: skip
+            ))  # fmt: skip
         except (NotFoundError, ConflictError):
             return False
-        return True
+
+    @staticmethod
+    def _answer_json(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> object:
+        """The JSON answer of ``fn`` as the server sent it (in the worker thread): the
+        client's models would read a delete's answer as a ``V1Status`` even when it is the
+        object, its ``deletionTimestamp`` lost."""
+        response = fn(*args, _preload_content=False, **kwargs)
+        try:
+            data = response.data
+        finally:
+            response.release_conn()
+        return json.loads(data) if data else None
 
     async def watch_jobs(
         self,
@@ -367,17 +381,22 @@ class KubeApi:
         )
         return self._plain(replaced)
 
-    async def delete_configmap(self, namespace: str, name: str, resource_version: str) -> bool:
-        """Delete the ConfigMap, still at ``resource_version``; False when it is gone or
-        changed since."""
+    async def delete_configmap(
+        self, namespace: str, name: str, resource_version: str
+    ) -> bool | Terminating:
+        """Delete the ConfigMap, still at ``resource_version``: True when it is gone,
+        :class:`~bellows.kube.deletion.Terminating` when finalizers keep it; False when it
+        is gone or changed since."""
         body = k8s.V1DeleteOptions(
             preconditions=k8s.V1Preconditions(resource_version=resource_version)
         )
         try:
-            await _call(self._core.delete_namespaced_config_map, name, namespace, body=body)
+            return deletion_of(await _call(
+                self._answer_json, self._core.delete_namespaced_config_map,
+                name, namespace, body=body,
+            ))  # fmt: skip
         except (NotFoundError, ConflictError):
             return False
-        return True
 
     async def get_lease(self, namespace: str, name: str) -> Obj | None:
         """The ``coordination.k8s.io/v1`` Lease, or ``None`` when it does not exist."""
@@ -395,18 +414,20 @@ class KubeApi:
 
     async def delete_batch_job(
         self, namespace: str, name: str, uid: str, *, resource_version: str | None = None
-    ) -> bool:
+    ) -> bool | Terminating:
         """Delete that batch Job: only the one with ``uid`` (and, when given, still at
-        ``resource_version``); False when it is gone or no longer that one (409)."""
+        ``resource_version``). True when it is gone, :class:`~bellows.kube.deletion.
+        Terminating` when finalizers keep it; False when it is gone or no longer that one."""
         body = k8s.V1DeleteOptions(
             propagation_policy="Background",
             preconditions=k8s.V1Preconditions(uid=uid, resource_version=resource_version),
         )
         try:
-            await _call(self._batch.delete_namespaced_job, name, namespace, body=body)
+            return deletion_of(await _call(
+                self._answer_json, self._batch.delete_namespaced_job, name, namespace, body=body
+            ))  # fmt: skip
         except (NotFoundError, ConflictError):
             return False  # gone, replaced by a newer Job of the same name, or changed
-        return True
 
     async def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
         await _call(self._core.create_namespaced_event, namespace, dict(event))
