@@ -75,20 +75,23 @@ def describe_run(result: SimResult, summary: Mapping[str, Any] | None = None) ->
 
 def _pollux_settings(
     policy: str, placement: str | None, delta_min: float | None, given: Mapping[str, object]
-) -> tuple[bool, str, str | None, float | None]:
-    """``(pollux, policy, placement, delta_min)``: ``--policy pollux`` is the elastic core's
-    settings for the Pollux reference, on nodes, every minute by default; it takes only the
-    options it models (``given``: the others, ``None`` where not given)."""
-    if policy != "pollux":
-        return False, policy, placement, delta_min
+) -> tuple[str | None, str, str | None, float | None]:
+    """``(reference, policy, placement, delta_min)``: ``--policy pollux`` or ``tiresias`` is
+    the elastic core's settings for that reference, on nodes, every minute by default; it
+    takes only the options it models (``given``: the others, ``None`` where not given)."""
+    if policy not in REFERENCES:
+        return None, policy, placement, delta_min
     extra = [name for name, value in given.items() if value is not None]
     if extra:
         raise click.UsageError(
-            f"--policy pollux does not take {', '.join(extra)}: the Pollux reference has a "
-            "queue, rounds every --delta-min, per-node placement and --restart-cost-s, "
-            "--efficiency and --cluster; nothing else"
+            f"--policy {policy} does not take {', '.join(extra)}: the {policy.title()} "
+            "reference has a queue, rounds every --delta-min, per-node placement and "
+            "--restart-cost-s, --charge-start, --efficiency and --cluster; nothing else"
         )
-    return True, "elastic", "nodes", 1.0 if delta_min is None else delta_min
+    return policy, "elastic", "nodes", 1.0 if delta_min is None else delta_min
+
+
+REFERENCES = ("pollux", "tiresias")
 
 
 @click.command("simulate")
@@ -96,12 +99,14 @@ def _pollux_settings(
 @click.option("--gpus", type=BoundedInt(1, MAX_GPUS), required=True, help="Cluster size.")
 @click.option(
     "--policy",
-    type=click.Choice([*POLICIES, "pollux"]),
+    type=click.Choice([*POLICIES, *REFERENCES]),
     default="elastic",
     show_default=True,
     help="elastic: the best batch per GPU count; baseline: the owner's batch; pollux: the "
     "Pollux reference (our reimplementation of Pollux's published policy, OSDI'21, to "
-    "compare with: every --delta-min, default 1, per-node placement; docs/simulator.md).",
+    "compare with: every --delta-min, default 1, per-node placement; docs/simulator.md); "
+    "tiresias: the Tiresias reference (rigid at the trace's GPUs and batch, two-queue "
+    "least-attained-service, as the Pollux artifact runs it; same settings).",
 )
 @click.option(
     "--paper",
@@ -184,6 +189,9 @@ def _pollux_settings(
               "with validation data (Pollux imports; generated categories by their model): "
               "they progress in reference samples, and Bellows mode decides by goodput "
               "(docs/simulator.md). [default: off, the paper's premise]")  # fmt: skip
+@click.option("--charge-start", is_flag=True,
+              help="A job's first start costs its restart cost too, as in the Pollux "
+              "artifact's simulator (issue 36). [default: a first start is free]")  # fmt: skip
 @click.option("--no-learning", is_flag=True,
               help="With --wrong-priors: the core keeps the wrong priors.")  # fmt: skip
 def simulate(
@@ -210,11 +218,12 @@ def simulate(
     wrong_priors: bool,
     no_learning: bool,
     efficiency: bool,
+    charge_start: bool,
 ) -> None:
     """Simulate TRACE; write summary.json, jobs.csv and plots into OUT."""
     if no_learning and not wrong_priors:
         raise click.UsageError("--no-learning needs --wrong-priors")
-    pollux, policy, placement, delta_min = _pollux_settings(
+    reference, policy, placement, delta_min = _pollux_settings(
         policy, placement, delta_min,
         {"--paper": paper or None, "--early-share": early_share, "--hysteresis": hysteresis,
          "--backfill/--no-backfill": backfill, "--min-runtime-s": min_runtime_s,
@@ -259,19 +268,20 @@ def simulate(
                 learning = online.Learning(online.wrong_priors(jobs), learn=not no_learning)
             result = run(
                 jobs, gpus=gpus, config=config, cluster=_cluster(cluster), horizon_s=horizon,
-                learning=learning, nodes=placement == "nodes", pollux=pollux,
+                learning=learning, nodes=placement == "nodes", pollux=reference == "pollux",
+                tiresias=reference == "tiresias", charge_start=charge_start,
                 efficiency=MODEL_EFFICIENCY if efficiency else None,
                 progress=lambda at, events: show(
                     f"{what}: {at / 60:,.0f} min simulated, {events:,} events"
                 ),
             )  # fmt: skip
             summary = result.summary() | settings_summary(config)
-            summary["policy"] = "pollux" if pollux else summary["policy"]
+            summary["policy"] = reference or summary["policy"]
             with output_errors(out):
                 out.mkdir(parents=True, exist_ok=True)
                 if plotter is not None:
                     label = (
-                        f"{trace.stem}: Pollux reference" if pollux else
+                        f"{trace.stem}: {reference.title()} reference" if reference else
                         f"{trace.stem}: {config.mode} {policy}"
                         + (" + queue" if config.queue else "")
                     )  # fmt: skip

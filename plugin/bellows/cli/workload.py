@@ -135,7 +135,17 @@ def _offered(
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--cluster", type=ClusterFile(), help=_CLUSTER_HELP)
 @click.option("--out", type=OutputFile(), required=True)
-def import_cmd(kind: str, source: Path, cluster: ClusterProfile | None, out: Path) -> None:
+@click.option(
+    "--work",
+    type=click.Choice(["epochs", "validation"]),
+    default="epochs",
+    show_default=True,
+    help="Pollux only: each job's work as epochs x dataset size, or as the Pollux artifact's "
+    "simulator counts it, from its validation curves (issue 36; docs/simulator.md).",
+)
+def import_cmd(
+    kind: str, source: Path, cluster: ClusterProfile | None, out: Path, work: str
+) -> None:
     """Convert a real trace (ITP cluster CSV or Pollux workload CSV) to JSON Lines.
 
     The mapping of models to measured profiles and of durations to work is documented in
@@ -150,7 +160,12 @@ def import_cmd(kind: str, source: Path, cluster: ClusterProfile | None, out: Pat
 
     profile = _cluster(cluster)
     try:
-        jobs = import_itp(source, cluster=profile) if kind == "itp" else import_pollux(source)
+        if kind == "itp" and work != "epochs":
+            raise click.UsageError("--work is for Pollux workloads only")
+        jobs = (
+            import_itp(source, cluster=profile) if kind == "itp"
+            else import_pollux(source, work=work)
+        )  # fmt: skip
     except SpecError as error:
         raise click.ClickException(str(error)) from None
     with output_errors(out):

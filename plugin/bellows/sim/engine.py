@@ -62,6 +62,7 @@ from bellows.sim.metrics import JobRecord, Segment, spread_share, summarize, tem
 from bellows.sim.nodes import Nodes, Placement
 from bellows.sim.pollux import PolluxPolicy, Retune
 from bellows.sim.pollux.speedups import STEPS, progress_step
+from bellows.sim.tiresias import TiresiasPolicy
 from bellows.sim.workloads.traces import TraceJob
 
 __all__ = [
@@ -130,7 +131,7 @@ class SimResult:
     inconsistent: tuple[str, ...] = ()  # jobs whose reports did not hold together
     charged: int | None = None  # jobs charged statistical efficiency; None: charging off
     nodes: bool = False  # jobs were placed on nodes (else priced on the fewest)
-    reference: str | None = None  # "pollux": the Pollux reference decided, not the core
+    reference: str | None = None  # "pollux", "tiresias": that reference decided, not the core
 
     def summary(self) -> dict[str, Any]:
         """The ``summary.json`` of the run (DESIGN.md §5 keys and more)."""
@@ -258,15 +259,19 @@ class _Run:
         pollux: bool = False,
         engines: Engines | None = None,
         pollux_retune: bool = True,
+        tiresias: bool = False,
+        charge_start: bool = False,
     ) -> None:
         self.config = config
+        self.charge_start = charge_start
         self.nodes = Nodes(gpus, cluster.gpus_per_node) if nodes else None
         self.placed: dict[str, Placement] = {}  # running job -> its GPUs per node (on nodes)
         self.spread: set[str] = set()  # the placed jobs on more than one node
         self.cluster = cluster
         self.timer = timer
-        self.auto: Autoscaler | PolluxPolicy = (
+        self.auto: Autoscaler | PolluxPolicy | TiresiasPolicy = (
             PolluxPolicy(config, capacity=gpus, cluster=cluster, retune=pollux_retune) if pollux
+            else TiresiasPolicy(config, capacity=gpus, cluster=cluster) if tiresias
             else Autoscaler(config, capacity=gpus, cluster=cluster, engines=engines)
         )  # fmt: skip
         self.capacity = gpus
@@ -401,6 +406,8 @@ class _Run:
             for tune in (d for d in chosen if isinstance(d, Retune)):
                 self.retune(self.jobs[self.index[tune.job]], tune.batch, now)
             decisions = [d for d in chosen if not isinstance(d, Retune)]
+        elif isinstance(self.auto, TiresiasPolicy):
+            decisions = self.auto.step(now)
         else:
             if self.nodes is not None:  # Bellows mode prices counts that would straddle
                 seen = FreeNodes(tuple(self.nodes.free), dict(self.placed), frozenset(self.spread))
@@ -474,7 +481,8 @@ class _Run:
         restart = self.auto.restart_s(decision.job)
         if isinstance(decision, Start):
             # a job halted by a capacity drop restarts from its checkpoint: it pays again
-            pause = restart if job.start_s is not None else 0.0
+            first = job.start_s is None and not self.charge_start
+            pause = 0.0 if first else restart
             job.start_s = now if job.start_s is None else job.start_s
             self.place(job, decision.gpus, decision.batch, now, pause=pause)
         elif isinstance(decision, Rescale):
@@ -495,7 +503,7 @@ class _Run:
             job.rate = throughput(job.spec, gpus, batch, self.cluster)
         else:
             try:
-                if isinstance(self.auto, PolluxPolicy):  # it places its jobs itself
+                if isinstance(self.auto, PolluxPolicy | TiresiasPolicy):  # it places its jobs
                     job.held = self.nodes.take(self.auto.placement(job.spec.name))
                 else:
                     job.held = self.nodes.place(gpus)
@@ -532,6 +540,8 @@ def run(
     pollux: bool = False,
     engines: Engines | None = None,
     pollux_retune: bool = True,
+    tiresias: bool = False,
+    charge_start: bool = False,
 ) -> SimResult:
     """Simulate ``trace`` on ``gpus`` GPUs under ``config`` until every event is processed.
 
@@ -552,13 +562,19 @@ def run(
     itself, so it needs ``nodes``, and models neither capacity changes nor learning;
     ``pollux_retune=False``: its batch changes are restarts, as Bellows mode's
     (:class:`~bellows.sim.pollux.PolluxPolicy`'s ``retune``).
+    ``tiresias``: the Tiresias reference (:mod:`bellows.sim.tiresias`) decides instead, under
+    the same conditions as ``pollux``. ``charge_start``: a job's first start costs its
+    restart cost too, as in the Pollux artifact's simulator (default: it costs nothing).
     ``engines``: the core's (:class:`~bellows.autoscaler.Engines`; ``None``: the run's own);
     the same outputs whichever.
     """
-    if pollux and (not nodes or capacity_changes or learning is not None):
+    if pollux and tiresias:
+        raise SpecError("tiresias", True, "one reference policy: pollux or tiresias")
+    if (pollux or tiresias) and (not nodes or capacity_changes or learning is not None):
+        missing = ("fewest-nodes placement" if not nodes else "capacity changes"
+                   if capacity_changes else "a learning setup")  # fmt: skip
         raise SpecError(
-            "pollux", "with " + ("fewest-nodes placement" if not nodes else "capacity changes"
-                                 if capacity_changes else "a learning setup"),
+            "pollux" if pollux else "tiresias", "with " + missing,
             "node placement (nodes=True), a fixed cluster and no learning setup",
         )  # fmt: skip
     started = timer()
@@ -566,7 +582,7 @@ def run(
         trace, gpus=gpus, config=config, cluster=cluster,
         capacity_changes=capacity_changes, timer=timer, learning=learning,
         efficiency=efficiency, nodes=nodes, pollux=pollux, engines=engines,
-        pollux_retune=pollux_retune,
+        pollux_retune=pollux_retune, tiresias=tiresias, charge_start=charge_start,
     )  # fmt: skip
     state.loop(progress)
     wall = timer() - started
@@ -599,5 +615,5 @@ def run(
         inconsistent=() if state.learner is None else tuple(sorted(state.learner.inconsistent)),
         charged=None if efficiency is None else state.charged,
         nodes=nodes,
-        reference="pollux" if pollux else None,
+        reference="pollux" if pollux else "tiresias" if tiresias else None,
     )

@@ -20,7 +20,10 @@ Every assumption made on the way is listed here (and in ``docs/simulator.md``):
   with the epochs of the Pollux artifact (``simulator/applications.py``: bert 2, cifar10
   100, ncf 10, imagenet 90, deepspeech2 80, yolov3 50) and the public dataset sizes in
   :data:`POLLUX_DATASETS` (deepspeech2's CMU-ARCTIC size and NCF's samples per epoch are
-  our estimates).
+  our estimates). ``work="validation"`` (issue 36, opt in) takes instead the work the
+  artifact's own simulator runs each job to: :data:`POLLUX_VALIDATION_WORK`, the progress of
+  its validation curves at the last epoch. They agree within 0.6 % except deepspeech2, whose
+  curves hold 7 134 samples an epoch (our estimate: 20 000, 2.8x the work).
 * **Cells.** Every number goes through :mod:`bellows.inputs` with the documented bounds
   (GPUs at most :data:`bellows.jobs.MAX_GPUS`, batches at most ``MAX_BATCH``, times and
   durations at most :data:`~bellows.sim.workloads.traces.MAX_ARRIVAL_S` seconds, ``b_max``
@@ -46,6 +49,7 @@ __all__ = [
     "ITP_MODELS",
     "POLLUX_DATASETS",
     "POLLUX_EPOCHS",
+    "POLLUX_VALIDATION_WORK",
     "gpus_for_load",
     "import_itp",
     "import_pollux",
@@ -72,6 +76,23 @@ POLLUX_DATASETS: Mapping[str, int] = {
     "deepspeech2": 20_000,  # CMU-ARCTIC utterances, all speakers: estimate
     "yolov3": 16_551,  # PASCAL VOC 2007+2012 trainval
 }
+
+
+POLLUX_VALIDATION_WORK: Mapping[str, float] = {
+    "bert": 177_288.0,
+    "cifar10": 5_000_052.2,
+    "ncf": 49_708_544.0,
+    "imagenet": 115_305_119.0,
+    "deepspeech2": 570_720.0,
+    "yolov3": 827_551.8,
+}
+"""Reference samples to completion as the Pollux artifact's simulator counts them: the least
+``progress`` over a model's ``validation-<B>.csv`` files at its last epoch (the epochs of
+:data:`POLLUX_EPOCHS`) times the smallest ``B`` (``../shared/data/pollux/profiles/``, the
+artifact's measurements; ``benchmarks/fidelity.py`` computes them again from the files)."""
+
+POLLUX_WORK: tuple[str, ...] = ("epochs", "validation")
+"""How :func:`import_pollux` sets a job's work (module docstring)."""
 
 
 def _template(
@@ -195,8 +216,12 @@ def import_itp(path: Path, *, cluster: ClusterProfile) -> tuple[TraceJob, ...]:
     return tuple(jobs)
 
 
-def import_pollux(path: Path) -> tuple[TraceJob, ...]:
-    """A Pollux workload CSV (``name,time,application,num_replicas,batch_size``) as a trace."""
+def import_pollux(path: Path, *, work: str = "epochs") -> tuple[TraceJob, ...]:
+    """A Pollux workload CSV (``name,time,application,num_replicas,batch_size``) as a trace;
+    ``work``: ``"epochs"`` (epochs x dataset size, the default) or ``"validation"`` (the
+    artifact's, :data:`POLLUX_VALIDATION_WORK`)."""
+    if work not in POLLUX_WORK:
+        raise SpecError("work", work, f"one of {', '.join(POLLUX_WORK)}")
     rows = _rows(path, ("name", "time", "application", "num_replicas", "batch_size"))
     jobs: list[TraceJob] = []
     seen: dict[str, int] = {}
@@ -210,7 +235,8 @@ def import_pollux(path: Path) -> tuple[TraceJob, ...]:
         try:
             spec = _template(
                 name, profile, gpus=gpus, batch=batch,
-                work=float(POLLUX_EPOCHS[app] * POLLUX_DATASETS[app]), category=app,
+                work=float(POLLUX_EPOCHS[app] * POLLUX_DATASETS[app]) if work == "epochs"
+                else POLLUX_VALIDATION_WORK[app], category=app,
             )  # fmt: skip
             jobs.append(TraceJob(arrival, spec, profile.name))
         except SpecError as err:

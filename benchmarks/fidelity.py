@@ -1,0 +1,391 @@
+"""Our simulator against the Pollux artifact's published results (issue 36).
+
+    python benchmarks/fidelity.py [--workloads 1 6 ...] [--policies tiresias pollux bellows]
+                                  [--workers 2] [--data DIR] [--restart-s 30] [--alone]
+                                  [--physics ours|pollux]
+
+**The table.** For every Pollux workload (``../shared/data/pollux/workloads/``, 160 jobs on
+64 T4 GPUs on 16 nodes of 4) and policy: the Tiresias reference (``--policy tiresias``,
+:mod:`bellows.sim.tiresias`), the Pollux reference (``--policy pollux``) and Bellows mode
+beside them, each run as the artifact ran its simulator: statistical efficiency charged, jobs
+placed on nodes, 60 s rounds for the references, a restart charged ``--restart-s`` (30 s,
+the artifact's). It prints the published average JCT (``results/<policy>-load-1.0.json``;
+Bellows mode is set beside the published Pollux), ours, their ratio and the Spearman rank
+correlation of the per-job JCTs with the published ones, then the mean over workloads.
+Issue 36's targets for the references: within 10 % of the published average on every
+workload, within 5 % on the mean, Spearman >= 0.9. Exit status 1 when one is missed.
+
+``--physics pollux`` runs the simulator with the artifact's physics where ours differs and
+the difference is a setting: the first start costs the restart too, as in the artifact
+(``run(charge_start=True)``, ``simulate --charge-start``), and each job's work is the
+artifact's, in the units of its validation curves (``import_pollux(work="validation")``,
+``bellows workload import pollux --work validation``).
+
+**``--alone``** prints, for each model at each (GPUs, batch) the workloads ask for, one job
+alone on the cluster under both physics: the work to completion (reference samples), the step
+time (the measured ``placements.csv`` interpolated as the artifact does, against our JSA fit
+at the placement our simulator gives), the statistical efficiency over the run, the batch the
+job runs at and its JCT, computed here from the measured traces the way the artifact's
+simulator describes a job (``simulator/applications.py`` and ``simulator.py``: progress in the
+units of the validation curves, the gradient statistics of each epoch interpolated in the
+batch, a 30 s restart at every allocation), against our simulator's run of the same job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.interpolate import LinearNDInterpolator
+from scipy.stats import spearmanr
+
+from bellows.autoscaler import AutoscalerConfig
+from bellows.cli.data import data_folder, no_data_folder
+from bellows.scaling import MODEL_EFFICIENCY, default_cluster, step_time
+from bellows.sim import run
+from bellows.sim.comparing import POLLUX_GPUS, policies
+from bellows.sim.pollux import POLLUX_INTERVAL_S
+from bellows.sim.workloads.importing import POLLUX_EPOCHS, import_pollux
+from bellows.sim.workloads.traces import TraceJob, fit_trace
+
+POLICIES = ("tiresias", "pollux", "bellows")
+PUBLISHED = {"tiresias": "tiresias", "pollux": "pollux", "bellows": "pollux"}
+ARTIFACT_RESTART_S = 30.0  # the artifact's simulator.py: rescale_time = 30 at every allocation
+TOLERANCE, MEAN_TOLERANCE, MIN_SPEARMAN = 0.10, 0.05, 0.9
+
+
+@dataclass(frozen=True)
+class Row:
+    workload: str
+    policy: str
+    published_s: float
+    ours_s: float
+    spearman: float
+    completed: int
+    restarts_per_job: float
+    wall_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.ours_s / self.published_s
+
+
+def published(data: Path, policy: str) -> dict[str, dict[str, float]]:
+    """``{workload: {job: JCT s}}`` of the artifact's results for ``policy``."""
+    path = data / "pollux" / "results" / f"{PUBLISHED[policy]}-load-1.0.json"
+    jcts: dict[str, dict[str, float]] = json.loads(path.read_text())["jcts"]
+    return jcts
+
+
+def trace_of(data: Path, workload: str, physics: str) -> tuple[TraceJob, ...]:
+    """The workload as ``simulate`` fits it to the 64-GPU cluster (``physics="pollux"``: each
+    job's work in the artifact's validation-curve units, ``import_pollux(work="validation")``)."""
+    work = "validation" if physics == "pollux" else "epochs"
+    trace = import_pollux(data / "pollux" / "workloads" / f"{workload}.csv", work=work)
+    return fit_trace(trace, POLLUX_GPUS)[0]
+
+
+def run_one(data: Path, workload: str, policy: str, restart_s: float, physics: str) -> Row:
+    """One policy on one workload (module docstring's settings)."""
+    trace = trace_of(data, workload, physics)
+    if policy == "bellows":
+        config = policies(restart_s)["bellows"]
+    else:
+        config = AutoscalerConfig(restart_s=restart_s, delta_s=POLLUX_INTERVAL_S)
+    started = time.perf_counter()
+    result = run(
+        trace, gpus=POLLUX_GPUS, config=config, cluster=default_cluster(),
+        efficiency=MODEL_EFFICIENCY, nodes=True, pollux=policy == "pollux",
+        tiresias=policy == "tiresias", charge_start=physics == "pollux",
+    )  # fmt: skip
+    wall = time.perf_counter() - started
+    ours = {j.name: j.finish_s - j.arrival_s for j in result.jobs if j.finish_s is not None}
+    pub = published(data, policy)[workload]
+    names = [n for n in pub if n in ours]
+    rho = float(spearmanr([pub[n] for n in names], [ours[n] for n in names])[0])
+    restarts = sum(j.rescales + j.preemptions for j in result.jobs) / max(len(result.jobs), 1)
+    return Row(
+        workload, policy, statistics.fmean(pub.values()),
+        statistics.fmean(ours.values()) if ours else math.inf, rho, len(ours),
+        float(restarts), wall,
+    )  # fmt: skip
+
+
+def _task(args: tuple[Path, str, str, float, str]) -> Row:
+    return run_one(*args)
+
+
+def table(rows: Sequence[Row]) -> tuple[list[str], bool]:
+    """The printed lines and whether the references met issue 36's targets."""
+    lines = [
+        "| workload | policy | published avg JCT (s) | ours (s) | ours / published "
+        "| Spearman per job | restarts/job | wall (s) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    ok = True
+    for r in rows:
+        ref = r.policy != "bellows"
+        miss = ref and (abs(r.ratio - 1) > TOLERANCE or r.spearman < MIN_SPEARMAN)
+        ok &= not miss
+        label = r.policy if ref else "bellows (vs published pollux)"
+        lines.append(
+            f"| {r.workload} | {label} | {r.published_s:,.0f} | {r.ours_s:,.0f} | "
+            f"{r.ratio:.3f}{' *' if miss else ''} | {r.spearman:.3f} | "
+            f"{r.restarts_per_job:.2f} | {r.wall_s:.1f} |".replace(",", " ")
+        )
+    for policy in dict.fromkeys(r.policy for r in rows):
+        mine = [r for r in rows if r.policy == policy]
+        pub = statistics.fmean(r.published_s for r in mine)
+        ours = statistics.fmean(r.ours_s for r in mine)
+        miss = policy != "bellows" and len(mine) > 1 and abs(ours / pub - 1) > MEAN_TOLERANCE
+        ok &= not miss
+        lines.append(
+            f"| mean of {len(mine)} | {policy} | {pub:,.0f} | {ours:,.0f} | "
+            f"{ours / pub:.3f}{' *' if miss else ''} | "
+            f"{statistics.median(r.spearman for r in mine):.3f} (median) | | |".replace(",", " ")
+        )
+    return lines, ok
+
+
+# ------------------------------------------------------------------ the artifact's physics
+# What follows computes one job alone the way the Pollux artifact's simulator describes a
+# job (read, not copied): our own code over the same measured traces.
+
+
+@dataclass(frozen=True)
+class Validation:
+    """A model's validation runs: per batch, per epoch row, progress and gradient stats."""
+
+    batches: tuple[int, ...]
+    progress: np.ndarray  # (batches, epochs)
+    grad_sqr: np.ndarray
+    grad_var: np.ndarray
+
+
+def validation(data: Path, model: str) -> Validation:
+    runs: dict[int, list[dict[str, str]]] = {}
+    for path in (data / "pollux" / "profiles" / model).glob("validation-*.csv"):
+        with path.open() as handle:
+            runs[int(path.stem.split("-")[1])] = list(csv.DictReader(handle))
+    batches = tuple(sorted(runs))
+    size = min(len(r) for r in runs.values())
+
+    def column(name: str) -> np.ndarray:
+        return np.array([[float(row[name]) for row in runs[b][:size]] for b in batches])
+
+    return Validation(batches, column("progress"), column("grad_sqr"), column("grad_var"))
+
+
+def max_epochs(model: str) -> int:
+    return POLLUX_EPOCHS[model]
+
+
+def artifact_work(data: Path, model: str) -> float:
+    """Reference samples to completion in the artifact's units: the progress of the last
+    epoch (the least over the validation runs) times the smallest batch."""
+    v = validation(data, model)
+    epochs = max_epochs(model)
+    return float(v.progress[:, epochs - 1].min() * v.batches[0])
+
+
+def _grad_stats(v: Validation, batch: float, epoch: int) -> tuple[float, float]:
+    """Gradient statistics at ``batch`` in ``epoch``, linear between the measured batches."""
+    b = np.array(v.batches, dtype=float)
+    sqr = float(np.interp(batch, b, v.grad_sqr[:, epoch]))
+    var = float(np.interp(batch, b, v.grad_var[:, epoch]))
+    return sqr, var
+
+
+class Placements:
+    """A model's measured step times: exact placement, linear in the local batch; others
+    interpolated in (nodes, replicas, local batch) over the means and scalability.csv."""
+
+    def __init__(self, data: Path, model: str) -> None:
+        folder = data / "pollux" / "profiles" / model
+        with (folder / "placements.csv").open() as handle:
+            rows = list(csv.DictReader(handle))
+        self.exact: dict[str, list[tuple[float, float, float]]] = {}
+        for row in rows:
+            self.exact.setdefault(row["placement"], []).append(
+                (float(row["local_bsz"]), float(row["step_time"]), float(row["sync_time"]))
+            )
+        grouped: dict[tuple[int, int, float], list[tuple[float, float]]] = {}
+        for row in rows:
+            p = row["placement"]
+            key = (len(p), sum(map(int, p)), float(row["local_bsz"]))
+            grouped.setdefault(key, []).append((float(row["step_time"]), float(row["sync_time"])))
+        points = [(*k, *np.mean(v, axis=0)) for k, v in grouped.items()]
+        with (folder / "scalability.csv").open() as handle:
+            for row in csv.DictReader(handle):
+                points.append(
+                    tuple(
+                        float(row[c])
+                        for c in (
+                            "num_nodes",
+                            "num_replicas",
+                            "local_bsz",
+                            "step_time",
+                            "sync_time",
+                        )
+                    )
+                )
+        grid = np.array(points)
+        self.spread = LinearNDInterpolator(grid[:, :3], grid[:, 3:])
+
+    def step(self, placement: Sequence[int], local: float) -> tuple[float, float]:
+        parts = tuple(g for g in placement if g)
+        key = "".join(map(str, min(parts[i:] + parts[:i] for i in range(len(parts)))))
+        if key in self.exact:
+            rows = sorted(self.exact[key])
+            x = [r[0] for r in rows]
+            return float(np.interp(local, x, [r[1] for r in rows])), float(
+                np.interp(local, x, [r[2] for r in rows])
+            )
+        step, sync = self.spread([min(len(parts), 16), sum(parts), local])[0]
+        return float(step), float(sync)
+
+
+def artifact_placement(gpus: int, per_node: int = 4) -> tuple[int, ...]:
+    """Where the artifact's Tiresias puts a job on an empty cluster: the most free first."""
+    parts: list[int] = []
+    while sum(parts) < gpus:
+        parts.append(min(per_node, gpus - sum(parts)))
+    return tuple(parts)
+
+
+@dataclass(frozen=True)
+class Alone:
+    work: float  # reference samples
+    step_s: float  # one step at the batch it runs (accumulation included)
+    batch: int
+    measured_s: float  # the measured step at the same placement and per-GPU batch
+    efficiency: float  # reference samples per sample, over the whole run
+    jct_s: float
+
+
+def artifact_alone(data: Path, model: str, gpus: int, batch: int, max_local: int) -> Alone:
+    """One rigid job alone under the artifact's physics (module docstring)."""
+    v = validation(data, model)
+    init = v.batches[0]
+    local = math.ceil(batch / gpus - 1e-8)
+    accum = math.ceil(local / max_local - 1e-8) - 1
+    if gpus == 1 and batch > init:
+        accum = max(1, accum)
+    atomic = math.ceil(local / (accum + 1) - 1e-8)
+    atomic = min(atomic, int(v.batches[-1] / (gpus * (accum + 1))))
+    total = gpus * atomic * (accum + 1)
+    step, sync = Placements(data, model).step(artifact_placement(gpus), atomic)
+    step += (step - sync) * accum
+    epochs = max_epochs(model)
+    bounds = np.concatenate([[0.0], v.progress.min(axis=0)[:epochs]])
+    seconds = samples = 0.0
+    for epoch in range(epochs):
+        sqr, var = _grad_stats(v, total, epoch)
+        scale = total / init
+        gain = (var + sqr) / (var / scale + sqr)
+        steps = (bounds[epoch + 1] - bounds[epoch]) / gain
+        seconds += steps * step
+        samples += steps * total
+    work = float(bounds[epochs] * init)
+    return Alone(work, step, total, step, work / samples, seconds + ARTIFACT_RESTART_S)
+
+
+def ours_alone(job: TraceJob, physics: str, data: Path) -> Alone:
+    """The same job alone in our simulator (the Tiresias reference: rigid, on nodes)."""
+    spec = job.spec
+    lone = TraceJob(0.0, spec, job.model)
+    result = run(
+        [lone], gpus=POLLUX_GPUS, config=AutoscalerConfig(restart_s=ARTIFACT_RESTART_S,
+                                                          delta_s=POLLUX_INTERVAL_S),
+        cluster=default_cluster(), efficiency=MODEL_EFFICIENCY, nodes=True, tiresias=True,
+        charge_start=True,
+    )  # fmt: skip
+    record = result.jobs[0]
+    assert record.finish_s is not None
+    nodes = math.ceil(spec.gpus / 4)
+    step = float(step_time(spec, spec.gpus, spec.batch_size, default_cluster(), nodes=nodes))
+    profile = MODEL_EFFICIENCY[job.model]
+    samples = float(profile.samples(spec.batch_size, spec.work))
+    local = spec.batch_size / spec.gpus
+    measured = Placements(data, job.model).step(artifact_placement(spec.gpus), local)[0]
+    return Alone(spec.work, step, spec.batch_size, measured, spec.work / samples, record.finish_s)
+
+
+def alone_table(data: Path, physics: str) -> list[str]:
+    """One line per model and (GPUs, batch) asked for by the workloads."""
+    configs: dict[tuple[str, int, int], TraceJob] = {}
+    for path in sorted((data / "pollux" / "workloads").glob("workload-*.csv")):
+        with path.open() as handle:
+            rows = list(csv.DictReader(handle))
+        work = "validation" if physics == "pollux" else "epochs"
+        trace = fit_trace(import_pollux(path, work=work), POLLUX_GPUS)[0]
+        for row, job in zip(rows, trace, strict=True):
+            key = (job.model, int(row["num_replicas"]), int(row["batch_size"]))
+            configs.setdefault(key, job)
+    lines = [
+        "| model | GPUs | trace batch | work theirs / ours (M ref. samples) "
+        "| step theirs / ours (s) | ours: measured / JSA fit (s) | batch theirs / ours "
+        "| E theirs / ours | JCT alone theirs / ours (s) | ours / theirs |",
+        "|---|---:|---:|---|---|---|---|---|---|---:|",
+    ]
+    for (model, gpus, batch), job in sorted(configs.items()):
+        theirs = artifact_alone(data, model, gpus, batch, _max_local(model, job))
+        ours = ours_alone(job, physics, data)
+        lines.append(
+            f"| {model} | {gpus} | {batch} | {theirs.work / 1e6:.3g} / {ours.work / 1e6:.3g} | "
+            f"{theirs.step_s:.3f} / {ours.step_s:.3f} | "
+            f"{ours.measured_s:.3f} / {ours.step_s:.3f} | "
+            f"{theirs.batch} / {ours.batch} | "
+            f"{theirs.efficiency:.3f} / {ours.efficiency:.3f} | {theirs.jct_s:,.0f} / "
+            f"{ours.jct_s:,.0f} | {ours.jct_s / theirs.jct_s:.2f} |".replace(",", " ")
+        )
+    return lines
+
+
+def _max_local(model: str, job: TraceJob) -> int:
+    """The artifact's largest local batch: the measured one, yolov3's set to 8."""
+    return 8 if model == "yolov3" else job.spec.m_max
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workloads", type=int, nargs="+", default=list(range(1, 9)))
+    parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--data", type=Path, default=None)
+    parser.add_argument("--restart-s", type=float, default=ARTIFACT_RESTART_S)
+    parser.add_argument("--physics", choices=("ours", "pollux"), default="ours")
+    parser.add_argument("--alone", action="store_true", help="one job alone, both physics")
+    args = parser.parse_args(argv)
+    data = args.data or data_folder()
+    if data is None:
+        parser.error(no_data_folder())
+    if args.alone:
+        print("\n".join(alone_table(data, args.physics)))
+        return 0
+    tasks = [(data, f"workload-{w}", p, args.restart_s, args.physics)
+             for w in args.workloads for p in args.policies]  # fmt: skip
+    if args.workers > 1:
+        with ProcessPoolExecutor(args.workers) as pool:
+            rows = list(pool.map(_task, tasks))
+    else:
+        rows = [_task(t) for t in tasks]
+    lines, ok = table(rows)
+    print(f"physics {args.physics}, efficiency charged, on nodes, restart {args.restart_s:g} s")
+    print("\n".join(lines))
+    print("targets (references): " + ("met" if ok else "missed (*)"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""benchmarks/fidelity.py: our references against the Pollux artifact's published results on
+one workload (issue 36), and its model of one job alone under the artifact's physics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bellows.sim.workloads.importing import POLLUX_VALIDATION_WORK
+from tests.conftest import REPO, load_script
+
+BENCHMARK = REPO / "benchmarks" / "fidelity.py"
+
+
+def _benchmark() -> Any:
+    return load_script(BENCHMARK)
+
+
+def test_the_references_reproduce_workload_1_with_the_artifacts_physics(
+    shared_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the artifact's physics the references are within 10 % of the published averages
+    and rank the jobs as the artifact does (Spearman >= 0.9): the benchmark exits 0."""
+    code = _benchmark().main(
+        ["--workloads", "1", "--data", str(shared_data), "--physics", "pollux", "--workers", "1"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "| workload-1 | tiresias | 2 474 |" in out  # the published average, read
+    assert "| workload-1 | pollux | 2 089 |" in out
+    assert "bellows (vs published pollux)" in out
+    assert "targets (references): met" in out
+
+
+def test_our_default_physics_misses_and_says_so(shared_data: Path) -> None:
+    """Our default work units (DeepSpeech2's estimated dataset, 2.8x the artifact's) and free
+    first starts put the Tiresias reference far from the published average on workload-6."""
+    bench = _benchmark()
+    row = bench.run_one(shared_data, "workload-6", "tiresias", 30.0, "ours")
+    assert row.ratio > 1.3
+    lines, ok = bench.table([row])
+    assert not ok
+    assert " *" in lines[2]
+    fixed = bench.run_one(shared_data, "workload-6", "tiresias", 30.0, "pollux")
+    assert abs(fixed.ratio - 1) < 0.1
+    assert fixed.spearman >= 0.9
+
+
+def test_one_job_alone_under_the_artifacts_physics(shared_data: Path) -> None:
+    """The artifact's work to completion is its validation progress times the smallest batch
+    (cifar10: 100 epochs of 50 000 samples); yolov3 accumulates two local batches of 8."""
+    bench = _benchmark()
+    assert bench.artifact_work(shared_data, "cifar10") == pytest.approx(5e6, rel=1e-4)
+    assert bench.artifact_work(shared_data, "deepspeech2") == pytest.approx(570_720.0)
+    alone = bench.artifact_alone(shared_data, "yolov3", 4, 64, 8)
+    measured = bench.Placements(shared_data, "yolov3")
+    step, sync = measured.step((4,), 8)
+    assert alone.batch == 64
+    assert alone.step_s == pytest.approx(step + (step - sync))
+    assert 0.5 < alone.efficiency < 1.0
+
+
+def test_the_embedded_validation_work_is_the_artifacts(shared_data: Path) -> None:
+    """POLLUX_VALIDATION_WORK holds what the validation files give, for every model."""
+    bench = _benchmark()
+    for model, work in POLLUX_VALIDATION_WORK.items():
+        assert bench.artifact_work(shared_data, model) == pytest.approx(work, rel=1e-6)
