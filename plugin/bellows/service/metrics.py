@@ -42,6 +42,7 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self._controller_metrics(r)
+        self._trouble_metrics(r)
         self._event_metrics(r)
         self._progress_metrics(r)
         self.apply_seconds = Histogram(
@@ -70,20 +71,6 @@ class Metrics:
             "Opted-in jobs Bellows leaves alone because their settings or spec are invalid",
             registry=r,
         )
-        self.journal_distrusted = Counter(
-            "bellows_journal_distrusted",
-            "Journal values read back from a job and not acted on (its settings, replicas or "
-            "the cluster's GPUs rule them out), by annotation",
-            ["key"],
-            registry=r,
-        )
-        self.jobs_set_aside = Counter(
-            "bellows_jobs_set_aside",
-            "Jobs set aside by a rebuild or a resume because their objects failed (spec: "
-            "unreadable, api: an API error for that job, unexpected: anything else)",
-            ["reason"],
-            registry=r,
-        )
         self.jobs_skipped = Gauge(
             "bellows_jobs_skipped",
             "Opted-in jobs Bellows never writes to, by reason (managed-by: "
@@ -107,6 +94,29 @@ class Metrics:
             "bellows_optimizer_seconds",
             "Time of one optimizer round",
             buckets=_OPTIMIZER_BUCKETS,
+            registry=r,
+        )
+
+    def _trouble_metrics(self, r: CollectorRegistry) -> None:
+        """What the cluster refused, and what Bellows would not take of what it read."""
+        self.decisions_failed = Counter(
+            "bellows_decisions_failed",
+            "Decisions the cluster did not take (retried after a backoff), by kind",
+            ["kind"],
+            registry=r,
+        )
+        self.journal_distrusted = Counter(
+            "bellows_journal_distrusted",
+            "Journal values read back from a job and not acted on (its settings, replicas or "
+            "the cluster's GPUs rule them out), by annotation",
+            ["key"],
+            registry=r,
+        )
+        self.jobs_set_aside = Counter(
+            "bellows_jobs_set_aside",
+            "Jobs set aside by a rebuild or a resume because their objects failed (spec: "
+            "unreadable, api: an API error for that job, unexpected: anything else)",
+            ["reason"],
             registry=r,
         )
 
@@ -240,6 +250,9 @@ class MetricsObserver(ControllerObserver):
 
     def invalid_jobs(self, count: int) -> None:
         self._metrics.jobs_invalid.set(count)
+
+    def decision_failed(self, decision: Decision) -> None:
+        self._metrics.decisions_failed.labels(kind=type(decision).__name__.lower()).inc()
 
     def journal_distrusted(self, key: str) -> None:
         self._metrics.journal_distrusted.labels(key=key).inc()

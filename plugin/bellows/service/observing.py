@@ -38,6 +38,10 @@ class ControllerObserver:
     def invalid_jobs(self, count: int) -> None:
         """``count`` opted-in jobs are left alone now because their data is invalid."""
 
+    def decision_failed(self, decision: Decision) -> None:
+        """The cluster did not take ``decision`` (an API error, anything): it is retried
+        after a backoff."""
+
     def journal_distrusted(self, key: str) -> None:
         """A journal value (annotation ``key``) read back from a job was not trusted: its
         job's settings, replicas or the cluster's GPUs rule it out (it reads as absent)."""

@@ -18,7 +18,10 @@ from bellows.autoscaler import Decision, Preempt, Reject, Rescale, Start
 from bellows.inputs import brief
 from bellows.service.parts import Part, Parts
 
-__all__ = ["Settler"]
+__all__ = ["FAILURES_TOLD", "RETRY_BACKOFF_S", "Settler"]
+
+RETRY_BACKOFF_S = (1.0, 60.0)  # a failed decision's first and longest wait before a retry
+FAILURES_TOLD = 3  # failures in a row after which the job's owner is told (an Event)
 
 _log = structlog.get_logger("bellows.controller")
 
@@ -66,10 +69,18 @@ class Settler(Part):
 
     async def settle(self, decisions: Sequence[Decision], now: float, *, seconds: float) -> None:
         """Drive ``decisions`` and the retried ones: frees first, then what fits of the claims."""
-        retry = self._roster.retry
-        # a decision the cluster did not take yet is retried, unless a newer one replaces it
-        pending = list({**retry, **{d.job: d for d in decisions}}.values())
+        retry, failed, clock = self._roster.retry, self._roster.failed, self._timer()
+        # a decision the cluster did not take yet is retried, unless a newer one replaces it;
+        # one that failed waits out its backoff (a job the cluster keeps refusing costs a
+        # call every minute at most, never a busy loop)
+        merged = {**retry, **{d.job: d for d in decisions}}
         retry.clear()
+        pending: list[Decision] = []
+        for job, decision in merged.items():
+            if failed.get(job, (0, clock))[1] > clock:
+                retry[job] = decision  # its backoff is not over: kept, the newest
+            else:
+                pending.append(decision)
         # halts and scale-downs free GPUs before scale-ups and starts claim them
         frees = [d for d in pending if _frees(d)]
         await asyncio.gather(*(self.drive(d, now) for d in frees))
@@ -117,10 +128,10 @@ class Settler(Part):
                 else None
             )
             outcome = await self._actuator.apply(decision, done=done)
-        except Exception as err:  # one job must not stop the loop: retry it next round
-            _log.warning("decision.failed", job=decision.job, error=brief(err))
-            roster.retry[decision.job] = decision
+        except Exception as err:  # one job must not stop the loop: retry it, backing off
+            await self._failed(decision, err)
             return
+        roster.failed.pop(decision.job, None)
         self._observer.applied(decision, outcome)
         _log.info(
             "decision.applied", job=decision.job, result=outcome.result, detail=outcome.detail
@@ -137,8 +148,28 @@ class Settler(Part):
             roster.held.pop(decision.job, None)
             if isinstance(decision, Reject):
                 roster.active.discard(decision.job)
+                roster.uids.pop(decision.job, None)
         # GPUs are held from when the pods run again, not from when the round decided
         self._observer.took_effect(decision, max(now, self._now()))
+
+    async def _failed(self, decision: Decision, err: Exception) -> None:
+        """Keep ``decision`` for a retry after a backoff that doubles with each failure in a
+        row (``RETRY_BACKOFF_S``); the job's owner is told once, at the ``FAILURES_TOLD``-th
+        (a Warning Event, ``DecisionFailed``), and each failure is counted."""
+        roster, job = self._roster, decision.job
+        count = roster.failed.get(job, (0, 0.0))[0] + 1
+        first, longest = RETRY_BACKOFF_S
+        roster.failed[job] = (count, self._timer() + min(longest, first * 2 ** (count - 1)))
+        roster.retry[job] = decision
+        _log.warning("decision.failed", job=job, error=brief(err), failures=count)
+        self._observer.decision_failed(decision)
+        if count == FAILURES_TOLD:
+            message = (
+                f"Bellows could not apply its decision ({type(decision).__name__.lower()}) "
+                f"{count} times in a row ({brief(err)}); it retries, backing off to once "
+                f"every {longest:.0f} s"
+            )
+            await self._reports.notify(job, "DecisionFailed", message)
 
 
 def _frees(decision: Decision) -> bool:
