@@ -33,11 +33,12 @@ from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
 from bellows.autoscaler.decisions import Decision, Keep, Preempt, Reject, Rescale, Start
-from bellows.inputs import DATA_ERRORS, brief
+from bellows.inputs import DATA_ERRORS, brief, shown
 from bellows.jobs import SpecError
 from bellows.kube import keys
 from bellows.kube.adapters import KINDS
 from bellows.kube.client import ConflictError, ExpiredError, KubeApi, NotFoundError
+from bellows.kube.deletion import Terminating
 from bellows.kube.examining import LeftAlone, opted_job
 from bellows.kube.journal import (
     AwaitHalt,
@@ -70,6 +71,7 @@ from bellows.kube.kueue_journal import (
     plan_kueue_scale,
 )
 from bellows.kube.kueue_recreation import plan_kueue_recreate
+from bellows.kube.pacing import backoff, until
 from bellows.kube.placement import HOSTNAME, Placement
 from bellows.kube.recording import Recorder
 from bellows.kube.recreation import (
@@ -91,6 +93,7 @@ from bellows.refs import JobRef
 __all__ = ["MAX_ACTIVE", "ActuationError", "Actuator", "Outcome"]
 
 MAX_ACTIVE = 64  # jobs driven at once by one Actuator (waits for the operator or Kueue aside)
+LAUNCHER_WAIT_S = 5.0  # the longest wait for a launcher deleted to go (halt_timeout_s if less)
 _T = TypeVar("_T")
 
 Result = Literal[
@@ -270,7 +273,7 @@ class Actuator:
         ref = self.ref(job)
         kind = self._kinds[ref.kind.lower()]
         status = f"not managed: {problem}" if status is None else status
-        for _ in range(self._max_conflicts):
+        for attempt in range(self._max_conflicts):
             obj = await self._api.get_job(kind, ref.namespace, ref.name)
             if obj is None:
                 return Outcome(job, "dropped", "deleted")
@@ -288,6 +291,7 @@ class Actuator:
             try:
                 done = await self._api.patch_job(kind, ref.namespace, ref.name, patch)
             except ConflictError:
+                await backoff(attempt)  # changed meanwhile: read again, after a while
                 continue
             except NotFoundError:
                 return Outcome(job, "dropped", "deleted")
@@ -301,7 +305,7 @@ class Actuator:
         the job no longer runs at the kept allocation."""
         ref = self.ref(keep.job)
         kind = self._kinds[ref.kind.lower()]
-        for _ in range(self._max_conflicts):
+        for attempt in range(self._max_conflicts):
             obj = await self._api.get_job(kind, ref.namespace, ref.name)
             if obj is None:
                 return Outcome(keep.job, "dropped", "deleted")
@@ -324,6 +328,7 @@ class Actuator:
             try:
                 done = await self._api.patch_job(kind, ref.namespace, ref.name, patch)
             except ConflictError:
+                await backoff(attempt)
                 continue
             except NotFoundError:
                 return Outcome(keep.job, "dropped", "deleted")
@@ -568,9 +573,8 @@ class Actuator:
                 if obj is None:  # only a re-creation step is planned for a job not there
                     return Outcome(job, "dropped", "deleted")
                 if isinstance(step, DeleteLauncher):
-                    await self._api.delete_batch_job(
-                        ref.namespace, step.name, step.uid, resource_version=step.resource_version
-                    )
+                    if (held := await self._delete_launcher(ref, step, read, turn)) is not None:
+                        return held  # a finalizer keeps it: pending, said on the job
                     continue
                 if isinstance(step, AwaitHalt):
                     if not await turn.waiting(self._await_halt(kind, ref, obj)):
@@ -605,6 +609,47 @@ class Actuator:
                 if step.phase is Phase.DONE or (step.phase in _EVENTS and not kueue_job):
                     await self._recorder.record(done, event[0], message, warning=event[1])
                     return Outcome(job, verb, message)
+
+    async def _delete_launcher(
+        self, ref: JobRef, step: DeleteLauncher, read: _Read, turn: _Turn
+    ) -> Outcome | None:
+        """Delete the MPIJob's stale launcher and wait until it is gone: ``None`` once it
+        is (or it changed since it was read: plan again), else the ``pending`` outcome, its
+        reason on the MPIJob (status ``waiting: …`` and a Warning Event
+        ``LauncherNotDeleted``, once: :meth:`report_problem`).
+
+        A launcher with a finalizer is not gone when its delete is answered: it stays,
+        terminating, and every further delete changes nothing. So it is deleted once, then
+        read again (backing off: :func:`bellows.kube.pacing.until`) for at most
+        :data:`LAUNCHER_WAIT_S` (``halt_timeout_s`` if less), the call's turn given up
+        meanwhile; one found terminating already (an earlier call deleted it) is neither
+        deleted nor waited for again: the call is ``pending`` at once."""
+        ns, launcher = ref.namespace, read.launcher or {}
+        meta = launcher.get("metadata") or {}
+        if meta.get("uid") == step.uid and meta.get("deletionTimestamp"):
+            return await self._launcher_held(ref, launcher)
+        answer = await self._api.delete_batch_job(
+            ns, step.name, step.uid, resource_version=step.resource_version
+        )
+        if not isinstance(answer, Terminating):
+            return None  # gone, or no longer that Job (409, 404): the next read says
+
+        async def gone() -> bool:
+            now = await self._api.get_batch_job(ns, step.name)
+            return now is None or (now.get("metadata") or {}).get("uid") != step.uid
+
+        within = min(LAUNCHER_WAIT_S, self._halt_timeout_s)
+        if await turn.waiting(until(gone, within_s=within)):
+            return None
+        return await self._launcher_held(ref, answer.obj)
+
+    async def _launcher_held(self, ref: JobRef, launcher: Mapping[str, Any]) -> Outcome:
+        """The call ``pending`` on a launcher deleted and not gone, said on the MPIJob."""
+        held = _launcher_held(launcher)
+        await self.report_problem(
+            ref.key, held, reason="LauncherNotDeleted", status=f"waiting: {held}"
+        )
+        return Outcome(ref.key, "pending", held)
 
     async def _planned(
         self, job: str, plan: _Planner, read: _Read
@@ -833,6 +878,19 @@ def _record_due(obj: Mapping[str, Any] | None, record: Record | None) -> bool:
         obj is None
         or obj["metadata"].get("uid") != record.old_uid
         or finished_state(obj) is not None
+    )
+
+
+def _launcher_held(launcher: Mapping[str, Any]) -> str:
+    """Why a scaling waits for the MPIJob's stale launcher, deleted and not gone: the
+    finalizers that hold it (as written by whoever added them: shown escaped)."""
+    meta = launcher.get("metadata") or {}
+    names = [f for f in meta.get("finalizers") or [] if isinstance(f, str)]
+    held = ", ".join(shown(f) for f in names[:8]) or "none"
+    return (
+        f"the MPIJob's launcher, batch Job {shown(meta.get('name'))}, is deleted and not "
+        f"gone: its finalizers ({held}) keep it; the MPI operator makes the new launcher "
+        "once it is gone, and the scaling goes on then"
     )
 
 
