@@ -65,9 +65,11 @@ class Http:
 @pytest.fixture
 async def http() -> AsyncIterator[tuple[EmulatedCluster, Http]]:
     crds = sorted((shared_data_dir() / "crds").glob("*.yaml"))
-    async with EmulatedCluster(crds=crds, operator=False) as kube:
-        async with aiohttp.ClientSession() as session:
-            yield kube, Http(kube.url, session)
+    async with (
+        EmulatedCluster(crds=crds, operator=False) as kube,
+        aiohttp.ClientSession() as session,
+    ):
+        yield kube, Http(kube.url, session)
 
 
 async def _events(http: Http, path: str, since: str, count: int) -> list[dict[str, Any]]:
@@ -158,7 +160,7 @@ async def test_no_finalizer_is_added_to_an_object_being_deleted(
     assert cause["reason"] == "FieldValueForbidden"
     assert cause["field"] == "metadata.finalizers"
     assert (
-        'no new finalizers can be added if the object is being deleted, found new finalizers '
+        "no new finalizers can be added if the object is being deleted, found new finalizers "
         '[]string{"example.com/late"}'
     ) in cause["message"]
     # removing some (not all) is fine: still there, still being deleted
@@ -181,7 +183,7 @@ async def test_no_finalizer_is_added_to_an_object_being_deleted(
 
 async def test_deletion_marks_belong_to_the_server(http: tuple[EmulatedCluster, Http]) -> None:
     _, call = http
-    _, live = await call("POST", CONFIGMAPS, _map("live", [HOLD]))
+    await call("POST", CONFIGMAPS, _map("live", [HOLD]))
     for field, value in (
         ("deletionTimestamp", "2030-01-01T00:00:00Z"),
         ("deletionGracePeriodSeconds", 30),
@@ -244,7 +246,8 @@ async def test_preconditions_and_dry_runs_of_a_delete(http: tuple[EmulatedCluste
     assert code == 200, would
     assert would["metadata"]["deletionTimestamp"]
     code, would = await call("DELETE", f"{CONFIGMAPS}/held", {"dryRun": ["All"]})
-    assert code == 200 and would["metadata"]["deletionTimestamp"], would
+    assert code == 200, would
+    assert would["metadata"]["deletionTimestamp"], would
     assert kube.store.revision == revision
     assert "deletionTimestamp" not in (await call("GET", f"{CONFIGMAPS}/held"))[1]["metadata"]
     code, marked = await call(
@@ -252,7 +255,8 @@ async def test_preconditions_and_dry_runs_of_a_delete(http: tuple[EmulatedCluste
         f"{CONFIGMAPS}/held",
         {"preconditions": {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}},
     )
-    assert code == 200 and marked["metadata"]["deletionTimestamp"], marked
+    assert code == 200, marked
+    assert marked["metadata"]["deletionTimestamp"], marked
     # preconditions still hold while it is being deleted
     code, _ = await call(
         "DELETE",
@@ -276,7 +280,7 @@ async def test_preconditions_and_dry_runs_of_a_delete(http: tuple[EmulatedCluste
 
 
 async def test_dependents_go_when_their_owner_does(http: tuple[EmulatedCluster, Http]) -> None:
-    kube, call = http
+    _, call = http
 
     async def owned_by(name: str, owner: dict[str, Any], **meta: Any) -> None:
         ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": owner["metadata"]["name"]}
@@ -298,17 +302,20 @@ async def test_dependents_go_when_their_owner_does(http: tuple[EmulatedCluster, 
     assert not await exists("child")
     # a dependent with a finalizer of its own is marked, not deleted
     code, child = await call("GET", f"{CONFIGMAPS}/held-child")
-    assert code == 200 and child["metadata"]["deletionTimestamp"], child
+    assert code == 200, child
+    assert child["metadata"]["deletionTimestamp"], child
     # Orphan: its dependents lose the reference when it is marked, and stay
     _, owner = await call("POST", CONFIGMAPS, _map("owner2", [HOLD]))
     await owned_by("orphan", owner)
     code, _ = await call("DELETE", f"{CONFIGMAPS}/owner2", {"propagationPolicy": "Orphan"})
     assert code == 200
     _, orphan = await call("GET", f"{CONFIGMAPS}/orphan")
-    assert "ownerReferences" not in orphan["metadata"] or not orphan["metadata"]["ownerReferences"]
-    await call("PATCH", f"{CONFIGMAPS}/owner2", {"metadata": {"finalizers": []}}, content_type=MERGE)
+    assert not orphan["metadata"].get("ownerReferences")
+    await call(
+        "PATCH", f"{CONFIGMAPS}/owner2", {"metadata": {"finalizers": []}}, content_type=MERGE
+    )
+    assert not await exists("owner2")
     assert await exists("orphan")
-    assert kube.store.revision > 0
 
 
 async def test_the_kube_client_tells_a_terminating_object_from_a_gone_one(
@@ -330,7 +337,8 @@ async def test_the_kube_client_tells_a_terminating_object_from_a_gone_one(
         assert first.finalizers == (HOLD,)
         assert first.uid == meta["uid"]
         marked = await api.get_job(kind, "default", "held")
-        assert marked is not None and marked["metadata"]["deletionTimestamp"]
+        assert marked is not None
+        assert marked["metadata"]["deletionTimestamp"]
         again = await api.delete_job(
             kind,
             "default",
@@ -364,7 +372,8 @@ async def test_the_kube_client_tells_a_terminating_object_from_a_gone_one(
         code, made = await call("POST", JOBS, job)
         assert code == 201, made
         held = await api.delete_batch_job("default", "launcher", made["metadata"]["uid"])
-        assert isinstance(held, Terminating) and held.finalizers == (HOLD,)
+        assert isinstance(held, Terminating)
+        assert held.finalizers == (HOLD,)
         job["metadata"] = {"name": "plain"}
         _, plain = await call("POST", JOBS, job)
         assert await api.delete_batch_job("default", "plain", plain["metadata"]["uid"]) is True
