@@ -2,7 +2,7 @@
 
     python benchmarks/fidelity.py [--workloads 1 6 ...] [--policies tiresias pollux bellows]
                                   [--workers 2] [--data DIR] [--restart-s 30] [--alone]
-                                  [--physics ours|pollux]
+                                  [--physics ours|work|start|pollux|alone]
 
 **The table.** For every Pollux workload (``../shared/data/pollux/workloads/``, 160 jobs on
 64 T4 GPUs on 16 nodes of 4) and policy: the Tiresias reference (``--policy tiresias``,
@@ -19,7 +19,11 @@ workload, within 5 % on the mean, Spearman >= 0.9. Exit status 1 when one is mis
 the difference is a setting: the first start costs the restart too, as in the artifact
 (``run(charge_start=True)``, ``simulate --charge-start``), and each job's work is the
 artifact's, in the units of its validation curves (``import_pollux(work="validation")``,
-``bellows workload import pollux --work validation``).
+``bellows workload import pollux --work validation``). ``--physics work`` and ``start`` take
+one of the two alone, to measure what each is worth. ``--physics alone`` (Tiresias only) is
+a diagnostic, not physics: the artifact's physics, and each rigid job's work scaled so that
+its time alone on the cluster is the artifact's (``--alone``): what is left is then the
+policy and the cluster's dynamics, not one job's speed.
 
 **``--alone``** prints, for each model at each (GPUs, batch) the workloads ask for, one job
 alone on the cluster under both physics: the work to completion (reference samples), the step
@@ -42,7 +46,7 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -89,10 +93,32 @@ def published(data: Path, policy: str) -> dict[str, dict[str, float]]:
 
 def trace_of(data: Path, workload: str, physics: str) -> tuple[TraceJob, ...]:
     """The workload as ``simulate`` fits it to the 64-GPU cluster (``physics="pollux"``: each
-    job's work in the artifact's validation-curve units, ``import_pollux(work="validation")``)."""
-    work = "validation" if physics == "pollux" else "epochs"
-    trace = import_pollux(data / "pollux" / "workloads" / f"{workload}.csv", work=work)
-    return fit_trace(trace, POLLUX_GPUS)[0]
+    job's work in the artifact's validation-curve units, ``import_pollux(work="validation")``;
+    ``"alone"``: that, and each job's work then scaled by :func:`alone_factor`)."""
+    work = "validation" if physics in ("pollux", "work", "alone") else "epochs"
+    path = data / "pollux" / "workloads" / f"{workload}.csv"
+    trace = fit_trace(import_pollux(path, work=work), POLLUX_GPUS)[0]
+    if physics != "alone":
+        return trace
+    with path.open() as handle:
+        rows = list(csv.DictReader(handle))
+    factors: dict[tuple[str, int, int], float] = {}
+    out = []
+    for row, job in zip(rows, trace, strict=True):
+        key = (job.model, int(row["num_replicas"]), int(row["batch_size"]))
+        if key not in factors:
+            factors[key] = alone_factor(data, job, *key[1:])
+        out.append(TraceJob(job.arrival_s, replace(job.spec, work=job.spec.work * factors[key]),
+                            job.model))  # fmt: skip
+    return tuple(out)
+
+
+def alone_factor(data: Path, job: TraceJob, gpus: int, batch: int) -> float:
+    """A diagnostic, not physics: the factor on a rigid job's work that makes its time alone
+    (less the 30 s start) what the artifact's physics gives (:func:`artifact_alone`)."""
+    theirs = artifact_alone(data, job.model, gpus, batch, _max_local(job.model, job))
+    ours = ours_alone(job, "pollux", data)
+    return (theirs.jct_s - ARTIFACT_RESTART_S) / (ours.jct_s - ARTIFACT_RESTART_S)
 
 
 def run_one(data: Path, workload: str, policy: str, restart_s: float, physics: str) -> Row:
@@ -106,7 +132,7 @@ def run_one(data: Path, workload: str, policy: str, restart_s: float, physics: s
     result = run(
         trace, gpus=POLLUX_GPUS, config=config, cluster=default_cluster(),
         efficiency=MODEL_EFFICIENCY, nodes=True, pollux=policy == "pollux",
-        tiresias=policy == "tiresias", charge_start=physics == "pollux",
+        tiresias=policy == "tiresias", charge_start=physics in ("pollux", "start", "alone"),
     )  # fmt: skip
     wall = time.perf_counter() - started
     ours = {j.name: j.finish_s - j.arrival_s for j in result.jobs if j.finish_s is not None}
@@ -327,7 +353,7 @@ def alone_table(data: Path, physics: str) -> list[str]:
     for path in sorted((data / "pollux" / "workloads").glob("workload-*.csv")):
         with path.open() as handle:
             rows = list(csv.DictReader(handle))
-        work = "validation" if physics == "pollux" else "epochs"
+        work = "validation" if physics in ("pollux", "work") else "epochs"
         trace = fit_trace(import_pollux(path, work=work), POLLUX_GPUS)[0]
         for row, job in zip(rows, trace, strict=True):
             key = (job.model, int(row["num_replicas"]), int(row["batch_size"]))
@@ -364,9 +390,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--data", type=Path, default=None)
     parser.add_argument("--restart-s", type=float, default=ARTIFACT_RESTART_S)
-    parser.add_argument("--physics", choices=("ours", "pollux"), default="ours")
+    parser.add_argument(
+        "--physics", choices=("ours", "work", "start", "pollux", "alone"), default="ours"
+    )
     parser.add_argument("--alone", action="store_true", help="one job alone, both physics")
     args = parser.parse_args(argv)
+    if args.physics == "alone" and set(args.policies) != {"tiresias"}:
+        parser.error("--physics alone scales rigid jobs: with --policies tiresias only")
     data = args.data or data_folder()
     if data is None:
         parser.error(no_data_folder())
