@@ -1,7 +1,10 @@
 """The autoscaler core (paper Section III-D): a sans-I/O state machine over jobs.
 
 State: ``Arrived`` (FIFO buffer of job names), ``Executing`` (running jobs and their
-allocations), ``Finished``. The caller feeds facts — :meth:`Autoscaler.arrive`,
+allocations), ``Finished``. A job that finishes (or is rejected) is forgotten at once: its
+spec, its rows and everything else kept by its name go, so that the core's memory follows
+the jobs it runs and queues, not every job it ever saw (issue 35: 20 000 sequential jobs
+used to leave 12 MiB behind). The caller feeds facts — :meth:`Autoscaler.arrive`,
 :meth:`Autoscaler.finish`, :meth:`Autoscaler.set_capacity` — each with the time it happened
 on the caller's clock, asks :meth:`Autoscaler.next_round_at` when to come back, and calls
 :meth:`Autoscaler.step` then. Time never goes backwards: a fact or a step dated before the
@@ -78,7 +81,7 @@ from bellows.autoscaler.straddle import (
     straddle_ratios,
     whole_nodes,
 )
-from bellows.jobs import Allocation, JobSpec, SpecError
+from bellows.jobs import Allocation, JobSpec, SpecError, is_feasible
 from bellows.optimizer import admit, best_count
 from bellows.scaling import (
     ClusterProfile,
@@ -93,6 +96,7 @@ __all__ = ["GOODPUT_STEPS", "TABULATE_BATCH", "Autoscaler", "ClockError", "Round
 
 TABULATE_BATCH = 512  # jobs per vectorized TSF table in Autoscaler.tabulate (~30 MiB peak)
 GOODPUT_STEPS = 10  # a goodput row is recomputed each 1/10 of a job's work (10 % progress)
+GOODPUT_ROWS_KEPT = 4096  # goodput rows cached before those no known job uses are dropped
 STRADDLE_PASSES = 8  # rounds solved again while their placement squeezes a job (see_nodes)
 
 
@@ -130,8 +134,6 @@ class _State:
     rows: dict[str, _Row] = field(default_factory=dict)
     arrived: list[str] = field(default_factory=list)  # FIFO
     running: dict[str, RunningJob] = field(default_factory=dict)  # in start order
-    finished: set[str] = field(default_factory=set)
-    rejected: set[str] = field(default_factory=set)
     carried: dict[str, float] = field(default_factory=dict)  # progress kept over a preemption
     resumed: dict[str, float] = field(default_factory=dict)  # running job -> (re)started at
     moves: dict[str, int] = field(default_factory=dict)  # rescales each job has made
@@ -163,6 +165,10 @@ class Autoscaler:
         self._clock = RoundClock(config.delta_s, config.early_share)
         self._s = _State()
         self._row_cache: dict[tuple[object, ...], _Row] = {}
+        # goodput rows by template, profile and step (_goodput_rows): a refitted spec or a
+        # learned profile makes keys of one job only, so those of jobs gone are dropped
+        self._goodput_cache: dict[tuple[object, ...], _Row] = {}
+        self._goodput_bound = GOODPUT_ROWS_KEPT
         self._now = float("-inf")  # the latest time a fact or a step carried
         self._preempt_at: float | None = None  # capacity fell below the GPUs in use
         self._fill_at: float | None = None  # GPUs may be free while jobs wait
@@ -196,12 +202,12 @@ class Autoscaler:
         s = self._s
         twin._s = _State(
             jobs=dict(s.jobs), rows=dict(s.rows), arrived=list(s.arrived),
-            running=dict(s.running), finished=set(s.finished), rejected=set(s.rejected),
-            carried=dict(s.carried), in_use=s.in_use, resumed=dict(s.resumed),
-            moves=dict(s.moves),
+            running=dict(s.running), carried=dict(s.carried), in_use=s.in_use,
+            resumed=dict(s.resumed), moves=dict(s.moves),
         )  # fmt: skip
         twin._clock = dataclasses.replace(self._clock)
         twin._row_cache = dict(self._row_cache)
+        twin._goodput_cache = dict(self._goodput_cache)
         twin._charged = dict(self._charged)
         return twin
 
@@ -233,7 +239,8 @@ class Autoscaler:
 
     # ------------------------------------------------------------------ facts in
     def arrive(self, job: JobSpec, now: float) -> bool:
-        """Job ``job`` arrived at ``now``; returns ``False`` if it was already known."""
+        """Job ``job`` arrived at ``now``; returns ``False`` if it is already known (running
+        or waiting: a finished or rejected job is forgotten, and its name may come again)."""
         self._advance(now)
         if job.name in self._s.jobs:
             return False
@@ -260,8 +267,16 @@ class Autoscaler:
         the caller's clock the job (re)started at ``allocation`` (default: ``now``); from
         then the core counts progress at the allocation's rate, after the restart a resume
         costs. The next round reconsiders the job like any running one. Returns ``False`` if
-        the job was already known.
+        the job was already known. :class:`SpecError` (nothing changed) for an allocation
+        the job's bounds rule out: the caller's journal is wrong, and the tables (sized by
+        ``k_max``) have no row for it.
         """
+        if not (is_feasible(job, allocation) or is_feasible(job, allocation, fixed_batch=True)):
+            raise SpecError(
+                "allocation",
+                f"k={allocation.gpus},b={allocation.batch}",
+                f"a size job {job.name}'s bounds allow",
+            )
         self._advance(now)
         if job.name in self._s.jobs:
             return False
@@ -290,11 +305,12 @@ class Autoscaler:
         an event like an arrival, so the next round on the Δ grid decides with the revised
         spec; until then the core counts progress at the allocation's revised rate (callers
         revise when the fit moved, not at every report). Returns ``False`` when the job is
-        unknown, finished or rejected. A spec the JSA cannot tabulate raises, changing nothing.
+        unknown (finished and rejected jobs are forgotten). A spec the JSA cannot tabulate
+        raises, changing nothing.
         """
         self._advance(now)
         name = job.name
-        if name not in self._s.jobs or name in self._s.finished or name in self._s.rejected:
+        if name not in self._s.jobs:
             return False
         # not through the template cache: every refit is a new template, and caching each
         # would grow the cache for as long as the controller runs
@@ -323,21 +339,18 @@ class Autoscaler:
         """Job ``name`` completed (or failed, or was deleted) at ``now``.
 
         Returns ``False`` when the job is unknown or already finished (idempotent).
-        A job that finishes while still queued simply leaves the queue.
+        A job that finishes while still queued simply leaves the queue. The core then
+        forgets it (:meth:`_forget`): a caller that needs its spec later keeps it itself.
         """
         self._advance(now)
-        if name not in self._s.jobs or name in self._s.finished:
+        if name not in self._s.jobs:
             return False
-        self._s.finished.add(name)
         running = self._s.running.pop(name, None)
         if running is not None:
             self._s.in_use -= running.allocation.gpus
         if name in self._s.arrived:
             self._s.arrived.remove(name)
-        self._s.carried.pop(name, None)
-        self._s.resumed.pop(name, None)
-        self._charged.pop(name, None)
-        self._s.moves.pop(name, None)
+        self._forget(name)
         self._clock.note_event(now, finished=running is not None)
         self._may_fill(now)
         return True
@@ -934,8 +947,23 @@ class Autoscaler:
         kept = [n for n in self._s.arrived if n in self._s.carried]
         dropped = [n for n in self._s.arrived if n not in self._s.carried]
         self._s.arrived[:] = kept
-        self._s.rejected.update(dropped)
+        for name in dropped:
+            self._forget(name)
         return [Reject(name, reject_reason(self._capacity)) for name in dropped]
+
+    def _forget(self, name: str) -> None:
+        """Drop everything kept by job ``name``, which neither runs nor waits any more (it
+        finished or was rejected): its spec, its row, its progress and moves, its charge,
+        what this round noted of it. Its name is then unknown, as if it never came."""
+        s = self._s
+        s.jobs.pop(name, None)
+        s.rows.pop(name, None)
+        s.carried.pop(name, None)
+        s.resumed.pop(name, None)
+        s.moves.pop(name, None)
+        self._charged.pop(name, None)
+        self._batch_kept.pop(name, None)
+        self._squeezed.pop(name, None)
 
     # ------------------------------------------------------------------ bookkeeping
     def _advance(self, now: float) -> None:
@@ -999,18 +1027,36 @@ class Autoscaler:
             step = min(GOODPUT_STEPS - 1, int(GOODPUT_STEPS * max(done, 0.0) / job.work))
             key = keys[name] = (*self._template(job), profile, step)
             steps[name] = step
-            if key not in self._row_cache:  # E at the step's middle: its rate's mean, nearly
+            if key not in self._goodput_cache:  # E at the step's middle: its rate's mean
                 todo.setdefault(key, (job, profile, job.work * (step + 0.5) / GOODPUT_STEPS))
         if todo:
             parts = list(todo.values())
             rows = self._compute_rows([p[0] for p in parts], [(p[1], p[2]) for p in parts])
-            self._row_cache.update(zip(todo, rows, strict=True))
+            self._goodput_cache.update(zip(todo, rows, strict=True))
         for name, key in keys.items():
-            row = self._row_cache[key]
+            row = self._goodput_cache[key]
             run = s.running.get(name)
             if run is not None and s.rows.get(name) is not row:
                 s.running[name] = self._regoodput(name, run, row, steps[name], now)
             s.rows[name] = row
+        if len(self._goodput_cache) > self._goodput_bound:
+            self._drop_goodput_rows()
+
+    def _drop_goodput_rows(self) -> None:
+        """Keep only the cached goodput rows a known job may use (its spec's template and
+        the profile it is charged, at any step); the bound doubles past what is kept, so
+        that this costs a pass over the known jobs now and then, not at every round.
+
+        Every revision of a job decided by goodput (a refitted spec, a learned profile)
+        makes rows no other job uses: without this the cache grew with every job the
+        controller ever revised. A row dropped and needed again is computed again, the
+        same (a row does not depend on the jobs it was computed beside)."""
+        s = self._s
+        live = {(*self._template(s.jobs[n]), p)
+                for n in s.jobs if (p := self._charged.get(n)) is not None}  # fmt: skip
+        cache = self._goodput_cache
+        self._goodput_cache = {key: row for key, row in cache.items() if key[:-1] in live}
+        self._goodput_bound = max(GOODPUT_ROWS_KEPT, 2 * len(self._goodput_cache))
 
     def _regoodput(
         self, name: str, run: RunningJob, row: _Row, step: int, now: float
