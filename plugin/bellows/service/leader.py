@@ -23,11 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import math
 import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -176,6 +178,7 @@ class LeaderElector:
         self._observed: LeaseRecord | None = None
         self._observed_at = 0.0  # monotonic time the observed record was first seen
         self._renewed_at = 0.0  # monotonic time our last successful write was sent
+        self._thread: ThreadPoolExecutor | None = None  # the Lease's requests, apart
 
     @classmethod
     def from_settings(
@@ -226,6 +229,14 @@ class LeaderElector:
         and the error propagates. Cancelling ``run`` is a crash: the lead task is cancelled
         but the Lease is not released (it expires after ``lease_duration_s``).
         """
+        try:
+            await self._campaign(lead, stop)
+        finally:
+            if self._thread is not None:  # its last request has returned: nothing waits
+                self._thread.shutdown(wait=False)
+                self._thread = None
+
+    async def _campaign(self, lead: Lead, stop: asyncio.Event) -> None:
         while not stop.is_set():
             if not await self._acquire(stop):
                 return
@@ -253,11 +264,19 @@ class LeaderElector:
     async def _acquire(self, stop: asyncio.Event) -> bool:
         """True once the Lease is ours; False when ``stop`` was set first."""
         _log.debug("campaigning", lease=self.name, identity=self.identity)
+        standby = False
         while not stop.is_set():
             deadline = self._monotonic() + self.renew_deadline_s
             outcome = await self._try_acquire_or_renew(deadline)
+            if outcome is _Outcome.TAKEN and not standby:
+                standby = True
+                _log.info("leader.standby", lease=self.name, holder=self.holder)
             if outcome is _Outcome.HELD:
-                _log.info("acquired lease", lease=self.name, identity=self.identity)
+                # when the takeover's clock starts (benchmarks/takeover.py)
+                _log.info(
+                    "leader.acquired", lease=self.name, identity=self.identity,
+                    monotonic=round(self._monotonic(), 3),
+                )  # fmt: skip
                 return True
             # Wake at the observed lease's expiry rather than up to a retry period after it.
             wait = self.retry_period_s
@@ -387,8 +406,14 @@ class LeaderElector:
             raise TimeoutError(f"no time left for a request on Lease {self.name}")
         args = (self.namespace, *body) if name is None else (name, self.namespace, *body)
         # The request's own timeout ends the worker thread too (a wait_for would leave it
-        # running, and its write could land after the term it belonged to).
-        return await asyncio.to_thread(method, *args, _request_timeout=timeout_s)
+        # running, and its write could land after the term it belonged to). Its thread is
+        # the elector's own: in the loop's default pool a renewal waited behind the lead's
+        # calls (a first round's hundreds of patches), past the renew deadline, and a busy
+        # leader lost its Lease and rebuilt again (benchmarks/takeover.py).
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"lease-{self.name}")
+        call = functools.partial(method, *args, _request_timeout=timeout_s)
+        return await asyncio.get_running_loop().run_in_executor(self._thread, call)
 
     def _body(self, record: LeaseRecord, read: Any = None) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
