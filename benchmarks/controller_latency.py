@@ -149,6 +149,13 @@ class ClusterProcess:
             daemon=True,
         )
 
+    @property
+    def pid(self) -> int:
+        """The child process's id (its CPU time is the emulated cluster's own)."""
+        pid = self._process.pid
+        assert pid is not None, "not started"
+        return pid
+
     def __enter__(self) -> str:
         self._process.start()
         url: str = self._conn.recv()

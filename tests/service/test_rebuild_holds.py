@@ -27,9 +27,9 @@ class Watched(Controller):
         self.alive_at_round: int | None = None
         admit, step = self._intake.admit, self._settler.round
 
-        async def noted_admit(seen: Arrived, now: float, *, arrived_at: float) -> None:
+        async def noted_admit(seen: Arrived, now: float, **how: Any) -> None:
             self.queued.append((seen.view.raw, seen.view.annotations, seen.view.env))
-            await admit(seen, now, arrived_at=arrived_at)
+            await admit(seen, now, **how)
 
         async def counted_round(now: float) -> float:
             if self.alive_at_round is None:

@@ -154,8 +154,15 @@ class Controller:
             _log.info(
                 "rebuild.done", running=len(self._auto.allocations), queued=len(self._auto.queued)
             )
-            self._observer.started("rebuild", self._timer() - started)
-            self._observer.started("first-round", await self._settler.round(now))
+            rebuilt = self._timer() - started
+            self._observer.started("rebuild", rebuilt)
+            step = await self._settler.round(now)
+            self._observer.started("first-round", step)
+            _log.info(
+                "rebuild.first_round", rebuild_s=round(rebuilt, 3), step_s=round(step, 3),
+                seconds=round(self._timer() - started, 3), running=len(self._auto.allocations),
+                queued=len(self._auto.queued),
+            )  # fmt: skip
             self._observer.started("rehearsal", self._rebuild.rehearse(now))
 
     # ------------------------------------------------------------------ the pump's callback
