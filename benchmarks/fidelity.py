@@ -55,14 +55,23 @@ from scipy.stats import spearmanr
 
 from bellows.autoscaler import AutoscalerConfig
 from bellows.cli.data import data_folder, no_data_folder
+from bellows.jobs import JobSpec
 from bellows.scaling import MODEL_EFFICIENCY, default_cluster, step_time
 from bellows.sim import run
 from bellows.sim.comparing import POLLUX_GPUS, policies
+from bellows.sim.measured import MeasuredEfficiency, measured_efficiency
+from bellows.sim.nodes import Placement
 from bellows.sim.pollux import POLLUX_INTERVAL_S
-from bellows.sim.workloads.importing import POLLUX_EPOCHS, import_pollux
+from bellows.sim.workloads.importing import POLLUX_EPOCHS, POLLUX_LOCAL_LIMIT, import_pollux
+from bellows.sim.workloads.models import model as model_profile
 from bellows.sim.workloads.traces import TraceJob, fit_trace
 
 POLICIES = ("tiresias", "pollux", "bellows")
+PHYSICS = (
+    "ours", "work", "start", "batches", "efficiency", "steps", "work-start", "pollux",
+    "pollux-measured", "alone",
+)  # fmt: skip
+STARTS = ("pollux", "pollux-measured", "start", "work-start", "alone")  # first starts pay
 PUBLISHED = {"tiresias": "tiresias", "pollux": "pollux", "bellows": "pollux"}
 ARTIFACT_RESTART_S = 30.0  # the artifact's simulator.py: rescale_time = 30 at every allocation
 TOLERANCE, MEAN_TOLERANCE, MIN_SPEARMAN = 0.10, 0.05, 0.9
@@ -95,9 +104,8 @@ def trace_of(data: Path, workload: str, physics: str) -> tuple[TraceJob, ...]:
     """The workload as ``simulate`` fits it to the 64-GPU cluster (``physics="pollux"``: each
     job's work in the artifact's validation-curve units, ``import_pollux(work="validation")``;
     ``"alone"``: that, and each job's work then scaled by :func:`alone_factor`)."""
-    work = "validation" if physics in ("pollux", "work", "alone") else "epochs"
     path = data / "pollux" / "workloads" / f"{workload}.csv"
-    trace = fit_trace(import_pollux(path, work=work), POLLUX_GPUS)[0]
+    trace = fit_trace(import_pollux(path, **import_options(physics)), POLLUX_GPUS)[0]
     if physics != "alone":
         return trace
     with path.open() as handle:
@@ -113,11 +121,34 @@ def trace_of(data: Path, workload: str, physics: str) -> tuple[TraceJob, ...]:
     return tuple(out)
 
 
+def steps_of(data: Path, physics: str) -> ArtifactSteps | None:
+    """The artifact's measured step times as the truth (``pollux``, ``steps``), else none."""
+    return ArtifactSteps(data) if physics in ("pollux-measured", "steps") else None
+
+
+def truth_of(data: Path, physics: str) -> dict[str, MeasuredEfficiency] | None:
+    """The artifact's measured efficiency as the truth (``pollux``, ``efficiency``), else none."""
+    if physics not in ("pollux", "pollux-measured", "efficiency"):
+        return None
+    return measured_efficiency(data / "pollux" / "profiles", POLLUX_EPOCHS)
+
+
+def import_options(physics: str) -> dict[str, str]:
+    """``import_pollux``'s keywords for ``physics`` (module docstring)."""
+    work = (
+        "validation"
+        if physics in ("pollux", "pollux-measured", "work", "work-start", "efficiency", "alone")
+        else "epochs"
+    )  # fmt: skip
+    accumulate = physics in ("pollux", "pollux-measured", "batches")
+    return {"work": work, "batches": "accumulate" if accumulate else "measured"}
+
+
 def alone_factor(data: Path, job: TraceJob, gpus: int, batch: int) -> float:
     """A diagnostic, not physics: the factor on a rigid job's work that makes its time alone
     (less the 30 s start) what the artifact's physics gives (:func:`artifact_alone`)."""
     theirs = artifact_alone(data, job.model, gpus, batch, _max_local(job.model, job))
-    ours = ours_alone(job, "pollux", data)
+    ours = ours_alone(job, "work-start", data)  # the physics --physics alone runs with
     return (theirs.jct_s - ARTIFACT_RESTART_S) / (ours.jct_s - ARTIFACT_RESTART_S)
 
 
@@ -132,7 +163,8 @@ def run_one(data: Path, workload: str, policy: str, restart_s: float, physics: s
     result = run(
         trace, gpus=POLLUX_GPUS, config=config, cluster=default_cluster(),
         efficiency=MODEL_EFFICIENCY, nodes=True, pollux=policy == "pollux",
-        tiresias=policy == "tiresias", charge_start=physics in ("pollux", "start", "alone"),
+        tiresias=policy == "tiresias", charge_start=physics in STARTS,
+        efficiency_truth=truth_of(data, physics), step_seconds=steps_of(data, physics),
     )  # fmt: skip
     wall = time.perf_counter() - started
     ours = {j.name: j.finish_s - j.arrival_s for j in result.jobs if j.finish_s is not None}
@@ -267,8 +299,16 @@ class Placements:
                 )
         grid = np.array(points)
         self.spread = LinearNDInterpolator(grid[:, :3], grid[:, 3:])
+        self._seen: dict[tuple[tuple[int, ...], float], tuple[float, float]] = {}
 
     def step(self, placement: Sequence[int], local: float) -> tuple[float, float]:
+        key = (tuple(placement), float(local))
+        known = self._seen.get(key)
+        if known is None:
+            known = self._seen[key] = self._step(placement, local)
+        return known
+
+    def _step(self, placement: Sequence[int], local: float) -> tuple[float, float]:
         parts = tuple(g for g in placement if g)
         key = "".join(map(str, min(parts[i:] + parts[:i] for i in range(len(parts)))))
         if key in self.exact:
@@ -279,6 +319,32 @@ class Placements:
             )
         step, sync = self.spread([min(len(parts), 16), sum(parts), local])[0]
         return float(step), float(sync)
+
+
+class ArtifactSteps:
+    """Step times as the artifact's simulator charges them, for ``run(step_seconds=...)``:
+    the measured :class:`Placements`, a per-GPU share beyond the model's local limit in
+    passes of at most that limit (gradient accumulation: each extra pass its compute), and a
+    job on one GPU above the smallest validation batch in two passes at least, as the
+    artifact's ``update_local_bsz`` has it."""
+
+    def __init__(self, data: Path) -> None:
+        self.data = data
+        self.models: dict[str, Placements] = {}
+        self.smallest: dict[str, int] = {}
+
+    def __call__(self, name: str, spec: JobSpec, placement: Placement, batch: int) -> float:
+        if name not in self.models:
+            self.models[name] = Placements(self.data, name)
+            self.smallest[name] = validation(self.data, name).batches[0]
+        counts = tuple(gpus for _, gpus in placement)
+        gpus = sum(counts)
+        local = math.ceil(batch / gpus - 1e-8)
+        passes = math.ceil(local / _max_local(name, None) - 1e-8)
+        if gpus == 1 and batch > self.smallest[name]:
+            passes = max(2, passes)
+        step, sync = self.models[name].step(counts, math.ceil(local / passes - 1e-8))
+        return step + (passes - 1) * (step - sync)
 
 
 def artifact_placement(gpus: int, per_node: int = 4) -> tuple[int, ...]:
@@ -294,7 +360,7 @@ class Alone:
     work: float  # reference samples
     step_s: float  # one step at the batch it runs (accumulation included)
     batch: int
-    measured_s: float  # the measured step at the same placement and per-GPU batch
+    measured_s: float  # measured at the same placement and batch (passes of the local limit)
     efficiency: float  # reference samples per sample, over the whole run
     jct_s: float
 
@@ -329,21 +395,25 @@ def artifact_alone(data: Path, model: str, gpus: int, batch: int, max_local: int
 def ours_alone(job: TraceJob, physics: str, data: Path) -> Alone:
     """The same job alone in our simulator (the Tiresias reference: rigid, on nodes)."""
     spec = job.spec
+    truth = truth_of(data, physics)
     lone = TraceJob(0.0, spec, job.model)
     result = run(
         [lone], gpus=POLLUX_GPUS, config=AutoscalerConfig(restart_s=ARTIFACT_RESTART_S,
                                                           delta_s=POLLUX_INTERVAL_S),
         cluster=default_cluster(), efficiency=MODEL_EFFICIENCY, nodes=True, tiresias=True,
-        charge_start=True,
+        charge_start=True, efficiency_truth=truth,
     )  # fmt: skip
     record = result.jobs[0]
     assert record.finish_s is not None
     nodes = math.ceil(spec.gpus / 4)
     step = float(step_time(spec, spec.gpus, spec.batch_size, default_cluster(), nodes=nodes))
-    profile = MODEL_EFFICIENCY[job.model]
-    samples = float(profile.samples(spec.batch_size, spec.work))
+    profile = MODEL_EFFICIENCY[job.model] if truth is None else truth[job.model]
+    samples = float(profile.samples_between(spec.batch_size, 0.0, spec.work))
     local = spec.batch_size / spec.gpus
-    measured = Placements(data, job.model).step(artifact_placement(spec.gpus), local)[0]
+    limit = _max_local(job.model, job)
+    passes = math.ceil(local / limit - 1e-8)
+    step_one, sync = Placements(data, job.model).step(artifact_placement(spec.gpus), local / passes)
+    measured = step_one + (passes - 1) * (step_one - sync)
     return Alone(spec.work, step, spec.batch_size, measured, spec.work / samples, record.finish_s)
 
 
@@ -353,8 +423,7 @@ def alone_table(data: Path, physics: str) -> list[str]:
     for path in sorted((data / "pollux" / "workloads").glob("workload-*.csv")):
         with path.open() as handle:
             rows = list(csv.DictReader(handle))
-        work = "validation" if physics in ("pollux", "work") else "epochs"
-        trace = fit_trace(import_pollux(path, work=work), POLLUX_GPUS)[0]
+        trace = fit_trace(import_pollux(path, **import_options(physics)), POLLUX_GPUS)[0]
         for row, job in zip(rows, trace, strict=True):
             key = (job.model, int(row["num_replicas"]), int(row["batch_size"]))
             configs.setdefault(key, job)
@@ -378,9 +447,9 @@ def alone_table(data: Path, physics: str) -> list[str]:
     return lines
 
 
-def _max_local(model: str, job: TraceJob) -> int:
-    """The artifact's largest local batch: the measured one, yolov3's set to 8."""
-    return 8 if model == "yolov3" else job.spec.m_max
+def _max_local(model_name: str, job: TraceJob | None) -> int:
+    """The artifact's largest per-GPU batch: the measured one, yolov3's held to 8."""
+    return POLLUX_LOCAL_LIMIT.get(model_name, model_profile(model_name).m_max)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -390,9 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--data", type=Path, default=None)
     parser.add_argument("--restart-s", type=float, default=ARTIFACT_RESTART_S)
-    parser.add_argument(
-        "--physics", choices=("ours", "work", "start", "pollux", "alone"), default="ours"
-    )
+    parser.add_argument("--physics", choices=PHYSICS, default="ours")
     parser.add_argument("--alone", action="store_true", help="one job alone, both physics")
     args = parser.parse_args(argv)
     if args.physics == "alone" and set(args.policies) != {"tiresias"}:

@@ -76,3 +76,11 @@ def test_with_each_jobs_time_alone_matched_tiresias_is_the_artifacts(shared_data
     row = _benchmark().run_one(shared_data, "workload-1", "tiresias", 30.0, "alone")
     assert abs(row.ratio - 1) < 0.05
     assert row.spearman >= 0.97
+
+
+def test_with_the_measured_step_times_tiresias_matches_the_artifact(shared_data: Path) -> None:
+    """``--physics pollux-measured`` (the artifact's step times as the truth as well): the
+    Tiresias reference within 3 % of the published workload-1, Spearman >= 0.98."""
+    row = _benchmark().run_one(shared_data, "workload-1", "tiresias", 30.0, "pollux-measured")
+    assert abs(row.ratio - 1) < 0.03
+    assert row.spearman >= 0.98

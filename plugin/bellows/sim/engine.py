@@ -58,6 +58,7 @@ from bellows.scaling import (
 from bellows.scaling.online import ProgressReport
 from bellows.sim.events import EventHeap, Kind
 from bellows.sim.learning import Learning, OnlineLearner, Revision, true_spec
+from bellows.sim.measured import MeasuredEfficiency
 from bellows.sim.metrics import JobRecord, Segment, spread_share, summarize, template
 from bellows.sim.nodes import Nodes, Placement
 from bellows.sim.pollux import PolluxPolicy, Retune
@@ -72,8 +73,13 @@ __all__ = [
     "RunStats",
     "SimResult",
     "SimulationError",
+    "StepSeconds",
     "run",
 ]
+
+StepSeconds = Callable[[str, JobSpec, Placement, int], float]
+"""A measured truth of step times (issue 36, opt in): ``(model, spec, placement, batch)`` to
+the seconds one step of ``batch`` takes on that placement (``(node, GPUs)`` pairs)."""
 
 Progress = Callable[[float, int], None]
 """Told, every :data:`PROGRESS_EVERY` steps of a run, the simulated time and the events so far
@@ -186,7 +192,8 @@ class _Live:
     rescales: int = 0
     preemptions: int = 0
     segments: list[Segment] = field(default_factory=list)
-    charge: EfficiencyProfile | None = None  # ``done`` counts reference samples (issue 29)
+    # ``done`` counts reference samples (issue 29); the artifact's measured truth (issue 36)
+    charge: EfficiencyProfile | MeasuredEfficiency | None = None
     held: Placement = ()  # (node, GPUs) while placed on nodes
     extra_nodes: int = 0  # nodes held beyond the fewest that hold its GPUs
     # (version, progress step at ``since``, when it reaches each next step): step_at's
@@ -261,8 +268,11 @@ class _Run:
         pollux_retune: bool = True,
         tiresias: bool = False,
         charge_start: bool = False,
+        efficiency_truth: Mapping[str, MeasuredEfficiency] | None = None,
+        step_seconds: StepSeconds | None = None,
     ) -> None:
         self.config = config
+        self.step_seconds = step_seconds
         self.charge_start = charge_start
         self.nodes = Nodes(gpus, cluster.gpus_per_node) if nodes else None
         self.placed: dict[str, Placement] = {}  # running job -> its GPUs per node (on nodes)
@@ -290,8 +300,10 @@ class _Run:
         ]
         if efficiency:
             for job in self.jobs:
-                job.charge = efficiency.get(job.model)
-                self.auto.charge(job.spec.name, job.charge)  # Bellows mode: goodput rows
+                told = efficiency.get(job.model)
+                self.auto.charge(job.spec.name, told)  # Bellows mode: goodput rows
+                real = None if efficiency_truth is None else efficiency_truth.get(job.model)
+                job.charge = told if real is None or told is None else real
         self.charged = sum(job.charge is not None for job in self.jobs)
         self.off_prior = sum(job.spec is not job.told for job in self.jobs)
         self.index = {job.spec.name: i for i, job in enumerate(self.jobs)}
@@ -463,7 +475,7 @@ class _Run:
         job.done = job.done_at(now)
         job.close_segment(now)
         job.batch = batch
-        job.rate = throughput(job.spec, job.gpus, batch, self.cluster, nodes=len(job.held))
+        job.rate = self.rate(job, job.gpus, batch)
         job.since, job.resume_at = now, max(job.resume_at, now)  # a pause still running goes on
         job.version += 1
         self.heap.push(job.completion_at(), Kind.COMPLETION, self.index[job.spec.name], job.version)
@@ -501,6 +513,13 @@ class _Run:
         running and waiting jobs only (the core forgets a job it rejects or that finished)."""
         return self.auto.restart_s(job.spec.name)
 
+    def rate(self, job: _Live, gpus: int, batch: int) -> float:
+        """Samples per second of a placed job: the JSA's at the nodes it spans, or the measured
+        truth's (``step_seconds``) on its placement."""
+        if self.step_seconds is not None:
+            return batch / self.step_seconds(job.model, job.spec, job.held, batch)
+        return throughput(job.spec, gpus, batch, self.cluster, nodes=len(job.held))
+
     def place(self, job: _Live, gpus: int, batch: int, now: float, *, pause: float) -> None:
         job.gpus, job.batch = gpus, batch
         if self.nodes is None:
@@ -517,8 +536,7 @@ class _Run:
             self.placed[job.spec.name] = job.held
             if len(job.held) > 1:
                 self.spread.add(job.spec.name)
-            spread = len(job.held)
-            job.rate = throughput(job.spec, gpus, batch, self.cluster, nodes=spread)
+            job.rate = self.rate(job, gpus, batch)
         job.since, job.resume_at = now, now + pause
         job.version += 1
         self.in_use += gpus
@@ -546,6 +564,8 @@ def run(
     pollux_retune: bool = True,
     tiresias: bool = False,
     charge_start: bool = False,
+    efficiency_truth: Mapping[str, MeasuredEfficiency] | None = None,
+    step_seconds: StepSeconds | None = None,
 ) -> SimResult:
     """Simulate ``trace`` on ``gpus`` GPUs under ``config`` until every event is processed.
 
@@ -569,11 +589,19 @@ def run(
     ``tiresias``: the Tiresias reference (:mod:`bellows.sim.tiresias`) decides instead, under
     the same conditions as ``pollux``. ``charge_start``: a job's first start costs its
     restart cost too, as in the Pollux artifact's simulator (default: it costs nothing).
+    ``efficiency_truth``: with ``efficiency``, what a charged job of a model it maps really
+    makes is that measured efficiency (:mod:`bellows.sim.measured`, the artifact's), while
+    the policies decide with ``efficiency``'s profiles (default: those are the truth too).
+    ``step_seconds``: on nodes, a job's step time is that measured truth on its placement
+    (:data:`StepSeconds`; ``benchmarks/fidelity.py`` gives the artifact's) while the policies
+    decide with the JSA's (default: the JSA's is the truth too).
     ``engines``: the core's (:class:`~bellows.autoscaler.Engines`; ``None``: the run's own);
     the same outputs whichever.
     """
     if pollux and tiresias:
         raise SpecError("tiresias", True, "one reference policy: pollux or tiresias")
+    if step_seconds is not None and not nodes:
+        raise SpecError("step_seconds", "without nodes", "node placement (nodes=True)")
     if (pollux or tiresias) and (not nodes or capacity_changes or learning is not None):
         missing = ("fewest-nodes placement" if not nodes else "capacity changes"
                    if capacity_changes else "a learning setup")  # fmt: skip
@@ -587,6 +615,7 @@ def run(
         capacity_changes=capacity_changes, timer=timer, learning=learning,
         efficiency=efficiency, nodes=nodes, pollux=pollux, engines=engines,
         pollux_retune=pollux_retune, tiresias=tiresias, charge_start=charge_start,
+        efficiency_truth=efficiency_truth, step_seconds=step_seconds,
     )  # fmt: skip
     state.loop(progress)
     wall = timer() - started

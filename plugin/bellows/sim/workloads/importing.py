@@ -24,6 +24,14 @@ Every assumption made on the way is listed here (and in ``docs/simulator.md``):
   artifact's own simulator runs each job to: :data:`POLLUX_VALIDATION_WORK`, the progress of
   its validation curves at the last epoch. They agree within 0.6 % except deepspeech2, whose
   curves hold 7 134 samples an epoch (our estimate: 20 000, 2.8x the work).
+* **Batches (Pollux, opt in).** ``batches="accumulate"`` (issue 36) gives each job the
+  batches the artifact's simulator gives it: any global batch up to the largest of its
+  validation runs (:data:`POLLUX_MAX_BATCH`), a per-GPU share beyond what fits memory reached
+  by gradient accumulation (``m_max`` raised to that batch; the JSA's step time beyond the
+  largest profiled per-GPU batch is its time per sample times the samples, one Allreduce: the
+  cost of the extra passes), the memory limit the artifact sets (yolov3: 8 per GPU,
+  :data:`POLLUX_LOCAL_LIMIT`; the profile is cut there), and the trace's batch kept unclipped
+  (bert's 384 on 6 GPUs, where the default clips it to 72).
 * **Cells.** Every number goes through :mod:`bellows.inputs` with the documented bounds
   (GPUs at most :data:`bellows.jobs.MAX_GPUS`, batches at most ``MAX_BATCH``, times and
   durations at most :data:`~bellows.sim.workloads.traces.MAX_ARRIVAL_S` seconds, ``b_max``
@@ -36,10 +44,11 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from bellows.inputs import brief, parse_float, parse_int
-from bellows.jobs import MAX_BATCH, MAX_GPUS, JobSpec, SpecError
+from bellows.jobs import MAX_BATCH, MAX_GPUS, JobSpec, SpecError, StepProfile
 from bellows.scaling import ClusterProfile, single_gpu_throughput, throughput
 from bellows.sim.workloads.categories import K_MAX
 from bellows.sim.workloads.models import ModelProfile, model
@@ -47,8 +56,11 @@ from bellows.sim.workloads.traces import MAX_ARRIVAL_S, MAX_TRACE_JOBS, TraceJob
 
 __all__ = [
     "ITP_MODELS",
+    "POLLUX_BATCHES",
     "POLLUX_DATASETS",
     "POLLUX_EPOCHS",
+    "POLLUX_LOCAL_LIMIT",
+    "POLLUX_MAX_BATCH",
     "POLLUX_VALIDATION_WORK",
     "gpus_for_load",
     "import_itp",
@@ -94,14 +106,50 @@ artifact's measurements; ``benchmarks/fidelity.py`` computes them again from the
 POLLUX_WORK: tuple[str, ...] = ("epochs", "validation")
 """How :func:`import_pollux` sets a job's work (module docstring)."""
 
+POLLUX_MAX_BATCH: Mapping[str, int] = {
+    "bert": 384, "cifar10": 4096, "ncf": 32768, "imagenet": 12800, "deepspeech2": 640,
+    "yolov3": 512,
+}  # fmt: skip
+"""The largest global batch the Pollux artifact's simulator lets a job run at: its model's
+largest ``validation-<B>.csv`` (``../shared/data/pollux/profiles/``)."""
+
+POLLUX_LOCAL_LIMIT: Mapping[str, int] = {"yolov3": 8}
+"""Per-GPU batches the artifact's ``applications.py`` holds below the measured largest (beyond
+them it accumulates); the other models keep their measured largest."""
+
+POLLUX_BATCHES: tuple[str, ...] = ("measured", "accumulate")
+"""How :func:`import_pollux` bounds a job's batches (module docstring)."""
+
+
+def _accumulating(profile: ModelProfile, app: str) -> ModelProfile:
+    """``profile`` cut at the artifact's per-GPU memory limit (:data:`POLLUX_LOCAL_LIMIT`)."""
+    limit = POLLUX_LOCAL_LIMIT.get(app)
+    if limit is None:
+        return profile
+    kept = [(m, t) for m, t in zip(profile.step.local_batches, profile.step.seconds,
+                                   strict=True) if m <= limit]  # fmt: skip
+    step = StepProfile(tuple(m for m, _ in kept), tuple(t for _, t in kept))
+    return replace(profile, step=step)
+
 
 def _template(
-    name: str, profile: ModelProfile, *, gpus: int, batch: int, work: float, category: str
+    name: str,
+    profile: ModelProfile,
+    *,
+    gpus: int,
+    batch: int,
+    work: float,
+    category: str,
+    largest: int | None = None,
 ) -> JobSpec:
+    """A job of ``profile``; ``largest``: the largest global batch, reached by accumulation
+    beyond what fits (the per-GPU limit raised to it), else the measured limits."""
     k_max = max(gpus, K_MAX)
     b_min, m_max = profile.m_min, profile.m_max
     b_max = min(k_max * m_max, MAX_BATCH)
-    batch_size = min(max(batch, b_min), gpus * m_max)
+    if largest is not None:
+        m_max = b_max = max(largest, b_min)
+    batch_size = min(max(batch, b_min), gpus * m_max, b_max)
     return JobSpec(
         name=name,
         b_min=b_min,
@@ -216,19 +264,25 @@ def import_itp(path: Path, *, cluster: ClusterProfile) -> tuple[TraceJob, ...]:
     return tuple(jobs)
 
 
-def import_pollux(path: Path, *, work: str = "epochs") -> tuple[TraceJob, ...]:
+def import_pollux(
+    path: Path, *, work: str = "epochs", batches: str = "measured"
+) -> tuple[TraceJob, ...]:
     """A Pollux workload CSV (``name,time,application,num_replicas,batch_size``) as a trace;
     ``work``: ``"epochs"`` (epochs x dataset size, the default) or ``"validation"`` (the
-    artifact's, :data:`POLLUX_VALIDATION_WORK`)."""
+    artifact's, :data:`POLLUX_VALIDATION_WORK`); ``batches``: ``"measured"`` (the measured
+    per-GPU limits, the default) or ``"accumulate"`` (the artifact's, module docstring)."""
     if work not in POLLUX_WORK:
         raise SpecError("work", work, f"one of {', '.join(POLLUX_WORK)}")
+    if batches not in POLLUX_BATCHES:
+        raise SpecError("batches", batches, f"one of {', '.join(POLLUX_BATCHES)}")
+    accumulate = batches == "accumulate"
     rows = _rows(path, ("name", "time", "application", "num_replicas", "batch_size"))
     jobs: list[TraceJob] = []
     seen: dict[str, int] = {}
     for line, row in rows:
         name = _name(path, line, row, "name", seen)
         app = _choice(path, line, row, "application", POLLUX_EPOCHS)
-        profile = model(app)
+        profile = _accumulating(model(app), app) if accumulate else model(app)
         gpus = _int(path, line, row, "num_replicas", _GPUS)
         batch = _int(path, line, row, "batch_size", _BATCH)
         arrival = _seconds(path, line, row, "time", MAX_ARRIVAL_S)
@@ -237,6 +291,7 @@ def import_pollux(path: Path, *, work: str = "epochs") -> tuple[TraceJob, ...]:
                 name, profile, gpus=gpus, batch=batch,
                 work=float(POLLUX_EPOCHS[app] * POLLUX_DATASETS[app]) if work == "epochs"
                 else POLLUX_VALIDATION_WORK[app], category=app,
+                largest=POLLUX_MAX_BATCH[app] if accumulate else None,
             )  # fmt: skip
             jobs.append(TraceJob(arrival, spec, profile.name))
         except SpecError as err:

@@ -1,0 +1,135 @@
+"""The Pollux artifact's physics as opt-in truths (issue 36): measured statistical efficiency
+(bellows.sim.measured), measured step times (run(step_seconds=...)) and the artifact's batches
+(import_pollux(batches="accumulate"))."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bellows.autoscaler import AutoscalerConfig
+from bellows.jobs import SpecError
+from bellows.scaling import MODEL_EFFICIENCY, default_cluster
+from bellows.scaling.efficiency import ValidationRun
+from bellows.sim import run
+from bellows.sim.measured import MeasuredEfficiency, measured_efficiency
+from bellows.sim.workloads.importing import POLLUX_EPOCHS, import_pollux
+from bellows.sim.workloads.traces import TraceJob
+from tests.strategies import make_job
+
+CLUSTER = default_cluster()
+
+
+def _run(batch: int, progress: tuple[float, ...], sqr: tuple[float, ...],
+         var: tuple[float, ...]) -> ValidationRun:  # fmt: skip
+    n = len(progress)
+    return ValidationRun(batch, progress, (1.0,) * n, (0.0,) * n, sqr, var)
+
+
+def _two_epochs() -> MeasuredEfficiency:
+    """M0 = 10; epochs end at 100 and 300 reference samples (the least over the runs)."""
+    runs = [
+        _run(10, (100.0, 300.0), (1.0, 1.0), (1.0, 3.0)),
+        _run(30, (120.0, 310.0), (1.0, 2.0), (3.0, 6.0)),
+    ]
+    return MeasuredEfficiency.from_runs(runs, 2)
+
+
+def test_efficiency_is_pollux_formula_on_each_epochs_measured_statistics() -> None:
+    """At b = 20 (halfway): epoch 0 sqr 1, var 2; epoch 1 sqr 1.5, var 4.5; scale 2."""
+    e = _two_epochs()
+    assert e.bounds.tolist() == [0.0, 100.0, 300.0]
+    assert e.epoch_efficiency(20).tolist() == pytest.approx([3 / 4, 6 / 7.5])
+    assert e.epoch_efficiency(10).tolist() == pytest.approx([1.0, 1.0])  # E(M0) = 1
+
+
+def test_samples_and_progress_are_exact_inverses_across_epochs() -> None:
+    e = _two_epochs()
+    # from 50 to 200 at b = 20: 50 / 0.75 in epoch 0, 100 / 0.8 in epoch 1
+    assert float(e.samples_between(20, 50.0, 200.0)) == pytest.approx(50 / 0.75 + 100 / 0.8)
+    assert float(e.progress_after(20, 50.0, 50 / 0.75 + 100 / 0.8)) == pytest.approx(200.0)
+    # past the last epoch: its E goes on
+    assert float(e.samples_between(20, 300.0, 400.0)) == pytest.approx(100 / 0.8)
+    assert float(e.progress_after(20, 300.0, 125.0)) == pytest.approx(400.0)
+    ends = np.array([100.0, 250.0])
+    assert e.samples_between(20, 0.0, ends).tolist() == pytest.approx(
+        [100 / 0.75, 100 / 0.75 + 150 / 0.8]
+    )
+    with pytest.raises(SpecError):
+        e.samples_between(20, 200.0, 100.0)
+
+
+def test_the_artifacts_yolov3_efficiency_at_its_trace_batch(shared_data: Path) -> None:
+    """yolov3 at 64 over its whole work: 0.81 reference samples per sample (our fitted
+    profile says 0.87), as benchmarks/fidelity.py --alone shows."""
+    truth = measured_efficiency(shared_data / "pollux" / "profiles", POLLUX_EPOCHS)
+    assert set(truth) == set(POLLUX_EPOCHS)
+    work = float(truth["yolov3"].bounds[-1])
+    assert work / float(truth["yolov3"].samples_between(64, 0.0, work)) == pytest.approx(
+        0.810, abs=0.002
+    )
+    fitted = MODEL_EFFICIENCY["yolov3"]
+    assert work / float(fitted.samples(64, work)) > 0.85
+
+
+def test_a_measured_truth_charges_the_jobs_and_leaves_the_decisions(shared_data: Path) -> None:
+    """One yolov3 job alone, rigid: with the measured truth it takes 1 / 0.81 of the samples
+    at its batch, against 1 / E of the fitted profile without it."""
+    truth = measured_efficiency(shared_data / "pollux" / "profiles", {"yolov3": 50})
+    spec = make_job("y", gpus=1, elastic=False, batch_size=64, b_min=8, b_max=64, k_max=1,
+                    m_max=64)  # fmt: skip
+    work = float(truth["yolov3"].bounds[-1])
+    job = TraceJob(0.0, dataclasses.replace(spec, work=work), "yolov3")
+    config = AutoscalerConfig(restart_s=0.0, delta_s=60.0)
+    both = [
+        run([job], gpus=4, config=config, cluster=CLUSTER, efficiency=MODEL_EFFICIENCY,
+            nodes=True, tiresias=True, efficiency_truth=t)
+        for t in (None, truth)
+    ]  # fmt: skip
+    fitted, measured = (r.jobs[0].finish_s for r in both)
+    assert fitted is not None
+    assert measured is not None
+    samples = float(truth["yolov3"].samples_between(64, 0.0, work))
+    rate = work / float(MODEL_EFFICIENCY["yolov3"].samples(64, work))
+    assert measured / fitted == pytest.approx(samples / work * rate, rel=1e-6)
+
+
+def test_a_measured_step_truth_sets_the_rate_on_the_placement() -> None:
+    """With ``step_seconds`` a job of 100 steps of 2 s takes 200 s, whatever the JSA says."""
+    spec = make_job("a", gpus=2, elastic=False, batch_size=64, b_max=64, k_max=2)
+    job = TraceJob(0.0, dataclasses.replace(spec, work=6400.0), "x")
+    seen = []
+
+    def steps(model: str, spec_: object, placement: tuple[tuple[int, int], ...],
+              batch: int) -> float:  # fmt: skip
+        seen.append((model, placement, batch))
+        return 2.0
+
+    config = AutoscalerConfig(restart_s=0.0, delta_s=60.0)
+    result = run([job], gpus=8, config=config, cluster=CLUSTER, nodes=True, tiresias=True,
+                 step_seconds=steps)  # fmt: skip
+    assert result.jobs[0].finish_s == pytest.approx(200.0)
+    assert seen == [("x", ((0, 2),), 64)]
+    with pytest.raises(SpecError):
+        run([job], gpus=8, config=config, cluster=CLUSTER, step_seconds=steps)
+
+
+def test_the_artifacts_batches_keep_the_trace_batch_by_accumulation(tmp_path: Path) -> None:
+    """bert 384 on 6 GPUs: clipped to 6 x 12 = 72 by default, kept with accumulation (its
+    per-GPU limit raised to the largest validation batch); yolov3's profile cut at 8."""
+    csv = tmp_path / "w.csv"
+    csv.write_text("name,time,application,num_replicas,batch_size\n"
+                   "b,0,bert,6,384\ny,5,yolov3,4,64\n")  # fmt: skip
+    default = {j.spec.name: j.spec for j in import_pollux(csv)}
+    artifact = {j.spec.name: j.spec for j in import_pollux(csv, batches="accumulate")}
+    assert default["b"].batch_size == 72
+    assert artifact["b"].batch_size == 384
+    assert artifact["b"].b_max == artifact["b"].m_max == 384
+    assert default["y"].profile.local_batches[-1] == 16
+    assert artifact["y"].profile.local_batches[-1] == 8
+    assert artifact["y"].b_max == 512
+    with pytest.raises(SpecError):
+        import_pollux(csv, batches="more")
