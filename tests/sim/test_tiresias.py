@@ -195,6 +195,11 @@ def test_simulate_policy_tiresias_and_the_artifacts_work(tmp_path: Path) -> None
         done = runner.invoke(main, ["workload", "import", "pollux", str(csv), "--work", work,
                                     "--out", str(traces[work])])  # fmt: skip
         assert done.exit_code == 0, done.output
+    accumulating = tmp_path / "accumulate.jsonl"
+    done = runner.invoke(main, ["workload", "import", "pollux", str(csv), "--batches",
+                                "accumulate", "--out", str(accumulating)])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert [j.spec.m_max for j in read_trace(accumulating)] == [640, 4096]
     works = {k: [j.spec.work for j in read_trace(v)] for k, v in traces.items()}
     assert works["epochs"][0] == 1_600_000.0
     assert works["validation"][0] == 570_720.0

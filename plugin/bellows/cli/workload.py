@@ -143,8 +143,22 @@ def _offered(
     help="Pollux only: each job's work as epochs x dataset size, or as the Pollux artifact's "
     "simulator counts it, from its validation curves (issue 36; docs/simulator.md).",
 )
+@click.option(
+    "--batches",
+    type=click.Choice(["measured", "accumulate"]),
+    default="measured",
+    show_default=True,
+    help="Pollux only: batches within the measured per-GPU limits, or the Pollux artifact's "
+    "(up to the largest validation batch by gradient accumulation; issue 36).",
+)
 def import_cmd(
-    kind: str, source: Path, cluster: ClusterProfile | None, out: Path, work: str
+    *,
+    kind: str,
+    source: Path,
+    cluster: ClusterProfile | None,
+    out: Path,
+    work: str,
+    batches: str,
 ) -> None:
     """Convert a real trace (ITP cluster CSV or Pollux workload CSV) to JSON Lines.
 
@@ -160,11 +174,11 @@ def import_cmd(
 
     profile = _cluster(cluster)
     try:
-        if kind == "itp" and work != "epochs":
-            raise click.UsageError("--work is for Pollux workloads only")
+        if kind == "itp" and (work, batches) != ("epochs", "measured"):
+            raise click.UsageError("--work and --batches are for Pollux workloads only")
         jobs = (
             import_itp(source, cluster=profile) if kind == "itp"
-            else import_pollux(source, work=work)
+            else import_pollux(source, work=work, batches=batches)
         )  # fmt: skip
     except SpecError as error:
         raise click.ClickException(str(error)) from None
