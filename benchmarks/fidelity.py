@@ -401,7 +401,7 @@ def ours_alone(job: TraceJob, physics: str, data: Path) -> Alone:
         [lone], gpus=POLLUX_GPUS, config=AutoscalerConfig(restart_s=ARTIFACT_RESTART_S,
                                                           delta_s=POLLUX_INTERVAL_S),
         cluster=default_cluster(), efficiency=MODEL_EFFICIENCY, nodes=True, tiresias=True,
-        charge_start=True, efficiency_truth=truth,
+        charge_start=True, efficiency_truth=truth, step_seconds=steps_of(data, physics),
     )  # fmt: skip
     record = result.jobs[0]
     assert record.finish_s is not None
