@@ -163,7 +163,11 @@ class Controller:
                 seconds=round(self._timer() - started, 3), running=len(self._auto.allocations),
                 queued=len(self._auto.queued),
             )  # fmt: skip
-            self._observer.started("rehearsal", self._rebuild.rehearse(now))
+            # on a worker thread, the lock held (nothing else steps this core meanwhile): its
+            # compiles (seconds on a cold cache) never stall the loop, whose Lease renewals
+            # and probes would wait for them (one past the renew deadline would lose the Lease)
+            rehearsed = await asyncio.to_thread(self._rebuild.rehearse, now)
+            self._observer.started("rehearsal", rehearsed)
 
     # ------------------------------------------------------------------ the pump's callback
     async def apply(self, events: tuple[Event, ...]) -> Settled | None:
