@@ -16,6 +16,7 @@ from bellows.scaling import MODEL_EFFICIENCY, default_cluster
 from bellows.scaling.efficiency import ValidationRun
 from bellows.sim import run
 from bellows.sim.measured import MeasuredEfficiency, measured_efficiency
+from bellows.sim.pollux.speedups import RowCache
 from bellows.sim.workloads.importing import POLLUX_EPOCHS, import_pollux
 from bellows.sim.workloads.traces import TraceJob
 from tests.strategies import make_job
@@ -133,3 +134,23 @@ def test_the_artifacts_batches_keep_the_trace_batch_by_accumulation(tmp_path: Pa
     assert artifact["y"].b_max == 512
     with pytest.raises(SpecError):
         import_pollux(csv, batches="more")
+
+
+def test_the_pollux_reference_decides_with_the_measured_step_times() -> None:
+    """Its goodput rows come from ``measured`` when given: a truth of 1 000 samples/s on any
+    placement makes every feasible count worth 1 000 (uncharged), whatever the JSA says."""
+    spec = make_job("p", b_min=32, b_max=512, k_max=8, m_max=128)
+    calls: list[tuple[tuple[int, int], ...]] = []
+
+    def steps(model: str, job: object, placement: tuple[tuple[int, int], ...],
+              batch: int) -> float:  # fmt: skip
+        calls.append(placement)
+        return batch / 1000.0
+
+    rows = RowCache(CLUSTER, steps).rows([spec], {}, {})[0]
+    assert rows.packed[0] == 0.0
+    assert rows.packed[1:].tolist() == pytest.approx([1000.0] * 8)
+    assert ((0, 4), (1, 2)) in calls  # 6 GPUs packed: a whole node, then 2
+    assert ((0, 2), (1, 1)) in calls  # 3 GPUs spread over two nodes
+    jsa = RowCache(CLUSTER).rows([spec], {}, {})[0]
+    assert jsa.packed[1:].tolist() != pytest.approx([1000.0] * 8)

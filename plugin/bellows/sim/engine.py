@@ -62,7 +62,7 @@ from bellows.sim.measured import MeasuredEfficiency
 from bellows.sim.metrics import JobRecord, Segment, spread_share, summarize, template
 from bellows.sim.nodes import Nodes, Placement
 from bellows.sim.pollux import PolluxPolicy, Retune
-from bellows.sim.pollux.speedups import STEPS, progress_step
+from bellows.sim.pollux.speedups import STEPS, StepSeconds, progress_step
 from bellows.sim.tiresias import TiresiasPolicy
 from bellows.sim.workloads.traces import TraceJob
 
@@ -76,10 +76,6 @@ __all__ = [
     "StepSeconds",
     "run",
 ]
-
-StepSeconds = Callable[[str, JobSpec, Placement, int], float]
-"""A measured truth of step times (issue 36, opt in): ``(model, spec, placement, batch)`` to
-the seconds one step of ``batch`` takes on that placement (``(node, GPUs)`` pairs)."""
 
 Progress = Callable[[float, int], None]
 """Told, every :data:`PROGRESS_EVERY` steps of a run, the simulated time and the events so far
@@ -280,7 +276,8 @@ class _Run:
         self.cluster = cluster
         self.timer = timer
         self.auto: Autoscaler | PolluxPolicy | TiresiasPolicy = (
-            PolluxPolicy(config, capacity=gpus, cluster=cluster, retune=pollux_retune) if pollux
+            PolluxPolicy(config, capacity=gpus, cluster=cluster, retune=pollux_retune,
+                         measured=step_seconds) if pollux
             else TiresiasPolicy(config, capacity=gpus, cluster=cluster) if tiresias
             else Autoscaler(config, capacity=gpus, cluster=cluster, engines=engines)
         )  # fmt: skip
@@ -593,8 +590,9 @@ def run(
     makes is that measured efficiency (:mod:`bellows.sim.measured`, the artifact's), while
     the policies decide with ``efficiency``'s profiles (default: those are the truth too).
     ``step_seconds``: on nodes, a job's step time is that measured truth on its placement
-    (:data:`StepSeconds`; ``benchmarks/fidelity.py`` gives the artifact's) while the policies
-    decide with the JSA's (default: the JSA's is the truth too).
+    (:data:`StepSeconds`; ``benchmarks/fidelity.py`` gives the artifact's); the Pollux
+    reference decides with it too (its goodput rows), the core and Tiresias as before
+    (default: the JSA's is the truth).
     ``engines``: the core's (:class:`~bellows.autoscaler.Engines`; ``None``: the run's own);
     the same outputs whichever.
     """

@@ -57,7 +57,7 @@ from bellows.jobs import JobSpec, SpecError
 from bellows.optimizer import allocate
 from bellows.scaling import ClusterProfile, EfficiencyProfile, throughput
 from bellows.sim.pollux.packing import Packer, Placement, node_sizes
-from bellows.sim.pollux.speedups import STEPS, RowCache, Rows
+from bellows.sim.pollux.speedups import STEPS, RowCache, Rows, StepSeconds
 
 __all__ = ["FAIRNESS_P", "POLLUX_INTERVAL_S", "SPEEDUP_OFFSET", "PolluxPolicy", "Retune"]
 
@@ -104,6 +104,7 @@ class PolluxPolicy:
         cluster: ClusterProfile,
         explore: bool = True,
         retune: bool = True,
+        measured: StepSeconds | None = None,
     ) -> None:
         if not config.delta_s > 0:
             raise SpecError("delta_s", config.delta_s, "seconds > 0 between Pollux's rounds")
@@ -114,7 +115,7 @@ class PolluxPolicy:
         self._cluster = cluster
         self._capacity = capacity
         self._sizes = node_sizes(capacity, cluster.gpus_per_node)
-        self._cache = RowCache(cluster)
+        self._cache = RowCache(cluster, measured)
         self._jobs: dict[str, _Job] = {}  # unfinished, in arrival order
         self._known: set[str] = set()
         self._profiles: dict[str, EfficiencyProfile] = {}

@@ -9,12 +9,19 @@ that hold ``k`` GPUs, and ``spread[k]``, on more than one node (the same as pack
 (goodput rows where the job has an efficiency profile, throughput rows where not) at the
 middle of each ``1 / GOODPUT_STEPS`` of the job's work, as Bellows mode's core computes its
 own, and cached per job template and progress step.
+
+With ``measured`` (issue 36, opt in: a :data:`StepSeconds` truth, as the simulator charges with
+``run(step_seconds=...)``) the rows are goodputs at those step times instead of the JSA's, so
+that the reference decides on the speeds it is charged (the artifact's Pollux fits its model
+online to what it measures): per GPU count, the best of a grid of per-GPU batches, packed on
+whole nodes, spread over two.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +32,13 @@ from bellows.jobs import JobSpec
 from bellows.scaling import ClusterProfile, EfficiencyProfile, tsf_tables
 from bellows.sim.metrics import template
 
-__all__ = ["STEPS", "RowCache", "Rows", "progress_step"]
+__all__ = ["STEPS", "RowCache", "Rows", "StepSeconds", "progress_step"]
+
+StepSeconds = Callable[[str, JobSpec, tuple[tuple[int, int], ...], int], float]
+"""A measured truth of step times: ``(model, spec, placement, batch)`` to the seconds one step
+of ``batch`` takes on that placement (``(node, GPUs)`` pairs)."""
+
+_GRID = 12  # per-GPU batches tried per GPU count with measured step times
 
 STEPS = GOODPUT_STEPS
 """Progress steps of a job's work: rows are made at the middle of each, as Bellows mode's."""
@@ -58,8 +71,9 @@ class RowCache:
     """:class:`Rows` per (job template, efficiency profile, progress step), computed in one
     table per call for every key not seen before."""
 
-    def __init__(self, cluster: ClusterProfile) -> None:
+    def __init__(self, cluster: ClusterProfile, measured: StepSeconds | None = None) -> None:
         self._cluster = cluster
+        self._measured = measured
         # the same cluster with inter-node links everywhere: a placement over several nodes
         self._spread = dataclasses.replace(cluster, intra_node=cluster.inter_node)
         self._rows: dict[tuple[object, ...], Rows] = {}
@@ -84,9 +98,43 @@ class RowCache:
             keys.append(key)
             if key not in self._rows:
                 todo.setdefault(key, (job, profile, job.work * (step + 0.5) / STEPS))
-        if todo:
+        if todo and self._measured is not None:
+            for new, (spec, charged, middle) in todo.items():
+                self._rows[new] = self._measured_rows(spec, charged, middle)
+        elif todo:
             self._compute(todo)
         return [self._rows[key] for key in keys]
+
+    def _measured_rows(
+        self, job: JobSpec, profile: EfficiencyProfile | None, progress: float
+    ) -> Rows:
+        """Rows at the measured step times (module docstring); the model is the job's
+        category (an imported Pollux job's model)."""
+        assert self._measured is not None
+        per_node = self._cluster.gpus_per_node
+        rows: list[list[float]] = [[0.0] * (job.k_max + 1), [0.0] * (job.k_max + 1)]
+        batches: list[list[int]] = [[0] * (job.k_max + 1), [0] * (job.k_max + 1)]
+        for k in range(1, job.k_max + 1):
+            lo, hi = max(1, -(-job.b_min // k)), min(job.m_max, job.b_max // k)
+            if lo > hi:
+                continue
+            grid = sorted({lo, hi, *(round(lo * (hi / lo) ** (i / _GRID)) for i in range(_GRID))})
+            packed = tuple((n, min(per_node, k - n * per_node))
+                           for n in range(math.ceil(k / per_node)))  # fmt: skip
+            half = (k + 1) // 2
+            spread = packed if k > per_node or k == 1 else ((0, half), (1, k - half))
+            for row, placement in enumerate((packed, spread)):
+                for m in grid:
+                    batch = k * m
+                    seconds = self._measured(str(job.category), job, placement, batch)
+                    gain = 1.0 if profile is None else float(profile.efficiency(batch, progress))
+                    good = batch / seconds * gain
+                    if good > rows[row][k]:
+                        rows[row][k], batches[row][k] = good, batch
+        return Rows(
+            packed=np.array(rows[0]), packed_batch=tuple(batches[0]),
+            spread=np.array(rows[1]), spread_batch=tuple(batches[1]),
+        )  # fmt: skip
 
     def forget(self, name: str) -> None:
         self._templates.pop(name, None)
