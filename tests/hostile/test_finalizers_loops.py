@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -25,7 +25,7 @@ from bellows.emulator import EmulatedCluster
 from bellows.kube import ActuationError, Actuator, KubeApi, MPIJobKind, keys
 from tests.conftest import shared_data_dir
 from tests.kube.conftest import load_examples
-from tests.kube.test_actuator import MPI, TORCH, events_of, submit
+from tests.kube.test_actuator import MPI, TORCH, events_of, set_condition, submit
 
 LAUNCHER = "cifar10-horovod-launcher"
 LAUNCHER_PATH = f"/apis/batch/v1/namespaces/default/jobs/{LAUNCHER}"
@@ -34,10 +34,10 @@ AUDIT = "example.com/audit"
 Scenario = Callable[[EmulatedCluster, KubeApi], Awaitable[None]]
 
 
-def _run(scenario: Scenario, *, limit_s: float = 60.0) -> None:
+def _run(scenario: Scenario, *, limit_s: float = 60.0, operator: bool = True) -> None:
     async def main() -> None:
         crds = sorted((shared_data_dir() / "crds").glob("*.yaml"))
-        async with EmulatedCluster(crds=crds, compression=1.0) as cluster:
+        async with EmulatedCluster(crds=crds, compression=1.0, operator=operator) as cluster:
             api = KubeApi(cluster.api_client())
             try:
                 await asyncio.wait_for(scenario(cluster, api), limit_s)
@@ -136,3 +136,32 @@ def test_a_job_changed_under_every_write_is_retried_a_few_times_backing_off(call
         assert took >= 0.7, took
 
     _run(scenario)
+
+
+class EndedWatches(KubeApi):
+    """An API server that ends every watch of a job at once, with no event."""
+
+    def __init__(self, api_client: Any) -> None:
+        super().__init__(api_client)
+        self.watches = 0
+
+    async def watch_jobs(self, *args: Any, **kwargs: Any) -> AsyncIterator[tuple[str, Any]]:
+        self.watches += 1
+        await asyncio.sleep(0)  # as a real watch's request awaits its answer
+        for event in ():
+            yield event
+
+
+def test_a_watch_the_server_ends_at_once_is_opened_again_after_a_while() -> None:
+    examples = copy.deepcopy(load_examples())
+
+    async def scenario(cluster: EmulatedCluster, api: KubeApi) -> None:
+        await submit(api, examples, "PyTorchJob")
+        set_condition(cluster, "resnet50-imagenet", "Running")  # and no operator to halt it
+        ended = EndedWatches(api.api_client)
+        outcome = await Actuator(ended, halt_timeout_s=1.0).apply(Rescale(TORCH, 2, 256, 4, 512))
+        assert outcome.result == "pending", outcome  # no event seen: the halt not confirmed
+        # waits of 0.05, 0.1, 0.2, 0.4 s between the watches of the one second: a few
+        assert ended.watches <= 8, ended.watches
+
+    _run(scenario, operator=False)

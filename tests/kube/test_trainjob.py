@@ -21,7 +21,8 @@ from bellows.emulator.trainer import TORCH_DISTRIBUTED
 from bellows.jobs import SpecError
 from bellows.kube import Actuator, KubeApi, keys
 from bellows.kube.adapters import ALL_KINDS, TRAINJOB
-from bellows.kube.recreation import RECORD_LABEL, record_name
+from bellows.kube.records import DEFAULT_RECORDS_NAMESPACE as RECORDS
+from bellows.kube.records import RECORD_LABEL, record_name
 
 from .conftest import EXAMPLES, condition, wait_for
 
@@ -65,7 +66,7 @@ def actuator(api: KubeApi) -> Actuator:
 
 
 async def records(api: KubeApi) -> list[str]:
-    return [c["metadata"]["name"] for c in await api.list_configmaps("default", RECORD_LABEL)]
+    return [c["metadata"]["name"] for c in await api.list_configmaps(RECORDS, RECORD_LABEL)]
 
 
 # ----- the adapter -------------------------------------------------------------------------
@@ -399,7 +400,7 @@ def test_a_record_made_stale_by_the_owner_is_dropped_untouched(on_cluster) -> No
         assert obj["spec"]["trainer"]["numNodes"] == 1  # the owner's, never replaced
         assert keys.RECREATED_FROM not in obj["metadata"]["annotations"]
         assert running["metadata"]["uid"] != obj["metadata"]["uid"]
-        assert record_name(NAME) == f"bellows-recreate-{NAME}"
+        assert record_name("default", NAME) != record_name("other", NAME)  # one per namespace
 
     on_cluster(scenario, trainer=True, compression=1.0)
 
@@ -413,7 +414,7 @@ def test_a_record_left_by_a_job_that_finished_before_its_delete_is_dropped(on_cl
             await actuator(Dying(api.api_client, "write_configmap")).apply(
                 Rescale(JOB, 2, 256, 4, 512)
             )
-        assert await records(api) == [record_name(NAME)]
+        assert await records(api) == [record_name("default", NAME)]
         # the job ends before anyone deletes it (here: its pods failed while suspended)
         store = cluster.store
         res = store.resources[f"{GROUP}/{VERSION}/{PLURAL}"]
@@ -456,7 +457,7 @@ def test_a_record_written_late_by_a_dead_controller_does_not_pass_for_a_resume(
             await actuator(Dying(api.api_client, "write_configmap")).apply(
                 Rescale(JOB, 2, 256, 4, 512)
             )
-        (late,) = await api.list_configmaps("default", RECORD_LABEL)
+        (late,) = await api.list_configmaps(RECORDS, RECORD_LABEL)
         await actuator(api).resume_interrupted()  # the next controller finishes it
         copy_ = await running_on(api, cluster, 4)
         assert copy_["metadata"]["annotations"][keys.RECREATED_FROM] == running["metadata"]["uid"]
@@ -464,7 +465,7 @@ def test_a_record_written_late_by_a_dead_controller_does_not_pass_for_a_resume(
         # the dead controller's write of that record lands only now (a request in flight)
         body = {k: late[k] for k in ("apiVersion", "kind", "data")}
         body["metadata"] = {k: late["metadata"][k] for k in ("name", "namespace", "labels")}
-        await api.write_configmap("default", body, resource_version=None)
+        await api.write_configmap(RECORDS, body, resource_version=None)
         # started again at the record's target: the copy is not running there, so the stale
         # record is dropped and the job resumed, not taken as done
         assert (await actuator(api).apply(Start(JOB, 4, 512))).result == "started"

@@ -30,7 +30,8 @@ from bellows.kube.kueue import (
 )
 from bellows.kube.kueue_journal import AwaitWorkload, PatchWorkload
 from bellows.kube.kueue_recreation import plan_kueue_recreate
-from bellows.kube.recreation import RECORD_LABEL
+from bellows.kube.records import DEFAULT_RECORDS_NAMESPACE as RECORDS
+from bellows.kube.records import RECORD_LABEL
 
 from .test_emulated_kueue import admitted, until, workloads
 from .test_trainjob import NAME, CrashError, Dying, example, profile
@@ -194,7 +195,7 @@ def actuator(api: KubeApi) -> Actuator:
 
 
 async def records(api: KubeApi) -> list[str]:
-    return [c["metadata"]["name"] for c in await api.list_configmaps("default", RECORD_LABEL)]
+    return [c["metadata"]["name"] for c in await api.list_configmaps(RECORDS, RECORD_LABEL)]
 
 
 def test_start_and_rescale_recreate_a_queued_trainjob_in_its_queue(on_cluster) -> None:

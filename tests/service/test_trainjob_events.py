@@ -28,7 +28,8 @@ from bellows.emulator import EmulatedCluster
 from bellows.emulator.crds import trainer_crd_paths
 from bellows.kube import Actuator, JobReader, KubeApi, keys
 from bellows.kube.adapters import ALL_KINDS, TRAINJOB
-from bellows.kube.recreation import RECORD_LABEL
+from bellows.kube.records import DEFAULT_RECORDS_NAMESPACE as RECORDS
+from bellows.kube.records import RECORD_LABEL
 from bellows.scaling import default_cluster
 from bellows.service.clock import ServiceClock
 from bellows.service.controller import Controller
@@ -141,5 +142,5 @@ async def test_a_completion_between_a_resizes_delete_and_create_recreates_the_jo
         copy = await _running(api, before["metadata"]["uid"])
         assert copy["metadata"]["annotations"][keys.RECREATED_FROM] == before["metadata"]["uid"]
         assert copy["spec"]["trainer"]["numNodes"] == gpus + 1
-        assert await api.list_configmaps(NS, RECORD_LABEL) == []
+        assert await api.list_configmaps(RECORDS, RECORD_LABEL) == []
         await asyncio.to_thread(api.api_client.close)

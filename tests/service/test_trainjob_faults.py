@@ -17,8 +17,8 @@ import pytest
 
 from bellows.emulator.store import Change
 from bellows.kube import keys
-from bellows.kube.recreation import RECORD_LABEL
-from tests.service.livecluster import NS, Live, jobs, live
+from bellows.kube.records import RECORD_LABEL
+from tests.service.livecluster import LEASES, NS, Live, jobs, live
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ def _step(change: Change) -> str | None:
 
 def _records(stack: Live) -> list[str]:
     store = stack.kube.store
-    found = store.list_objects(store.resources["v1/configmaps"], NS)[0]
+    found = store.list_objects(store.resources["v1/configmaps"], LEASES)[0]  # the records
     return [c["metadata"]["name"] for c in found if RECORD_LABEL in c["metadata"].get("labels", {})]
 
 

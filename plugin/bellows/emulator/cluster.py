@@ -58,6 +58,7 @@ from bellows.emulator.trainer import (
 )
 from bellows.kube.kinds import GPU
 from bellows.kube.kueue import CLUSTER_QUEUES, GROUP, LOCAL_QUEUES, VERSION, Strategy
+from bellows.kube.records import DEFAULT_RECORDS_NAMESPACE as RECORDS_NAMESPACE
 from bellows.scaling import ClusterProfile
 from bellows.scaling.online import SpeedFactors
 
@@ -96,7 +97,9 @@ class EmulatedCluster:
 
         resources = crd_resources(crds, edit if mutable_trainer else None)
         self.store = Store([*builtin_resources(), *resources], admission=admit)
-        for name in namespaces:
+        # with the Trainer, the controller's own namespace too: its re-creation records live
+        # there (bellows.kube.records), where no tenant writes
+        for name in dict.fromkeys([*namespaces, *((RECORDS_NAMESPACE,) if trainer else ())]):
             self.store.create_namespace(name)
         self._nodes = self.store.resources["v1/nodes"]
         for node, gpus in (gpu_nodes or {}).items():

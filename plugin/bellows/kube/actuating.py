@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -819,11 +820,12 @@ class Actuator:
         """Return at the job's next change after the version read (or an expired watch)."""
         version = obj["metadata"]["resourceVersion"]
         with contextlib.suppress(ExpiredError):
-            while True:
+            for ended in itertools.count():  # a watch the server ended: again, after a while
                 async for _ in self._api.watch_jobs(
                     kind, ref.namespace, version, name=ref.name, timeout_s=60
                 ):
                     return
+                await backoff(ended)
 
     async def _workload_changes(
         self, obj: Mapping[str, Any], workload: WorkloadView | None
@@ -833,19 +835,21 @@ class Actuator:
         namespace = obj["metadata"]["namespace"]
         with contextlib.suppress(ExpiredError):
             if workload is not None:
-                while True:
+                for ended in itertools.count():
                     async for _ in self._api.watch_workloads(
                         namespace, workload.resource_version, name=workload.name, timeout_s=60
                     ):
                         return
+                    await backoff(ended)
             items, version = await self._api.list_kueue(WORKLOADS, namespace)
             if owned_workload(obj, items) is not None:
                 return  # created since the job was read
-            while True:
+            for ended in itertools.count():
                 async for _, new in self._api.watch_workloads(namespace, version, timeout_s=60):
                     version = new["metadata"]["resourceVersion"]
                     if owned_workload(obj, [new]) is not None:
                         return
+                await backoff(ended)
 
     async def _await_halt(self, kind: KindAdapter, ref: JobRef, obj: Mapping[str, Any]) -> bool:
         """Wait (watching the one job) until the operator stopped it; False on timeout."""
@@ -853,6 +857,7 @@ class Actuator:
         version = obj["metadata"]["resourceVersion"]
         try:
             async with asyncio.timeout(self._halt_timeout_s):
+                ended = 0  # watches the server ended: again, within the timeout, after a wait
                 while True:
                     async for kind_of_event, new in self._api.watch_jobs(
                         kind, ref.namespace, version, name=ref.name, timeout_s=60
@@ -862,6 +867,8 @@ class Actuator:
                         version = new["metadata"]["resourceVersion"]
                         if kind.halted(new, since):
                             return True
+                    await backoff(ended)
+                    ended += 1
         except TimeoutError:
             return False
         except ExpiredError:

@@ -28,6 +28,7 @@ __all__ = [
     "PROGRESS",
     "REASON",
     "RECREATED_FROM",
+    "RECREATION",
     "REQUESTED",
     "RESTARTS",
     "STARTED_AT",
@@ -81,6 +82,9 @@ ALLOCATION = PREFIX + "allocation"  # "k=4,b=128": the allocation the job runs w
 PROGRESS = PREFIX + "progress"  # "samples=1.2e6,at=<RFC 3339>": done when last resumed
 STATUS = PREFIX + "status"  # one human-readable line: what Bellows did or refused
 RECREATED_FROM = PREFIX + "recreated-from"  # uid of the TrainJob this one re-creates (resize)
+# the token of the re-creation record a TrainJob was created from (random, kept in the
+# records namespace, which no tenant reads): a job that carries it is the copy Bellows made
+RECREATION = PREFIX + "recreation"
 FIT = PREFIX + "fit"  # JobProfile JSON: the profile refitted to the job's progress reports
 REASON = PREFIX + "reason"  # why the last decision on the job, one sentence (bellows status)
 RESTARTS = PREFIX + "restarts"  # how many times Bellows resumed the job after a halt

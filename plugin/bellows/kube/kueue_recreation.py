@@ -38,16 +38,8 @@ from bellows.kube.kinds import KindAdapter
 from bellows.kube.kueue import WorkloadView
 from bellows.kube.kueue_journal import KueueStep, _announce, _hold, plan_kueue_scale
 from bellows.kube.placement import HOSTNAME, Placement
-from bellows.kube.recreation import (
-    DeleteJob,
-    ProbeInPlace,
-    Record,
-    RecreateStep,
-    WriteRecord,
-    fingerprint,
-    record_body,
-    successor,
-)
+from bellows.kube.records import Record, fingerprint
+from bellows.kube.recreation import DeleteJob, ProbeInPlace, RecreateStep, new_record
 
 __all__ = ["plan_kueue_recreate"]
 
@@ -91,12 +83,10 @@ def plan_kueue_recreate(
     if in_place is None:
         return ProbeInPlace(_body(obj, {}, kind.scale_patch(obj, gpus, env)))
     if record is None or record.source != fingerprint(obj) or record.target != target:
-        new = successor(
-            kind, obj, target=target, env=env, done=done, now=now,
+        return new_record(
+            kind, obj, record, target=target, env=env, done=done, now=now,
             journal=journal, reason=reason, suspend=True,
             placement=placement, topology_key=topology_key,
         )  # fmt: skip
-        body = record_body(obj, new, target)
-        return WriteRecord(body, None if record is None else record.resource_version)
     meta = obj["metadata"]
     return DeleteJob(meta["uid"], meta["resourceVersion"])

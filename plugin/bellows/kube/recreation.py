@@ -11,22 +11,29 @@ while the TrainJob is suspended (CEL ``self == oldSelf``, kubeflow/trainer PR #3
    a server that accepts it (a future Trainer) gets the patch for real, phase ``patched``,
    and the resume of :func:`bellows.kube.journal.plan_scale`. The answer decides, not a
    version string;
-4. otherwise write the **record**: a ConfigMap ``bellows-recreate-<name>`` in the job's
-   namespace holding the whole TrainJob to create (labels, annotations, owner references,
+4. otherwise write the **record** (``bellows.kube.records``): a ConfigMap in the records
+   namespace, which only the controller writes, named after a hash of the job's namespace
+   and name, holding the whole TrainJob to create (labels, annotations, owner references,
    runtime reference and the rest of its spec kept; ``numNodes`` and the batch env new;
    the journal at ``done`` with the allocation and the progress; ``bellows.io/recreated-from``
-   naming the old uid), the old uid and the fingerprint of the object it was built from;
+   naming the old uid and ``bellows.io/recreation`` the record's random token), the old
+   job's kept fields, the old uid and the fingerprint of the object it was built from;
 5. delete the TrainJob, preconditioned on its uid and ``resourceVersion``: only the object
-   the record was built from is deleted;
-6. create the TrainJob from the record;
+   the record was built from is deleted (one whose delete does not complete, a finalizer
+   holding it, is reported and left to finish: ``metadata.deletionTimestamp``);
+6. create the TrainJob from the record, once: the record then keeps the copy's uid, and a
+   record whose copy was created and is gone (its owner deleted it) is dropped, never
+   created again;
 7. delete the record.
 
 :func:`plan_recreate` is pure, as ``plan_scale``: from the job as read (``None`` when
-there is none) and the record (``None`` when there is none) it returns the one next step.
-A controller killed anywhere is followed by one that reads both and goes on: the old job
-and a record built from it (fingerprint equal) → delete; no job and a record → create, once
-(a create that meets ``AlreadyExists`` reads again); a job whose ``recreated-from`` names
-the record's old uid → it was created, delete the record. A record whose fingerprint
+there is none) and the record (``None`` when there is none, or one that failed
+:func:`bellows.kube.records.read_record`'s checks: never acted on) it returns the one next
+step. A controller killed anywhere is followed by one that reads both and goes on: the old
+job and a record built from it (fingerprint equal) → delete; no job and a record → create,
+once (a create that meets ``AlreadyExists`` reads again); a job that carries the record's
+token → it was created, delete the record (a ``recreated-from`` alone proves nothing: a
+tenant can write one). A record whose fingerprint
 no longer matches the old job (it changed since) is rewritten before any delete, so no
 stale copy is ever created; a job of that name that is neither the old one nor its copy
 (the owner made a new one) makes the record stale, and it is deleted untouched. So does
@@ -39,14 +46,11 @@ behind would re-create the job once its owner deleted it).
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from bellows.jobs import SpecError
 from bellows.kube import keys
 from bellows.kube.journal import (
     AwaitHalt,
@@ -62,6 +66,14 @@ from bellows.kube.journal import (
 )
 from bellows.kube.kinds import KindAdapter, finished_state
 from bellows.kube.placement import HOSTNAME, Placement
+from bellows.kube.records import (
+    RECORD_LABEL,
+    Record,
+    fingerprint,
+    new_token,
+    record_body,
+    record_name,
+)
 
 __all__ = [
     "RECORD_LABEL",
@@ -73,53 +85,10 @@ __all__ = [
     "RecreateStep",
     "WriteRecord",
     "plan_recreate",
-    "read_record",
     "record_name",
 ]
 
-RECORD_LABEL: Final = keys.PREFIX + "recreates"  # on the record: the TrainJob's name
-_MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "bellows"}
 _KUEUE_PATCHES: Final = "kueue.x-k8s.io/"  # runtimePatches Kueue writes (re-injected on admit)
-
-
-def record_name(job: str) -> str:
-    """The record ConfigMap of TrainJob ``job`` (names are <= 63: this is <= 80 < 253)."""
-    return f"bellows-recreate-{job}"
-
-
-@dataclass(frozen=True)
-class Record:
-    """A re-creation under way, as read from its ConfigMap."""
-
-    name: str
-    resource_version: str
-    job: str
-    old_uid: str
-    source: str  # fingerprint of the TrainJob it was built from
-    target: tuple[int, int] | None
-    body: Mapping[str, Any]  # the TrainJob to create
-
-
-def read_record(obj: Mapping[str, Any]) -> Record | None:
-    """The record in ConfigMap ``obj``; ``None`` when it is not a readable record."""
-    meta = obj.get("metadata") or {}
-    data = obj.get("data") or {}
-    try:
-        body = json.loads(data["trainjob.json"])
-        target = keys.parse_pair(keys.TARGET, data.get("target"))
-    except (KeyError, ValueError, TypeError, SpecError):
-        return None
-    if not isinstance(body, dict) or not data.get("old-uid"):
-        return None
-    return Record(
-        name=str(meta.get("name", "")),
-        resource_version=str(meta.get("resourceVersion", "")),
-        job=str((meta.get("labels") or {}).get(RECORD_LABEL, "")),
-        old_uid=str(data["old-uid"]),
-        source=str(data.get("source", "")),
-        target=target,
-        body=body,
-    )
 
 
 @dataclass(frozen=True)
@@ -174,21 +143,6 @@ RecreateStep = (
 )
 
 
-def fingerprint(obj: Mapping[str, Any]) -> str:
-    """What a record must have been built from: the job's uid, labels, annotations, owner
-    references and spec (not its status nor its resourceVersion, which the Trainer bumps)."""
-    meta = obj.get("metadata") or {}
-    kept = {
-        "uid": meta.get("uid"),
-        "labels": meta.get("labels") or {},
-        "annotations": meta.get("annotations") or {},
-        "ownerReferences": meta.get("ownerReferences") or [],
-        "finalizers": meta.get("finalizers") or [],
-        "spec": obj.get("spec") or {},
-    }
-    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
-
-
 def successor(
     kind: KindAdapter,
     obj: Mapping[str, Any],
@@ -202,6 +156,7 @@ def successor(
     suspend: bool = False,
     placement: Placement = Placement.NONE,
     topology_key: str = HOSTNAME,
+    token: str = "",
 ) -> dict[str, Any]:
     """The TrainJob that replaces ``obj`` on ``target``: its metadata kept (name, labels,
     annotations, owner references, finalizers), its spec kept but for ``spec.trainer``
@@ -210,7 +165,8 @@ def successor(
     (Kueue writes them again when it admits the new Workload), and the journal at ``done``
     as a resume in place writes it (``journal``, read from ``obj``: the first start's time,
     or one more restart; the decision's ``reason``). ``placement``: Bellows' entry of
-    ``spec.runtimePatches`` asks it of the copy's training pods (``kind.placement_patch``)."""
+    ``spec.runtimePatches`` asks it of the copy's training pods (``kind.placement_patch``).
+    ``token``: its record's (``bellows.io/recreation``), which only the controller knows."""
     meta = obj["metadata"]
     spec = copy.deepcopy(dict(obj["spec"]))
     gpus, _ = target
@@ -231,6 +187,7 @@ def successor(
     notes.update({k: v for k, v in ended.items() if v is not None})
     notes[keys.TARGET] = keys.format_pair(*target)
     notes[keys.RECREATED_FROM] = meta["uid"]
+    notes[keys.RECREATION] = token
     new_meta: dict[str, Any] = {"name": meta["name"], "namespace": meta["namespace"]}
     for field in ("labels", "ownerReferences", "finalizers"):
         if meta.get(field):
@@ -244,26 +201,23 @@ def successor(
     }
 
 
-def record_body(
-    obj: Mapping[str, Any], new: Mapping[str, Any], target: tuple[int, int]
-) -> dict[str, Any]:
-    """The record ConfigMap of the re-creation of ``obj`` as ``new``."""
-    meta = obj["metadata"]
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": record_name(meta["name"]),
-            "namespace": meta["namespace"],
-            "labels": {**_MANAGED_BY, RECORD_LABEL: meta["name"]},
-        },
-        "data": {
-            "trainjob.json": json.dumps(new, sort_keys=True),
-            "old-uid": meta["uid"],
-            "source": fingerprint(obj),
-            "target": keys.format_pair(*target),
-        },
-    }
+def new_record(
+    kind: KindAdapter,
+    obj: Mapping[str, Any],
+    record: Record | None,
+    *,
+    target: tuple[int, int],
+    env: Mapping[str, str],
+    **successor_args: Any,
+) -> WriteRecord:
+    """Write the record of the re-creation of ``obj`` on ``target`` (replacing ``record``,
+    one built from an older state of the job or for another target): its successor
+    (:func:`successor`, with a fresh token), in a ConfigMap the actuator writes in its
+    records namespace."""
+    token = new_token()
+    new = successor(kind, obj, target=target, env=env, token=token, **successor_args)
+    body = record_body(obj, new, target, records_namespace="", token=token, env_names=list(env))
+    return WriteRecord(body, None if record is None else record.resource_version)
 
 
 def plan_recreate(
@@ -292,6 +246,9 @@ def plan_recreate(
     in place.
     """
     if obj is None:
+        if record is not None and record.created_uid:
+            # created once, and gone since (its owner deleted the copy): never again
+            return DeleteRecord(record.name, record.resource_version, False)
         if record is not None:
             return CreateJob(dict(record.body))  # deleted by the re-creation: create it
         return Nothing("deleted")
@@ -301,8 +258,11 @@ def plan_recreate(
         # it finished before the delete: nothing to re-create, ever
         return DeleteRecord(record.name, record.resource_version, False)
     if record is not None and meta.get("uid") != record.old_uid:
-        # the copy, created (its recreated-from names the old uid), or someone's new job
-        created = notes_now.get(keys.RECREATED_FROM) == record.old_uid
+        # the copy, created (it carries the record's token, which no tenant can know), or
+        # someone's new job (whatever its recreated-from says)
+        created = notes_now.get(keys.RECREATION) == record.token and (
+            record.created_uid in ("", meta.get("uid"))
+        )
         now_at = Journal.read(notes_now)
         # done only when the copy runs at this call's target as it was created (journal
         # done there, not halted since): else the call goes on from it
@@ -344,10 +304,8 @@ def plan_recreate(
         spec = kind.scale_patch(obj, gpus, env) | placed
         return SendPatch(_body(obj, notes, spec), Phase.PATCHED)
     if record is None or record.source != fingerprint(obj) or record.target != target:
-        new = successor(
-            kind, obj, target=target, env=env, done=done, now=now, journal=journal,
+        return new_record(
+            kind, obj, record, target=target, env=env, done=done, now=now, journal=journal,
             reason=reason, placement=placement, topology_key=topology_key,
         )  # fmt: skip
-        body = record_body(obj, new, target)
-        return WriteRecord(body, None if record is None else record.resource_version)
     return DeleteJob(meta["uid"], meta["resourceVersion"])

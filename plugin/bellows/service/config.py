@@ -153,6 +153,23 @@ class TrainerSettings:
             "the chart value trainer.enabled for its RBAC"
         ),
     )
+    records_namespace: str | None = field(
+        default=None,
+        metadata=doc(
+            "the namespace of the TrainJobs' re-creation records, which only the controller "
+            "may write (null: leaderElection.namespace, the release namespace); records "
+            "anywhere else are never read"
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        if self.records_namespace is not None:
+            check_name(
+                "records_namespace",
+                self.records_namespace,
+                DNS_LABEL,
+                "a namespace name (DNS-1123 label)",
+            )
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,10 @@ from bellows.kube import (
     kind_named,
 )
 from bellows.kube.journal import Journal, Phase
-from bellows.kube.kinds import finished_state, running_since
+from bellows.kube.kinds import KindAdapter, finished_state, running_since
 from bellows.kube.readback import checked_journal
 from bellows.service.parts import Part, Parts
-from bellows.service.scoping import Scope
+from bellows.service.scoping import Scope, object_key
 from bellows.service.settling import Settler
 
 __all__ = ["Intake"]
@@ -70,35 +70,71 @@ class Intake(Part):
             self._reports.unskip(ref.key)
             return  # never arrived here, or already finished: nothing to free
         obj = await self._api.get_job(kind, ref.namespace, ref.name)
-        gone = obj is None or obj["metadata"].get("uid") != event.job.uid
-        if isinstance(event, JobCompleted) and gone and _recreated(obj, event.job.uid):
-            # a TrainJob Bellows deleted and created again to resize it: the same job
+        if isinstance(event, JobCompleted):
+            await self._complete(event, obj, now)
+            return
+        assert isinstance(event, JobArrived)
+        if obj is None or obj["metadata"].get("uid") != ref.uid:
+            _log.info("event.stale", job=ref.key, reason="job gone or recreated")
+            return
+        await self._arrive(kind, obj, now, arrived_at=self._at(event.time))
+
+    async def _arrive(
+        self, kind: KindAdapter, obj: Mapping[str, Any], now: float, *, arrived_at: float
+    ) -> None:
+        """Take the job ``obj`` as it is now. Under the name of a job the core has, it is
+        that job (the same uid, or a copy this controller's resizes made of it), or else a
+        new job: the one the core has is gone (deleted, and another submitted under its
+        name), so it is finished first, and this one starts like any new job."""
+        meta = obj["metadata"]
+        key, uid = object_key(kind, obj), str(meta.get("uid", ""))
+        known = self._roster.uids.get(key)
+        if known is not None and known != uid:
+            if self._actuator.descends(uid, known):
+                self._roster.uids[key] = uid  # its copy: the same job
+            else:
+                _log.info("job.replaced", job=key, uid=uid, was=known)
+                self._roster.finish(key, now, now)
+        if not await self._scope.takes(kind, obj, now):
+            return
+        seen = await self._reader.examine(kind, obj)
+        await self._observe(seen, now, arrived_at=arrived_at)
+
+    async def _complete(
+        self, event: JobCompleted, obj: Mapping[str, Any] | None, now: float
+    ) -> None:
+        """Free a job's GPUs once the cluster shows it finished or gone. The completion is of
+        the object ``event.job.uid``: of an older copy of the job the core has (a resize
+        re-created it since), or of another object than the core's, it changes nothing.
+        What a job says of itself (``bellows.io/recreated-from``) decides nothing: only the
+        copies this controller created are known as copies."""
+        ref, uid = event.job, event.job.uid
+        known = self._roster.uids.get(ref.key, uid)
+        if known != uid and not self._actuator.descends(uid, known):
+            _log.info("event.stale", job=ref.key, reason="not the job the core has", uid=uid)
+            return
+        current = None if obj is None else str(obj["metadata"].get("uid", ""))
+        if current is not None and current != uid and self._actuator.descends(current, uid):
+            self._roster.uids[ref.key] = current  # re-created by its resize: the same job
             _log.info("event.stale", job=ref.key, reason="re-created by its resize")
             return
-        if isinstance(event, JobCompleted) and (obj is None or finished_state(obj)):
+        if obj is None or finished_state(obj):
             # a TrainJob gone may be between its resize's delete and create (the create
             # failed): its record creates it now; one finished may have left a record
             # behind (finished before the delete), which goes
             outcome = await self._actuator.finish_recreation(ref.key)
-            if obj is None and outcome is not None and outcome.result != "dropped":
+            if outcome is not None and outcome.result == "invalid":  # its record: refused
+                self._observer.job_set_aside("record")
+            if obj is None and outcome is not None and outcome.result not in ("dropped", "invalid"):
                 _log.info("event.stale", job=ref.key, reason="re-created from its record")
                 return
-        if isinstance(event, JobCompleted):
+        if current is not None and current == uid and finished_state(obj or {}) is None:
             # the cluster is the truth: a completion it does not show frees no GPUs yet
-            if gone or finished_state(obj or {}) is not None:
-                self._roster.finish(ref.key, now, self._at(event.time))
-            else:
-                _log.warning("event.premature", job=ref.key, reason="the job has not finished")
+            _log.warning("event.premature", job=ref.key, reason="the job has not finished")
             return
-        assert isinstance(event, JobArrived)
-        if gone:
-            _log.info("event.stale", job=ref.key, reason="job gone or recreated")
-            return
-        assert obj is not None
-        if not await self._scope.takes(kind, obj, now):
-            return
-        seen = await self._reader.examine(kind, obj)
-        await self._observe(seen, now, arrived_at=self._at(event.time))
+        self._roster.finish(ref.key, now, self._at(event.time))
+        if obj is not None and current != uid:  # another job now has the name: a new one
+            await self._arrive(kind_named(ref.kind), obj, now, arrived_at=now)
 
     async def _observe(self, seen: Observation | None, now: float, *, arrived_at: float) -> None:
         if seen is None:
@@ -115,7 +151,7 @@ class Intake(Part):
             done, since = self.progress(seen, now)
             if self._auto.adopt(seen.spec, seen.running, now, done=done, since=since):
                 self._roster.held[seen.spec.name] = seen.running.gpus
-                self._roster.active.add(seen.spec.name)
+                self._roster.known(seen.spec.name, seen.view.uid)
                 self._observer.arrived(seen.spec, arrived_at)
         elif Journal.read(seen.view.annotations).phase is not Phase.REJECTED:
             await self.admit(seen, now, arrived_at=arrived_at)
@@ -137,7 +173,7 @@ class Intake(Part):
             outcome = await self._actuator.hold(seen.spec.name)
             _log.info("job.held", job=seen.spec.name, result=outcome.result)
         if self._auto.arrive(seen.spec, now):
-            self._roster.active.add(seen.spec.name)
+            self._roster.known(seen.spec.name, seen.view.uid)
             (_log.debug if quiet else _log.info)("job.arrived", job=seen.spec.name)
             self._observer.arrived(seen.spec, arrived_at)
 
@@ -158,7 +194,7 @@ class Intake(Part):
             return False
         if not self._auto.adopt(spec, running, now):
             return False
-        self._roster.active.add(spec.name)
+        self._roster.known(spec.name, seen.view.uid)
         self._roster.held[spec.name] = gpus
         _log.info("job.taken_as_admitted", job=spec.name, gpus=gpus, batch=batch)
         self._observer.arrived(spec, arrived_at)
@@ -218,19 +254,3 @@ class Intake(Part):
         journal = Journal.read(seen.view.annotations)
         samples, at = journal.progress or (0.0, running_since(seen.view.raw))
         return samples, None if at is None else min(self._at(at), now)
-
-
-def _recreated(obj: Mapping[str, Any] | None, uid: str) -> bool:
-    """Whether ``obj``, not finished, carries on the job ``uid`` was: a copy that a resize
-    re-created (a TrainJob, ``bellows.kube.recreation``; its ``bellows.io/recreated-from``
-    names the uid it replaced). Of ``uid`` itself or of a later copy: a completion of an
-    older copy can come after two resizes (redelivered to the next controller after one
-    was killed), and it must not free the GPUs the job's copy holds."""
-    meta = (obj or {}).get("metadata") or {}
-    notes = meta.get("annotations") or {}
-    return (
-        obj is not None
-        and meta.get("uid") != uid
-        and bool(notes.get(keys.RECREATED_FROM))
-        and finished_state(obj) is None
-    )

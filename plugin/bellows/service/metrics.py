@@ -115,7 +115,8 @@ class Metrics:
         self.jobs_set_aside = Counter(
             "bellows_jobs_set_aside",
             "Jobs set aside by a rebuild or a resume because their objects failed (spec: "
-            "unreadable, api: an API error for that job, unexpected: anything else)",
+            "unreadable, api: an API error for that job, record: its TrainJob re-creation "
+            "record failed its checks, unexpected: anything else)",
             ["reason"],
             registry=r,
         )

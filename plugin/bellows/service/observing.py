@@ -48,7 +48,8 @@ class ControllerObserver:
 
     def job_set_aside(self, reason: str) -> None:
         """One job's objects failed its rebuild or resume (``reason``: ``spec``, ``api``,
-        ``unexpected``); the job was set aside and the others went on."""
+        ``record``: its re-creation record failed its checks, ``unexpected``); the job was
+        set aside and the others went on."""
 
     def skipped_jobs(self, reason: str, count: int) -> None:
         """``count`` opted-in jobs are skipped now, never written to, for ``reason``

@@ -55,6 +55,8 @@ class Rebuild(Part):
             )
             for outcome in recreated or ():
                 _log.info("rebuild.recreated", job=outcome.job, result=outcome.result)
+                if outcome.result == "invalid":  # a record that failed its checks
+                    self._observer.job_set_aside("record")
             for kind in self._actuator.kinds:
                 async for page, _ in self._api.list_job_pages(kind, namespace):
                     for obj in page:
@@ -130,7 +132,7 @@ class Rebuild(Part):
                 running = Allocation(gpus, batch)
         if running is not None:
             self._roster.held[seen.spec.name] = running.gpus
-            self._roster.active.add(seen.spec.name)
+            self._roster.known(seen.spec.name, seen.view.uid)
             done, since = self._intake.progress(seen, now)
             adopted = self._auto.adopt(seen.spec, running, now, done=done, since=since)
             if adopted:

@@ -271,6 +271,7 @@ def _pools(
             kinds=served_kinds(config),
             placement=config.controller.placement,
             topology_key=config.controller.placement_topology_key,
+            records_namespace=records_namespace(config),
         ),
         reader=JobReader(
             api,
@@ -285,6 +286,12 @@ def _pools(
         queues=_queue_index(config, api) if kueue else None,
         engines=engines,
     )
+
+
+def records_namespace(config: BellowsConfig) -> str:
+    """Where the TrainJobs' re-creation records live: ``controller.trainer.recordsNamespace``,
+    by default the namespace of the controller's leader-election Lease (the release's)."""
+    return config.controller.trainer.records_namespace or config.leader_election.namespace
 
 
 @contextlib.asynccontextmanager
