@@ -63,6 +63,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "kueue": {"kueue": {"enabled": True}},
     "kueue-namespaced": {"kueue": {"enabled": True}, "watchNamespaces": ["team-a", "team-b"]},
     "trainer": {"trainer": {"enabled": True}},
+    "trainer-namespaced": {"trainer": {"enabled": True}, "watchNamespaces": ["team-a", "team-b"]},
     "no-leader-election": {
         "networkPolicy": {"enabled": False},
         "leaderElection": {"enabled": False},
@@ -92,18 +93,15 @@ ALLOWED_VERBS: dict[tuple[str, str], set[str]] = {
     ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch", "patch"},
     ("", "namespaces"): {"get", "list", "watch"},  # their labels, for namespaceSelector
     # with trainer.enabled only (docs/kube.md, "TrainJob": a resize re-creates the TrainJob)
-    ("trainer.kubeflow.org", "trainjobs"): {
-        "get",
-        "list",
-        "watch",
-        "patch",
-        "update",
-        "create",
-        "delete",
-    },
+    # (patch: suspend; delete and create: a resize re-creates it; never update)
+    ("trainer.kubeflow.org", "trainjobs"): {"get", "list", "watch", "patch", "create", "delete"},
     ("trainer.kubeflow.org", "trainjobs/status"): {"get"},
 }
-TRAINER_CONFIGMAPS = {"get", "list", "create", "update", "delete"}
+# The re-creation records (trainer.enabled): the verbs KubeApi's list_configmaps,
+# get_configmap, write_configmap (create, replace) and delete_configmap use, granted only by
+# this Role of the release namespace, where the records live.
+RECORDS_ROLE = "bellows-controller-records"
+RECORDS_VERBS = {"get", "list", "create", "update", "delete"}
 
 
 def test_helm_lint_is_clean() -> None:
@@ -188,7 +186,16 @@ def _rules(objs: list[dict[str, Any]], kind: str) -> list[tuple[str, dict[str, A
 
 
 @pytest.mark.parametrize(
-    "variant", ["defaults", "production", "quickstart", "kueue", "kueue-namespaced", "trainer"]
+    "variant",
+    [
+        "defaults",
+        "production",
+        "quickstart",
+        "kueue",
+        "kueue-namespaced",
+        "trainer",
+        "trainer-namespaced",
+    ],
 )
 def test_rbac_grants_only_the_listed_verbs(variant: str) -> None:
     objs = render(VARIANTS[variant])
@@ -199,8 +206,8 @@ def test_rbac_grants_only_the_listed_verbs(variant: str) -> None:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 allowed = ALLOWED_VERBS.get((group, resource))
-                if (group, resource) == ("", "configmaps") and variant == "trainer":
-                    allowed = TRAINER_CONFIGMAPS
+                if (group, resource) == ("", "configmaps") and role == RECORDS_ROLE:
+                    allowed = RECORDS_VERBS
                 assert allowed is not None, f"{role} grants {group}/{resource}"
                 assert set(rule["verbs"]) <= allowed, f"{role}: {group}/{resource} {rule}"
                 assert "*" not in rule["verbs"]
@@ -547,7 +554,7 @@ def test_trainjob_permissions_only_when_the_trainer_is_enabled() -> None:
         ("bellows-bridge", "trainjobs"),
         ("bellows-controller", "trainjobs"),
         ("bellows-controller", "trainjobs/status"),
-        ("bellows-controller", "configmaps"),
+        (RECORDS_ROLE, "configmaps"),
     }
     config = next(
         o
@@ -557,4 +564,46 @@ def test_trainjob_permissions_only_when_the_trainer_is_enabled() -> None:
     assert (
         "trainer:\n    enabled: true" in config["data"]["config.yaml"]
         or "trainer" in config["data"]["config.yaml"]
+    )
+
+
+@pytest.mark.parametrize("variant", ["trainer", "trainer-namespaced"])
+def test_configmap_writes_only_in_the_release_namespace(variant: str) -> None:
+    """Issue 35: with trainer.enabled and no watchNamespaces the ClusterRole granted create,
+    update and delete on every ConfigMap of the cluster, kube-system's included. The records
+    now live in the release namespace, and only a Role there may write ConfigMaps; in the
+    managed namespaces the controller only reads (the job profiles)."""
+    objs = render(VARIANTS[variant])
+    writes = {"create", "update", "patch", "delete", "deletecollection", "list", "watch"}
+    granted: dict[tuple[str, str, str], set[str]] = {}
+    for kind in ("ClusterRole", "Role"):
+        for role in by_kind(objs, kind):
+            for rule in role["rules"]:
+                if "" in rule["apiGroups"] and "configmaps" in rule["resources"]:
+                    where = (kind, role["metadata"]["name"], role["metadata"].get("namespace", ""))
+                    granted.setdefault(where, set()).update(rule["verbs"])
+    writers = {where for where, verbs in granted.items() if verbs & writes}
+    assert writers == {("Role", RECORDS_ROLE, NAMESPACE)}, granted
+    assert granted[("Role", RECORDS_ROLE, NAMESPACE)] == RECORDS_VERBS
+    assert all(verbs == {"get"} for where, verbs in granted.items() if where not in writers)
+    (binding,) = [b for b in by_kind(objs, "RoleBinding") if b["metadata"]["name"] == RECORDS_ROLE]
+    assert binding["metadata"]["namespace"] == NAMESPACE
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": RECORDS_ROLE,
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "bellows-controller", "namespace": NAMESPACE}
+    ]
+    # the controller keeps its records where the Role lets it write them
+    assert _config(VARIANTS[variant])["controller"]["trainer"] == {
+        "enabled": True,
+        "recordsNamespace": NAMESPACE,
+    }
+    # and without the trainer no ConfigMap is writable at all
+    assert not any(
+        set(rule["verbs"]) - {"get"}
+        for _, rule in _rules(render(), "ClusterRole") + _rules(render(), "Role")
+        if "configmaps" in rule["resources"]
     )

@@ -51,7 +51,7 @@ checksum of it so that changing any of these values rolls them. What differs per
   "optimizer" .Values.controller.optimizer
   "capacity" .Values.controller.capacity
   "kueue" (dict "enabled" .Values.kueue.enabled)
-  "trainer" (dict "enabled" .Values.trainer.enabled)
+  "trainer" (dict "enabled" .Values.trainer.enabled "recordsNamespace" .Release.Namespace)
 -}}
 {{- if .Values.controller.clusterProfile -}}
 {{- $_ := set $controller "clusterProfileFile" "/etc/bellows/config/cluster-profile.json" -}}

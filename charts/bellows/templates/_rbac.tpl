@@ -4,9 +4,12 @@ see KUBEFLOW.md in the design notes): the bridge reads jobs; the controller also
 patches and resumes them, deletes the MPIJob launcher batch Job while a job is suspended
 (the launcher is not refreshed on resume otherwise), reads profile ConfigMaps and records
 Events.
-With trainer.enabled both also read TrainJobs, and the controller creates and deletes them
-(a resize re-creates one: spec.trainer is immutable) and writes its re-creation records
-(ConfigMaps bellows-recreate-<name>).
+With trainer.enabled both also read TrainJobs, and the controller patches, creates and
+deletes them (a resize re-creates one: spec.trainer is immutable; it never updates one).
+Its re-creation records are ConfigMaps in the release namespace (the controller's
+trainer.recordsNamespace), and only there may it list, create, update and delete
+ConfigMaps: a Role of that namespace (bellows.recordsRbac), never a ClusterRole, so that
+no ConfigMap of a tenant's (or of kube-system) is ever writable by the controller.
 With kueue.enabled the controller also reads LocalQueues and ClusterQueues (its pools) and
 reads and patches Workloads (spec.active); ClusterQueues are cluster-scoped, so with
 watchNamespaces they come from a ClusterRole of their own (rbac-kueue.yaml).
@@ -44,13 +47,10 @@ watchNamespaces they come from a ClusterRole of their own (rbac-kueue.yaml).
 {{- if .Values.trainer.enabled }}
 - apiGroups: ["trainer.kubeflow.org"]
   resources: ["trainjobs"]
-  verbs: ["get", "list", "watch", "patch", "update", "create", "delete"]
+  verbs: ["get", "list", "watch", "patch", "create", "delete"]
 - apiGroups: ["trainer.kubeflow.org"]
   resources: ["trainjobs/status"]
   verbs: ["get"]
-- apiGroups: [""]
-  resources: ["configmaps"]
-  verbs: ["list", "create", "update", "delete"]
 {{- end }}
 {{- if .Values.kueue.enabled }}
 - apiGroups: ["kueue.x-k8s.io"]
@@ -179,6 +179,46 @@ roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: Role
   name: {{ $name }}-leader-election
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "bellows.serviceAccountName" $ctx }}
+    namespace: {{ $root.Release.Namespace }}
+{{- end -}}
+
+
+{{/*
+The TrainJob re-creation records (with trainer.enabled): a Role in the release namespace,
+the one namespace where the controller may read and write ConfigMaps beyond the job
+profiles' get (docs/security.md, "Kubernetes permissions"). Its config's
+controller.trainer.recordsNamespace names the same namespace (bellows.config).
+*/}}
+{{- define "bellows.recordsRbac" -}}
+{{- $root := .root -}}
+{{- $ctx := dict "root" $root "component" "controller" -}}
+{{- $name := printf "%s-controller-records" (include "bellows.fullname" $root) -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ $name }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "bellows.componentLabels" $ctx | nindent 4 }}
+rules:
+  - apiGroups: [""]
+    resources: ["configmaps"]
+    verbs: ["get", "list", "create", "update", "delete"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $name }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "bellows.componentLabels" $ctx | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ $name }}
 subjects:
   - kind: ServiceAccount
     name: {{ include "bellows.serviceAccountName" $ctx }}
