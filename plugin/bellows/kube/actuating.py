@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
+import structlog
+
 from bellows.autoscaler.decisions import Decision, Keep, Preempt, Reject, Rescale, Start
 from bellows.inputs import DATA_ERRORS, brief, shown
 from bellows.jobs import SpecError
@@ -75,18 +77,23 @@ from bellows.kube.kueue_recreation import plan_kueue_recreate
 from bellows.kube.pacing import backoff, until
 from bellows.kube.placement import HOSTNAME, Placement
 from bellows.kube.recording import Recorder
-from bellows.kube.recreation import (
+from bellows.kube.records import (
+    DEFAULT_RECORDS_NAMESPACE,
     RECORD_LABEL,
+    RECORD_NAMESPACE_LABEL,
+    BadRecord,
+    Record,
+    read_record,
+    record_name,
+)
+from bellows.kube.recreation import (
     CreateJob,
     DeleteJob,
     DeleteRecord,
     ProbeInPlace,
-    Record,
     RecreateStep,
     WriteRecord,
     plan_recreate,
-    read_record,
-    record_name,
 )
 from bellows.kube.specs import requested_allocation
 from bellows.refs import JobRef
@@ -95,7 +102,11 @@ __all__ = ["MAX_ACTIVE", "ActuationError", "Actuator", "Outcome"]
 
 MAX_ACTIVE = 64  # jobs driven at once by one Actuator (waits for the operator or Kueue aside)
 LAUNCHER_WAIT_S = 5.0  # the longest wait for a launcher deleted to go (halt_timeout_s if less)
+MAX_STEPS = 64  # steps of one call (a resize takes about ten): past it the call is pending
+BACKOFF_S = (0.05, 0.5)  # first and longest wait after a step that met a change (409, 404)
+_CREATED_KEPT = 65_536  # the copies this actuator created that it remembers (uid -> old uid)
 _T = TypeVar("_T")
+_log = structlog.get_logger("bellows.actuator")
 
 Result = Literal[
     "started",
@@ -172,6 +183,39 @@ class _Turn:
         return result
 
 
+class _Pace:
+    """One call's bound on its steps, and its backoff after each step that met a change
+    (409, 404): no loop of a call runs unbounded, nor at the API server's full speed."""
+
+    def __init__(self, max_steps: int, max_changes: int) -> None:
+        self.max_steps = max_steps
+        self._max_changes = max_changes
+        self._steps = 0
+        self._changes = 0
+        self._wait = BACKOFF_S[0]
+        self.created = False  # a re-creation's create done by this call (never twice)
+
+    def spent(self, job: str) -> Outcome | None:
+        """Count one more step; the ``pending`` outcome once the call has had its steps."""
+        self._steps += 1
+        if self._steps <= self.max_steps:
+            return None
+        _log.warning("actuation.steps_spent", job=job, steps=self.max_steps)
+        return Outcome(job, "pending", f"not done in {self.max_steps} steps; a later call goes on")
+
+    async def back_off(self) -> None:
+        await asyncio.sleep(self._wait)
+        self._wait = min(self._wait * 2, BACKOFF_S[1])
+
+    async def met_change(self) -> bool:
+        """A step met a change (409, 404): back off; whether the call may go on."""
+        self._changes += 1
+        if self._changes > self._max_changes:
+            return False
+        await self.back_off()
+        return True
+
+
 class ActuationError(RuntimeError):
     """A job kept changing under every attempt (more conflicts than allowed)."""
 
@@ -201,13 +245,21 @@ class Actuator:
         max_active: int = MAX_ACTIVE,
         placement: Placement = Placement.NONE,
         topology_key: str = HOSTNAME,
+        records_namespace: str = DEFAULT_RECORDS_NAMESPACE,
+        max_steps: int = MAX_STEPS,
     ) -> None:
         """``kueue``: size the jobs that name a Kueue LocalQueue through their Workloads
         (``controller.kueue.enabled``); when false, such a job is refused with an Event.
         ``max_active``: the most jobs driven at once (the others wait their turn).
         ``placement``: what every sizing patch asks of the scheduler (``controller.placement``,
-        :mod:`bellows.kube.placement`), on ``topology_key``."""
+        :mod:`bellows.kube.placement`), on ``topology_key``. ``records_namespace``: where
+        the TrainJobs' re-creation records live (``controller.trainer.recordsNamespace``;
+        no tenant writes there, :mod:`bellows.kube.records`). ``max_steps``: the most
+        steps one call takes (a call past it is ``pending``, retried later)."""
         self._api = api
+        self._records_namespace = records_namespace
+        self._max_steps = max_steps
+        self._created: dict[str, str] = {}  # uid of each copy this actuator created: old uid
         self._placement = placement
         self._topology_key = topology_key
         self._kueue = kueue
@@ -346,17 +398,23 @@ class Actuator:
 
     async def finish_recreations(self, namespace: str | None = None) -> list[Outcome]:
         """Finish every re-creation a previous controller left half done (its record is
-        there): a TrainJob deleted and not yet created again is in no list of jobs, so a
-        controller calls this before it reads the jobs (``resume_interrupted`` does)."""
+        there, in the records namespace: of the TrainJobs of ``namespace``, or of all): a
+        TrainJob deleted and not yet created again is in no list of jobs, so a controller
+        calls this before it reads the jobs (``resume_interrupted`` does). A record that
+        fails its checks is reported (outcome ``invalid``) and never acted on; a record
+        anywhere else (a tenant's namespace) is never read."""
         outcomes: list[Outcome] = []
+        selector = RECORD_LABEL if namespace is None else f"{RECORD_NAMESPACE_LABEL}={namespace}"
         for kind in self._kinds.values():
             if not getattr(kind, "recreates", False):
                 continue
-            for item in await self._api.list_configmaps(namespace, RECORD_LABEL):
-                record = read_record(item)
-                if record is None or not record.job or record.target is None:
+            for item in await self._api.list_configmaps(self._records_namespace, selector):
+                record = read_record(kind, item, records_namespace=self._records_namespace)
+                if isinstance(record, BadRecord):
+                    outcomes.append(await self._refuse_record(kind, record))
                     continue
-                ref = JobRef(kind.kind, item["metadata"]["namespace"], record.job)
+                assert record.target is not None  # read_record requires one
+                ref = JobRef(kind.kind, record.namespace, record.job)
                 outcomes.append(await self._scale(ref, record.target, "rescaled"))
         return outcomes
 
@@ -371,9 +429,36 @@ class Actuator:
             return None
         ref = self.ref(job)
         record = await self._record(kind, ref)
-        if record is None or record.target is None:
+        if record is None:
             return None
+        if isinstance(record, BadRecord):
+            return await self._refuse_record(kind, record)
+        assert record.target is not None
         return await self._scale(ref, record.target, "rescaled")
+
+    def descends(self, uid: str, ancestor: str) -> bool:
+        """Whether the job ``uid`` is ``ancestor`` or a copy this actuator created from it
+        (one re-creation or more: each copy's old uid kept as it was created). What a job
+        says of itself (``bellows.io/recreated-from``) is never asked: a tenant writes it."""
+        for _ in range(self._max_steps):
+            if uid == ancestor:
+                return True
+            if (older := self._created.get(uid)) is None:
+                return False
+            uid = older
+        return False
+
+    async def _refuse_record(self, kind: KindAdapter, bad: BadRecord) -> Outcome:
+        """Report a record that failed its checks (a log line, and a Warning Event on its
+        job when there is one); nothing else is done with it, nor with its job."""
+        problem = f"re-creation record {self._records_namespace}/{bad.name}: {bad.problem}"
+        _log.warning("recreation.record_refused", record=bad.name, problem=bad.problem)
+        job = JobRef(kind.kind, bad.namespace, bad.job).key if bad.namespace and bad.job else ""
+        if job:
+            obj = await self._api.get_job(kind, bad.namespace, bad.job)
+            if obj is not None:
+                await self._recorder.record(obj, "RecordRefused", problem, warning=True)
+        return Outcome(job or f"record/{bad.name}", "invalid", problem)
 
     async def resume_interrupted(self, namespace: str | None = None) -> list[Outcome]:
         """Finish every scaling a previous controller left half done (journal not ``done``).
@@ -536,11 +621,13 @@ class Actuator:
         Event recorded once the job is in the wanted state. The call waits for its turn
         first (``max_active``)."""
         kind = self._kinds[ref.kind.lower()]
-        job, conflicts, wrote = ref.key, 0, False
+        job, wrote, pace = ref.key, False, _Pace(self._max_steps, self._max_conflicts)
         deadline: float | None = None  # of the waits for Kueue in this call
         activated: Mapping[str, Any] | None = None  # the job, once this call let Kueue in
         async with _Turn(self._turns) as turn:
             while True:
+                if (spent := pace.spent(job)) is not None:
+                    return spent
                 read = await self._read(kind, ref)
                 if isinstance(read, Outcome):
                     if activated is not None and read.detail in ("succeeded", "failed"):
@@ -564,12 +651,12 @@ class Actuator:
                     )
                     return Outcome(job, "pending", step.problem)
                 if isinstance(step, RecreationSteps):
-                    outcome = await self._recreate(
-                        kind, ref, step, in_place, event=event, message=message
+                    took = await self._recreation_step(
+                        kind, ref, step, in_place, pace, verb=verb, event=event, message=message
                     )
-                    if outcome == "done":
-                        return Outcome(job, verb, message)
-                    wrote = wrote or outcome == "written"
+                    if isinstance(took, Outcome):
+                        return took
+                    wrote = wrote or took
                     continue
                 if obj is None:  # only a re-creation step is planned for a job not there
                     return Outcome(job, "dropped", "deleted")
@@ -598,8 +685,7 @@ class Actuator:
                 if isinstance(done, Outcome):
                     return done
                 if done is None:  # changed, or a Workload deleted: plan from a fresh read
-                    conflicts += 1
-                    if conflicts > self._max_conflicts:
+                    if not await pace.met_change():
                         raise ActuationError(f"{job}: more than {self._max_conflicts} conflicts")
                     continue
                 wrote = True
@@ -672,6 +758,31 @@ class Actuator:
         if obj is not None:
             await self._recorder.record(obj, event[0], message, warning=event[1])
 
+    async def _recreation_step(
+        self,
+        kind: KindAdapter,
+        ref: JobRef,
+        step: ProbeInPlace | WriteRecord | DeleteJob | CreateJob | DeleteRecord,
+        in_place: list[bool] | None,
+        pace: _Pace,
+        *,
+        verb: Result,
+        event: tuple[str, bool],
+        message: str,
+    ) -> Outcome | bool:
+        """One re-creation step of a call, bounded: whether it wrote, or the outcome that
+        ends the call (``verb``, ``message``: the re-creation is complete)."""
+        if isinstance(step, CreateJob) and pace.created:  # once per call, ever
+            return Outcome(ref.key, "pending", "its copy was created and is gone")
+        outcome = await self._recreate(kind, ref, step, in_place, event=event, message=message)
+        if outcome == "done":
+            return Outcome(ref.key, verb, message)
+        pace.created = pace.created or (isinstance(step, CreateJob) and outcome == "written")
+        # a step that met a change (409, 404): read again, after a while, a few times
+        if outcome is None and not isinstance(step, ProbeInPlace) and not await pace.met_change():
+            return Outcome(ref.key, "pending", "its re-creation kept meeting changes")
+        return outcome == "written"
+
     async def _recreate(
         self,
         kind: KindAdapter,
@@ -687,7 +798,7 @@ class Actuator:
         (the Event ``event`` then recorded on the new job),
         ``None`` when the next plan must be made from a fresh read (a probe answered, or a
         write that met a change: 409/404)."""
-        ns = ref.namespace
+        ns, records = ref.namespace, self._records_namespace
         if isinstance(step, ProbeInPlace):
             answer = await self._api.dry_run_patch_job(kind, ns, ref.name, step.body)
             if answer is not None and in_place is not None:
@@ -696,7 +807,7 @@ class Actuator:
         try:
             if isinstance(step, WriteRecord):
                 await self._api.write_configmap(
-                    ns, step.body, resource_version=step.resource_version
+                    records, step.body, resource_version=step.resource_version
                 )
             elif isinstance(step, DeleteJob):
                 gone = await self._api.delete_job(
@@ -704,9 +815,11 @@ class Actuator:
                 )
                 return "written" if gone else None
             elif isinstance(step, CreateJob):
-                await self._api.create_job(kind, ns, step.body)
+                await self._create(kind, ref, step)
             else:
-                deleted = await self._api.delete_configmap(ns, step.name, step.resource_version)
+                deleted = await self._api.delete_configmap(
+                    records, step.name, step.resource_version
+                )
                 if not (deleted and step.done):
                     return None
                 await self._record_on(kind, ref, event, message)  # the call's Event, once
@@ -714,6 +827,29 @@ class Actuator:
         except (ConflictError, NotFoundError):
             return None
         return "written"
+
+    async def _create(self, kind: KindAdapter, ref: JobRef, step: CreateJob) -> None:
+        """Create the copy from its record, then say in the record that it was created (its
+        uid): a record whose copy is gone is dropped, never created from again. The body
+        was checked as the record was read (:func:`bellows.kube.records.read_record`)."""
+        body = step.body
+        created = await self._api.create_job(kind, ref.namespace, body)
+        meta = created["metadata"]
+        old = str(body["metadata"]["annotations"][keys.RECREATED_FROM])
+        self._created[str(meta["uid"])] = old
+        while len(self._created) > _CREATED_KEPT:
+            del self._created[next(iter(self._created))]
+        _log.info("recreation.created", job=ref.key, uid=meta["uid"], old_uid=old)
+        name = record_name(ref.namespace, ref.name)
+        record = await self._api.get_configmap(self._records_namespace, name)
+        if record is None:
+            return
+        data = {**(record.get("data") or {}), "created-uid": str(meta["uid"])}
+        rv = record["metadata"].get("resourceVersion")
+        with contextlib.suppress(ConflictError, NotFoundError):  # the next read judges it
+            await self._api.write_configmap(
+                self._records_namespace, {**record, "data": data}, resource_version=rv
+            )
 
     async def _write(
         self, kind: KindAdapter, ref: JobRef, step: SendPatch | PatchWorkload
@@ -740,7 +876,9 @@ class Actuator:
         job = ref.key
         obj = await self._api.get_job(kind, ref.namespace, ref.name)
         record = await self._record(kind, ref) if getattr(kind, "recreates", False) else None
-        if record is not None and record.job == ref.name and _record_due(obj, record):
+        if isinstance(record, BadRecord):  # never acted on, nor is its job until it goes
+            return await self._refuse_record(kind, record)
+        if record is not None and _record_due(obj, record):
             # a re-creation to finish first (the job deleted, or its copy made: the record
             # goes), or a stale record (the owner made a new job): whatever the job says
             settings = keys.parse_settings(record.body["metadata"].get("annotations") or {})
@@ -749,6 +887,8 @@ class Actuator:
             return Outcome(job, "dropped", "deleted")
         if (state := finished_state(obj)) is not None:
             return Outcome(job, "dropped", state.lower())
+        if obj["metadata"].get("deletionTimestamp"):
+            return await self._terminating(obj, job)
         notes = obj["metadata"].get("annotations") or {}
         if not keys.opted_in(notes):
             return Outcome(job, "refused", "the job carries no bellows.io/ settings")
@@ -770,13 +910,27 @@ class Actuator:
             return await self.report_problem(job, f"its spec could not be read ({brief(err)})")
         return _Read(kind, obj, seen.settings, launcher, queued, workload, record)
 
-    async def _record(self, kind: KindAdapter, ref: JobRef) -> Record | None:
-        """The re-creation record of the TrainJob ``ref`` (``None``: none, or unreadable)."""
-        found = await self._api.list_configmaps(ref.namespace, f"{RECORD_LABEL}={ref.name}")
-        for item in found:
-            if item["metadata"]["name"] == record_name(ref.name):
-                return read_record(item)
-        return None
+    async def _record(self, kind: KindAdapter, ref: JobRef) -> Record | BadRecord | None:
+        """The re-creation record of the TrainJob ``ref``, in the records namespace (``None``:
+        none; a :class:`BadRecord`: one that failed its checks)."""
+        name = record_name(ref.namespace, ref.name)
+        found = await self._api.get_configmap(self._records_namespace, name)
+        if found is None:
+            return None
+        return read_record(kind, found, records_namespace=self._records_namespace)
+
+    async def _terminating(self, obj: Mapping[str, Any], job: str) -> Outcome:
+        """A job whose delete has not completed (``deletionTimestamp`` set, a finalizer
+        holding it): never written to; the call is ``pending``, its GPUs held until the job
+        is gone (its ``DELETED`` is its completion), and a Warning Event says so."""
+        meta = obj["metadata"]
+        names = [shown(f) for f in (meta.get("finalizers") or [])[:8]]  # a tenant's words
+        detail = (
+            f"the job is being deleted (since {shown(meta['deletionTimestamp'])}, finalizers: "
+            f"{', '.join(names) or 'none'}); its GPUs count as held until it is gone"
+        )
+        await self._recorder.record(obj, "DeletePending", detail, warning=True)
+        return Outcome(job, "pending", detail)
 
     async def _workload(self, obj: Mapping[str, Any]) -> WorkloadView | None:
         """The Workload Kueue keeps for the job ``obj``, or ``None`` when there is none now."""
