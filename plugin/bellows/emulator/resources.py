@@ -33,6 +33,9 @@ class ResourceType:
     ``status_on_create``: a create keeps the body's ``status`` though the type has a status
     subresource (Nodes: the kubelet registers a node with its status). ``normalize``: how
     the server rewrites a valid object before storing it (canonical quantities).
+    ``singular``, ``short_names``, ``categories`` and ``columns`` (a CRD's
+    ``additionalPrinterColumns``) are what discovery and ``kubectl get``'s tables show
+    (``discovery.py``, ``tables.py``).
     """
 
     group: str
@@ -47,6 +50,10 @@ class ResourceType:
     schema: SchemaChecker | None = None
     check: Checker | None = None
     normalize: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    columns: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -180,31 +187,51 @@ def _check_batch_job(obj: Mapping[str, Any]) -> list[FieldProblem]:
     return found
 
 
+def _check_pod(obj: Mapping[str, Any]) -> list[FieldProblem]:
+    found = _need(obj, "spec.containers", list)
+    if not found and not obj["spec"]["containers"]:
+        found.append(FieldProblem("spec.containers", [], "at least one container"))
+    return found
+
+
 def builtin_resources() -> list[ResourceType]:
-    """Namespaces, Nodes, ConfigMaps, core Events, batch Jobs and coordination Leases."""
+    """Namespaces, Nodes, ConfigMaps, core Events, Pods, batch Jobs and coordination Leases,
+    with the short names and categories kube-apiserver's discovery gives them. Pods are
+    served for ``kubectl`` (``get pods``, ``describe node`` lists a node's pods): the emulated
+    operators keep their jobs' pods to themselves (``scheduling.Placer``), not as objects."""
     return [
-        ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, strategic_merge=True),
+        ResourceType(
+            "", "v1", "namespaces", "Namespace", namespaced=False, strategic_merge=True,
+            short_names=("ns",),
+        ),
         # a Node's conditions and addresses merge by key in a strategic merge patch: not emulated
         ResourceType(
-            "",
-            "v1",
-            "nodes",
-            "Node",
-            namespaced=False,
-            status_subresource=True,
-            status_on_create=True,
-            check=node_problems,
-            normalize=canonical_nodes,
+            "", "v1", "nodes", "Node", namespaced=False, status_subresource=True,
+            status_on_create=True, check=node_problems, normalize=canonical_nodes,
+            short_names=("no",),
         ),
         ResourceType(
-            "", "v1", "configmaps", "ConfigMap", strategic_merge=True, check=_check_configmap
+            "", "v1", "configmaps", "ConfigMap", strategic_merge=True, check=_check_configmap,
+            short_names=("cm",),
         ),
-        ResourceType("", "v1", "events", "Event", strategic_merge=True, check=_check_event),
-        ResourceType("batch", "v1", "jobs", "Job", status_subresource=True, check=_check_batch_job),
         ResourceType(
-            "coordination.k8s.io", "v1", "leases", "Lease", strategic_merge=True, check=_check_lease
+            "", "v1", "events", "Event", strategic_merge=True, check=_check_event,
+            short_names=("ev",),
         ),
-    ]
+        # a Pod's containers merge by name in a strategic merge patch: not emulated
+        ResourceType(
+            "", "v1", "pods", "Pod", status_subresource=True, check=_check_pod,
+            short_names=("po",), categories=("all",),
+        ),
+        ResourceType(
+            "batch", "v1", "jobs", "Job", status_subresource=True, check=_check_batch_job,
+            categories=("all",),
+        ),
+        ResourceType(
+            "coordination.k8s.io", "v1", "leases", "Lease", strategic_merge=True,
+            check=_check_lease,
+        ),
+    ]  # fmt: skip
 
 
 def crd_resources(paths: Iterable[Path], edit: SchemaEdit | None = None) -> list[ResourceType]:
@@ -223,6 +250,10 @@ def crd_resources(paths: Iterable[Path], edit: SchemaEdit | None = None) -> list
                     status_subresource=crd.status_subresource,
                     unconditional_update=False,
                     schema=crd.checker,
+                    singular=crd.singular,
+                    short_names=crd.short_names,
+                    categories=crd.categories,
+                    columns=crd.columns,
                 )
             )
     return out

@@ -277,6 +277,11 @@ class CustomResource:
     namespaced: bool
     status_subresource: bool
     checker: SchemaChecker
+    # what discovery and kubectl's tables show: spec.names and the version's printer columns
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    columns: tuple[Mapping[str, Any], ...] = ()
 
 
 _NO_CEL = ("kueue.x-k8s.io",)  # groups whose CEL rules are not evaluated (docs/kube.md)
@@ -317,6 +322,10 @@ def load_crd(path: Path, edit: SchemaEdit | None = None) -> list[CustomResource]
                     else version["schema"]["openAPIV3Schema"],
                     cel=cel,
                 ),
+                singular=spec["names"].get("singular", spec["names"]["kind"].lower()),
+                short_names=tuple(spec["names"].get("shortNames") or ()),
+                categories=tuple(spec["names"].get("categories") or ()),
+                columns=tuple(version.get("additionalPrinterColumns") or ()),
             )
         )
     return out

@@ -14,7 +14,14 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["EVENT_FIELDS", "Matcher", "SelectorError", "field_selector", "label_selector"]
+__all__ = [
+    "EVENT_FIELDS",
+    "POD_FIELDS",
+    "Matcher",
+    "SelectorError",
+    "field_selector",
+    "label_selector",
+]
 
 Matcher = Callable[[Mapping[str, Any]], bool]
 
@@ -32,6 +39,17 @@ EVENT_FIELDS = {
     "source": ("source", "component"),
     "type": ("type",),
 }  # fmt: skip
+
+
+# pkg/registry/core/pod: the fields a Pod list selects on (kubectl describe node asks for
+# spec.nodeName and status.phase)
+POD_FIELDS = {
+    "spec.nodeName": ("spec", "nodeName"),
+    "spec.schedulerName": ("spec", "schedulerName"),
+    "spec.serviceAccountName": ("spec", "serviceAccountName"),
+    "status.phase": ("status", "phase"),
+    "status.podIP": ("status", "podIP"),
+}
 
 
 class SelectorError(ValueError):

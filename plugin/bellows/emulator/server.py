@@ -16,6 +16,10 @@ not decode (``metadata.name`` a list) a 400, an object that decodes but is inval
 whose ``details.causes`` name the fields. Query parameters are integers where the server
 parses them as such (``limit``, ``timeoutSeconds``, ``resourceVersion``): anything else,
 ``nan`` included, is a 400. No request makes it answer 5xx (the fuzz tests hold it to that).
+
+For ``kubectl`` it also serves discovery (``discovery.py``: ``/api``, ``/apis``, the group
+versions' resource lists, aggregated discovery v2) and ``Table`` answers to a get, list or
+watch that asks for them (``tables.py``: ``kubectl get``'s server-side printing).
 """
 
 from __future__ import annotations
@@ -30,12 +34,20 @@ from typing import Any
 
 from aiohttp import web
 
+from bellows.emulator.discovery import add_discovery_routes
 from bellows.emulator.faults import Faults
 from bellows.emulator.metadata import go_type
 from bellows.emulator.patching import PatchError, check_json_patch, json_patch, merge_patch
 from bellows.emulator.resources import ResourceType
-from bellows.emulator.selectors import EVENT_FIELDS, SelectorError, field_selector, label_selector
+from bellows.emulator.selectors import (
+    EVENT_FIELDS,
+    POD_FIELDS,
+    SelectorError,
+    field_selector,
+    label_selector,
+)
 from bellows.emulator.store import MAX_DEPTH, ApiError, Change, Store
+from bellows.emulator.tables import table, table_event, table_include
 from bellows.inputs import SpecError, check_int, parse_int, parse_json
 
 __all__ = ["MAX_BODY_BYTES", "MAX_WATCH_TIMEOUT_S", "build_app"]
@@ -152,7 +164,14 @@ def build_app(
     app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
 
     async def version(_: web.Request) -> web.Response:
-        return web.json_response({"major": "1", "minor": "31", "gitVersion": "v1.31.0-bellows"})
+        return web.json_response(
+            {
+                "major": "1",
+                "minor": "31",
+                "gitVersion": "v1.31.0-bellows",
+                "platform": "linux/amd64",
+            }
+        )
 
     async def handle(request: web.Request) -> web.StreamResponse:
         if requests is not None:
@@ -166,13 +185,16 @@ def build_app(
                 raise ApiError(400, "BadRequest", f"dryRun of {request.method} is not emulated")
             target = _parse(store, request.path)
             if request.method == "GET":
+                include = table_include(request.headers.get("Accept", ""), request.query)
                 if target.name is not None:
-                    return web.json_response(
-                        store.get(target.res, target.namespace or "", target.name)
-                    )
+                    obj = store.get(target.res, target.namespace or "", target.name)
+                    if include is not None:  # kubectl get's server-side printing
+                        meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+                        return web.json_response(table(target.res, [obj], meta, include=include))
+                    return web.json_response(obj)
                 if request.query.get("watch") in _WATCH_TRUE:
-                    return await _watch(store, request, target)
-                return _list(store, request, target)
+                    return await _watch(store, request, target, include)
+                return _list(store, request, target, include)
             # the body is read before the dry-run scope: the scope must hold no await, or every
             # other write in the loop meanwhile (the emulated controllers', other requests')
             # would be answered as made and dropped, or a dry one stored
@@ -190,6 +212,7 @@ def build_app(
             return _status(ApiError(400, "BadRequest", str(err)))
 
     app.router.add_get("/version", version)
+    add_discovery_routes(app, store)  # /api, /apis and the group versions (discovery.py)
     app.router.add_route("*", r"/{tail:[\s\S]*}", handle)  # any path, newlines too
     return app
 
@@ -334,10 +357,14 @@ def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
 
 def _selectable(t: _Target) -> Mapping[str, tuple[str, ...]] | None:
     """The fields beyond ``metadata.name``/``namespace`` a list or watch of ``t`` selects on."""
-    return EVENT_FIELDS if t.res.api_version == "v1" and t.res.plural == "events" else None
+    if t.res.api_version == "v1" and t.res.plural in ("events", "pods"):
+        return EVENT_FIELDS if t.res.plural == "events" else POD_FIELDS
+    return None
 
 
-def _list(store: Store, request: web.Request, t: _Target) -> web.Response:
+def _list(
+    store: Store, request: web.Request, t: _Target, include: str | None = None
+) -> web.Response:
     """A list, paged as the API server pages it: every page carries the first page's
     resourceVersion (a watch from it misses nothing changed while paging), the continue
     token names where the next page starts, and one older than a compaction is 410. The
@@ -360,6 +387,9 @@ def _list(store: Store, request: web.Request, t: _Target) -> web.Response:
     if remaining and page:
         meta["continue"] = _encode_continue(revision, page[-1])
         meta["remainingItemCount"] = remaining
+    if include is not None:  # a Table (tables.py) of the page
+        objects = [json.loads(item) for item in items]
+        return web.json_response(table(t.res, objects, meta, include=include))
     head = {"apiVersion": t.res.api_version, "kind": f"{t.res.kind}List", "metadata": meta}
     body = b"".join((json.dumps(head).encode()[:-1], b', "items": [', b",".join(items), b"]}"))
     return web.Response(body=body, content_type="application/json", charset="utf-8")
@@ -384,7 +414,9 @@ def _event(t: _Target, change: Change, matchers: list[Any]) -> dict[str, Any] | 
     return None
 
 
-async def _watch(store: Store, request: web.Request, t: _Target) -> web.StreamResponse:
+async def _watch(
+    store: Store, request: web.Request, t: _Target, include: str | None = None
+) -> web.StreamResponse:
     matchers = [
         label_selector(request.query.get("labelSelector")),
         field_selector(request.query.get("fieldSelector"), _selectable(t)),
@@ -418,7 +450,7 @@ async def _watch(store: Store, request: web.Request, t: _Target) -> web.StreamRe
             )
             return response
         for event in initial:
-            await response.write(json.dumps(event).encode() + b"\n")
+            await response.write(json.dumps(_shown(t, event, include)).encode() + b"\n")
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
             remaining = deadline - asyncio.get_running_loop().time()
@@ -434,9 +466,14 @@ async def _watch(store: Store, request: web.Request, t: _Target) -> web.StreamRe
                 continue
             line = _event(t, change, matchers)
             if line is not None:
-                await response.write(json.dumps(line).encode() + b"\n")
+                await response.write(json.dumps(_shown(t, line, include)).encode() + b"\n")
     except ConnectionResetError:
         pass  # the client went away
     finally:
         store.unsubscribe(queue)
     return response
+
+
+def _shown(t: _Target, event: dict[str, Any], include: str | None) -> dict[str, Any]:
+    """A watch event as the request asked for it: its object plain, or a Table's row."""
+    return event if include is None else table_event(t.res, event, include)
