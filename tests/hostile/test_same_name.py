@@ -38,7 +38,8 @@ from bellows.service.clock import ServiceClock
 from bellows.service.controller import Controller
 from bellows.twin.replay import BATCH_ENV, job_manifest
 from tests.conftest import shared_data_dir
-from tests.service.livecluster import jobs
+from tests.service.livecluster import NS as LIVE_NS
+from tests.service.livecluster import jobs, live
 
 NS = "default"
 KINDS = ("PyTorchJob", "MPIJob", "TrainJob")
@@ -164,3 +165,46 @@ async def test_a_recreated_from_written_by_the_tenant_is_ignored(order: str) -> 
         obj = await _running(api, "TrainJob", name, controller)
         assert _is(obj, new)
         assert controller.held == {job: controller.autoscaler.allocations[job].gpus}
+
+
+LIVE = {"PyTorchJob": (False, 0), "MPIJob": (False, 1), "TrainJob": (True, 0)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(LIVE))
+async def test_on_the_live_loop_a_resubmitted_job_starts(kind: str) -> None:
+    """The same through the bridge and NATS, as a user does it: delete the running job, then
+    submit it again at once (the bridge publishes both, in whatever order it sees them)."""
+    trainer, first = LIVE[kind]
+    adapter = kind_named(kind)
+    async with live(trainer=trainer) as stack:
+        stack.start_bridge()
+        stack.start_controller("controller")
+        api = KubeApi(stack.kube.api_client())
+        trace = jobs(1, seed=5, categories=(1,), scale=50.0)  # runs for the whole test
+        (name,) = await stack.submit(trace, first=first)
+
+        def running(obj: dict[str, Any] | None) -> bool:
+            return obj is not None and not adapter.view(obj, (BATCH_ENV,)).suspended
+
+        def current() -> dict[str, Any] | None:
+            return stack.objects().get(name)
+
+        await stack.until("the first job running", lambda: running(current()))
+        old = current()
+        assert old is not None
+        meta = old["metadata"]
+        assert await api.delete_job(
+            adapter, LIVE_NS, name, uid=meta["uid"], resource_version=meta["resourceVersion"]
+        )
+        await stack.until("the first job gone", lambda: current() is None)
+        await stack.submit(trace, first=first)
+
+        def new_running() -> bool:
+            obj = current()
+            return running(obj) and not _is(obj or {}, meta["uid"])
+
+        await stack.until("the job submitted again running", new_running, timeout_s=30)
+        stack.alive()
+        assert stack.witness.overcommits == []
+        await asyncio.to_thread(api.api_client.close)
