@@ -5,18 +5,27 @@ a capacity loss still shrinks and preempts it."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+from kubernetes import client as k8s
 
 from bellows.autoscaler import Autoscaler, AutoscalerConfig, Preempt, Rescale, Start
+from bellows.bus import JobArrived, JobKind, JobRef
+from bellows.emulator import EmulatedCluster
 from bellows.inputs import SpecError
 from bellows.jobs import JobSpec
-from bellows.kube import keys
+from bellows.kube import Actuator, JobReader, KubeApi, keys
 from bellows.scaling import default_cluster
+from bellows.service.clock import ServiceClock
+from bellows.service.config import ControllerSettings
+from bellows.service.controller import Controller
 from bellows.sim import run
 from bellows.sim.workloads.traces import TraceJob, read_trace, write_trace
-from tests.service.test_pools import torch
+from tests.service.test_pools import NS, torch
 from tests.strategies import make_job
 
 DELTA = 120.0
@@ -136,3 +145,79 @@ def test_the_simulator_honours_the_trace_field_and_the_cluster_default(tmp_path)
     write_trace(jobs, path)
     assert '"min_runtime_s":300.0' in path.read_text()
     assert _first_shrunk_at(path) == 360.0
+
+
+# ----------------------------------------------------------------------------- the admin's cap
+
+
+def test_the_cap_on_a_jobs_own_minimum_runtime_is_a_bounded_setting() -> None:
+    assert ControllerSettings().max_min_runtime_s == 3600.0  # an hour unless the admin says
+    assert ControllerSettings().autoscaler_config().max_min_runtime_s == 3600.0
+    assert AutoscalerConfig().max_min_runtime_s == 86_400.0  # the core alone: the spec's own
+    for value in (-1.0, float("nan"), float("inf"), 86_401.0):
+        with pytest.raises(SpecError, match="max_min_runtime_s"):
+            AutoscalerConfig(max_min_runtime_s=value)
+
+
+def _clamped_on_the_cluster(own: str, crds: list[Path]) -> tuple[float | None, list[str]]:
+    """A job whose own ``bellows.io/min-runtime-seconds`` is ``own`` arrives at a controller
+    whose cap is an hour: the minimum runtime the core holds for it, and the messages of the
+    ``Clamped`` Events on it."""
+
+    async def main() -> tuple[float | None, list[str]]:
+        async with EmulatedCluster(crds=crds, namespaces=(NS,)) as cluster:
+            api = KubeApi(cluster.api_client())
+            try:
+                job = torch("greedy", 1)
+                job["metadata"]["annotations"][keys.MIN_RUNTIME_SECONDS] = own
+                custom = k8s.CustomObjectsApi(api.api_client)
+                made = await asyncio.to_thread(
+                    custom.create_namespaced_custom_object,
+                    "kubeflow.org", "v1", NS, "pytorchjobs", job,
+                )  # fmt: skip
+                config = AutoscalerConfig(delta_s=DELTA, max_min_runtime_s=3600.0)
+                clock = ServiceClock()
+                controller = Controller(
+                    api=api,
+                    autoscaler=Autoscaler(config, capacity=8, cluster=default_cluster()),
+                    actuator=Actuator(api),
+                    reader=JobReader(api, namespace=NS),
+                    namespaces=[NS],
+                    now=clock.now,
+                    wall_to_clock=clock.at,
+                )
+                meta = made["metadata"]
+                ref = JobRef(JobKind.PYTORCHJOB, NS, "greedy", meta["uid"])
+                await controller.apply(
+                    (JobArrived(ref, datetime.now(UTC), meta["resourceVersion"]),)
+                )
+                least = controller.autoscaler.job(f"pytorchjob/{NS}/greedy").min_runtime_s
+                store = cluster.store
+                events = store.list_objects(store.resources["v1/events"], NS)[0]
+                return least, [e["message"] for e in events if e.get("reason") == "Clamped"]
+            finally:
+                await asyncio.to_thread(api.api_client.close)
+
+    return asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_jobs_own_minimum_runtime_above_the_cap_is_clamped_with_an_event(
+    crds: list[Path],
+) -> None:
+    """Issue 35: one tenant's ``bellows.io/min-runtime-seconds: 86400`` kept its GPUs from
+    every round for a day; the controller's cap (``controller.maxMinRuntimeSeconds``, an
+    hour by default) clamps it, and a Warning Event says so on the job."""
+    least, messages = _clamped_on_the_cluster("86400", crds)
+    assert least == 3600.0
+    assert messages == [
+        "bellows.io/min-runtime-seconds=86400 is more than the cluster's cap of 3600 s "
+        "(controller.maxMinRuntimeSeconds); rounds may shrink the job 3600 s after each "
+        "start or resume"
+    ]
+    least, messages = _clamped_on_the_cluster("900", crds)  # within the cap: its own
+    assert (least, messages) == (900.0, [])
+
+
+@pytest.fixture(scope="module")
+def crds(shared_data: Path) -> list[Path]:
+    return sorted((shared_data / "crds").glob("*.yaml"))

@@ -39,6 +39,7 @@ checksum of it so that changing any of these values rolls them. What differs per
   "earlyShare" .Values.controller.earlyShare
   "restartCostSeconds" .Values.controller.restartCostSeconds
   "minRuntimeSeconds" .Values.controller.minRuntimeSeconds
+  "maxMinRuntimeSeconds" .Values.controller.maxMinRuntimeSeconds
   "objective" .Values.controller.objective
   "hysteresis" .Values.controller.hysteresis
   "backfill" .Values.controller.backfill

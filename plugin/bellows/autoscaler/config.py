@@ -72,6 +72,11 @@ class AutoscalerConfig:
     * ``min_runtime_s``: a running job that started or resumed less than this ago is not
       shrunk by a round to give GPUs to another (jobs may set their own,
       ``JobSpec.min_runtime_s``); a capacity loss still shrinks and preempts it. 0: off.
+    * ``max_min_runtime_s``: the most a job's own ``min_runtime_s`` may be (an admin's cap:
+      one tenant must not keep its GPUs from every other for a day). The controller's
+      intake clamps a job's own value above it, with a ``Clamped`` Event, before the job
+      reaches the core (``controller.maxMinRuntimeSeconds``, 3600 s there); here its
+      default is :data:`~bellows.jobs.MAX_MIN_RUNTIME_S`, no cap beyond the spec's own.
     * ``backfill``: admit later arrivals past a head-of-queue job that does not fit.
     * ``optimizer``: the optimizer path each round (:data:`bellows.optimizer.Method`):
       ``"auto"`` picks the fastest by size and may load JAX; ``"numpy"`` never imports JAX
@@ -98,6 +103,7 @@ class AutoscalerConfig:
     hysteresis: float = 1.0
     backfill: bool = True
     min_runtime_s: float = 0.0
+    max_min_runtime_s: float = MAX_MIN_RUNTIME_S
     optimizer: Method = "auto"
     node_counts: bool = False
     objective: Objective = DEFAULT_OBJECTIVE
@@ -140,6 +146,9 @@ class AutoscalerConfig:
         least = self.min_runtime_s
         if not (math.isfinite(least) and 0 <= least <= MAX_MIN_RUNTIME_S):
             raise SpecError("min_runtime_s", least, f"seconds in [0, {MAX_MIN_RUNTIME_S:g}]")
+        most = self.max_min_runtime_s
+        if not (math.isfinite(most) and 0 <= most <= MAX_MIN_RUNTIME_S):
+            raise SpecError("max_min_runtime_s", most, f"seconds in [0, {MAX_MIN_RUNTIME_S:g}]")
         if not (math.isfinite(self.hysteresis) and self.hysteresis >= 0):
             raise SpecError("hysteresis", self.hysteresis, "a finite number >= 0")
         if not isinstance(self.node_counts, bool):

@@ -281,6 +281,16 @@ class ControllerSettings:
             maximum=MAX_MIN_RUNTIME_S,
         ),
     )
+    max_min_runtime_s: float = field(
+        default=3600.0,
+        metadata=bounded(
+            "the most seconds a job's own bellows.io/min-runtime-seconds may hold its GPUs "
+            "from a round; a job's value above it is clamped to it, with a Clamped Event "
+            "(the cluster default, minRuntimeSeconds, is not capped)",
+            minimum=0.0,
+            maximum=MAX_MIN_RUNTIME_S,
+        ),
+    )
     objective: Objective | None = field(
         default=None,
         metadata=doc(
@@ -383,6 +393,7 @@ class ControllerSettings:
         settings: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         settings.update(
             min_runtime_s=self.min_runtime_s,
+            max_min_runtime_s=self.max_min_runtime_s,
             policy=self.policy,
             queue=self.queue,
             early_share=self.early_share,

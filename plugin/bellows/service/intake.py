@@ -18,7 +18,7 @@ import structlog
 from bellows.autoscaler import Start
 from bellows.bus import Event, JobArrived, JobCompleted
 from bellows.inputs import SpecError
-from bellows.jobs import Allocation, fit_to_cluster, is_feasible
+from bellows.jobs import Allocation, JobSpec, fit_to_cluster, is_feasible
 from bellows.kube import (
     Arrived,
     Deleted,
@@ -213,9 +213,10 @@ class Intake(Part):
             await self._reports.report(Invalid(name, f"{err} (bellows.io/max-gpus)"))
             return None
         self._reports.set_invalid(name, False)
-        if spec is seen.spec:
+        capped = await self._cap_min_runtime(spec)
+        if capped is seen.spec:
             return await self._trusted(seen)
-        if name not in self._roster.active:
+        if spec is not seen.spec and name not in self._roster.active:
             pool = self._roster.pool
             where = "the cluster's" if pool is None else f"ClusterQueue {pool}'s"
             message = (
@@ -224,7 +225,25 @@ class Intake(Part):
             )
             await self._actuator.notify(name, "Clamped", message, warning=True)
             _log.info("job.clamped", job=name, k_max=seen.spec.k_max, to=spec.k_max)
-        return await self._trusted(dataclasses.replace(seen, spec=spec))
+        return await self._trusted(dataclasses.replace(seen, spec=capped))
+
+    async def _cap_min_runtime(self, spec: JobSpec) -> JobSpec:
+        """``spec`` with its own minimum runtime (``bellows.io/min-runtime-seconds``) no
+        longer than the admin's cap (``controller.maxMinRuntimeSeconds``): a tenant's job
+        must not keep its GPUs from every other for a day. A Warning Event ``Clamped`` says
+        so as the job arrives (not again at each rebuild). ``spec`` itself when within."""
+        most, own = self._auto.config.max_min_runtime_s, spec.min_runtime_s
+        if own is None or own <= most:
+            return spec
+        if spec.name not in self._roster.active:
+            message = (
+                f"bellows.io/min-runtime-seconds={own:g} is more than the cluster's cap of "
+                f"{most:g} s (controller.maxMinRuntimeSeconds); rounds may shrink the job "
+                f"{most:g} s after each start or resume"
+            )
+            await self._actuator.notify(spec.name, "Clamped", message, warning=True)
+            _log.info("job.clamped", job=spec.name, min_runtime_s=own, to=most)
+        return dataclasses.replace(spec, min_runtime_s=most)
 
     def journal(self, seen: Arrived) -> Journal:
         """The journal on the job, every value its (fitted) settings, its replicas or the
