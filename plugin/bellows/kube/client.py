@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
 import orjson
+import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
@@ -28,7 +29,14 @@ from bellows.kube.deletion import Terminating, deletion_of
 from bellows.kube.errors import ConflictError, ExpiredError, NotFoundError
 from bellows.kube.kinds import KindAdapter
 
-__all__ = ["ConflictError", "ExpiredError", "KubeApi", "NotFoundError", "client_from_config"]
+__all__ = [
+    "ConflictError",
+    "ExpiredError",
+    "KubeApi",
+    "NotFoundError",
+    "client_from_config",
+    "unavailable",
+]
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -45,6 +53,22 @@ def _translate(err: ApiException) -> Exception:
     if err.status == 410:
         return ExpiredError(str(err.reason))
     return error
+
+
+_UNAVAILABLE_STATUS = frozenset({0, 429, 502, 503, 504})
+
+
+def unavailable(err: BaseException) -> bool:
+    """Whether ``err`` says the API server could not be asked or could not answer now (no
+    connection, a timeout, too many requests, a gateway or the server unavailable): the
+    cluster's trouble, to be retried, never one object's. Any other error of a call about
+    one job (a 4xx, a 500, a value no check foresaw) is that job's problem."""
+    if isinstance(err, ApiException):
+        return err.status is None or err.status in _UNAVAILABLE_STATUS
+    cause = err.__cause__
+    if isinstance(cause, ApiException):
+        return unavailable(cause)
+    return isinstance(err, OSError | urllib3.exceptions.HTTPError)
 
 
 async def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -19,7 +19,7 @@ from bellows.inputs import DATA_ERRORS, brief
 from bellows.jobs import Allocation, JobSpec
 from bellows.kube import Arrived, Invalid, JobView, KindAdapter, Skipped
 from bellows.kube.client import unavailable
-from bellows.kube.journal import Journal, Phase
+from bellows.kube.journal import Phase
 from bellows.service.intake import Intake
 from bellows.service.parts import Part, Parts
 from bellows.service.scoping import Scope, object_key
