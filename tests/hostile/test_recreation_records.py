@@ -307,22 +307,18 @@ async def test_a_trainjob_whose_delete_a_finalizer_holds_is_pending_and_not_dele
         assert obj is not None
         hold = {"metadata": {"finalizers": ["example.com/hold"]}}
         await api.patch_job(TRAINJOB, NS, NAME, hold)
-        path = f"{TRAINJOBS}/{NAME}"
-        outcome = await asyncio.wait_for(
-            _actuator(api).apply(Rescale(JOB, 2, 256, 4, 512)), DEADLINE_S
-        )
+        path, actuator = f"{TRAINJOBS}/{NAME}", _actuator(api)
+        outcome = await asyncio.wait_for(actuator.apply(Rescale(JOB, 2, 256, 4, 512)), DEADLINE_S)
         assert outcome.result == "pending", outcome
         assert "being deleted" in outcome.detail
         assert "example.com/hold" in outcome.detail
         assert kube.requests[("DELETE", path)] == 1  # once, never again in a loop
         # a later call (the retry) neither deletes it again nor waits for it
-        again = await asyncio.wait_for(
-            _actuator(api).apply(Rescale(JOB, 2, 256, 4, 512)), DEADLINE_S
-        )
+        again = await asyncio.wait_for(actuator.apply(Rescale(JOB, 2, 256, 4, 512)), DEADLINE_S)
         assert again.result == "pending"
         assert kube.requests[("DELETE", path)] == 1
         events = await api.list_events(NS)
-        assert any(e.get("reason") == "DeletePending" for e in events)
+        assert [e.get("reason") for e in events].count("DeletePending") == 1  # said once
         # the finalizer goes: the job is gone, and the record creates its copy, once
         await api.patch_job(TRAINJOB, NS, NAME, {"metadata": {"finalizers": None}})
         assert await api.get_job(TRAINJOB, NS, NAME) is None

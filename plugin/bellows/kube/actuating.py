@@ -260,6 +260,7 @@ class Actuator:
         self._records_namespace = records_namespace
         self._max_steps = max_steps
         self._created: dict[str, str] = {}  # uid of each copy this actuator created: old uid
+        self._told_terminating: dict[str, None] = {}  # jobs told DeletePending (by uid)
         self._placement = placement
         self._topology_key = topology_key
         self._kueue = kueue
@@ -922,14 +923,20 @@ class Actuator:
     async def _terminating(self, obj: Mapping[str, Any], job: str) -> Outcome:
         """A job whose delete has not completed (``deletionTimestamp`` set, a finalizer
         holding it): never written to; the call is ``pending``, its GPUs held until the job
-        is gone (its ``DELETED`` is its completion), and a Warning Event says so."""
+        is gone (its ``DELETED`` is its completion), and a Warning Event says so, once per
+        job (the retries of a pending call come every second)."""
         meta = obj["metadata"]
         names = [shown(f) for f in (meta.get("finalizers") or [])[:8]]  # a tenant's words
         detail = (
             f"the job is being deleted (since {shown(meta['deletionTimestamp'])}, finalizers: "
             f"{', '.join(names) or 'none'}); its GPUs count as held until it is gone"
         )
-        await self._recorder.record(obj, "DeletePending", detail, warning=True)
+        uid = str(meta.get("uid", ""))
+        if uid not in self._told_terminating:
+            self._told_terminating[uid] = None
+            while len(self._told_terminating) > _CREATED_KEPT:
+                del self._told_terminating[next(iter(self._told_terminating))]
+            await self._recorder.record(obj, "DeletePending", detail, warning=True)
         return Outcome(job, "pending", detail)
 
     async def _workload(self, obj: Mapping[str, Any]) -> WorkloadView | None:
