@@ -15,11 +15,11 @@ from bellows.cli.data import DATA_ENV, crd_files, kueue_crd_files, trainer_crd_f
 from bellows.cli.params import MAX_SEED, BoundedInt, FiniteFloat, OutputFile, output_errors
 
 if TYPE_CHECKING:  # the live stack, the simulator and rich load when the demo runs
-    from rich.console import RenderableType
+    from rich.console import Console, RenderableType
     from rich.table import Table
 
     from bellows.kube.statuses import JobStatus
-    from bellows.twin.demo import DemoResult, Progress
+    from bellows.twin.demo import DemoOptions, DemoResult, Progress
 
 # The demo runs live, in real time: its ranges keep one run within an afternoon.
 MAX_DEMO_GPUS = 1_024
@@ -132,20 +132,24 @@ def _result_table(result: DemoResult) -> Table:
               "(controller.placement): pack its pods on the fewest nodes, or nothing "
               "(kube-scheduler's default scoring spreads them). The live run reports "
               "spread_job_time_share.")  # fmt: skip
+@click.option("--kubeconfig", type=OutputFile(), default=None,
+              help="Write a kubeconfig for the emulated cluster here, for kubectl and "
+              "bellows status while the demo runs [default: one in a temporary folder, "
+              "removed at the end]; the export KUBECONFIG= line is printed first.")  # fmt: skip
 def demo(
     *,
     gpus: int, minutes: float, speedup: float, seed: int, delta_min: float | None,
     paper: bool, policy: str, crds: Path | None, json_out: Path | None,
     wrong_priors: bool, no_learning: bool, kueue: bool, no_live: bool,
-    kinds: tuple[str, ...], placement: str,
+    kinds: tuple[str, ...], placement: str, kubeconfig: Path | None,
 ) -> None:  # fmt: skip
     """Run nats-server, an emulated Kubeflow cluster, the bridge and the controller on a bursty
     workload, then the simulator on the same trace; exit 1 if they disagree beyond the paper's
     bounds (jobs completed 5 %, SJS efficiency 5 %, drop ratio 4 points)."""
-    import asyncio
+    import shlex
+    import tempfile
 
     from rich.console import Console
-    from rich.live import Live
 
     from bellows.autoscaler import Policy
     from bellows.cli.simulate import fit_note
@@ -153,7 +157,12 @@ def demo(
     from bellows.scaling import default_cluster
     from bellows.service.config import LoggingSettings, LogLevel
     from bellows.service.logging import configure_logging
-    from bellows.twin.demo import DemoOptions, Progress, run_demo, workload
+    from bellows.twin.demo import DemoOptions, workload
+
+    # without --kubeconfig, one in a temporary folder, removed when the demo ends
+    temporary = None if kubeconfig is not None else tempfile.TemporaryDirectory(prefix="bellows-")
+    if temporary is not None:
+        kubeconfig = Path(temporary.name) / "kubeconfig"
 
     files = crd_files(crds)
     kueue_files = kueue_crd_files(files) if kueue else []
@@ -163,10 +172,32 @@ def demo(
         crds=files, gpus=gpus, minutes=minutes, speedup=speedup, seed=seed,
         delta_min=delta_min, policy=Policy(policy), paper=paper, wrong_priors=wrong_priors,
         learn=not no_learning, kueue_crds=kueue_files, kinds=kinds,
-        trainer_crds=trainer_files, placement=Placement(placement),
+        trainer_crds=trainer_files, placement=Placement(placement), kubeconfig=kubeconfig,
     )  # fmt: skip
     fit_note(workload(options, default_cluster()), gpus)  # the count both halves clamp
     console = Console()
+    # before the live view: another terminal can then watch the twin with kubectl (the
+    # file is written as soon as the emulated cluster listens)
+    print(f"export KUBECONFIG={shlex.quote(str(kubeconfig))}", flush=True)
+    try:
+        result = _run(options, console, no_live=no_live)
+    finally:
+        if temporary is not None:
+            temporary.cleanup()
+    _report(result, console, placement=placement, wrong_priors=wrong_priors,
+            no_learning=no_learning, json_out=json_out)  # fmt: skip
+
+
+def _run(options: DemoOptions, console: Console, *, no_live: bool) -> DemoResult:
+    """The demo's run, with the live view on ``console`` or plain logs (``no_live``)."""
+    import asyncio
+
+    from rich.live import Live
+
+    from bellows.service.config import LoggingSettings, LogLevel
+    from bellows.service.logging import configure_logging
+    from bellows.twin.demo import Progress, run_demo
+
     if no_live:  # plain logs on standard error, no live view
         configure_logging(LoggingSettings(level=LogLevel.INFO), stream=sys.stderr)
         result = asyncio.run(run_demo(options))
@@ -175,6 +206,14 @@ def demo(
             result = asyncio.run(
                 run_demo(options, on_progress=lambda p: live.update(_view(p, console.height)))
             )
+    return result
+
+
+def _report(
+    result: DemoResult, console: Console, *, placement: str, wrong_priors: bool,
+    no_learning: bool, json_out: Path | None,
+) -> None:  # fmt: skip
+    """The final table and lines; exit 1 when the halves disagree beyond the bounds."""
     console.print(_result_table(result))
     for line in result.mismatches:
         console.print(f"  {line}")

@@ -109,6 +109,9 @@ class DemoOptions:
     # what the controller asks of the scheduler for every sizing (controller.placement);
     # the emulated cluster has nodes of the cluster profile's GPUs, where the pods land
     placement: Placement = Placement.PACK
+    # where to write a kubeconfig for the emulated cluster once it listens (kubectl, bellows
+    # status): http on 127.0.0.1, no credentials (the emulator has no authentication)
+    kubeconfig: Path | None = None
 
     @property
     def kueue(self) -> bool:
@@ -249,6 +252,8 @@ async def _stack(
             gpu_nodes=demo_nodes(options.gpus, cluster.gpus_per_node),
         ) as kube,
     ):
+        if options.kubeconfig is not None:
+            kube.write_kubeconfig(options.kubeconfig, NAMESPACE)
         if options.kueue:  # the admin's queues: the demo's GPUs as one ClusterQueue's quota
             strategy: Strategy = "BestEffortFIFO" if options.config().backfill else "StrictFIFO"
             kube.add_cluster_queue(CLUSTER_QUEUE, options.gpus, strategy=strategy)
