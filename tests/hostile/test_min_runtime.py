@@ -25,7 +25,8 @@ from bellows.service.config import ControllerSettings
 from bellows.service.controller import Controller
 from bellows.sim import run
 from bellows.sim.workloads.traces import TraceJob, read_trace, write_trace
-from tests.service.test_pools import NS, torch
+from tests.service.livecluster import NS
+from tests.service.test_pools import torch
 from tests.strategies import make_job
 
 DELTA = 120.0

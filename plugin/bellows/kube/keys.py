@@ -22,6 +22,7 @@ from bellows.scaling.profiles import DEFAULT_PRIOR
 
 __all__ = [
     "ALLOCATION",
+    "JOURNAL_KEYS",
     "OWNER_KEYS",
     "PHASE",
     "PREFIX",
@@ -92,6 +93,26 @@ STARTED_AT = PREFIX + "started-at"  # when Bellows first started the job (RFC 33
 # On the controller's leader-election Lease, written by the leader with each renewal:
 MODE = PREFIX + "mode"  # the core's mode, "paper" or "bellows" (the cluster line of status)
 COMPONENT = "bellows"  # the source.component of the Events Bellows records
+JOURNAL_KEYS = frozenset(
+    {
+        REQUESTED,
+        TARGET,
+        PHASE,
+        SUSPENDED_AT,
+        ALLOCATION,
+        PROGRESS,
+        STATUS,
+        RECREATED_FROM,
+        RECREATION,
+        FIT,
+        REASON,
+        RESTARTS,
+        STARTED_AT,
+        MODE,
+    }
+)
+"""Every ``bellows.io/`` key Bellows writes itself (its journal, the status line, the fit, the
+Lease's mode): never an owner's to set (the Pipelines component refuses them)."""
 
 DEFAULT_PROFILE_KEY = "profile.json"
 PROFILE_MAX_BYTES = 64 * 1024  # a profile is a few hundred bytes; annotations hold 256 KiB

@@ -61,6 +61,25 @@ def _kind(kind: str) -> tuple[str, str, str]:
     return KINDS[kind]
 
 
+def _check_annotation(key: str) -> None:
+    """Refuse a ``bellows.io/`` key that is not an owner setting: Bellows' own journal
+    (``bellows.io/phase``, ``target``, ``allocation``…) is the controller's to write, and a
+    pipeline that set it would submit a job claiming decisions nobody made."""
+    if not isinstance(key, str) or not key.startswith(keys.PREFIX) or key in keys.OWNER_KEYS:
+        return
+    what = (
+        "Bellows' own journal, written by the controller"
+        if key in keys.JOURNAL_KEYS
+        else ("not a Bellows setting")
+    )
+    raise SpecError(
+        f"annotations[{key}]",
+        key,
+        f"an owner setting ({what}); the bellows.io/ keys a pipeline may set are "
+        + ", ".join(sorted(keys.OWNER_KEYS)),
+    )
+
+
 def job_manifest(
     *,
     kind: str,
@@ -81,9 +100,11 @@ def job_manifest(
 ) -> dict[str, Any]:
     """A suspended ``kind`` (PyTorchJob: one GPU per Worker; TrainJob: one GPU per node on
     ``runtime``, a ClusterTrainingRuntime) asking ``gpus`` GPUs and global ``batch``, with
-    Bellows' owner annotations; ``annotations`` adds others (e.g. ``bellows.io/profile``).
-    The annotations are checked as the controller parses them (:class:`SpecError` naming
-    the key), so that a bad step fails before it submits anything."""
+    Bellows' owner annotations; ``annotations`` adds others (e.g. ``bellows.io/profile``),
+    but never a ``bellows.io/`` key that is not an owner setting (:data:`keys.JOURNAL_KEYS`:
+    Bellows' journal is the controller's). The annotations are checked as the controller
+    parses them (:class:`SpecError` naming the key), so that a bad step fails before it
+    submits anything."""
     group, version, _ = _kind(kind)
     check_name("name", name, _DNS1123, _VALID_NAME)
     check_name("namespace", namespace, _DNS1123, _VALID_NAME)
@@ -102,6 +123,8 @@ def job_manifest(
         owner[keys.WORK] = str(work)
     if profile_configmap is not None:
         owner[keys.PROFILE_CONFIGMAP] = profile_configmap
+    for key in annotations or {}:
+        _check_annotation(key)
     owner.update(annotations or {})
     keys.parse_settings(owner)
     if not 1 <= gpus <= max_gpus:
