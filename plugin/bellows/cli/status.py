@@ -4,6 +4,14 @@ Read-only, against the cluster of a kubeconfig context as ``kubectl`` is: one ro
 opted-in job from the jobs' ``bellows.io/`` journal and Bellows' Events
 (:mod:`bellows.kube.statuses`), a cluster line first. ``-o wide|json|yaml`` as kubectl.
 Only the Kubernetes client and the JSA are imported, when the command runs.
+
+Most of what a row shows a tenant can write (its job's annotations, Events in its
+namespace), so every cell of the table goes through :func:`printable`: control characters
+(C0 with CR, LF and TAB, DEL, C1, hence ESC and BEL), Unicode format characters (the bidi
+overrides and isolates, zero-width ones) and separators shown as visible escapes, and cut at
+:data:`CELL_LIMIT` characters with an ellipsis, so that no text moves the cursor, recolours
+the terminal, or starts a row of its own. ``-o json`` and ``-o yaml`` are escaped by their
+encoders (every non-ASCII character too) and not cut.
 """
 
 from __future__ import annotations
@@ -22,9 +30,43 @@ if TYPE_CHECKING:
     from bellows.kube.statuses import ClusterLine, JobStatus
     from bellows.scaling import ClusterProfile
 
-__all__ = ["human_duration", "kubectl_bellows", "status", "table"]
+__all__ = ["CELL_LIMIT", "human_duration", "kubectl_bellows", "printable", "status", "table"]
 
 STATES = ("waiting", "running", "halted", "finished", "invalid", "skipped")
+CELL_LIMIT = 200  # the most characters of one cell of the table, its ellipsis included
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
+
+
+def _escaped(char: str) -> str:
+    if char.isprintable() and char != "\\":
+        return char
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return (
+        f"\\x{code:02x}"
+        if code < 0x100
+        else f"\\u{code:04x}"
+        if code < 0x10000
+        else f"\\U{code:08x}"
+    )
+
+
+def printable(text: str, limit: int = CELL_LIMIT) -> str:
+    """``text`` safe to print in one cell of a terminal's line: each character Python does
+    not call printable (the categories Cc, Cf, Cs, Co, Cn, Zl, Zp and Zs but the space: C0
+    with ``\\n``, ``\\r``, ``\\t``, DEL, C1, the bidi controls U+202A-U+202E and
+    U+2066-U+2069) and the backslash itself written as a visible escape (``\\x1b``,
+    ``\\n``, ``\\u202e``, ``\\\\``), then at most ``limit`` characters, the last an
+    ellipsis when cut. Only the first ``limit`` characters are ever read: a 256 KiB
+    annotation costs what 200 characters do."""
+    head = text[:limit]
+    if not head.isprintable() or "\\" in head:
+        head = "".join(map(_escaped, head))
+    if len(head) > limit or len(text) > limit:
+        return head[: limit - 1] + "\u2026"
+    return head
 
 
 def human_duration(seconds: float | None) -> str:
@@ -77,7 +119,11 @@ def _row(job: JobStatus, *, wide: bool, namespaces: bool) -> list[str]:
     ]
     if wide:
         cells += [job.queue or "-", job.phase or "-", job.event or "-"]
-    return [*cells, job.reason]
+    cells.append(job.reason)
+    whole = "".join(cells)  # one check per row: an honest row is printed as it is
+    if whole.isprintable() and "\\" not in whole and max(map(len, cells)) <= CELL_LIMIT:
+        return cells
+    return [printable(cell) for cell in cells]
 
 
 def table(

@@ -47,6 +47,7 @@ __all__ = [
     "Reads",
     "State",
     "Status",
+    "bellows_event",
     "cluster_line",
     "controller_mode",
     "job_status",
@@ -301,12 +302,34 @@ def job_status(
     )
 
 
+# The Events Bellows' own recorder writes (bellows.kube.recording): both fields its name, and
+# the list asks the server for those only (the fields its event strategy selects on)
+EVENT_SELECTOR = f"source={keys.COMPONENT},reportingComponent={keys.COMPONENT}"
+
+
+def bellows_event(event: Mapping[str, Any]) -> bool:
+    """Whether ``event`` is one Bellows' recorder wrote, as far as an Event can say: its
+    ``source.component`` and its ``reportingComponent`` (``reportingController`` in
+    events.k8s.io/v1) both ``bellows``, and it lies in the namespace of the object it is
+    about. A tenant's Event without both (``reason: Started``, ``message: granted by
+    admin``) is not Bellows', whatever it says. Kubernetes records no author on an Event:
+    one who may create Events in a namespace can still write both fields, so ``bellows
+    status`` shows an Event only on the job it names (by uid) and escaped, never as a row
+    of its own (docs/security.md)."""
+    source = (event.get("source") or {}).get("component")
+    if source != keys.COMPONENT or event.get("reportingComponent") != keys.COMPONENT:
+        return False
+    namespace = (event.get("metadata") or {}).get("namespace")
+    return namespace is None or (event.get("involvedObject") or {}).get("namespace") == namespace
+
+
 def latest_events(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """The newest Bellows Event on each object, by its uid: ``"Reason: message"``."""
+    """The newest Bellows Event (:func:`bellows_event`) on each object, by its uid:
+    ``"Reason: message"``, as written (``bellows status`` escapes it as it prints)."""
     newest: dict[str, tuple[tuple[str, int], str]] = {}
     for event in events:
         uid = (event.get("involvedObject") or {}).get("uid")
-        if not uid:
+        if not uid or not isinstance(uid, str) or not bellows_event(event):
             continue
         # timestamps have whole seconds: within one, the later write (resourceVersion) wins
         version = str((event.get("metadata") or {}).get("resourceVersion", ""))
@@ -405,9 +428,7 @@ async def read_status(
     async def newest_events() -> dict[str, str]:
         if not events:
             return {}
-        return latest_events(
-            await api.list_events(namespace, field_selector=f"source={keys.COMPONENT}")
-        )
+        return latest_events(await api.list_events(namespace, field_selector=EVENT_SELECTOR))
 
     events_listed = asyncio.create_task(newest_events())
     try:
