@@ -130,10 +130,12 @@ def main() -> None:
         print(f"{n:>7}{cells}")
     for label, rows in runs.items():
         first, last = rows[0], rows[-1]
+        grown = last["current"] - first["current"]
+        per = grown * 1024.0 * 1000.0 / max(1, last["jobs"] - first["jobs"])
         print(
-            f"{label}: {last['current'] - first['current']:+.2f} MiB traced and "
+            f"{label}: {grown:+.2f} MiB traced ({per:+.1f} KiB per 1000 jobs) and "
             f"{last['rss'] - first['rss']:+.1f} MiB resident from {first['jobs']} to "
-            f"{last['jobs']} jobs ({last['current'] / first['current']:.2f}x traced)"
+            f"{last['jobs']} jobs"
         )
 
 
