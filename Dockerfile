@@ -21,9 +21,12 @@ RUN python -m venv /opt/venv
 # Dependencies change less often than the code: install them in their own layer.
 COPY pyproject.toml setup.py README.md ./
 COPY plugin ./plugin
-RUN /opt/venv/bin/pip install --no-compile . \
+# The pipelines extra (kfp): the Pipelines step (bellows.kube.kfp_component) runs on this
+# image with KFP's executor and installs nothing at run time (no package index needed).
+RUN /opt/venv/bin/pip install --no-compile '.[pipelines]' \
  # optional at install (setup.py), required in the image: fail the build without them
  && /opt/venv/bin/python -c "import bellows.optimizer._windowed, bellows.scaling._batches" \
+ && /opt/venv/bin/python -c "import kfp.dsl.executor_main, bellows.kube.kfp_component" \
  # The root filesystem is read-only at run time, so compile the bytecode now.
  && /opt/venv/bin/python -m compileall -q /opt/venv/lib
 

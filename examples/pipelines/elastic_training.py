@@ -12,10 +12,11 @@ import sys
 
 from kfp import compiler, dsl
 
-from bellows.kube.kfp_component import elastic_training_job
+from bellows.kube.kfp_component import BELLOWS_IMAGE, elastic_training_job
 
 
-@dsl.component(base_image="python:3.12-slim")
+# on the Bellows image too, which holds kfp: no step installs anything at run time
+@dsl.component(base_image=BELLOWS_IMAGE, install_kfp_package=False)
 def report(gpus: int, batch: int, jct_seconds: float) -> str:
     """One line on how the training step ran."""
     line = f"trained on {gpus} GPUs, global batch {batch}, JCT {jct_seconds / 60:.1f} min"

@@ -2,8 +2,11 @@
 
 A lightweight Python component (``@dsl.component``) whose body calls
 :func:`bellows.kube.pipeline_job.run_job`; it runs on the Bellows image (``BELLOWS_IMAGE``,
-built from the repository's Dockerfile, which already holds ``bellows`` and the Kubernetes
-client), so it needs no ``packages_to_install`` and no network at run time. Its pod uses
+built from the repository's Dockerfile, which holds ``bellows`` with the ``pipelines``
+extra: the Kubernetes client and ``kfp``, whose executor runs the step), so it installs
+nothing at run time (``install_kfp_package=False``, no ``packages_to_install``): the compiled
+step has no ``pip install`` and needs no package index
+(``tests/ship/test_pipeline_step.py``). Its pod uses
 the in-cluster service account, which needs ``create``/``get`` on the job's kind
 (``docs/user-guide-annotations.md``, "Pipeline authors"). Install with the ``pipelines``
 extra: ``pip install 'bellows[pipelines]'``.
@@ -24,7 +27,7 @@ __all__ = ["BELLOWS_IMAGE", "elastic_training_job"]
 BELLOWS_IMAGE = "bellows:0.1.0"
 
 
-@dsl.component(base_image=BELLOWS_IMAGE)  # type: ignore[untyped-decorator]
+@dsl.component(base_image=BELLOWS_IMAGE, install_kfp_package=False)  # type: ignore[untyped-decorator]
 def elastic_training_job(
     name: str,
     image: str,
@@ -56,7 +59,10 @@ def elastic_training_job(
 
     from bellows.kube.pipeline_job import job_manifest, run_job
 
-    config.load_incluster_config()
+    try:  # in the step's pod; elsewhere (a local run, the tests) the kubeconfig
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
     own = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
     space = namespace or (own.read_text().strip() if own.exists() else "default")
     asked = batch or -(-min_batch // gpus) * gpus
