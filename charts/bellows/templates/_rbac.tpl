@@ -1,9 +1,10 @@
 {{/*
-RBAC rules. Only the verbs docs/admin-guide.md lists (taken from the operators' behaviour,
-see KUBEFLOW.md in the design notes): the bridge reads jobs; the controller also suspends,
-patches and resumes them, deletes the MPIJob launcher batch Job while a job is suspended
-(the launcher is not refreshed on resume otherwise), reads profile ConfigMaps and records
-Events.
+RBAC rules. Only the verbs the code calls (bellows.kube.client.KubeApi; docs/security.md
+lists them): the bridge reads jobs; the controller also suspends, patches and resumes them
+(JSON merge patches only: never update, and the status subresource is never read apart),
+gets and deletes the MPIJob launcher batch Job while a job is suspended (the launcher is
+not refreshed on resume otherwise), gets profile ConfigMaps and creates core Events (never
+patches one, never through events.k8s.io).
 With trainer.enabled both also read TrainJobs, and the controller patches, creates and
 deletes them (a resize re-creates one: spec.trainer is immutable; it never updates one).
 Its re-creation records are ConfigMaps in the release namespace (the controller's
@@ -28,29 +29,20 @@ watchNamespaces they come from a ClusterRole of their own (rbac-kueue.yaml).
 {{- define "bellows.rules.controller" -}}
 - apiGroups: ["kubeflow.org"]
   resources: ["pytorchjobs", "mpijobs"]
-  verbs: ["get", "list", "watch", "patch", "update"]
-- apiGroups: ["kubeflow.org"]
-  resources: ["pytorchjobs/status", "mpijobs/status"]
-  verbs: ["get"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "delete"]
+  verbs: ["get", "delete"]
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
-- apiGroups: ["events.k8s.io"]
-  resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 {{- if .Values.trainer.enabled }}
 - apiGroups: ["trainer.kubeflow.org"]
   resources: ["trainjobs"]
   verbs: ["get", "list", "watch", "patch", "create", "delete"]
-- apiGroups: ["trainer.kubeflow.org"]
-  resources: ["trainjobs/status"]
-  verbs: ["get"]
 {{- end }}
 {{- if .Values.kueue.enabled }}
 - apiGroups: ["kueue.x-k8s.io"]
@@ -164,9 +156,6 @@ rules:
     resources: ["leases"]
     resourceNames: [{{ $name | quote }}]
     verbs: ["get", "update"]
-  - apiGroups: [""]
-    resources: ["events"]
-    verbs: ["create", "patch"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
