@@ -4,11 +4,7 @@ rehearsal's compilations after it) runs (docs/live.md, "Speed and size")."""
 
 from __future__ import annotations
 
-import asyncio
 import gc
-import itertools
-import threading
-import time
 from typing import Any
 
 from bellows.autoscaler import Autoscaler, AutoscalerConfig
@@ -83,50 +79,3 @@ async def test_a_rebuild_keeps_the_specs_not_the_jobs_it_read() -> None:
         # one profile object per profile text, however many jobs carry it
         profiles = {id(core.job(name).profile) for name in names}
         assert len(profiles) == len({job.spec.profile for job in trace}) < len(names)
-
-
-async def test_the_rehearsal_leaves_the_event_loop_free() -> None:
-    """The rehearsal (seconds of XLA compiles on a cold cache) runs on a worker thread: the
-    loop goes on meanwhile, so the Lease's renewals and the probes are answered. Run in the
-    loop, a 1 s rehearsal held every other task for that second."""
-    trace = jobs(4, categories=(1, 2))
-    async with EmulatedCluster(crds=crds(), compression=60.0, namespaces=(NS,)) as kube:
-        for i, job in enumerate(trace):
-            _, body = job_manifest(job, i, namespace=NS)
-            plural = body["kind"].lower() + "s"
-            key = next(k for k in kube.store.resources if k.endswith("/" + plural))
-            kube.store.create(kube.store.resources[key], NS, body)
-        api = KubeApi(kube.api_client())
-        clock = ServiceClock(speedup=60.0)
-        controller = Controller(
-            api=api,
-            autoscaler=Autoscaler(AutoscalerConfig(), capacity=4, cluster=default_cluster()),
-            actuator=Actuator(api),
-            reader=JobReader(api, namespace=NS),
-            now=clock.now,
-            wall_to_clock=clock.at,
-        )
-        rehearsing = threading.Event()
-
-        def slow_rehearsal(now: float) -> float:
-            rehearsing.set()
-            time.sleep(1.0)  # a compile: no await in it
-            return 1.0
-
-        controller._rebuild.rehearse = slow_rehearsal  # type: ignore[method-assign]
-        beats: list[float] = []
-
-        async def heartbeat() -> None:
-            while True:
-                if rehearsing.is_set():
-                    beats.append(time.monotonic())
-                await asyncio.sleep(0.05)
-
-        beating = asyncio.create_task(heartbeat())
-        try:
-            await controller.rebuild()
-        finally:
-            beating.cancel()
-        assert rehearsing.is_set()
-        assert len(beats) >= 5, beats  # the loop ran all through the rehearsal's second
-        assert max(b - a for a, b in itertools.pairwise(beats)) < 0.5

@@ -163,11 +163,10 @@ class Controller:
                 seconds=round(self._timer() - started, 3), running=len(self._auto.allocations),
                 queued=len(self._auto.queued),
             )  # fmt: skip
-            # on a worker thread, the lock held (nothing else steps this core meanwhile): its
-            # compiles (seconds on a cold cache) never stall the loop, whose Lease renewals
-            # and probes would wait for them (one past the renew deadline would lose the Lease)
-            rehearsed = await asyncio.to_thread(self._rebuild.rehearse, now)
-            self._observer.started("rehearsal", rehearsed)
+            # in the loop, not on a worker thread: there the cold start's peak RSS was 458-471
+            # MiB in 3 runs at 10 000 jobs, 451-458 here (its compiles' memory from another
+            # malloc arena, likely); the bound is 450 (docs/live.md, "Takeover")
+            self._observer.started("rehearsal", self._rebuild.rehearse(now))
 
     # ------------------------------------------------------------------ the pump's callback
     async def apply(self, events: tuple[Event, ...]) -> Settled | None:
