@@ -671,13 +671,15 @@ class Autoscaler:
             return self._apply(gpus, now)
         moved = self._migrations(gpus, now, fill=fill)
         running = self._s.running
-        return self._apply({**gpus, **{n: running[n].allocation.gpus for n in moved}}, now, moved)
+        moves = {n: running[n].allocation.gpus for n in moved}  # in gain order: deterministic
+        return self._apply({**gpus, **moves}, now, frozenset(moved))
 
-    def _migrations(self, gpus: Mapping[str, int], now: float, *, fill: bool) -> frozenset[str]:
+    def _migrations(self, gpus: Mapping[str, int], now: float, *, fill: bool) -> tuple[str, ...]:
         """Running jobs kept on their count (in ``gpus``, or any in a fill) that straddle
         nodes and would sit on one node after the step's moves, where the time that gains
         pays their restart: they move (a rescale to the same GPUs: a restart onto one node;
-        :meth:`see_nodes`)."""
+        :meth:`see_nodes`), best gain first. An ordered tuple, not a set: the simulator
+        places equal GPU counts in decision order, and a set's would follow the hash seed."""
         nodes = self._nodes
         assert nodes is not None  # _placed calls it with nodes seen only
         s, g = self._s, self._cluster.gpus_per_node
@@ -697,9 +699,9 @@ class Autoscaler:
             if slower > self.restart_s(name) * hold:
                 gains.append((slower, name, k))
         if not gains:
-            return frozenset()
+            return ()
         best = [(name, k) for _, name, k in sorted(gains, reverse=True)]
-        return frozenset(migrations(nodes, moving, best, g))
+        return tuple(migrations(nodes, moving, best, g))
 
     def _moving(self, gpus: Mapping[str, int]) -> dict[str, int]:
         """The jobs of ``gpus`` the step starts or gives another count, with that count."""
