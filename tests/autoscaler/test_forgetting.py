@@ -83,8 +83,10 @@ def mentions(auto: Autoscaler, name: str) -> list[str]:
     for path, value in _walk(auto):
         if isinstance(value, np.ndarray):
             continue
-        if value == name if isinstance(value, str) else name in (
-            getattr(value, "name", None), getattr(value, "job", None)
+        if (
+            value == name
+            if isinstance(value, str)
+            else name in (getattr(value, "name", None), getattr(value, "job", None))
         ):
             out.append(path)
     return out
