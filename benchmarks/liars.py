@@ -1,6 +1,6 @@
 """Lying progress reports in the simulator: what one liar gains, what the others lose.
 
-    python benchmarks/liars.py [--seed 2] [--gpus 16] [--minutes 120]
+    python benchmarks/liars.py [--seed 2] [--gpus 16] [--minutes 120] [--checked-only]
 
 The 50-job scenario of issue 25: 16 GPUs, a bursty trace of 120 minutes (period 60, seed 2:
 51 jobs), Bellows mode with a queue and a 60 s restart cost, every job reporting its
@@ -10,7 +10,8 @@ elastic job in turn lies (:class:`bellows.sim.learning.Lie`), one liar per run:
 
 * ``step x0.1`` / ``step x0.5`` / ``step x10``: its step time, against its own samples;
 * ``samples = work``: the whole work as samples seen, from the first report on;
-* ``edge`` lies just inside the checks' tolerance (step x0.87, x1.04): what is left.
+* ``edge`` lies just inside the checks' tolerance (step x0.55, x1.04; ``step x0.5`` is on
+  its edge too, since pauses of up to half a run's wall time are honest): what is left.
 
 Each lie runs twice, with the reports checked against each other
 (``bellows.scaling.consistency``, fit bound ``FIT_BOUND``) and without (every report
@@ -18,6 +19,7 @@ learned from, fit bound ``MAX_FACTOR``: the code before issue 25). Prints, per l
 liar's JCT gain over its honest JCT (the largest over all liars, and the median) and the
 other jobs' mean JCT against the honest run (the worst over all liars), and how many liars
 were marked inconsistent. Targets: the liar's gain <= 10 %, the others within 2 %.
+``--checked-only`` skips the unchecked runs (they do not depend on the checks): half the time.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ LIES: Mapping[str, Lie] = {
     "step x0.5": Lie(step=0.5),
     "step x10": Lie(step=10.0),
     "samples = work": Lie(samples=1.0),
-    "edge: step x0.87": Lie(step=0.87),
+    "edge: step x0.55": Lie(step=0.55),
     "edge: step x1.04": Lie(step=1.04),
 }
 
@@ -49,6 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=2)
     parser.add_argument("--gpus", type=int, default=16)
     parser.add_argument("--minutes", type=float, default=120.0)
+    parser.add_argument(
+        "--checked-only", action="store_true", help="skip the unchecked runs (half the time)"
+    )
     args = parser.parse_args(argv)
     given = sys.argv[1:] if argv is None else list(argv)
     print("$ python " + shlex.join(["benchmarks/liars.py", *given]))
@@ -69,16 +74,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return out, len(result.inconsistent)
 
     liars = [j.spec.name for j in trace if j.spec.elastic]
-    honest = {checks: jcts({}, checks) for checks in (False, True)}
+    modes = (True,) if args.checked_only else (False, True)
+    honest = {checks: jcts({}, checks) for checks in modes}
+    unchecked = (
+        "" if args.checked_only else f", {statistics.mean(honest[False][0].values()):.2f} unchecked"
+    )
     print(
         f"{len(trace)} jobs on {gpus} GPUs ({len(liars)} elastic: each lies in turn); "
-        f"honest avg JCT {statistics.mean(honest[True][0].values()):.2f} min checked, "
-        f"{statistics.mean(honest[False][0].values()):.2f} unchecked; honest jobs marked "
-        f"inconsistent: {honest[True][1]}\n"
+        f"honest avg JCT {statistics.mean(honest[True][0].values()):.2f} min checked"
+        f"{unchecked}; honest jobs marked inconsistent: {honest[True][1]}\n"
     )
     rows = []
     for name, lie in LIES.items():
-        for checks in (False, True):
+        for checks in modes:
             base = honest[checks][0]
             gains, others, marked = [], [], 0
             for liar in liars:

@@ -51,7 +51,7 @@ def test_only_reports_of_a_running_job_at_its_allocation_count() -> None:
     assert learner.samples("a") is None  # the run's first report is held ...
     assert learner.take("a", progress(1000 + 1280, 0.2), RUNS, 12.0) is None  # 1 s of steps
     assert learner.samples("a") == (2280.0, 12.0)  # ... until the next agrees with it
-    backwards = learner.take("a", progress(500, 0.2), RUNS, 13.0)
+    backwards = learner.take("a", progress(500, 0.2), RUNS, 30.0)  # past LATE_S: no late one
     assert backwards is not None
     assert backwards.backwards
     assert "backwards" in backwards.reason

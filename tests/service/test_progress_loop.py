@@ -134,9 +134,11 @@ async def test_reports_revise_the_job_and_bad_ones_are_dropped_by_reason(
         await js.publish(subject, encode_progress(event))
     for subj, data in bad[2:]:
         await js.publish(subj, data)
-    await js.publish(
-        subject, encode_progress(report("resnet", 5, seconds, alloc.gpus, alloc.batch))
-    )
+    backwards = ProgressEvent(
+        ProgressType.STARTED, "team-a", "resnet", T0 + timedelta(seconds=every * 3), 5,
+        alloc.gpus, alloc.batch, restart_s=1.0,
+    )  # fmt: skip
+    await js.publish(subject, encode_progress(backwards))  # restarted behind its last report
     await js.publish(
         progress_subject(PREFIX, "team-a", "ghost"),
         encode_progress(report("ghost", 5, seconds, 1, 32)),

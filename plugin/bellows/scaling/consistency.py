@@ -3,17 +3,39 @@
 A report says three things a job could lie about: its median step time at ``(k, b)``, the
 samples it has seen, and (by its date) when. Each is checked against the others and against
 what the job allows, so that a report can move a job's model only as far as its own earlier
-reports and its annotations agree with it (the trust model of ``docs/security.md``):
+reports and its annotations agree with it (the trust model of ``docs/security.md``). The
+checks accept what an honest job does (``tests/hostile/test_honest_reporters.py``): it
+pauses for evaluation and checkpoints, shares a node, compiles its first step, and its
+reports come late, in bursts or again.
 
-* **samples against steps**: over a run at one ``(k, b)``, samples seen advance at the rate
-  the step time claims, ``b / step_seconds``, within :data:`RATE_TOLERANCE` either way
-  (slower than claimed: pauses for checkpoints or evaluation up to that share; faster: by
-  :data:`AHEAD_TOLERANCE` and one step). A job that reports fast steps while its samples crawl, or
-  samples that jump ahead of its steps, does not hold together;
+* **samples against steps**, over the whole run at one ``(k, b)`` (from its first report):
+  each window between two reports stepped at the rate its closing report's step time (the
+  window's median) claims, ``b / step_seconds``. The samples seen may fall short of those
+  claims by up to :data:`PAUSE_TOLERANCE` of the run's wall time (pauses: checkpoints,
+  evaluation, stalls on input or on a loaded node) and exceed them by
+  :data:`AHEAD_TOLERANCE` (a median step time against the window's mean); either way by one
+  step and what reports dated up to :data:`LATE_S` off their samples (a loaded node, a clock
+  a little ahead of the controller's) move, at the run's fastest claimed step. Summed over
+  the run, so that reports in a burst (dated close together) are judged by the time they
+  span, not one by one. A job that reports fast steps while its samples crawl, or samples
+  that run ahead of its steps, does not hold together;
 * **samples against work**: never past the job's work while it runs (it would have
   completed), and never backwards;
-* **bounded change**: a configuration's step time moves by at most :data:`MAX_STEP_CHANGE`
-  times from one report to the next.
+* **bounded change**: a configuration's step time gets at most :data:`MAX_STEP_CHANGE`
+  times slower from one report to the next (a shared node, a first compiled step), or more
+  when the samples of the report's own window bear it out (a pause that fell in a window of
+  one or two steps makes its median that long). Faster needs no bound: it is learned at no
+  more than its window's pace (below);
+* **old news**: a report with no more samples than the newest one and dated no later than
+  :data:`LATE_S` after it (delivered late, out of order or again) is :class:`Stale`:
+  nothing to learn, no fault. Fewer samples dated later than that went backwards.
+
+What is learned from an accepted report is its step time, but never faster than the
+wall time per step its window's samples show (pauses included, less
+:data:`AHEAD_TOLERANCE`): a job claiming steps faster than its samples (which the pause
+tolerance must let through) is learned at the pace its samples show, so it gains nothing; an
+honest job is learned slower from the windows its pauses fall in, and the fit takes the
+median of a configuration's windows.
 
 The first report of a run (a new ``(k, b)``, or a start) is only held: it counts once the
 next report of the run agrees with it. A report that does not hold together is refused with
@@ -22,6 +44,7 @@ its reason; the job keeps what it learned from the reports that did. Pure: no I/
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Final
 
@@ -29,22 +52,27 @@ from bellows.scaling.online import ProgressReport
 
 __all__ = [
     "AHEAD_TOLERANCE",
+    "LATE_S",
     "MAX_STEP_CHANGE",
-    "RATE_TOLERANCE",
+    "PAUSE_TOLERANCE",
     "Accepted",
     "Held",
     "Refused",
     "ReportChecks",
+    "Stale",
     "Verdict",
 ]
 
-RATE_TOLERANCE: Final = 0.15
-"""How far the samples' rate may fall short of what the step time claims, ``1 + this`` times
-(honest pauses: a checkpoint, an evaluation)."""
+PAUSE_TOLERANCE: Final = 0.5
+"""The share of a run's wall time its samples may lag what its step times claim (honest
+pauses: checkpoints, evaluation, input stalls); was 15 % (issue 37)."""
 AHEAD_TOLERANCE: Final = 0.05
-"""How far it may exceed it (a median step time against the window's mean), and one step."""
-MAX_STEP_CHANGE: Final = 2.0
-"""The most a configuration's step time may change from one report to the next, either way."""
+"""How far they may run ahead of it (a median step time against the window's mean)."""
+LATE_S: Final = 10.0
+"""Seconds of steps either way for a report dated a little off its samples."""
+MAX_STEP_CHANGE: Final = 4.0
+"""How many times slower a configuration's step time may get from one report to the next
+unless the report's window bears it out (was 2x either way, issue 37)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +88,11 @@ class Held:
 
 
 @dataclass(frozen=True)
+class Stale:
+    """Older than the newest report (late, out of order, or again): nothing new, no fault."""
+
+
+@dataclass(frozen=True)
 class Refused:
     """Not learned from: ``backwards`` (samples went back) or, when not, inconsistent."""
 
@@ -67,7 +100,7 @@ class Refused:
     backwards: bool = False
 
 
-Verdict = Accepted | Held | Refused
+Verdict = Accepted | Held | Stale | Refused
 
 
 @dataclass(frozen=True)
@@ -76,13 +109,38 @@ class _Seen:
     at: float
 
 
+@dataclass(frozen=True)
+class _Run:
+    """The current run's first and newest report, and the samples its reports' step times
+    claim since the first: each window between two reports at the rate its closing report's
+    step time says (its median)."""
+
+    start: _Seen
+    last: _Seen
+    claimed: float = 0.0
+    fastest: float = float("inf")  # the shortest step time its reports claimed
+
+    def then(self, now: _Seen) -> _Run:
+        """The run with ``now`` as its newest report."""
+        step = now.report.step_seconds
+        window = max(0.0, now.at - self.last.at)
+        claimed = self.claimed + window * now.report.batch / step
+        fastest = min(self.fastest, step, self.last.report.step_seconds)
+        return _Run(self.start, now, claimed, fastest)
+
+    @property
+    def late(self) -> float:
+        """The samples a report's date off by :data:`LATE_S` (at either end of a window)
+        moves from one window's claim to another's, at most, and one step."""
+        return self.last.report.batch * (1.0 + 2.0 * LATE_S / self.fastest)
+
+
 @dataclass
 class ReportChecks:
     """One job's reports checked against each other (see the module docstring)."""
 
     samples: float = 0.0  # the newest samples seen that held together
-    _start: _Seen | None = None  # the first report of the current run
-    _last: _Seen | None = None  # its newest report that held together (or the first)
+    _run: _Run | None = None  # the current run's reports that held together (or its first)
     _confirmed: bool = False  # whether the first report of the run was agreed with
 
     def restart(self, samples: float) -> Refused | None:
@@ -90,13 +148,16 @@ class ReportChecks:
         if samples < self.samples:
             return Refused(f"samples went backwards ({samples:g} < {self.samples:g})", True)
         self.samples = samples
-        self._start = self._last = None
+        self._run = None
         return None
 
     def check(self, report: ProgressReport, at: float, *, work: float) -> Verdict:
         """Whether ``report``, dated ``at`` (seconds), holds with the earlier ones of a job
         whose whole work is ``work`` samples; a :class:`Held` or :class:`Accepted` report
         becomes the newest one the next is checked against."""
+        run = self._run
+        if run is not None and _older(report, at, run.last):
+            return Stale()
         if report.samples < self.samples:
             return Refused(f"samples went backwards ({report.samples:g} < {self.samples:g})", True)
         if report.samples > work:
@@ -104,44 +165,89 @@ class ReportChecks:
                 f"{report.samples:g} samples seen is past the job's work ({work:g}) while it runs"
             )
         seen = _Seen(report, at)
-        last, start = self._last, self._start
         config = (report.gpus, report.batch)
-        if last is None or start is None or (last.report.gpus, last.report.batch) != config:
-            self._start = self._last = seen
-            self._confirmed = False
+        if run is None or (run.last.report.gpus, run.last.report.batch) != config:
+            self._run, self._confirmed = _Run(seen, seen), False
             return Held()
-        reason = _disagreement(start, last, seen)
+        if report.samples < run.last.report.samples:
+            last = run.last.report.samples
+            return Refused(f"samples went backwards ({report.samples:g} < {last:g})", True)
+        grown = run.then(seen)
+        reason = _disagreement(run.last, grown)
         if reason is not None:
             return Refused(reason)
-        held = () if self._confirmed else (last.report,)
-        self._last, self._confirmed, self.samples = seen, True, report.samples
-        return Accepted((*held, report))
+        held = () if self._confirmed else (run.last.report,)
+        self._run, self._confirmed, self.samples = grown, True, report.samples
+        pace = _pace(run.last, seen)
+        return Accepted(tuple(_learned(r, pace) for r in (*held, report)))
 
 
-def _disagreement(start: _Seen, last: _Seen, now: _Seen) -> str | None:
-    """Why ``now`` does not hold with the run's first report ``start`` and its ``last``."""
-    step, batch = now.report.step_seconds, now.report.batch
-    change = step / last.report.step_seconds
-    if not 1.0 / MAX_STEP_CHANGE <= change <= MAX_STEP_CHANGE:
-        return (
-            f"step time {step:.4g} s moved {change:.3g}x from {last.report.step_seconds:.4g} s "
-            f"in one report (at most {MAX_STEP_CHANGE:g}x)"
-        )
-    claimed = batch / step  # samples per second the step time claims
-    ahead = now.report.samples - last.report.samples
-    allowed = claimed * max(0.0, now.at - last.at) * (1.0 + AHEAD_TOLERANCE) + batch
-    if ahead > allowed:
-        return (
-            f"{ahead:g} samples in {now.at - last.at:.4g} s, more than {step:.4g} s steps of "
-            f"{batch} samples allow ({allowed:.4g})"
-        )
-    elapsed = now.at - start.at
-    done = now.report.samples - start.report.samples
-    expected = claimed * elapsed / (1.0 + RATE_TOLERANCE) - batch
-    if done < expected:
-        return (
-            f"{done:g} samples in {elapsed:.4g} s at this (GPUs, batch), fewer than "
-            f"{step:.4g} s steps of {batch} samples make ({expected:.4g}, "
-            f"{RATE_TOLERANCE:.0%} of pauses allowed)"
-        )
-    return None
+def _older(report: ProgressReport, at: float, last: _Seen) -> bool:
+    """Whether ``report`` dated ``at`` is ``last`` again, or older than it: with no more
+    samples, and dated no later than :data:`LATE_S` after it (a report dated ahead of the
+    controller's clock is dated when it comes, so one delivered again may seem newer)."""
+    return at <= last.at + LATE_S and report.samples <= last.report.samples
+
+
+def _pace(last: _Seen, now: _Seen) -> float:
+    """Seconds of wall time per step in the window from ``last`` to ``now`` (pauses
+    included; as if one step, when none was made), less :data:`AHEAD_TOLERANCE` (a median
+    against the mean)."""
+    steps = max(1.0, (now.report.samples - last.report.samples) / now.report.batch)
+    return max(0.0, now.at - last.at) / (1.0 + AHEAD_TOLERANCE) / steps
+
+
+def _learned(report: ProgressReport, pace: float) -> ProgressReport:
+    """``report`` as it is learned from: its step time, but no faster than the ``pace`` of
+    its window. A job claiming faster steps than its samples show (which the pause tolerance
+    must let through) is learned at the pace they show, so it gains nothing; an honest job
+    is learned slower from a window a pause fell in (the fit takes the median of a
+    configuration's windows)."""
+    step = max(report.step_seconds, pace)
+    return report if step == report.step_seconds else dataclasses.replace(report, step_seconds=step)
+
+
+def _disagreement(last: _Seen, run: _Run) -> str | None:
+    """Why ``run``'s newest report does not hold with its ``last`` one and the run's first."""
+    now = run.last
+    step, before = now.report.step_seconds, last.report.step_seconds
+    if step > MAX_STEP_CHANGE * before:
+        window = _Run(last, last).then(now)
+        reason = _ahead(window, now.report.samples - last.report.samples)
+        if reason is not None:
+            return (
+                f"step time {step:.4g} s is {step / before:.3g}x the last one ({before:.4g} s; "
+                f"at most {MAX_STEP_CHANGE:g}x unless its window bears it out): {reason}"
+            )
+    done = now.report.samples - run.start.report.samples
+    return _ahead(run, done) or _behind(run, done)
+
+
+def _ahead(run: _Run, done: float) -> str | None:
+    """Why ``done`` samples since ``run``'s first report are more than its claims allow:
+    :data:`AHEAD_TOLERANCE` more, and what reports dated :data:`LATE_S` off move."""
+    batch = run.last.report.batch
+    most = run.claimed * (1.0 + AHEAD_TOLERANCE) + run.late
+    if done <= most:
+        return None
+    elapsed = run.last.at - run.start.at
+    return (
+        f"{done:g} samples in {elapsed:.4g} s at this (GPUs, batch), more than its reports' "
+        f"step times of {batch} samples allow ({most:.4g})"
+    )
+
+
+def _behind(run: _Run, done: float) -> str | None:
+    """Why ``done`` samples since ``run``'s first report are fewer than its claims make,
+    with :data:`PAUSE_TOLERANCE` of pauses (and :data:`AHEAD_TOLERANCE`, a median against
+    the mean), less what reports dated :data:`LATE_S` off move."""
+    batch = run.last.report.batch
+    least = run.claimed * (1.0 - PAUSE_TOLERANCE) / (1.0 + AHEAD_TOLERANCE) - run.late
+    if done >= least:
+        return None
+    elapsed = run.last.at - run.start.at
+    return (
+        f"{done:g} samples in {elapsed:.4g} s at this (GPUs, batch), fewer than its reports' "
+        f"step times of {batch} samples make ({least:.4g}, {PAUSE_TOLERANCE:.0%} of pauses "
+        "allowed)"
+    )
