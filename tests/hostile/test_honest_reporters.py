@@ -186,3 +186,17 @@ def test_an_honest_reporter_is_never_refused_nor_flagged(
     learned = learner.samples(KEY)
     assert learned is not None  # learned from
     assert learned[0] == made[-1].samples
+
+
+def test_a_pause_filling_most_of_one_window_is_not_refused() -> None:
+    """A pause as long as the run's stepping so far (half its wall time), in a window of
+    three fast steps whose median stays fast: it counts once, as the time it took (CI found
+    it refused when each window claimed its wall time at its median step)."""
+    window = (1.0, 0.0, 0, 0.0)
+    reporter = Reporter(2.0, 15, 29.0, 1.0, (window, window, window, (0.25, 1.0, 2, 0.0)), 0)
+    made = reporter.reports()
+    assert made[-1].step_seconds < made[0].step_seconds / 2  # the median stays fast
+    learner = asyncio.run(_feed(made, [(report.counted_s, i) for i, report in enumerate(made)]))
+    learned = learner.samples(KEY)
+    assert learned is not None
+    assert learned[0] == made[-1].samples

@@ -9,16 +9,18 @@ pauses for evaluation and checkpoints, shares a node, compiles its first step, a
 reports come late, in bursts or again.
 
 * **samples against steps**, over the whole run at one ``(k, b)`` (from its first report):
-  each window between two reports stepped at the rate its closing report's step time (the
-  window's median) claims, ``b / step_seconds``. The samples seen may fall short of those
-  claims by up to :data:`PAUSE_TOLERANCE` of the run's wall time (pauses: checkpoints,
-  evaluation, stalls on input or on a loaded node) and exceed them by
+  each window's steps (its samples over ``b``) take the step time its closing report claims
+  (the window's median), so the run's steps claim ``stepping`` seconds of its wall time.
+  The rest, pauses (checkpoints, evaluation, stalls on input or on a loaded node), may be
+  up to :data:`PAUSE_TOLERANCE` of the wall time, and the steps may overrun it by
   :data:`AHEAD_TOLERANCE` (a median step time against the window's mean); either way by one
-  step and what reports dated up to :data:`LATE_S` off their samples (a loaded node, a clock
-  a little ahead of the controller's) move, at the run's fastest claimed step. Summed over
-  the run, so that reports in a burst (dated close together) are judged by the time they
-  span, not one by one. A job that reports fast steps while its samples crawl, or samples
-  that run ahead of its steps, does not hold together;
+  step and the :data:`LATE_S` a report's date may be off its samples at either end (a
+  loaded node, a clock a little ahead of the controller's). Weighed by steps, not by wall
+  time, so that a pause filling most of one window (whose median stays the fast steps
+  around it) counts once, as the wall time it took; summed over the run, so that reports
+  in a burst (dated close together) are judged by the time they span, not one by one. A
+  job that reports fast steps while its samples crawl, or samples that run ahead of its
+  steps, does not hold together;
 * **samples against work**: never past the job's work while it runs (it would have
   completed), and never backwards;
 * **bounded change**: a configuration's step time gets at most :data:`MAX_STEP_CHANGE`
@@ -111,28 +113,30 @@ class _Seen:
 
 @dataclass(frozen=True)
 class _Run:
-    """The current run's first and newest report, and the samples its reports' step times
-    claim since the first: each window between two reports at the rate its closing report's
-    step time says (its median)."""
+    """The current run's first and newest report, and the seconds of stepping its reports'
+    step times claim since the first: each window's steps (its samples over the batch) at
+    its closing report's step time (the window's median)."""
 
     start: _Seen
     last: _Seen
-    claimed: float = 0.0
-    fastest: float = float("inf")  # the shortest step time its reports claimed
+    stepping: float = 0.0
 
     def then(self, now: _Seen) -> _Run:
         """The run with ``now`` as its newest report."""
         step = now.report.step_seconds
-        window = max(0.0, now.at - self.last.at)
-        claimed = self.claimed + window * now.report.batch / step
-        fastest = min(self.fastest, step, self.last.report.step_seconds)
-        return _Run(self.start, now, claimed, fastest)
+        steps = max(0.0, now.report.samples - self.last.report.samples) / now.report.batch
+        return _Run(self.start, now, self.stepping + steps * step)
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds from the run's first report to its newest."""
+        return max(0.0, self.last.at - self.start.at)
 
     @property
     def late(self) -> float:
-        """The samples a report's date off by :data:`LATE_S` (at either end of a window)
-        moves from one window's claim to another's, at most, and one step."""
-        return self.last.report.batch * (1.0 + 2.0 * LATE_S / self.fastest)
+        """Seconds a report's date off by :data:`LATE_S` (at either end) moves, and one
+        step at the newest report's step time."""
+        return 2.0 * LATE_S + self.last.report.step_seconds
 
 
 @dataclass
@@ -225,29 +229,30 @@ def _disagreement(last: _Seen, run: _Run) -> str | None:
 
 def _ahead(run: _Run, done: float) -> str | None:
     """Why ``done`` samples since ``run``'s first report are more than its claims allow:
-    :data:`AHEAD_TOLERANCE` more, and what reports dated :data:`LATE_S` off move."""
-    batch = run.last.report.batch
-    most = run.claimed * (1.0 + AHEAD_TOLERANCE) + run.late
-    if done <= most:
+    their steps at the claimed step times take longer than the run's wall time, by more
+    than :data:`AHEAD_TOLERANCE` and what reports dated :data:`LATE_S` off move."""
+    most = (run.elapsed + run.late) * (1.0 + AHEAD_TOLERANCE)
+    if run.stepping <= most:
         return None
-    elapsed = run.last.at - run.start.at
+    batch = run.last.report.batch
     return (
-        f"{done:g} samples in {elapsed:.4g} s at this (GPUs, batch), more than its reports' "
-        f"step times of {batch} samples allow ({most:.4g})"
+        f"{done:g} samples in {run.elapsed:.4g} s at this (GPUs, batch), more than its "
+        f"reports' step times of {batch} samples allow (their steps take {run.stepping:.4g} s, "
+        f"at most {most:.4g} s)"
     )
 
 
 def _behind(run: _Run, done: float) -> str | None:
-    """Why ``done`` samples since ``run``'s first report are fewer than its claims make,
-    with :data:`PAUSE_TOLERANCE` of pauses (and :data:`AHEAD_TOLERANCE`, a median against
-    the mean), less what reports dated :data:`LATE_S` off move."""
-    batch = run.last.report.batch
-    least = run.claimed * (1.0 - PAUSE_TOLERANCE) / (1.0 + AHEAD_TOLERANCE) - run.late
-    if done >= least:
+    """Why ``done`` samples since ``run``'s first report are fewer than its claims make:
+    their steps at the claimed step times fill less than ``1 -`` :data:`PAUSE_TOLERANCE`
+    of the run's wall time (and :data:`AHEAD_TOLERANCE`, a median against the mean), less
+    what reports dated :data:`LATE_S` off move."""
+    least = (run.elapsed - run.late) * (1.0 - PAUSE_TOLERANCE) / (1.0 + AHEAD_TOLERANCE)
+    if run.stepping >= least:
         return None
-    elapsed = run.last.at - run.start.at
+    batch = run.last.report.batch
     return (
-        f"{done:g} samples in {elapsed:.4g} s at this (GPUs, batch), fewer than its reports' "
-        f"step times of {batch} samples make ({least:.4g}, {PAUSE_TOLERANCE:.0%} of pauses "
-        "allowed)"
+        f"{done:g} samples in {run.elapsed:.4g} s at this (GPUs, batch), fewer than its "
+        f"reports' step times of {batch} samples make (their steps take {run.stepping:.4g} s, "
+        f"at least {least:.4g} s: {PAUSE_TOLERANCE:.0%} of pauses allowed)"
     )
