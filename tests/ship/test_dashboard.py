@@ -60,6 +60,10 @@ def test_the_dashboard_has_the_panels_admins_look_for() -> None:
         "bellows_decisions_total", "bellows_rescales_total", "bellows_optimizer_seconds_bucket",
         "bellows_event_lag_seconds_bucket", "bellows_jobs_invalid",
         "bellows_events_dead_lettered_total", "bellows_progress_rejected_total",
+        # trouble (issue 38 item 6): flagged jobs, failed applies, set-aside re-creations
+        "bellows_job_inconsistent", "bellows_job_stalled", "bellows_decisions_failed_total",
+        "bellows_apply_failures_total", "bellows_jobs_set_aside_total",
+        "bellows_journal_distrusted_total", "bellows_apply_seconds_bucket",
     ):  # fmt: skip
         assert metric in text, metric
     ids = [p["id"] for p in board["panels"]]
@@ -88,3 +92,53 @@ def test_the_chart_ships_the_dashboards_to_grafanas_sidecar_when_asked() -> None
     (board,) = [c for c in by_kind(custom, "ConfigMap") if "dash" in c["metadata"]["labels"]]
     assert board["metadata"]["labels"]["dash"] == "yes"
     assert board["metadata"]["namespace"] == "monitoring"
+
+
+def _panels(panels: list[dict]) -> list[dict]:
+    out = []
+    for panel in panels:
+        out += [panel, *_panels(panel.get("panels", []))]
+    return out
+
+
+def test_every_panel_queries_an_exported_metric() -> None:
+    known = exported()
+    for path in DASHBOARDS:
+        for panel in _panels(json.loads(path.read_text())["panels"]):
+            if panel["type"] == "row":
+                continue
+            exprs = [t["expr"] for t in panel.get("targets", [])]
+            assert exprs, f"{path.name}: panel {panel['title']!r} has no query"
+            for expr in exprs:
+                named = set(_METRIC.findall(expr))
+                assert named, f"{panel['title']!r}: {expr!r} names no bellows metric"
+                assert named <= known, f"{panel['title']!r} queries {sorted(named - known)}"
+
+
+_QUANTILE = re.compile(r"histogram_quantile\(")
+_ONE_QUANTILE = re.compile(
+    r"^histogram_quantile\(0\.\d+, sum by \(le\) \(rate\(bellows_[a-z_]+_bucket\{[^}]*\}"
+    r"\[\d+m\]\)\)\)$"
+)
+
+
+def test_each_latency_quantile_is_one_quantity() -> None:
+    """A quantile is read from one histogram's summed buckets; a sum of two medians is no
+    median of anything, so no query adds quantiles."""
+    for path in DASHBOARDS:
+        for expr in _expressions(json.loads(path.read_text())["panels"]):
+            if _QUANTILE.search(expr):
+                assert len(_QUANTILE.findall(expr)) == 1, expr
+                assert _ONE_QUANTILE.match(expr), expr
+
+
+def test_panels_do_not_overlap() -> None:
+    board = json.loads(DASHBOARDS[0].read_text())
+    cells: dict[tuple[int, int], str] = {}
+    for panel in _panels(board["panels"]):
+        g = panel["gridPos"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{panel['title']!r} covers {cells[(x, y)]!r}"
+                cells[(x, y)] = panel["title"]
+        assert g["x"] + g["w"] <= 24, panel["title"]
