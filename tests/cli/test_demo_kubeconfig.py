@@ -38,7 +38,7 @@ def test_without_the_flag_the_export_line_comes_first_and_the_folder_goes(
 ) -> None:
     seen: list[Path] = []
 
-    def run(options: Any, console: Any, *, no_live: bool) -> Any:
+    def run(options: Any, console: Any, **_: Any) -> Any:
         seen.append(options.kubeconfig)
         assert options.kubeconfig.parent.is_dir()  # the temporary folder, while it runs
         raise SystemExit(0)  # (the run itself is the test below's)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -75,18 +76,29 @@ def _view(p: Progress, height: int) -> RenderableType:
     return Group(_progress_table(p), _jobs_table(p, height))
 
 
+def _cell(value: object) -> str:
+    """A summary value as the table shows it: numbers to 4 significant digits."""
+    return f"{value:.4g}" if isinstance(value, float) else f"{value}"
+
+
 def _result_table(result: DemoResult) -> Table:
+    """Both halves side by side, in 80 columns: the names whole (never cut), the tolerances
+    ("within" the header) folded onto more lines where they are long (beside Kueue)."""
     from rich.table import Table
 
     table = Table(title="live run vs simulator, same trace")
-    for column in ("metric", "live", "simulator", "bound", "ok"):
-        table.add_column(column, justify="right" if column in ("live", "simulator") else "left")
+    table.add_column("metric", no_wrap=True)
+    table.add_column("live", justify="right", no_wrap=True)
+    table.add_column("simulator", justify="right", no_wrap=True)
+    table.add_column("within", overflow="fold")
+    table.add_column("ok", no_wrap=True)
     for b in result.bounds:
         table.add_row(
-            b.metric, f"{b.live:.4g}", f"{b.simulated:.4g}", b.tolerance, "yes" if b.ok else "NO"
-        )
+            b.metric, _cell(b.live), _cell(b.simulated), b.tolerance.removeprefix("within "),
+            "yes" if b.ok else "NO",
+        )  # fmt: skip
     for key in ("mode", "jobs_total", "avg_jct_min", "rescales", "offered_load"):
-        table.add_row(key, f"{result.live.get(key)}", f"{result.simulated.get(key)}", "", "")
+        table.add_row(key, _cell(result.live.get(key)), _cell(result.simulated.get(key)), "", "")
     return table
 
 
@@ -121,7 +133,12 @@ def _result_table(result: DemoResult) -> Table:
               help="Run the emulated Kueue too: every job in a LocalQueue whose ClusterQueue "
               "holds the GPUs as quota, the controller cooperating (docs/kube.md).")  # fmt: skip
 @click.option("--no-live", is_flag=True,
-              help="No live view: the stack's logs, plain, on standard error.")  # fmt: skip
+              help="No live view: the stack's logs, plain, on standard error (what it "
+              "decided and why; the emulated API server's requests only with "
+              "--verbose).")  # fmt: skip
+@click.option("--verbose", is_flag=True,
+              help="With --no-live: debug lines too, the emulated API server's access lines "
+              "among them.")  # fmt: skip
 @click.option("--kinds", default="pytorchjob,mpijob", show_default=True,
               callback=lambda _c, _p, v: _kinds(v),
               help="The job kinds the trace's jobs take in turn, comma-separated: pytorchjob, "
@@ -140,12 +157,14 @@ def demo(
     *,
     gpus: int, minutes: float, speedup: float, seed: int, delta_min: float | None,
     paper: bool, policy: str, crds: Path | None, json_out: Path | None,
-    wrong_priors: bool, no_learning: bool, kueue: bool, no_live: bool,
+    wrong_priors: bool, no_learning: bool, kueue: bool, no_live: bool, verbose: bool,
     kinds: tuple[str, ...], placement: str, kubeconfig: Path | None,
 ) -> None:  # fmt: skip
     """Run nats-server, an emulated Kubeflow cluster, the bridge and the controller on a bursty
     workload, then the simulator on the same trace; exit 1 if they disagree beyond the paper's
     bounds (jobs completed 5 %, SJS efficiency 5 %, drop ratio 4 points)."""
+    if verbose and not no_live:
+        raise click.UsageError("--verbose needs --no-live: the live view shows no log lines")
     import shlex
     import tempfile
 
@@ -174,13 +193,14 @@ def demo(
         learn=not no_learning, kueue_crds=kueue_files, kinds=kinds,
         trainer_crds=trainer_files, placement=Placement(placement), kubeconfig=kubeconfig,
     )  # fmt: skip
-    fit_note(workload(options, default_cluster()), gpus)  # the count both halves clamp
+    # the count both halves clamp, and the jobs the live view counts from its first frame
+    total = len(fit_note(workload(options, default_cluster()), gpus))
     console = Console()
     # before the live view: another terminal can then watch the twin with kubectl (the
     # file is written as soon as the emulated cluster listens)
     print(f"export KUBECONFIG={shlex.quote(str(kubeconfig))}", flush=True)
     try:
-        result = _run(options, console, no_live=no_live)
+        result = _run(options, console, no_live=no_live, verbose=verbose, total=total)
     finally:
         if temporary is not None:
             temporary.cleanup()
@@ -188,21 +208,33 @@ def demo(
             no_learning=no_learning, json_out=json_out)  # fmt: skip
 
 
-def _run(options: DemoOptions, console: Console, *, no_live: bool) -> DemoResult:
-    """The demo's run, with the live view on ``console`` or plain logs (``no_live``)."""
+# JAX's line on a machine without TPUs ("Unable to initialize backend 'tpu'"), at info
+QUIET_LOGGERS = ("jax._src.xla_bridge",)
+
+
+def _run(
+    options: DemoOptions, console: Console, *, no_live: bool, verbose: bool = False,
+    total: int = 0,
+) -> DemoResult:  # fmt: skip
+    """The demo's run, with the live view on ``console`` or plain logs (``no_live``: for a
+    person to read, debug lines too with ``verbose``); ``total``: the trace's jobs."""
     import asyncio
 
     from rich.live import Live
 
-    from bellows.service.config import LoggingSettings, LogLevel
+    from bellows.service.config import LogFormat, LoggingSettings, LogLevel
     from bellows.service.logging import configure_logging
     from bellows.twin.demo import Progress, run_demo
 
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     if no_live:  # plain logs on standard error, no live view
-        configure_logging(LoggingSettings(level=LogLevel.INFO), stream=sys.stderr)
+        level = LogLevel.DEBUG if verbose else LogLevel.INFO
+        configure_logging(LoggingSettings(format=LogFormat.CONSOLE, level=level), stream=sys.stderr)
         result = asyncio.run(run_demo(options))
     else:
-        with Live(_view(Progress(), console.height), console=console, refresh_per_second=4) as live:
+        first = Progress(total=total)  # "submitted 0/N" from the first frame, not 0/0
+        with Live(_view(first, console.height), console=console, refresh_per_second=4) as live:
             result = asyncio.run(
                 run_demo(options, on_progress=lambda p: live.update(_view(p, console.height)))
             )

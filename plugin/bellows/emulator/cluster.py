@@ -48,7 +48,7 @@ from bellows.emulator.nodes import gpu_node, ready_condition, schedulable_gpus, 
 from bellows.emulator.operator import EmulatedOperator
 from bellows.emulator.resources import builtin_resources, crd_resources
 from bellows.emulator.scheduling import Placer
-from bellows.emulator.server import build_app
+from bellows.emulator.server import AccessLog, build_app
 from bellows.emulator.store import Store
 from bellows.emulator.trainer import (
     CLUSTER_RUNTIMES,
@@ -145,6 +145,7 @@ class EmulatedCluster:
         self._runner = web.AppRunner(
             build_app(self.store, faults=self.faults, requests=self.requests),
             handle_signals=False,
+            access_log_class=AccessLog,  # debug lines (server.py)
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)

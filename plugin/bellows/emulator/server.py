@@ -20,6 +20,10 @@ parses them as such (``limit``, ``timeoutSeconds``, ``resourceVersion``): anythi
 For ``kubectl`` it also serves discovery (``discovery.py``: ``/api``, ``/apis``, the group
 versions' resource lists, aggregated discovery v2) and ``Table`` answers to a get, list or
 watch that asks for them (``tables.py``: ``kubectl get``'s server-side printing).
+
+Its access lines (:class:`AccessLog`, the runner's ``access_log_class``) are debug lines of
+the ``bellows.emulator.access`` logger: a demo's plain logs are the stack's, not every
+request of its clients (they were most of the lines).
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
 
 from bellows.emulator.discovery import add_discovery_routes
 from bellows.emulator.faults import Faults
@@ -50,7 +56,7 @@ from bellows.emulator.store import MAX_DEPTH, ApiError, Change, Store
 from bellows.emulator.tables import table, table_event, table_include
 from bellows.inputs import SpecError, check_int, parse_int, parse_json
 
-__all__ = ["MAX_BODY_BYTES", "MAX_WATCH_TIMEOUT_S", "build_app"]
+__all__ = ["ACCESS_LOGGER", "MAX_BODY_BYTES", "MAX_WATCH_TIMEOUT_S", "AccessLog", "build_app"]
 
 _WATCH_TRUE = ("true", "1", "True")
 _MERGE = "application/merge-patch+json"
@@ -150,6 +156,28 @@ def _query_int(request: web.Request, name: str, *, default: int, maximum: int = 
         return parse_int(name, raw, minimum=0, maximum=maximum)
     except SpecError as err:
         raise ApiError(400, "BadRequest", str(err)) from None
+
+
+ACCESS_LOGGER = "bellows.emulator.access"
+
+
+class AccessLog(AbstractAccessLogger):
+    """One debug line per request on :data:`ACCESS_LOGGER` (whatever logger aiohttp hands
+    it): method, path and query, status, bytes and milliseconds; nothing is formatted while
+    debug is off."""
+
+    def __init__(self, logger: logging.Logger, log_format: str) -> None:
+        super().__init__(logging.getLogger(ACCESS_LOGGER), log_format)
+
+    @property
+    def enabled(self) -> bool:
+        return self.logger.isEnabledFor(logging.DEBUG)
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        self.logger.debug(
+            "%s %s %d %d B %.1f ms", request.method, request.path_qs, response.status,
+            response.body_length, time * 1000.0,
+        )  # fmt: skip
 
 
 def build_app(
