@@ -62,15 +62,28 @@ def describe_run(result: SimResult, summary: Mapping[str, Any] | None = None) ->
     st = result.stats
     share = (st.core_s / st.wall_s) if st.wall_s > 0 else 0.0
     load = "n/a" if s["offered_load"] is None else f"{s['offered_load']:.2f}"
+    spread = s.get("spread_job_time_share")  # placed on nodes: job-time on more than needed
+    on_nodes = "" if spread is None else f", job-time on more nodes {spread:.1%}"
     return (
         f"{s['mode']} mode | offered load {load} | {s['jobs_completed']}/{s['jobs_total']} "
-        f"completed, {s['jobs_dropped']} dropped, avg JCT {s['avg_jct_min']} min "
-        f"(p99 {s['p99_jct_min']}), idle beside waiting {s['idle_while_waiting_share']:.1%}, "
-        f"{s['rescales_per_job']:.2f} rescales/job, SJS {s['sjs_efficiency']} | "
+        f"completed, {s['jobs_dropped']} dropped, avg JCT {_min(s['avg_jct_min'])} "
+        f"(p99 {_min(s['p99_jct_min'])}), idle beside waiting "
+        f"{s['idle_while_waiting_share']:.1%}, {s['rescales_per_job']:.2f} rescales/job, "
+        f"SJS efficiency {_num(s['sjs_efficiency'], '.3f')}{on_nodes} | "
         f"{st.events} events, {st.rounds} rounds in "
         f"{st.wall_s:.2f} s ({st.events_per_s:,.0f} events/s), optimizer/core share "
         f"{share:.0%}, arrivals (TSF rows) {st.arrive_s / max(st.wall_s, 1e-9):.0%}"
     )
+
+
+def _num(value: float | None, form: str) -> str:
+    """``value`` in ``form``, ``n/a`` when there is none (no job finished)."""
+    return "n/a" if value is None else format(value, form)
+
+
+def _min(value: float | None) -> str:
+    """Minutes with their unit, to a tenth: ``22.3 min``."""
+    return _num(value, ".1f") + ("" if value is None else " min")
 
 
 def _pollux_settings(
@@ -124,7 +137,12 @@ REFERENCES = ("pollux", "tiresias")
     type=FiniteFloat(0, MAX_DELTA_MIN),
     help="Minutes between rounds. [default: 2; --paper: 10]",
 )
-@click.option("--early-share", type=FiniteFloat(0, 1, open_min=True))
+@click.option(
+    "--early-share",
+    type=FiniteFloat(0, 1, open_min=True),
+    help="The paper's hybrid trigger: a round starts before Δ has passed once this share of "
+    "the running jobs has finished since the last round (0 < share <= 1). [default: off]",
+)
 @click.option(
     "--restart-cost-s",
     type=FiniteFloat(0, MAX_RESTART_S),
@@ -220,7 +238,18 @@ def simulate(
     efficiency: bool,
     charge_start: bool,
 ) -> None:
-    """Simulate TRACE; write summary.json, jobs.csv and plots into OUT."""
+    """Simulate TRACE; write summary.json, jobs.csv and plots into OUT.
+
+    \b
+    Each run ends with one line; its shares are:
+      idle beside waiting   GPU-time left idle while some job waited for GPUs, over the
+                            cluster's GPU-time (capacity x time)
+      optimizer/core share  the share of the run's wall time spent inside the autoscaler
+                            core: the optimizer and the decisions it takes
+      arrivals (TSF rows)   the share spent tabulating arriving jobs' speedups (the JSA)
+      on more nodes         with --placement nodes: the share of the job-time whose GPUs
+                            sat on more nodes than the job needs
+    """
     if no_learning and not wrong_priors:
         raise click.UsageError("--no-learning needs --wrong-priors")
     reference, policy, placement, delta_min = _pollux_settings(
