@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from bellows.service.metrics import Metrics
 from tests.ship.chart import by_kind, render
@@ -94,8 +95,8 @@ def test_the_chart_ships_the_dashboards_to_grafanas_sidecar_when_asked() -> None
     assert board["metadata"]["namespace"] == "monitoring"
 
 
-def _panels(panels: list[dict]) -> list[dict]:
-    out = []
+def _panels(panels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     for panel in panels:
         out += [panel, *_panels(panel.get("panels", []))]
     return out

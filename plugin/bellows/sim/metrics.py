@@ -268,6 +268,7 @@ def settings_summary(config: AutoscalerConfig) -> dict[str, Any]:
         "queue": config.queue,
         "delta_min": config.delta_s / 60.0,
         "restart_cost_s": config.restart_s,
+        "objective": config.objective.value,  # what a round maximised (plots' titles)
     }
 
 

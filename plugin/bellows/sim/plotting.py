@@ -28,7 +28,13 @@ from typing import Any
 
 from bellows.sim.engine import SimResult
 
-__all__ = ["PlotError", "Plotter"]
+__all__ = ["SENT_KEYS", "PlotError", "Plotter"]
+
+SENT_KEYS = (
+    "completed_over_time", "efficiency_charged_jobs", "spread_job_time_share", "objective",
+    "mode",
+)  # fmt: skip
+"""The summary keys the plots read: the curve, and what the titles say was charged."""
 
 
 class PlotError(RuntimeError):
@@ -50,8 +56,8 @@ class Plotter:
 
     def send(self, result: SimResult, out: Path, *, label: str, summary: Mapping[str, Any]) -> None:
         """Hand the run to the child, which draws while the caller goes on."""
-        curve = {"completed_over_time": summary["completed_over_time"]}
-        payload = pickle.dumps((result, str(out), label, curve), protocol=pickle.HIGHEST_PROTOCOL)
+        sent = {key: summary[key] for key in SENT_KEYS if key in summary}
+        payload = pickle.dumps((result, str(out), label, sent), protocol=pickle.HIGHEST_PROTOCOL)
         stdin = self._child.stdin
         if stdin is None:  # pragma: no cover - opened with PIPE above
             raise PlotError("the plotting process has no stdin")
