@@ -54,3 +54,14 @@ def test_help_says_what_the_shares_mean() -> None:
     assert "optimizer/core share the share of the run's wall time spent inside" in shown
     early = shown[shown.index("--early-share FLOAT") :]
     assert early.split("--")[1].startswith("early-share FLOAT The paper's hybrid trigger")
+
+
+def test_reproduces_run_lines_give_units(tmp_path: Path) -> None:
+    out = _ok(["reproduce", "--quick", "--only", "beyond", "--out", str(tmp_path / "r.md"),
+               "--figures", str(tmp_path / "f")])  # fmt: skip
+    words = " ".join(out.split())  # the console wraps its lines
+    runs = re.findall(r"beyond \S+ \w+: avg JCT (\S+ \S+), p99 (\S+ \S+),", words)
+    assert len(runs) >= 3, words
+    for avg, p99 in runs:
+        assert re.fullmatch(r"\d+\.\d min", avg), avg
+        assert re.fullmatch(r"\d+\.\d min", p99), p99

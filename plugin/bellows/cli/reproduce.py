@@ -72,8 +72,9 @@ def _run(
             progress.advance(beyond)
             s = run.summary
             progress.console.print(
-                f"{BEYOND} {run.scenario} {run.policy}: avg JCT {s['avg_jct_min']} min, p99 "
-                f"{s['p99_jct_min']}, idle beside waiting {s['idle_while_waiting_share']:.1%}, "
+                f"{BEYOND} {run.scenario} {run.policy}: avg JCT {_minutes(s['avg_jct_min'])}, "
+                f"p99 {_minutes(s['p99_jct_min'])}, idle beside waiting "
+                f"{s['idle_while_waiting_share']:.1%}, "
                 f"{s['rescales_per_job']:.2f} rescales/job in {run.wall_s:.1f} s"
             )
             runs = finished.setdefault(run.scenario, {})
@@ -91,6 +92,11 @@ def _run(
             )  # fmt: skip
         except (TaskFailedError, RayUnreachableError) as err:
             raise click.ClickException(str(err)) from None
+
+
+def _minutes(value: float | None) -> str:
+    """A time in minutes with its unit, to a tenth (``n/a``: no job finished)."""
+    return "n/a" if value is None else f"{value:.1f} min"
 
 
 def _missing(data: Path | None, *, is_quick: bool) -> Path | None:
