@@ -96,3 +96,28 @@ async def test_the_bridge_publishes_once_and_resumes_after_the_last_version(clie
     resumed = ScriptedWatch(script)
     await Bridge(publisher=publisher, store=store, source=resumed, key=key).run(asyncio.Event())
     assert resumed.started_from == ["20"]
+
+
+async def test_stop_ends_a_watch_waiting_for_its_next_change(client, settings):
+    """A watch with nothing new blocks on its next change; ``stop`` ends the bridge at once,
+    not when (if ever) that change comes (the demo waited 10 s at its end for this)."""
+    js = client.jetstream()
+    store = KvResumeStore(await ensure_kv(js, settings))
+    publisher = EventPublisher(js, prefix=settings.subject_prefix, stream=settings.stream)
+    key = watch_key(JobKind.PYTORCHJOB, "team-a")
+    handled = asyncio.Event()
+
+    async def quiet(resume_from):
+        yield seen("a", 10)
+        handled.set()
+        await asyncio.Event().wait()  # no further change, ever
+        yield seen("a", 11)  # pragma: no cover
+
+    stop = asyncio.Event()
+    run = asyncio.create_task(
+        Bridge(publisher=publisher, store=store, source=quiet, key=key).run(stop)
+    )
+    await asyncio.wait_for(handled.wait(), timeout=30)
+    stop.set()
+    await asyncio.wait_for(run, timeout=5)  # was: never, until the next change
+    assert await store.load(key) == "10"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -149,10 +149,14 @@ class Bridge:
         self._sent: OrderedDict[EventKey, None] = OrderedDict()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Watch and publish until ``stop`` is set; a failing watch restarts from the store."""
+        """Watch and publish until ``stop`` is set; a failing watch restarts from the store.
+
+        ``stop`` ends a watch that is waiting for its next change at once, not when the next
+        change comes: what it published but did not save as handled is published again by
+        the next run (the stream drops it by message id)."""
         while not stop.is_set():
             try:
-                await self._follow(stop)
+                await _until(stop, self._follow(stop))
             except (nats.errors.Error, OSError) as exc:
                 _log.warning("bridge.retry", key=self._key, error=str(exc))
                 await _wait(stop, self._retry_s)
@@ -178,6 +182,23 @@ class Bridge:
         self._sent[key] = None
         if len(self._sent) > self._remember:
             self._sent.popitem(last=False)
+
+
+async def _until(stop: asyncio.Event, work: Coroutine[object, object, None]) -> None:
+    """Run ``work`` until it returns or ``stop`` is set, whichever comes first (``work``
+    cancelled then); its exception, if it raised one first."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if not task.cancelled():
+        task.result()
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> None:
