@@ -31,7 +31,7 @@ from bellows.kube.kinds import JobView, KindAdapter
 from bellows.kube.readback import Distrusted, checked_journal
 from bellows.kube.specs import build_spec
 from bellows.refs import job_key
-from bellows.scaling import JobProfile
+from bellows.scaling import EfficiencyProfile, JobProfile
 
 __all__ = ["Arrived", "Deleted", "Finished", "Invalid", "JobReader", "Observation", "Skipped"]
 
@@ -54,6 +54,8 @@ class Arrived:
     running: Allocation | None
     # journal values read back and not trusted (bellows.kube.readback): they read as absent
     distrusted: tuple[Distrusted, ...] = ()
+    # its profile's efficiency section, relative to its batch_size (bellows.scaling.priors)
+    efficiency: EfficiencyProfile | None = None
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,9 @@ class JobReader:
         waiting = view.queue is not None and view.suspended
         if journal.phase is Phase.DONE and journal.allocation and (not view.suspended or waiting):
             running = Allocation(*journal.allocation)
-        return Arrived(spec, view, running, distrusted)
+        prior = profile.efficiency
+        efficiency = None if prior is None else prior.rebased(spec.batch_size)
+        return Arrived(spec, view, running, distrusted, efficiency)
 
     async def _profile(self, namespace: str, source: JobProfile | keys.ConfigMapRef) -> JobProfile:
         if isinstance(source, JobProfile):

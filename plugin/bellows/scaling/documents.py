@@ -4,7 +4,8 @@ Compact by design (the Kubernetes adapter carries a job profile inline in an ann
 
     {"apiVersion": "bellows.io/v1alpha1", "kind": "JobProfile", "weights": 25557032,
      "step": [{"localBatch": 32, "seconds": 0.21}, ...], "source": "free text",
-     "commWeights": 31000000}                       # optional, fitted
+     "commWeights": 31000000,                       # optional, fitted
+     "efficiency": {"model": "imagenet"}}           # optional (bellows.scaling.priors)
 
     {"apiVersion": "bellows.io/v1alpha1", "kind": "ClusterProfile", "gpusPerNode": 4,
      "overlap": 1.6, "allreduce": {"intraNode": {"latency": 0.002, "secondsPerWeight": 1e-9},
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from bellows.inputs import check_float, check_int, parse_json
 from bellows.jobs import MAX_LOCAL_BATCH, MAX_STEP_SECONDS, MAX_WEIGHTS, SpecError, StepProfile
+from bellows.scaling.priors import check_keys, efficiency_prior_to_json, parse_efficiency_prior
 from bellows.scaling.profiles import MAX_OVERLAP, ClusterProfile, JobProfile, LinkCost
 
 __all__ = [
@@ -46,17 +48,6 @@ def _mapping(path: str, value: object) -> Mapping[str, object]:
     if not isinstance(value, Mapping):
         raise SpecError(path or "(document)", value, "a JSON object")
     return value
-
-
-def _keys(path: str, obj: Mapping[str, object], required: set[str], optional: set[str]) -> None:
-    prefix = f"{path}." if path else ""
-    for key in obj:
-        if key not in required | optional:
-            allowed = ", ".join(sorted(required | optional))
-            raise SpecError(f"{prefix}{key}", obj[key], f"no such field (allowed: {allowed})")
-    for key in sorted(required):
-        if key not in obj:
-            raise SpecError(f"{prefix}{key}", None, "a value (the field is required)")
 
 
 def _header(obj: Mapping[str, object], kind: str) -> None:
@@ -88,7 +79,7 @@ def _step(value: object) -> StepProfile:
     for i, item in enumerate(value):
         here = f"step[{i}]"
         point = _mapping(here, item)
-        _keys(here, point, {"localBatch", "seconds"}, set())
+        check_keys(here, point, {"localBatch", "seconds"}, set())
         m = _int(f"{here}.localBatch", point["localBatch"], minimum=1, maximum=MAX_LOCAL_BATCH)
         if batches and m <= batches[-1]:
             raise SpecError(f"{here}.localBatch", m, f"strictly increasing (> {batches[-1]})")
@@ -107,15 +98,19 @@ def _step(value: object) -> StepProfile:
 def parse_job_profile(obj: Mapping[str, object]) -> JobProfile:
     """A :class:`JobProfile` from its JSON object; :class:`SpecError` names the JSON field."""
     obj = _mapping("", obj)
-    _keys("", obj, {"apiVersion", "kind", "weights", "step"}, {"source", "commWeights"})
+    optional = {"source", "commWeights", "efficiency"}
+    check_keys("", obj, {"apiVersion", "kind", "weights", "step"}, optional)
     _header(obj, "JobProfile")
-    comm = obj.get("commWeights")
+    comm, efficiency = obj.get("commWeights"), obj.get("efficiency")
     return JobProfile(
         weights=_int("weights", obj["weights"], minimum=1, maximum=MAX_WEIGHTS),
         step=_step(obj["step"]),
         source=_string("source", obj.get("source", "")),
         comm_weights=(
             None if comm is None else _int("commWeights", comm, minimum=1, maximum=MAX_WEIGHTS)
+        ),
+        efficiency=(
+            None if efficiency is None else parse_efficiency_prior("efficiency", efficiency)
         ),
     )
 
@@ -134,6 +129,8 @@ def job_profile_to_json(profile: JobProfile) -> dict[str, object]:
     }
     if profile.comm_weights is not None:
         out["commWeights"] = profile.comm_weights
+    if profile.efficiency is not None:
+        out["efficiency"] = efficiency_prior_to_json(profile.efficiency)
     return out
 
 
@@ -145,7 +142,7 @@ MAX_SECONDS_PER_WEIGHT = 1e-3
 
 def _link(path: str, value: object) -> LinkCost:
     link = _mapping(path, value)
-    _keys(path, link, {"latency", "secondsPerWeight"}, set())
+    check_keys(path, link, {"latency", "secondsPerWeight"}, set())
     return LinkCost(
         latency=_number(
             f"{path}.latency", link["latency"], minimum=0.0, maximum=MAX_LINK_LATENCY_S
@@ -160,10 +157,10 @@ def _link(path: str, value: object) -> LinkCost:
 def parse_cluster_profile(obj: Mapping[str, object]) -> ClusterProfile:
     """A :class:`ClusterProfile` from its JSON object; :class:`SpecError` names the JSON field."""
     obj = _mapping("", obj)
-    _keys("", obj, {"apiVersion", "kind", "allreduce"}, {"gpusPerNode", "overlap", "source"})
+    check_keys("", obj, {"apiVersion", "kind", "allreduce"}, {"gpusPerNode", "overlap", "source"})
     _header(obj, "ClusterProfile")
     allreduce = _mapping("allreduce", obj["allreduce"])
-    _keys("allreduce", allreduce, {"intraNode", "interNode"}, set())
+    check_keys("allreduce", allreduce, {"intraNode", "interNode"}, set())
     return ClusterProfile(
         intra_node=_link("allreduce.intraNode", allreduce["intraNode"]),
         inter_node=_link("allreduce.interNode", allreduce["interNode"]),

@@ -96,6 +96,20 @@ class EfficiencyProfile:
         if not isinstance(self.source, str):
             raise SpecError("source", self.source, "a string")
 
+    def rebased(self, reference_batch: int) -> EfficiencyProfile:
+        """The same noise scale ``phi(b, s)`` stated relative to another reference batch
+        ``M0'`` (a job's own ``batch_size``, whose samples its work counts): ``noise_scale``
+        becomes ``phi`` at ``M0'``, ``noise_scale * (M0' / M0) ** batch_exponent``, and
+        ``E(b) = (phi + M0') / (phi + b)``, 1 at ``M0'``. Progress stays counted in reference
+        samples, now at ``M0'``. ``self`` when ``M0'`` is already the reference."""
+        check_int("reference_batch", reference_batch, minimum=1, maximum=MAX_BATCH)
+        if reference_batch == self.reference_batch:
+            return self
+        ratio = reference_batch / self.reference_batch
+        phi = min(self.noise_scale * ratio**self.batch_exponent, MAX_NOISE_SCALE)
+        source = f"{self.source} (rebased from batch {self.reference_batch})".strip()
+        return EfficiencyProfile(reference_batch, phi, self.growth, self.batch_exponent, source)
+
     def noise_scale_at(self, batch: npt.ArrayLike, progress: npt.ArrayLike) -> F64:
         """``phi`` (samples) a run at ``batch`` measures after ``progress`` reference samples."""
         return self._phi(_batches(batch), _progress(progress))

@@ -21,8 +21,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bellows.jobs import SpecError, StepProfile
+
+if TYPE_CHECKING:
+    from bellows.scaling.efficiency import EfficiencyProfile
 
 __all__ = [
     "DEFAULT_PRIOR",
@@ -121,12 +125,18 @@ class JobProfile:
     cluster model best matches the job's own multi-GPU measurements (fitted by
     :func:`bellows.scaling.fit_job_profile`); use :attr:`effective_weights` when building a
     :class:`bellows.jobs.JobSpec` so that the JSA predicts with it.
+
+    ``efficiency``, when set, is the job's statistical efficiency known before it runs (the
+    document's ``efficiency`` section, :mod:`bellows.scaling.priors`): measured by
+    ``bellows profile``, or its model class's fit to validation runs. The controller decides
+    such a job by goodput from its first round.
     """
 
     weights: int
     step: StepProfile
     source: str = ""
     comm_weights: int | None = None
+    efficiency: EfficiencyProfile | None = None
 
     def __post_init__(self) -> None:
         _positive_int("weights", self.weights)
@@ -136,6 +146,11 @@ class JobProfile:
             raise SpecError("source", self.source, "a string")
         if self.comm_weights is not None:
             _positive_int("comm_weights", self.comm_weights)
+        if self.efficiency is not None:
+            from bellows.scaling.efficiency import EfficiencyProfile  # noqa: PLC0415 (a cycle)
+
+            if not isinstance(self.efficiency, EfficiencyProfile):
+                raise SpecError("efficiency", self.efficiency, "an EfficiencyProfile")
 
     @property
     def effective_weights(self) -> int:

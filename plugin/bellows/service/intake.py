@@ -149,6 +149,7 @@ class Intake(Part):
             return
         elif seen.running is not None:
             done, since = self.progress(seen, now)
+            self.charge(seen)
             if self._auto.adopt(seen.spec, seen.running, now, done=done, since=since):
                 self._roster.held[seen.spec.name] = seen.running.gpus
                 self._roster.known(seen.spec.name, seen.view.uid)
@@ -172,10 +173,22 @@ class Intake(Part):
         if (not seen.view.suspended or kueue) and seen.spec.name not in self._auto.allocations:
             outcome = await self._actuator.hold(seen.spec.name)
             _log.info("job.held", job=seen.spec.name, result=outcome.result)
+        self.charge(seen)
         if self._auto.arrive(seen.spec, now):
             self._roster.known(seen.spec.name, seen.view.uid)
             (_log.debug if quiet else _log.info)("job.arrived", job=seen.spec.name)
             self._observer.arrived(seen.spec, arrived_at)
+
+    def charge(self, seen: Arrived) -> None:
+        """Decide a job whose profile states its efficiency by goodput from its first round
+        (Bellows mode; docs/jsa.md), before the core takes it: a job the core has already
+        keeps what it is decided by (its prior, or what its reports taught)."""
+        if seen.efficiency is None:
+            return
+        try:
+            self._auto.job(seen.spec.name)
+        except KeyError:
+            self._auto.charge(seen.spec.name, seen.efficiency)
 
     async def _take_admitted(self, seen: Arrived, now: float, arrived_at: float) -> bool:
         """Take a Kueue job that Kueue admitted and resumed at its owner's size before Bellows
@@ -192,6 +205,7 @@ class Intake(Part):
         # the owner's batch on the GPUs Kueue gave it: allowed as the fixed-batch policy allows
         if not is_feasible(spec, running, fixed_batch=True):
             return False
+        self.charge(seen)
         if not self._auto.adopt(spec, running, now):
             return False
         self._roster.known(spec.name, seen.view.uid)

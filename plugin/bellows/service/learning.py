@@ -9,8 +9,9 @@ the controller knows of the job now (running at which allocation, or not), and k
   for that job (:meth:`~ProgressLearner.restart_s`);
 * the gradient statistics of its reports (payload version 2), from which
   :meth:`~ProgressLearner.efficiency` refits the job's statistical efficiency online
-  (:mod:`bellows.scaling.noise`; ``None`` until it reported :data:`MIN_NOISE_POINTS` of them:
-  a job without them is decided as before);
+  (:mod:`bellows.scaling.noise`; until it reported :data:`MIN_NOISE_POINTS` of them, its
+  prior — the efficiency its profile states, :meth:`~ProgressLearner.prime` — or ``None``:
+  a job without either is decided as before); the prior centres the refit;
 * the last samples seen and when (:meth:`~ProgressLearner.samples`; in reference samples once
   its efficiency is known), the remaining work's source for restart pricing;
 * when it last reported, so that a job silent for longer than ``stall_after_s`` is flagged
@@ -55,7 +56,8 @@ class _Job:
     fit: OnlineFit | None = None
     fitted_prior: JobProfile | None = None
     noise: NoiseLog = field(default_factory=NoiseLog)
-    efficiency: EfficiencyProfile | None = None  # the last efficiency fit
+    efficiency: EfficiencyProfile | None = None  # the last efficiency fit (or the prior)
+    prior: EfficiencyProfile | None = None  # the efficiency its profile states
     efficiency_due: bool = False  # points came since it
 
 
@@ -165,19 +167,39 @@ class ProgressLearner:
             if state.noise.add(point) is None:
                 state.efficiency_due = True
 
+    def prime(self, job: str, prior: EfficiencyProfile | None) -> None:
+        """``job``'s efficiency known before it reported (its profile's, which the core
+        decides it by from its first round): :meth:`efficiency` until its reports say more,
+        and the centre of their refit. Kept from the first call on (``None``: none)."""
+        state = self._jobs.setdefault(job, _Job())
+        if state.prior is None and prior is not None:
+            state.prior = prior
+            if state.efficiency is None:
+                state.efficiency = prior
+
     def efficiency(self, job: str, reference_batch: int) -> EfficiencyProfile | None:
         """``job``'s statistical efficiency relative to ``reference_batch``, refitted to its
-        gradient statistics (:func:`~bellows.scaling.noise.refit_efficiency`); ``None`` until
-        it reported :data:`~bellows.scaling.noise.MIN_NOISE_POINTS` of them."""
+        gradient statistics (:func:`~bellows.scaling.noise.refit_efficiency`, centred on its
+        prior if it has one, :meth:`prime`); until it reported
+        :data:`~bellows.scaling.noise.MIN_NOISE_POINTS` of them its prior, or ``None``."""
         state = self._jobs.get(job)
-        if state is None or len(state.noise) < MIN_NOISE_POINTS:
+        if state is None:
             return None
+        prior = state.prior
+        if prior is not None and prior.reference_batch != reference_batch:
+            prior = None  # stated at another batch than the job's: not this job's prior
+        if len(state.noise) < MIN_NOISE_POINTS:
+            return prior
         current = state.efficiency
         if current is not None and current.reference_batch != reference_batch:
             current, state.efficiency_due = None, True
-        if state.efficiency_due or current is None:
+        if state.efficiency_due or current is None or current is state.prior:
             source = f"bellows online fit of {len(state.noise)} gradient noise reports"
-            fit = refit_efficiency(state.noise, reference_batch, current, source=source)
+            if prior is not None:
+                source += f" from the prior {prior.source}"[:300]
+            fit = refit_efficiency(
+                state.noise, reference_batch, current, prior=prior, source=source
+            )
             state.efficiency, state.efficiency_due = fit, False
         return state.efficiency
 

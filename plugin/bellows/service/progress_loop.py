@@ -157,7 +157,9 @@ class ProgressLoop:
         if (event.world_size, event.global_batch) != (running.gpus, running.batch):
             reason = f"reported ({event.world_size}, {event.global_batch}) but runs at {running}"
             return self._drop(Rejection.STALE, subject, reason)
-        self._priors.setdefault(key, self._controller.autoscaler.job(key))
+        if key not in self._priors:  # the spec and efficiency the job's learning starts from
+            self._priors[key] = self._controller.autoscaler.job(key)
+            self._learner.prime(key, self._controller.autoscaler.charged(key))
         now = self._now()
         at = now if self._wall_to_clock is None else min(now, self._wall_to_clock(event.time))
         refused = self._learner.take(key, event, running, at, work=self._raw_work(key))

@@ -134,6 +134,7 @@ class Rebuild(Part):
             self._roster.held[seen.spec.name] = running.gpus
             self._roster.known(seen.spec.name, seen.view.uid)
             done, since = self._intake.progress(seen, now)
+            self._intake.charge(seen)
             adopted = self._auto.adopt(seen.spec, running, now, done=done, since=since)
             if adopted:
                 self._observer.arrived(seen.spec, now)
@@ -141,7 +142,8 @@ class Rebuild(Part):
             return None
         if journal.phase is Phase.REJECTED:
             return None
-        return _created(seen), Arrived(seen.spec, _lean(seen.view), None)
+        lean = Arrived(seen.spec, _lean(seen.view), None, efficiency=seen.efficiency)
+        return _created(seen), lean
 
     def rehearse(self, now: float) -> float:
         """Run the next likely rounds on copies of the core: for each kind of job (category)
