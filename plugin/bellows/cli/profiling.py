@@ -122,6 +122,14 @@ def _default_device() -> str:
     help="Write a ConfigMap of this name holding the profile instead.",
 )
 @click.option("--source", help="Provenance text stored in the profile (default: what ran).")
+@click.option(
+    "--noise-draws",
+    type=BoundedInt(0, MAX_ITERATIONS),
+    default=8,
+    show_default=True,
+    help="Gradients drawn at the smallest and the largest batch that fit, for the "
+    "profile's efficiency section (the gradient noise scale); 0: no section.",
+)
 def profile(
     *,
     model_ref: str,
@@ -138,6 +146,7 @@ def profile(
     output: Path | str,
     configmap: str | None,
     source: str | None,
+    noise_draws: int,
 ) -> None:
     """Time one training iteration of a model at several per-GPU batch sizes.
 
@@ -190,7 +199,7 @@ def profile(
             )
     except SpecError as error:
         raise click.UsageError(str(error)) from None
-    document = job_profile_to_json(run.profile)
+    document = job_profile_to_json(_with_noise(workload, run, noise_draws))
     if configmap:
         text = yaml.safe_dump(_config_map(configmap, document), sort_keys=False)
     else:
@@ -210,6 +219,41 @@ def profile(
         )
     if output != "-":
         click.echo(f"wrote {output}", err=True)
+
+
+def _with_noise(workload: Any, run: Any, draws: int) -> Any:
+    """``run``'s profile with the efficiency section its gradient noise says
+    (:mod:`bellows.profiling.noise`), measured at the smallest and the largest batch that
+    fit; the profile alone (and why, on standard error) when it cannot be said."""
+    import dataclasses
+
+    from bellows.profiling.noise import efficiency_prior, gradient_noise
+
+    batches = [m for m, _ in run.timings]
+    if draws == 0:
+        return run.profile
+    if len(batches) < 2:
+        click.echo("no efficiency section: the noise needs two batches that fit", err=True)
+        return run.profile
+    small, large = batches[0], batches[-1]
+    try:
+        noise = gradient_noise(
+            [workload.gradient_norm(small) for _ in range(draws)],
+            [workload.gradient_norm(large) for _ in range(draws)],
+            small,
+            large,
+        )
+    except SpecError as error:
+        click.echo(f"no efficiency section: {error}", err=True)
+        return run.profile
+    what = f"local batches {small} and {large}, synthetic inputs"
+    prior = efficiency_prior(noise, small, what)
+    click.echo(
+        f"gradient noise scale {noise.noise_scale:.4g} samples (|G|^2 {noise.grad_sqr:.4g}, "
+        f"tr(Sigma) {noise.grad_var:.4g}; {draws} draws at batches {small} and {large})",
+        err=True,
+    )
+    return dataclasses.replace(run.profile, efficiency=prior)
 
 
 def _config_map(name: str, document: dict[str, object]) -> dict[str, Any]:

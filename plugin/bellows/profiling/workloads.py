@@ -152,25 +152,48 @@ class TorchWorkload:
         """One training iteration at per-device batch ``local_batch``."""
         import torch  # noqa: PLC0415
 
-        inputs = self._inputs(local_batch)
-        labels = (
-            None
-            if self.batch.classes is None
-            else torch.randint(0, self.batch.classes, (local_batch,), device=self._device)
-        )
-        model, optimizer = self.model, self._optimizer
+        inputs, labels = self._inputs(local_batch), self._labels(local_batch)
+        optimizer = self._optimizer
 
         def step() -> None:
             optimizer.zero_grad(set_to_none=True)
-            output = _first_tensor(model(inputs))
-            if labels is None:
-                loss = output.float().pow(2).mean()
-            else:
-                loss = torch.nn.functional.cross_entropy(output.float(), labels)
-            torch.autograd.backward(loss)
+            torch.autograd.backward(self._loss(inputs, labels))
             optimizer.step()
 
         return step
+
+    def _labels(self, local_batch: int) -> torch.Tensor | None:
+        import torch  # noqa: PLC0415
+
+        if self.batch.classes is None:
+            return None
+        return torch.randint(0, self.batch.classes, (local_batch,), device=self._device)
+
+    def _loss(self, inputs: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+        """The batch's mean loss: cross-entropy against ``labels``, else the output's mean
+        square."""
+        import torch  # noqa: PLC0415
+
+        output = _first_tensor(self.model(inputs))
+        if labels is None:
+            return output.float().pow(2).mean()
+        return torch.nn.functional.cross_entropy(output.float(), labels)
+
+    def gradient_norm(self, local_batch: int) -> float:
+        """``|g|^2`` of one mini-batch gradient at ``local_batch`` fresh synthetic samples
+        (the mean loss's gradient), without an optimizer step: what
+        :func:`bellows.profiling.noise.gradient_noise` estimates the noise from."""
+        import torch  # noqa: PLC0415
+
+        self._optimizer.zero_grad(set_to_none=True)
+        loss = self._loss(self._inputs(local_batch), self._labels(local_batch))
+        torch.autograd.backward(loss)
+        total = 0.0
+        for p in self.model.parameters():
+            if p.grad is not None:
+                total += float(p.grad.detach().float().pow(2).sum())
+        self._optimizer.zero_grad(set_to_none=True)
+        return total
 
     def synchronize(self) -> None:
         import torch  # noqa: PLC0415
