@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from bellows.autoscaler import Autoscaler, AutoscalerConfig, Reject, Start, core
+from bellows.autoscaler import Autoscaler, AutoscalerConfig, Reject, Start, core, rows
 from bellows.jobs import Allocation, JobSpec
 from bellows.scaling import EfficiencyProfile, default_cluster
 from tests.strategies import make_job
@@ -99,7 +99,7 @@ def check_forgotten(
     and returns the time it ends at; run twice, the second job leaves no trace."""
     t = run("first", start)
     before = sizes(auto)
-    assert {"auto._s.jobs", "auto._s.rows", "auto._row_cache"} <= before.keys()
+    assert {"auto._s.jobs", "auto._s.rows", "auto._tables.row_cache"} <= before.keys()
     t = run("second", t + 1.0)
     after = sizes(auto)
     assert {p: (before.get(p), n) for p, n in after.items() if before.get(p) != n} == {}
@@ -219,14 +219,14 @@ def test_goodput_rows_of_revised_jobs_gone_are_dropped(monkeypatch: pytest.Monke
     """Each revision of a job decided by goodput makes goodput rows of its own (its refitted
     spec is a template of its own): the rows of jobs gone are dropped past a bound, those of
     the jobs still running are kept, and the rows are the same as computed afresh."""
-    monkeypatch.setattr(core, "GOODPUT_ROWS_KEPT", 8, raising=False)
+    monkeypatch.setattr(rows, "GOODPUT_ROWS_KEPT", 8)
     auto = Autoscaler(AutoscalerConfig(delta_s=0.0), capacity=8, cluster=CLUSTER)
     profile = EfficiencyProfile(32, 200.0, 0.5)
     stays = job("stays")
     auto.charge("stays", profile)
     auto.arrive(stays, now=0.0)
     auto.step(0.0)
-    t, rows = 1.0, []
+    t, sizes_seen = 1.0, []
     for i in range(80):
         name = f"job-{i}"
         auto.charge(name, profile)
@@ -237,16 +237,16 @@ def test_goodput_rows_of_revised_jobs_gone_are_dropped(monkeypatch: pytest.Monke
         auto.step(t + 1.0)  # a round: the refitted spec gets its goodput row
         assert auto.finish(name, now=t + 2.0)
         auto.step(t + 2.0)
-        rows.append(len(vars(auto).get("_goodput_cache", auto._row_cache)))
+        sizes_seen.append(len(auto._tables.goodput_cache))
         t += 3.0
-    assert max(rows) <= 2 * 8 + 2 * core.GOODPUT_STEPS  # not one row per job revised
-    key = (*Autoscaler._template(stays), profile)
-    assert any(k[:-1] == key for k in auto._goodput_cache)  # the running job's rows stay
+    assert max(sizes_seen) <= 2 * 8 + 2 * core.GOODPUT_STEPS  # not one row per job revised
+    key = (*rows.template(stays), profile)
+    assert any(k[:-1] == key for k in auto._tables.goodput_cache)  # the running job's rows stay
     fresh = Autoscaler(AutoscalerConfig(delta_s=0.0), capacity=8, cluster=CLUSTER)
     fresh.charge("stays", profile)
     fresh.arrive(stays, now=0.0)
     fresh.step(0.0)
-    for k, row in auto._goodput_cache.items():
-        if k in fresh._goodput_cache:
-            np.testing.assert_array_equal(row.values, fresh._goodput_cache[k].values)
-            np.testing.assert_array_equal(row.rate, fresh._goodput_cache[k].rate)
+    for k, row in auto._tables.goodput_cache.items():
+        if k in fresh._tables.goodput_cache:
+            np.testing.assert_array_equal(row.values, fresh._tables.goodput_cache[k].values)
+            np.testing.assert_array_equal(row.rate, fresh._tables.goodput_cache[k].rate)

@@ -45,7 +45,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
@@ -71,7 +71,8 @@ from bellows.autoscaler.reasons import (
     reject_reason,
 )
 from bellows.autoscaler.rounds import RoundClock
-from bellows.autoscaler.shapes import shape_rows
+from bellows.autoscaler.rows import GOODPUT_STEPS, TABULATE_BATCH, Tables, stacked, template
+from bellows.autoscaler.state import State
 from bellows.autoscaler.straddle import (
     FreeNodes,
     migrations,
@@ -86,34 +87,16 @@ from bellows.optimizer import admit, best_count
 from bellows.scaling import (
     ClusterProfile,
     EfficiencyProfile,
-    single_gpu_throughput,
     throughput,
-    tsf_tables,
 )
-from bellows.scaling.tables import candidate_count
 
 __all__ = ["GOODPUT_STEPS", "TABULATE_BATCH", "Autoscaler", "ClockError", "RoundStats"]
 
-TABULATE_BATCH = 512  # jobs per vectorized TSF table in Autoscaler.tabulate (~30 MiB peak)
-GOODPUT_STEPS = 10  # a goodput row is recomputed each 1/10 of a job's work (10 % progress)
-GOODPUT_ROWS_KEPT = 4096  # goodput rows cached before those no known job uses are dropped
 STRADDLE_PASSES = 8  # rounds solved again while their placement squeezes a job (see_nodes)
 
 
 class ClockError(RuntimeError):
     """A fact or a step dated before the last one: the caller's clock went backwards."""
-
-
-@dataclass(frozen=True)
-class _Row:
-    """A job's TSF row under the configured policy, computed once on arrival."""
-
-    values: np.ndarray  # float64 [k_max+1], -inf where infeasible, column 0 = -inf
-    batch: tuple[int, ...]  # [k_max+1], best global batch per GPU count (Python ints)
-    rate: np.ndarray  # float64 [k_max+1], samples/s at (k, batch[k])
-    min_gpus: int  # smallest feasible k (k_max + 1 when none)
-    x1: float  # samples/s on one GPU at the job's largest per-GPU batch (TSF's unit)
-    grid: np.ndarray  # values on the optimizer's exact grid (pricing.exact), no keep bonus
 
 
 @dataclass(frozen=True)
@@ -126,18 +109,6 @@ class RoundStats:
     objective: float
     decisions: int
     kind: str = "round"  # "round", "fill" or "preempt"
-
-
-@dataclass
-class _State:
-    jobs: dict[str, JobSpec] = field(default_factory=dict)
-    rows: dict[str, _Row] = field(default_factory=dict)
-    arrived: list[str] = field(default_factory=list)  # FIFO
-    running: dict[str, RunningJob] = field(default_factory=dict)  # in start order
-    carried: dict[str, float] = field(default_factory=dict)  # progress kept over a preemption
-    resumed: dict[str, float] = field(default_factory=dict)  # running job -> (re)started at
-    moves: dict[str, int] = field(default_factory=dict)  # rescales each job has made
-    in_use: int = 0  # GPUs the running jobs hold
 
 
 class Autoscaler:
@@ -163,12 +134,8 @@ class Autoscaler:
         self._cluster = cluster
         self._capacity = _check_capacity(capacity)
         self._clock = RoundClock(config.delta_s, config.early_share)
-        self._s = _State()
-        self._row_cache: dict[tuple[object, ...], _Row] = {}
-        # goodput rows by template, profile and step (_goodput_rows): a refitted spec or a
-        # learned profile makes keys of one job only, so those of jobs gone are dropped
-        self._goodput_cache: dict[tuple[object, ...], _Row] = {}
-        self._goodput_bound = GOODPUT_ROWS_KEPT
+        self._s = State()
+        self._tables = Tables(config, cluster, self._engines)  # TSF and goodput rows
         self._now = float("-inf")  # the latest time a fact or a step carried
         self._preempt_at: float | None = None  # capacity fell below the GPUs in use
         self._fill_at: float | None = None  # GPUs may be free while jobs wait
@@ -199,15 +166,9 @@ class Autoscaler:
         ``copy.deepcopy`` took a second (docs/live.md).
         """
         twin = copy.copy(self)
-        s = self._s
-        twin._s = _State(
-            jobs=dict(s.jobs), rows=dict(s.rows), arrived=list(s.arrived),
-            running=dict(s.running), carried=dict(s.carried), in_use=s.in_use,
-            resumed=dict(s.resumed), moves=dict(s.moves),
-        )  # fmt: skip
+        twin._s = self._s.copy()
         twin._clock = dataclasses.replace(self._clock)
-        twin._row_cache = dict(self._row_cache)
-        twin._goodput_cache = dict(self._goodput_cache)
+        twin._tables = self._tables.fork()
         twin._charged = dict(self._charged)
         return twin
 
@@ -244,7 +205,7 @@ class Autoscaler:
         self._advance(now)
         if job.name in self._s.jobs:
             return False
-        row = self._row(job)  # first: a job the JSA cannot tabulate leaves no trace
+        row = self._tables.row(job)  # first: a job the JSA cannot tabulate leaves no trace
         self._s.jobs[job.name] = job
         self._s.rows[job.name] = row
         self._s.arrived.append(job.name)
@@ -280,7 +241,7 @@ class Autoscaler:
         self._advance(now)
         if job.name in self._s.jobs:
             return False
-        row = self._row(job)
+        row = self._tables.row(job)
         rate = throughput(job, allocation.gpus, allocation.batch, self._cluster)
         self._s.jobs[job.name] = job
         self._s.rows[job.name] = row
@@ -314,7 +275,7 @@ class Autoscaler:
             return False
         # not through the template cache: every refit is a new template, and caching each
         # would grow the cache for as long as the controller runs
-        row = self._compute_rows([job])[0]
+        row = self._tables.compute([job])[0]
         self._s.jobs[name] = job
         self._s.rows[name] = row
         at = now if since is None else min(since, now)
@@ -487,7 +448,7 @@ class Autoscaler:
         if not names:
             return 0, 0.0
         if self._charged:
-            self._goodput_rows(names, now)
+            self._tables.goodput_rows(self._s, self._charged, names, now)
         lone = len(names) == 1 and not required and self.shortcuts
         if lone:  # most fills: one waiting job and the free GPUs; admitted when it fits
             row = self._s.rows[names[0]]
@@ -585,7 +546,7 @@ class Autoscaler:
         """Values ``[jobs, width+1]`` (restarts priced), and the same on the exact grid with
         each running job's current k kept on a tie (:func:`exact`): what the DP maximises.
 
-        The rows are gathered in whole arrays (:func:`_stacked`), and the running jobs'
+        The rows are gathered in whole arrays (:func:`stacked`), and the running jobs'
         progress and prices computed in whole arrays: a round over a hundred running jobs
         costs a few array operations, not a hundred rounds of Python. Grid rows are computed
         once per TSF row; only priced rows go on the grid here."""
@@ -593,8 +554,8 @@ class Autoscaler:
         rows = [s.rows[n] for n in names]
         width = max(1, min(capacity, max(s.jobs[n].k_max for n in names)))
         lengths = np.array([row.values.size for row in rows], dtype=np.int64)  # rate, grid: same
-        values = _stacked([row.values for row in rows], lengths, width, -np.inf)
-        graded = _stacked([row.grid for row in rows], lengths, width, -np.inf)
+        values = stacked([row.values for row in rows], lengths, width, -np.inf)
+        graded = stacked([row.grid for row in rows], lengths, width, -np.inf)
         runs = [s.running.get(n) for n in names]
         held = [i for i, run in enumerate(runs) if run is not None]
         if not held:
@@ -618,7 +579,7 @@ class Autoscaler:
             moved = [rows[i] for i in priced_at.tolist()]
             values[priced_at] = priced(
                 values[priced_at],
-                _stacked([row.rate for row in moved], lengths[priced_at], width, 0.0),
+                stacked([row.rate for row in moved], lengths[priced_at], width, 0.0),
                 current=gpus[moving],
                 remaining=left[moving],
                 restart_s=penalty[moving],
@@ -753,7 +714,7 @@ class Autoscaler:
             groups = np.full(len(names), -1, dtype=np.int64)
             for i, (name, run) in enumerate(zip(names, runs, strict=True)):
                 if run is not None:
-                    groups[i] = kinds.setdefault(self._template(s.jobs[name]), len(kinds))
+                    groups[i] = kinds.setdefault(template(s.jobs[name]), len(kinds))
             remaining = shared_remaining(remaining, groups)
         terms = objective_values(values, objective, remaining, share=share)
         keep = np.array([-1 if r is None or r.allocation.gpus >= terms.shape[1]
@@ -984,15 +945,6 @@ class Autoscaler:
         if self._s.in_use > self._capacity and self._preempt_at is None:
             self._preempt_at = now
 
-    @staticmethod
-    def _template(job: JobSpec) -> tuple[object, ...]:
-        """What a job's row depends on: jobs from one template (all but name and work
-        equal) share a row."""
-        return (
-            job.b_min, job.b_max, job.batch_size, job.k_max, job.m_max, job.weights,
-            job.profile, job.elastic, job.gpus,
-        )  # fmt: skip
-
     def tabulate(self, jobs: Iterable[JobSpec]) -> int:
         """Compute the rows of jobs expected to arrive, all at once, before they arrive.
 
@@ -1000,148 +952,9 @@ class Autoscaler:
         that knows the jobs ahead (the simulator, a trace) hands them here and every new
         template is tabulated in vectorized batches of ``TABULATE_BATCH`` (jobs of similar
         candidate counts together, so little of a table is padding), with the very same
-        values. Returns how many new rows this computed.
+        values. Returns how many new rows this computed (:meth:`Tables.tabulate`).
         """
-        fresh: dict[tuple[object, ...], JobSpec] = {}
-        for job in jobs:
-            key = self._template(job)
-            if key not in self._row_cache:
-                fresh.setdefault(key, job)
-        todo = sorted(fresh.items(), key=lambda item: candidate_count(item[1]))
-        for first in range(0, len(todo), TABULATE_BATCH):
-            part = todo[first : first + TABULATE_BATCH]
-            rows = self._compute_rows([job for _, job in part])
-            self._row_cache.update((key, row) for (key, _), row in zip(part, rows, strict=True))
-        return len(todo)
-
-    def _goodput_rows(self, names: Sequence[str], now: float) -> None:
-        """Give each charged job among ``names`` the goodput row of its progress step."""
-        s = self._s
-        todo: dict[tuple[object, ...], tuple[JobSpec, EfficiencyProfile, float]] = {}
-        keys: dict[str, tuple[object, ...]] = {}
-        steps: dict[str, int] = {}
-        for name in names:
-            profile = self._charged.get(name)
-            if profile is None:
-                continue
-            job, run = s.jobs[name], s.running.get(name)
-            done = run.done_at(now) if run is not None else s.carried.get(name, 0.0)
-            step = min(GOODPUT_STEPS - 1, int(GOODPUT_STEPS * max(done, 0.0) / job.work))
-            key = keys[name] = (*self._template(job), profile, step)
-            steps[name] = step
-            if key not in self._goodput_cache:  # E at the step's middle: its rate's mean
-                todo.setdefault(key, (job, profile, job.work * (step + 0.5) / GOODPUT_STEPS))
-        if todo:
-            parts = list(todo.values())
-            rows = self._compute_rows([p[0] for p in parts], [(p[1], p[2]) for p in parts])
-            self._goodput_cache.update(zip(todo, rows, strict=True))
-        for name, key in keys.items():
-            row = self._goodput_cache[key]
-            run = s.running.get(name)
-            if run is not None and s.rows.get(name) is not row:
-                s.running[name] = self._regoodput(name, run, row, steps[name], now)
-            s.rows[name] = row
-        if len(self._goodput_cache) > self._goodput_bound:
-            self._drop_goodput_rows()
-
-    def _drop_goodput_rows(self) -> None:
-        """Keep only the cached goodput rows a known job may use (its spec's template and
-        the profile it is charged, at any step); the bound doubles past what is kept, so
-        that this costs a pass over the known jobs now and then, not at every round.
-
-        Every revision of a job decided by goodput (a refitted spec, a learned profile)
-        makes rows no other job uses: without this the cache grew with every job the
-        controller ever revised. A row dropped and needed again is computed again, the
-        same (a row does not depend on the jobs it was computed beside)."""
-        s = self._s
-        live = {(*self._template(s.jobs[n]), p)
-                for n in s.jobs if (p := self._charged.get(n)) is not None}  # fmt: skip
-        cache = self._goodput_cache
-        self._goodput_cache = {key: row for key, row in cache.items() if key[:-1] in live}
-        self._goodput_bound = max(GOODPUT_ROWS_KEPT, 2 * len(self._goodput_cache))
-
-    def _regoodput(
-        self, name: str, run: RunningJob, row: _Row, step: int, now: float
-    ) -> RunningJob:
-        """A running job entering the next step of its work: its estimate goes on at the
-        goodput of what it holds *there* (the new row's where its batch is the row's, else
-        ``X(b, k) E(b)`` at the step's middle), not at the goodput of the step it was placed
-        in. Below ``M0`` E falls as training goes on: a job left at its first batch was
-        credited its first step's E to the end, so its estimate ran ahead, and the choice to
-        move it to the new row's batch (:meth:`_batch_move_pays`) weighed that stale rate
-        against the new step's."""
-        held = run.allocation
-        if row.batch[held.gpus] == held.batch:
-            rate = float(row.rate[held.gpus])
-        else:
-            job, profile = self._s.jobs[name], self._charged[name]
-            middle = job.work * (step + 0.5) / GOODPUT_STEPS
-            gain = float(profile.efficiency(held.batch, middle))
-            rate = throughput(job, held.gpus, held.batch, self._cluster) * gain
-        return RunningJob(held, rate, run.done_at(now), now, run.paused_until)
-
-    def _row(self, job: JobSpec) -> _Row:
-        """The job's row, from the template cache or computed now."""
-        key = self._template(job)
-        row = self._row_cache.get(key)
-        if row is None:
-            row = self._row_cache[key] = self._compute_rows([job])[0]
-        return row
-
-    def _compute_rows(
-        self,
-        jobs: Sequence[JobSpec],
-        goodput: Sequence[tuple[EfficiencyProfile, float]] | None = None,
-    ) -> list[_Row]:
-        """One TSF table for ``jobs``; each row is cut to its job's ``k_max`` (the columns
-        past it are ``-inf``), so a row is the same whichever batch computed it. With
-        ``goodput`` (a profile and the progress of each job): goodput rows, whose rates and
-        ``x1`` are reference samples per second."""
-        fixed = self._config.policy is Policy.BASELINE
-        width = max(job.k_max for job in jobs)
-        profiles = None if goodput is None else [g[0] for g in goodput]
-        progress = None if goodput is None else [g[1] for g in goodput]
-        tables = tsf_tables(
-            jobs, self._cluster, fixed_batch=fixed, width=width,
-            efficiency=profiles, progress=progress, compiled=self._engines.compiled_weighing,
-        )  # fmt: skip
-        table = tables.values.astype(np.float64)
-        if self._config.node_counts:  # counts that tile nodes only (bellows.autoscaler.shapes)
-            shape_rows(table, self._cluster.gpus_per_node)
-        grids = exact(table, np.full(len(jobs), -1, dtype=np.int64))
-        rows = []
-        for j, job in enumerate(jobs):
-            rate = tables.throughput[j, : job.k_max + 1].astype(np.float64)
-            gain = 1.0
-            if goodput is not None and tables.efficiency is not None:
-                gain = float(goodput[j][0].efficiency(job.x1_batch, goodput[j][1]))
-                rate = rate * tables.efficiency[j, : job.k_max + 1]
-            values = table[j, : job.k_max + 1].copy()
-            finite = np.flatnonzero(np.isfinite(values[1:]))
-            rows.append(
-                _Row(
-                    values=values,
-                    batch=tuple(tables.batch[j, : job.k_max + 1].tolist()),
-                    rate=rate,
-                    min_gpus=int(finite[0]) + 1 if finite.size else job.k_max + 1,
-                    x1=single_gpu_throughput(job, self._cluster) * gain,
-                    grid=grids[j, : job.k_max + 1].copy(),
-                )
-            )
-        return rows
-
-
-def _stacked(
-    rows: Sequence[np.ndarray], lengths: np.ndarray, width: int, fill: float
-) -> np.ndarray:
-    """``rows`` (1-D, ``lengths`` long) as one ``[len(rows), width+1]`` array, cut at column
-    ``width`` and padded with ``fill`` (no rate, no value past a row): one concatenation and
-    one masked store, however many rows (a row-by-row copy was a third of a 400-GPU
-    simulation's rounds, issue 11)."""
-    columns = max(int(lengths.max()), width + 1)
-    out = np.full((len(rows), columns), fill)
-    out[np.arange(columns) < lengths[:, None]] = np.concatenate(rows)  # row-major, as joined
-    return out if columns == width + 1 else np.ascontiguousarray(out[:, : width + 1])
+        return self._tables.tabulate(jobs)
 
 
 def _check_capacity(gpus: int) -> int:
