@@ -50,6 +50,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from bellows.autoscaler import admission
 from bellows.autoscaler.config import (
     AutoscalerConfig,
     Mode,
@@ -57,7 +58,7 @@ from bellows.autoscaler.config import (
     restart_s,
     restart_s_each,
 )
-from bellows.autoscaler.decisions import Decision, Keep, Preempt, Reject, Rescale, Start
+from bellows.autoscaler.decisions import Decision, Keep, Rescale, Start
 from bellows.autoscaler.engines import Engines
 from bellows.autoscaler.objectives import Objective, objective_values, shared_remaining, slack
 from bellows.autoscaler.pricing import exact, kept, priced
@@ -66,9 +67,7 @@ from bellows.autoscaler.reasons import (
     batch_keep_reason,
     keep_reason,
     min_runtime_reason,
-    preempt_reason,
     reasoned,
-    reject_reason,
 )
 from bellows.autoscaler.rounds import RoundClock
 from bellows.autoscaler.rows import GOODPUT_STEPS, TABULATE_BATCH, Tables, stacked, template
@@ -397,16 +396,16 @@ class Autoscaler:
 
     def _round(self, now: float) -> list[Decision]:
         decisions: list[Decision] = []
-        decisions.extend(self._preempt_to_fit(now))
+        decisions.extend(admission.preempt_to_fit(self._s, self._capacity, now))
         running = list(self._s.running)
         offered = self._candidates(self._capacity - len(running))
-        floors = self._protected(now)
+        floors = admission.protected(self._s, self._config, self._capacity, now)
         self._batch_kept = {}
         # only the candidates admission takes get a row: a long queue costs the DP nothing
-        free = self._capacity - self._min_need(running) - self._floor_need(floors)
+        free = self._capacity - self._s.min_need(running) - admission.floor_need(self._s, floors)
         taken = self._fitting(offered, free)
         names = running + (taken if self.shortcuts else offered)
-        self._need = self._min_need(running) + self._min_need(taken)
+        self._need = self._s.min_need(running) + self._s.min_need(taken)
         self._priced = None
         admitted, objective = self._optimize(
             names, self._capacity, now, decisions, required=len(running), floors=floors
@@ -416,7 +415,7 @@ class Autoscaler:
         decisions.extend(self._reject())
         self._clock.round_done(now, running=len(self._s.running))
         if floors:  # the round the protection held back comes when it ends
-            self._clock.note_event(self._protected_until(floors, now))
+            self._clock.note_event(admission.protected_until(self._s, self._config, floors, now))
         candidates = len(running) + len(offered)
         self._stats(now, candidates, admitted, objective, decisions, kind="round")
         return decisions
@@ -427,7 +426,7 @@ class Autoscaler:
         decisions: list[Decision] = []
         taken = self._fitting(self._s.arrived, free)
         names = taken if self.shortcuts else self._candidates(free)
-        self._need = self._min_need(list(self._s.running)) + self._min_need(taken)
+        self._need = self._s.min_need(list(self._s.running)) + self._s.min_need(taken)
         admitted, objective = self._optimize(names, free, now, decisions, required=0)
         self._stats(now, len(names), admitted, objective, decisions, kind="fill")
         return decisions
@@ -443,7 +442,7 @@ class Autoscaler:
         floors: Mapping[str, int] | None = None,
     ) -> tuple[int, float]:
         """Admit and place ``names`` (the ``required`` running jobs first) on ``capacity``;
-        a job in ``floors`` gets at least that many GPUs (:meth:`_protected`)."""
+        a job in ``floors`` gets at least that many GPUs (:func:`.admission.protected`)."""
         self._squeezed = {}
         if not names:
             return 0, 0.0
@@ -511,33 +510,17 @@ class Autoscaler:
         )
 
     def _candidates(self, slots: int) -> list[str]:
-        """Arrived jobs offered to a round's optimizer, in FIFO order.
-
-        Jobs that could not run even on an empty cluster are passed over (they wait for the
-        cluster to grow, and never block the queue). Each admitted job takes at least one
-        GPU, so without backfill no more than ``slots`` can be admitted; the rest of the
-        queue is not even looked at.
-        """
-        fit = [n for n in self._s.arrived if self._s.rows[n].min_gpus <= self._capacity]
-        return fit if self._config.backfill else fit[: max(0, slots)]
+        return admission.candidates(self._s, self._capacity, slots, backfill=self._config.backfill)
 
     def _fitting(self, waiting: Sequence[str], free: int) -> list[str]:
-        """The ``waiting`` jobs admission takes on ``free`` GPUs, in FIFO order: each while
-        its smallest allocation fits in what is left (past one that does not, with
-        backfill) — the admission rule of :func:`bellows.optimizer.admit`, so a long queue
-        costs the DP nothing."""
-        out: list[str] = []
-        for name in waiting:
-            if free <= 0:
-                break
-            least = self._s.rows[name].min_gpus
-            if least > self._capacity:
-                continue  # never fits this cluster: it must not block the queue either
-            if least <= free:
-                out.append(name)
-                free -= least
-            elif not self._config.backfill:
-                break
+        backfill = self._config.backfill
+        return admission.fitting(self._s, waiting, free, self._capacity, backfill=backfill)
+
+    def _halt_newest(self, now: float) -> list[Decision]:
+        """Halt the newest running jobs until the rest fit in the capacity (at its drop)."""
+        out = admission.halt_newest(self._s, self._capacity, now)
+        if out:
+            self._stats(now, len(out), 0, 0.0, out, kind="preempt")
         return out
 
     def _values(
@@ -721,64 +704,6 @@ class Autoscaler:
                          else r.allocation.gpus for r in runs], dtype=np.int64)  # fmt: skip
         return terms, exact(terms, keep)
 
-    def _halt_newest(self, now: float) -> list[Decision]:
-        """Halt the newest running jobs until the rest fit in the capacity (at its drop)."""
-        out: list[Decision] = []
-        while self._s.running and self._s.in_use > self._capacity:
-            out.append(self._preempt(next(reversed(self._s.running)), now))
-        if out:
-            self._stats(now, len(out), 0, 0.0, out, kind="preempt")
-        return out
-
-    def _preempt_to_fit(self, now: float) -> list[Decision]:
-        """If the running jobs alone no longer fit even at their smallest, halt the newest."""
-        out: list[Decision] = []
-        while self._s.running and self._min_need(list(self._s.running)) > self._capacity:
-            out.append(self._preempt(next(reversed(self._s.running)), now))
-        return out
-
-    def _preempt(self, name: str, now: float) -> Decision:
-        running = self._s.running.pop(name)
-        self._s.resumed.pop(name, None)
-        self._s.in_use -= running.allocation.gpus
-        self._s.arrived.insert(0, name)
-        # the job resumes later from its checkpoint, with the progress it had
-        self._s.carried[name] = running.done_at(now)
-        return Preempt(name, preempt_reason(self._capacity))
-
-    def _protected(self, now: float) -> dict[str, int]:
-        """The running jobs a round may not shrink, each to the GPUs it holds: those that
-        (re)started less than their minimum runtime ago (``JobSpec.min_runtime_s``, else
-        ``AutoscalerConfig.min_runtime_s``). None while the running jobs hold more GPUs
-        than the cluster has: a capacity loss still shrinks and preempts them."""
-        s, default = self._s, self._config.min_runtime_s
-        if s.in_use > self._capacity:
-            return {}
-        floors: dict[str, int] = {}
-        for name, run in s.running.items():
-            own = s.jobs[name].min_runtime_s
-            if now - s.resumed.get(name, run.since) < (default if own is None else own):
-                floors[name] = run.allocation.gpus
-        return floors
-
-    def _protected_until(self, floors: Mapping[str, int], now: float) -> float:
-        """When the first of the protected jobs still running may be shrunk again."""
-        s, default = self._s, self._config.min_runtime_s
-        ends = []
-        for name in floors:
-            if (run := s.running.get(name)) is not None:
-                own = s.jobs[name].min_runtime_s
-                ends.append(s.resumed.get(name, run.since) + (default if own is None else own))
-        return max(now, min(ends, default=now))
-
-    def _floor_need(self, floors: Mapping[str, int]) -> int:
-        """GPUs the protected jobs hold beyond their smallest allocation."""
-        rows = self._s.rows
-        return sum(max(0, k - rows[n].min_gpus) for n, k in floors.items())
-
-    def _min_need(self, names: Sequence[str]) -> int:
-        return sum(self._s.rows[n].min_gpus for n in names)
-
     def _apply(
         self, gpus: Mapping[str, int], now: float, moved: frozenset[str] = frozenset()
     ) -> list[Decision]:
@@ -842,7 +767,7 @@ class Autoscaler:
           a tie): the optimizer is exact, so only the restart priced into the move kept them;
         * the optimizer chose another batch on their GPUs, which would not pay for its
           restart (:meth:`_batch_move_pays`);
-        * their minimum runtime (:meth:`_protected`) kept the round from shrinking them
+        * their minimum runtime (:func:`.admission.protected`) kept the round from shrinking them
           while jobs still wait after it.
         """
         moved = {d.job for d in decisions}
@@ -900,19 +825,11 @@ class Autoscaler:
         return move < keep
 
     def _reject(self) -> list[Decision]:
-        """No-queue mode: every arrived job the round did not start is dropped.
-
-        Jobs halted by a capacity drop were running, and running jobs are never rejected:
-        they keep their place at the head of the queue.
-        """
-        if self._config.queue:
-            return []
-        kept = [n for n in self._s.arrived if n in self._s.carried]
-        dropped = [n for n in self._s.arrived if n not in self._s.carried]
-        self._s.arrived[:] = kept
-        for name in dropped:
-            self._forget(name)
-        return [Reject(name, reject_reason(self._capacity)) for name in dropped]
+        """No-queue mode: drop and forget every arrived job the round did not start."""
+        dropped = admission.reject(self._s, self._config, self._capacity)
+        for decision in dropped:
+            self._forget(decision.job)
+        return list(dropped)
 
     def _forget(self, name: str) -> None:
         """Drop everything kept by job ``name``, which neither runs nor waits any more (it
