@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from bellows.autoscaler import Autoscaler, AutoscalerConfig, Objective, core
+from bellows.autoscaler import Autoscaler, AutoscalerConfig, Objective, valuing
 from bellows.autoscaler.objectives import (
     REMAINING_EXPONENT,
     SLACK_SHARE,
@@ -110,7 +110,7 @@ def _swap_setting(share: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, int
     """Two jobs of one template: the long one took the cluster's 8 first, the short one
     (1 % of its work) the 4 left; the next rounds under ``remaining``."""
     if not share:  # each job weighted by its own remaining time, as before templates shared
-        monkeypatch.setattr(core, "shared_remaining", lambda remaining, groups: remaining)
+        monkeypatch.setattr(valuing, "shared_remaining", lambda remaining, groups: remaining)
     auto = Autoscaler(
         AutoscalerConfig(objective=Objective.REMAINING), capacity=12, cluster=default_cluster()
     )

@@ -56,13 +56,11 @@ from bellows.autoscaler.config import (
     Mode,
     Policy,
     restart_s,
-    restart_s_each,
 )
 from bellows.autoscaler.decisions import Decision, Keep, Rescale, Start
 from bellows.autoscaler.engines import Engines
-from bellows.autoscaler.objectives import Objective, objective_values, shared_remaining, slack
-from bellows.autoscaler.pricing import exact, kept, priced
-from bellows.autoscaler.progress import RunningJob, done_at_all
+from bellows.autoscaler.objectives import Objective
+from bellows.autoscaler.progress import RunningJob
 from bellows.autoscaler.reasons import (
     batch_keep_reason,
     keep_reason,
@@ -70,17 +68,12 @@ from bellows.autoscaler.reasons import (
     reasoned,
 )
 from bellows.autoscaler.rounds import RoundClock
-from bellows.autoscaler.rows import GOODPUT_STEPS, TABULATE_BATCH, Tables, stacked, template
+from bellows.autoscaler.rows import GOODPUT_STEPS, TABULATE_BATCH, Tables
 from bellows.autoscaler.state import State
 from bellows.autoscaler.straddle import (
     FreeNodes,
-    migrations,
-    placed_rooms,
-    reprice,
-    rooms,
-    straddle_ratios,
-    whole_nodes,
 )
+from bellows.autoscaler.valuing import Pricing
 from bellows.jobs import Allocation, JobSpec, SpecError, is_feasible
 from bellows.optimizer import admit, best_count
 from bellows.scaling import (
@@ -153,7 +146,7 @@ class Autoscaler:
         self._priced: tuple[list[str], np.ndarray] | None = None  # the last round's values
         self._charged: dict[str, EfficiencyProfile] = {}  # job -> profile (goodput rows)
         self._nodes: FreeNodes | None = None  # where GPUs sit, for the next step (see_nodes)
-        self._ratios: dict[tuple[object, ...], np.ndarray] = {}  # straddle ratios (_ratio)
+        self._ratios: dict[tuple[object, ...], np.ndarray] = {}  # straddle ratios (Pricing)
         self._squeezed: dict[str, int] = {}  # job -> its room in this round's placement
 
     def fork(self) -> Autoscaler:
@@ -448,24 +441,25 @@ class Autoscaler:
             return 0, 0.0
         if self._charged:
             self._tables.goodput_rows(self._s, self._charged, names, now)
+        pricing = self._pricing()
         lone = len(names) == 1 and not required and self.shortcuts
         if lone:  # most fills: one waiting job and the free GPUs; admitted when it fits
             row = self._s.rows[names[0]]
             if row.min_gpus > capacity:
                 return 0, 0.0
             worth, grid = row.values, row.grid
-            if self._nodes is not None:  # a copy: the row is shared
+            if pricing.nodes is not None:  # a copy: the row is shared
                 worth, grid = worth[None, :].copy(), grid[None, :].copy()
-                self._straddled(names, worth, grid, [None])
+                pricing.straddled(names, worth, grid, [None])
                 worth, grid = worth[0], grid[0]
             if self._config.objective is not Objective.SPEEDUP:  # its terms, on their grid
-                terms, graded = self._objective(names, worth[None, :], grid[None, :], [None], now)
+                terms, graded = pricing.objective(names, worth[None, :], grid[None, :], [None], now)
                 worth, grid = terms[0], graded[0]
             k = best_count(grid, row.min_gpus, capacity)
             decisions.extend(self._placed({names[0]: k}, now, fill=True))
             return 1, float(worth[k])
-        for _ in range(STRADDLE_PASSES):  # more than one only with see_nodes (_restraddled)
-            values, graded = self._values(names, capacity, now)
+        for _ in range(STRADDLE_PASSES):  # more than one only on nodes (Pricing.restraddled)
+            values, graded = pricing.values(names, capacity, now)
             for i, name in enumerate(names[:required]):
                 if floors and (floor := floors.get(name, 0)) > 1:
                     values[i, 1:floor] = -np.inf
@@ -482,7 +476,7 @@ class Autoscaler:
             rows = np.asarray(admission.admitted, dtype=np.int64)
             chosen = admission.gpus[rows]
             gpus = dict(zip([names[i] for i in admission.admitted], chosen.tolist(), strict=True))
-            if not self._restraddled(gpus):
+            if not pricing.restraddled(gpus):
                 break
         if self.note_keeps:
             self._priced = (names, values)
@@ -523,192 +517,30 @@ class Autoscaler:
             self._stats(now, len(out), 0, 0.0, out, kind="preempt")
         return out
 
-    def _values(
-        self, names: Sequence[str], capacity: int, now: float
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Values ``[jobs, width+1]`` (restarts priced), and the same on the exact grid with
-        each running job's current k kept on a tie (:func:`exact`): what the DP maximises.
-
-        The rows are gathered in whole arrays (:func:`stacked`), and the running jobs'
-        progress and prices computed in whole arrays: a round over a hundred running jobs
-        costs a few array operations, not a hundred rounds of Python. Grid rows are computed
-        once per TSF row; only priced rows go on the grid here."""
-        s = self._s
-        rows = [s.rows[n] for n in names]
-        width = max(1, min(capacity, max(s.jobs[n].k_max for n in names)))
-        lengths = np.array([row.values.size for row in rows], dtype=np.int64)  # rate, grid: same
-        values = stacked([row.values for row in rows], lengths, width, -np.inf)
-        graded = stacked([row.grid for row in rows], lengths, width, -np.inf)
-        runs = [s.running.get(n) for n in names]
-        held = [i for i, run in enumerate(runs) if run is not None]
-        if not held:
-            self._straddled(names, values, graded, runs)
-            return self._objective(names, values, graded, runs, now)
-        at = np.array(held, dtype=np.int64)
-        running = [run for run in runs if run is not None]
-        gpus = np.array([run.allocation.gpus for run in running], dtype=np.int64)
-        keep = np.where(gpus <= width, gpus, -1)
-        hold = max(1.0, self._config.hysteresis)
-        penalty = np.array(restart_s_each([s.jobs[names[i]] for i in held], self._config))
-        penalty *= hold
-        if self._config.restart_growth:  # each earlier move makes the next one dearer
-            moved_before = np.array([s.moves.get(names[i], 0) for i in held], dtype=np.float64)
-            penalty *= 1.0 + self._config.restart_growth * moved_before
-        moving = penalty > 0
-        if moving.any():
-            work = np.array([s.jobs[names[i]].work for i in held])
-            left = np.maximum(work - done_at_all(running, now), 0.0)
-            priced_at = at[moving]
-            moved = [rows[i] for i in priced_at.tolist()]
-            values[priced_at] = priced(
-                values[priced_at],
-                stacked([row.rate for row in moved], lengths[priced_at], width, 0.0),
-                current=gpus[moving],
-                remaining=left[moving],
-                restart_s=penalty[moving],
-                x1=np.array([row.x1 for row in moved]),
-            )
-            graded[priced_at] = exact(values[priced_at], np.full(priced_at.size, -1, np.int64))
-        kept(graded, at, keep)
-        self._straddled(names, values, graded, runs)
-        if not self.shortcuts:
-            every = np.full(len(names), -1, dtype=np.int64)
-            every[at] = keep
-            graded = exact(values, every)
-        return self._objective(names, values, graded, runs, now)
-
-    def _straddled(
-        self,
-        names: Sequence[str],
-        values: np.ndarray,
-        graded: np.ndarray,
-        runs: Sequence[RunningJob | None],
-    ) -> None:
-        """Counts that would straddle nodes priced at their step time there, in place, on the
-        grid too (:meth:`see_nodes`; Bellows mode only)."""
-        if self._nodes is None or not self.goodput:
-            return
-        ratios = [self._ratio(name) for name in names]
-        now = np.array([-1 if r is None else r.allocation.gpus for r in runs], dtype=np.int64)
-        room = rooms(self._nodes, names, self._cluster.gpus_per_node)
-        if self._squeezed:
-            room = np.minimum(room, [self._squeezed.get(n, self._capacity) for n in names])
-        whole = whole_nodes(values, self._cluster.gpus_per_node, now, room)
-        changed = np.array(sorted(whole.union(reprice(values, room, ratios, now).tolist())))
-        if changed.size:
-            keep = np.where(now[changed] < values.shape[1], now[changed], -1)
-            graded[changed] = exact(values[changed], keep)
-
-    def _ratio(self, name: str) -> np.ndarray:
-        """The job's :func:`straddle_ratios`, cached by what they depend on."""
-        job, row = self._s.jobs[name], self._s.rows[name]
-        key = (job.weights, job.profile, row.batch[: self._cluster.gpus_per_node + 1])
-        ratio = self._ratios.get(key)
-        if ratio is None:
-            ratio = self._ratios[key] = straddle_ratios(job, row.batch, self._cluster)
-        return ratio
+    def _pricing(self) -> Pricing:
+        """What this step prices rows with: nodes seen count in Bellows mode only."""
+        nodes = self._nodes if self.goodput else None
+        return Pricing(
+            self._s, self._config, self._cluster, self._capacity, nodes,
+            self._squeezed, self._ratios, self._need, every_exact=not self.shortcuts,
+        )  # fmt: skip
 
     def _placed(self, gpus: Mapping[str, int], now: float, *, fill: bool) -> list[Decision]:
-        """:meth:`_apply` with the :meth:`_migrations` that pay; in a fill (``gpus``: the
-        waiting jobs only) the running jobs keep their counts but may migrate too."""
+        """:meth:`_apply` with the migrations that pay (:meth:`Pricing.paying_migrations`);
+        in a fill (``gpus``: the waiting jobs only) the running jobs keep their counts but
+        may migrate too."""
         if self._nodes is None or not self.goodput:
             return self._apply(gpus, now)
-        moved = self._migrations(gpus, now, fill=fill)
+        moved = self._pricing().paying_migrations(gpus, now, fill=fill)
         running = self._s.running
         moves = {n: running[n].allocation.gpus for n in moved}  # in gain order: deterministic
         return self._apply({**gpus, **moves}, now, frozenset(moved))
-
-    def _migrations(self, gpus: Mapping[str, int], now: float, *, fill: bool) -> tuple[str, ...]:
-        """Running jobs kept on their count (in ``gpus``, or any in a fill) that straddle
-        nodes and would sit on one node after the step's moves, where the time that gains
-        pays their restart: they move (a rescale to the same GPUs: a restart onto one node;
-        :meth:`see_nodes`), best gain first. An ordered tuple, not a set: the simulator
-        places equal GPU counts in decision order, and a set's would follow the hash seed."""
-        nodes = self._nodes
-        assert nodes is not None  # _placed calls it with nodes seen only
-        s, g = self._s, self._cluster.gpus_per_node
-        hold = max(1.0, self._config.hysteresis)
-        moving = self._moving(gpus)
-        gains: list[tuple[float, str, int]] = []
-        for name in nodes.spread or ():
-            run = s.running.get(name)
-            if run is None or name in moving:
-                continue
-            k = run.allocation.gpus
-            if k > g or not (fill or name in gpus):
-                continue
-            left = max(s.jobs[name].work - run.done_at(now), 0.0)
-            rate = float(s.rows[name].rate[k])
-            slower = left / (rate * float(self._ratio(name)[k])) - left / rate
-            if slower > self.restart_s(name) * hold:
-                gains.append((slower, name, k))
-        if not gains:
-            return ()
-        best = [(name, k) for _, name, k in sorted(gains, reverse=True)]
-        return tuple(migrations(nodes, moving, best, g))
-
-    def _moving(self, gpus: Mapping[str, int]) -> dict[str, int]:
-        """The jobs of ``gpus`` the step starts or gives another count, with that count."""
-        running = self._s.running
-        return {name: k for name, k in gpus.items()
-                if (run := running.get(name)) is None or run.allocation.gpus != k}  # fmt: skip
-
-    def _restraddled(self, gpus: Mapping[str, int]) -> bool:
-        """Whether placing the jobs that ``gpus`` starts or moves, as the simulator places
-        them, leaves one of them less room than it was priced with, below a node's worth
-        (it would straddle): it is then priced with that room (:meth:`_straddled`), and the
-        round solves again."""
-        if self._nodes is None or not self.goodput:
-            return False
-        g = self._cluster.gpus_per_node
-        moving = self._moving(gpus)
-        found = placed_rooms(self._nodes, moving, g)
-        squeezed = False
-        for name, room in found.items():
-            if room < moving[name] and room < self._squeezed.get(name, self._capacity + 1):
-                self._squeezed[name] = room
-                squeezed = True
-        return squeezed
-
-    def _objective(
-        self,
-        names: Sequence[str],
-        values: np.ndarray,
-        graded: np.ndarray,
-        runs: Sequence[RunningJob | None],
-        now: float,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The priced speedups as the terms of the configured objective
-        (:mod:`bellows.autoscaler.objectives`) and on the exact grid, each running job's
-        current k kept on a tie; the sum of speedups as it is."""
-        objective = self._config.objective
-        share = slack(self._need, self._capacity) if objective is Objective.SLACK else 1.0
-        if objective is Objective.SPEEDUP or share == 0.0:
-            return values, graded
-        s = self._s
-        remaining = None
-        if objective is not Objective.FAIR:
-            done = [s.carried.get(n, 0.0) if r is None else r.done_at(now)
-                    for n, r in zip(names, runs, strict=True)]  # fmt: skip
-            work = np.array([s.jobs[n].work for n in names])
-            rate = np.array([s.rows[n].x1 for n in names])
-            remaining = np.maximum(work - np.array(done), 0.0) / rate
-            kinds: dict[tuple[object, ...], int] = {}  # running jobs of a template: one weight
-            groups = np.full(len(names), -1, dtype=np.int64)
-            for i, (name, run) in enumerate(zip(names, runs, strict=True)):
-                if run is not None:
-                    groups[i] = kinds.setdefault(template(s.jobs[name]), len(kinds))
-            remaining = shared_remaining(remaining, groups)
-        terms = objective_values(values, objective, remaining, share=share)
-        keep = np.array([-1 if r is None or r.allocation.gpus >= terms.shape[1]
-                         else r.allocation.gpus for r in runs], dtype=np.int64)  # fmt: skip
-        return terms, exact(terms, keep)
 
     def _apply(
         self, gpus: Mapping[str, int], now: float, moved: frozenset[str] = frozenset()
     ) -> list[Decision]:
         """The decisions that put the jobs on ``gpus``; ``moved``: jobs that keep their count
-        but restart onto other nodes (:meth:`_migrations`)."""
+        but restart onto other nodes (:meth:`Pricing.paying_migrations`)."""
         downs: list[Rescale] = []
         ups: list[Rescale] = []
         starts: list[Start] = []
