@@ -50,23 +50,17 @@ from types import MappingProxyType
 
 import numpy as np
 
-from bellows.autoscaler import admission
+from bellows.autoscaler import admission, applying
 from bellows.autoscaler.config import (
     AutoscalerConfig,
     Mode,
     Policy,
     restart_s,
 )
-from bellows.autoscaler.decisions import Decision, Keep, Rescale, Start
+from bellows.autoscaler.decisions import Decision, Keep
 from bellows.autoscaler.engines import Engines
 from bellows.autoscaler.objectives import Objective
 from bellows.autoscaler.progress import RunningJob
-from bellows.autoscaler.reasons import (
-    batch_keep_reason,
-    keep_reason,
-    min_runtime_reason,
-    reasoned,
-)
 from bellows.autoscaler.rounds import RoundClock
 from bellows.autoscaler.rows import GOODPUT_STEPS, TABULATE_BATCH, Tables
 from bellows.autoscaler.state import State
@@ -404,7 +398,10 @@ class Autoscaler:
             names, self._capacity, now, decisions, required=len(running), floors=floors
         )
         if self.note_keeps:
-            self.keeps = self._kept(decisions, floors)
+            self.keeps = applying.kept(
+                self._s, self._config, self._capacity, decisions, floors,
+                priced=self._priced, batch_kept=self._batch_kept,
+            )  # fmt: skip
         decisions.extend(self._reject())
         self._clock.round_done(now, running=len(self._s.running))
         if floors:  # the round the protection held back comes when it ends
@@ -539,122 +536,9 @@ class Autoscaler:
     def _apply(
         self, gpus: Mapping[str, int], now: float, moved: frozenset[str] = frozenset()
     ) -> list[Decision]:
-        """The decisions that put the jobs on ``gpus``; ``moved``: jobs that keep their count
-        but restart onto other nodes (:meth:`Pricing.paying_migrations`)."""
-        downs: list[Rescale] = []
-        ups: list[Rescale] = []
-        starts: list[Start] = []
-        resumed: set[str] = set()
-        faster_alone: set[str] = set()
-        rows, jobs = self._s.rows, self._s.running
-        for name, k in gpus.items():
-            row = rows[name]
-            batch = row.batch[k]
-            running = jobs.get(name)
-            held = None if running is None else running.allocation
-            if held is not None and held.gpus == k and held.batch == batch and name not in moved:
-                continue  # the common case in a round: the job keeps what it has
-            alloc = Allocation(k, batch)
-            rate = float(row.rate[k])
-            cost = self.restart_s(name)
-            if running is None:
-                self._s.arrived.remove(name)
-                # a job halted by a capacity drop restarts from its checkpoint: it pays again
-                done = self._s.carried.pop(name, None)
-                pause = 0.0 if done is None else cost
-                if done is not None:
-                    resumed.add(name)
-                self._s.running[name] = RunningJob(alloc, rate, done or 0.0, now, now + pause)
-                self._s.resumed[name] = now
-                self._s.in_use += k
-                starts.append(Start(name, alloc.gpus, alloc.batch))
-            elif running.allocation != alloc or name in moved:
-                old = running.allocation
-                if (old.gpus == k and name not in moved
-                        and not self._batch_move_pays(name, running, rate, cost, now)):  # fmt: skip
-                    self._batch_kept[name] = alloc.batch
-                    continue  # same GPUs, another batch: a restart that would not pay
-                self._s.running[name] = running.moved_to(alloc, rate, now, restart_s=cost)
-                self._s.resumed[name] = now
-                self._s.moves[name] = self._s.moves.get(name, 0) + 1
-                self._s.in_use += k - old.gpus
-                change = Rescale(name, old.gpus, old.batch, alloc.gpus, alloc.batch)
-                (downs if alloc.gpus < old.gpus else ups).append(change)
-                if alloc.gpus < old.gpus and row.values[k] > row.values[old.gpus]:
-                    faster_alone.add(name)
-        # scale-downs free GPUs before scale-ups and starts claim them
-        return reasoned(
-            downs,
-            ups,
-            starts,
-            resumed=frozenset(resumed),
-            faster_alone=frozenset(faster_alone),
-            capacity=self._capacity,
-        )
-
-    def _kept(self, decisions: Sequence[Decision], floors: Mapping[str, int]) -> tuple[Keep, ...]:
-        """The running jobs this round left as they were, and why (one note per job):
-
-        * GPUs it left free would have run them faster (higher TSF on the exact grid, so not
-          a tie): the optimizer is exact, so only the restart priced into the move kept them;
-        * the optimizer chose another batch on their GPUs, which would not pay for its
-          restart (:meth:`_batch_move_pays`);
-        * their minimum runtime (:func:`.admission.protected`) kept the round from shrinking them
-          while jobs still wait after it.
-        """
-        moved = {d.job for d in decisions}
-        out: dict[str, Keep] = {}
-        names, values = self._priced or ([], np.zeros((0, 0)))
-        free = self._capacity - self._s.in_use
-        for i, name in enumerate(names):
-            running = self._s.running.get(name)
-            if running is None or name in moved or not np.isfinite(values[i]).any():
-                continue
-            grid, k = self._s.rows[name].grid, running.allocation.gpus
-            if k >= grid.size:
-                continue
-            reach = grid[1 : min(grid.size, k + free + 1)]
-            best = int(np.argmax(reach)) + 1
-            if reach[best - 1] > grid[k] and best != k:
-                reason = keep_reason(k, best)
-                out[name] = Keep(name, k, running.allocation.batch, best, reason)
-        for name, batch in self._batch_kept.items():
-            running = self._s.running.get(name)
-            if running is None or name in out or name in moved:
-                continue
-            held = running.allocation
-            if held.batch != batch:
-                reason = batch_keep_reason(held.gpus, held.batch, batch)
-                out[name] = Keep(name, held.gpus, held.batch, held.gpus, reason)
-        waiting = bool(self._s.arrived)
-        for name in floors if waiting else ():
-            running = self._s.running.get(name)
-            if running is None or name in out or name in moved:
-                continue
-            own = self._s.jobs[name].min_runtime_s
-            least = self._config.min_runtime_s if own is None else own
-            held = running.allocation
-            reason = min_runtime_reason(held.gpus, least)
-            out[name] = Keep(name, held.gpus, held.batch, held.gpus, reason)
-        return tuple(out.values())
-
-    def _batch_move_pays(
-        self, name: str, running: RunningJob, rate: float, cost: float, now: float
-    ) -> bool:
-        """Whether moving a running job to another batch on the GPUs it holds finishes it
-        sooner, its restart included (``cost`` times the hysteresis, as the pricing charges
-        a move). The pricing charges no restart at the job's own GPU count, where it assumes
-        the row's batch: a job adopted at another batch (found running, admitted by Kueue at
-        its owner's size) or whose row a revision changed would otherwise be restarted for a
-        batch change that gains nothing, its restart unpriced."""
-        left = max(self._s.jobs[name].work - running.done_at(now), 0.0)
-        if running.rate <= 0.0:
-            return True
-        if rate <= 0.0:
-            return False
-        keep = left / running.rate
-        move = left / rate + cost * max(1.0, self._config.hysteresis)
-        return move < keep
+        """The decisions that put the jobs on ``gpus`` (:func:`.applying.apply`)."""
+        s, config, capacity, kept = self._s, self._config, self._capacity, self._batch_kept
+        return applying.apply(s, config, capacity, gpus, now, moved=moved, batch_kept=kept)
 
     def _reject(self) -> list[Decision]:
         """No-queue mode: drop and forget every arrived job the round did not start."""
