@@ -107,6 +107,20 @@ def _pollux_settings(
 REFERENCES = ("pollux", "tiresias")
 
 
+def _refuse_unused(
+    *, no_learning: bool, wrong_priors: bool, paper: bool, objective: str | None
+) -> None:
+    """Options that would change nothing documented, refused: --no-learning without wrong
+    priors to keep; an objective paper mode does not take (it maximises the sum of speedups)."""
+    if no_learning and not wrong_priors:
+        raise click.UsageError("--no-learning needs --wrong-priors")
+    if paper and objective not in (None, "speedup"):
+        raise click.UsageError(
+            f"--objective {objective} is for Bellows mode: --paper always maximises the sum "
+            "of speedups (docs/autoscaler.md); drop --objective or --paper"
+        )
+
+
 @click.command("simulate")
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--gpus", type=BoundedInt(1, MAX_GPUS), required=True, help="Cluster size.")
@@ -182,8 +196,9 @@ REFERENCES = ("pollux", "tiresias")
     type=click.Choice(["slack", "speedup", "fair", "remaining"]),
     help="What a Bellows-mode round maximises: speedups weighted by remaining time while the "
     "cluster has slack, the sum of speedups near a backlog (slack); the sum of speedups (the "
-    "paper's; paper mode's always); Pollux's p = -1 fairness (sum of -1/speedup); or speedups "
-    "always weighted by remaining time (docs/autoscaler.md, issue 29). [default: slack]",
+    "paper's; paper mode's always, it takes no other); Pollux's p = -1 fairness (sum of "
+    "-1/speedup); or speedups always weighted by remaining time (docs/autoscaler.md, issue "
+    "29). [default: slack]",
 )
 @click.option(
     "--placement",
@@ -250,8 +265,8 @@ def simulate(
       on more nodes         with --placement nodes: the share of the job-time whose GPUs
                             sat on more nodes than the job needs
     """
-    if no_learning and not wrong_priors:
-        raise click.UsageError("--no-learning needs --wrong-priors")
+    _refuse_unused(no_learning=no_learning, wrong_priors=wrong_priors, paper=paper,
+                   objective=objective)  # fmt: skip
     reference, policy, placement, delta_min = _pollux_settings(
         policy, placement, delta_min,
         {"--paper": paper or None, "--early-share": early_share, "--hysteresis": hysteresis,

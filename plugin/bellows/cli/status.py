@@ -392,8 +392,11 @@ def status(
         )
     except Exception as err:  # no API server, forbidden, a bad kubeconfig: one line
         from bellows.inputs import brief
+        from bellows.kube.listing import ConfigError
 
-        raise click.ClickException(f"cannot read the jobs: {brief(err)}") from None
+        # a kubeconfig's trouble in the words _namespace_of_context gives it, -A or not
+        said = str(err) if isinstance(err, ConfigError) else brief(err)
+        raise click.ClickException(f"cannot read the jobs: {said}") from None
     if states:
         rows = [r for r in rows if str(r.state) in states]
     rows.sort(key=lambda r: (r.kind, r.namespace, r.name))

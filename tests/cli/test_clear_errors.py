@@ -1,0 +1,52 @@
+"""Clear errors (issue 38 item 4): one ``Error:`` line in the same words whichever way the
+command was asked, and options refused where they would change nothing documented."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bellows.cli.main import main
+
+
+@pytest.mark.parametrize("scope", [["-A"], ["-n", "team-a"], []])
+def test_status_words_a_missing_kubeconfig_the_same_with_or_without_a_namespace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scope: list[str]
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent.yaml"))
+    result = CliRunner().invoke(main, ["status", *scope])
+    assert result.exit_code == 1, result.output
+    expected = f"Error: cannot read the jobs: no kubeconfig: none of $KUBECONFIG={tmp_path}"
+    assert result.output.strip() == expected + "/absent.yaml exists"
+    assert "ConfigError" not in result.output
+
+
+def _trace(tmp_path: Path) -> Path:
+    trace = tmp_path / "t.jsonl"
+    args = ["workload", "generate", "--pattern", "bursty", "--minutes", "30", "--seed", "1"]
+    args += ["--gpus", "8"]
+    result = CliRunner().invoke(main, [*args, "--out", str(trace)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return trace
+
+
+@pytest.mark.parametrize("objective", ["slack", "fair", "remaining"])
+def test_simulate_refuses_an_objective_paper_mode_does_not_take(
+    tmp_path: Path, objective: str
+) -> None:
+    args = ["simulate", str(_trace(tmp_path)), "--gpus", "8", "--paper"]
+    result = CliRunner().invoke(main, [*args, "--objective", objective, "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert f"--objective {objective} is for Bellows mode" in result.output
+    assert "--paper always maximises the sum of speedups" in result.output
+    assert not (tmp_path / "summary.json").exists()
+
+
+def test_simulate_takes_paper_modes_own_objective(tmp_path: Path) -> None:
+    args = ["simulate", str(_trace(tmp_path)), "--gpus", "8", "--paper", "--no-plots"]
+    result = CliRunner().invoke(main, [*args, "--objective", "speedup", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "summary.json").exists()
