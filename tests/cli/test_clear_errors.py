@@ -3,6 +3,10 @@ command was asked, and options refused where they would change nothing documente
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,3 +54,38 @@ def test_simulate_takes_paper_modes_own_objective(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, [*args, "--objective", "speedup", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "summary.json").exists()
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def test_controller_with_nats_unreachable_prints_one_error_line_naming_the_url(
+    tmp_path: Path,
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+    )
+    url = f"nats://127.0.0.1:{_closed_port()}"
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    command = [sys.executable, "-m", "bellows.cli.main", "controller", "--set"]
+    done = subprocess.run(
+        [*command, f"nats.servers={url}"],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, done.stderr
+    assert errors[0].startswith(f"Error: could not connect to NATS at {url} ("), errors

@@ -16,9 +16,13 @@ from nats.aio.client import Client
 
 from bellows.bus.settings import NatsSettings, TlsSettings, userinfo_free
 
-__all__ = ["connect", "connect_options", "tls_context"]
+__all__ = ["NatsUnreachableError", "connect", "connect_options", "tls_context"]
 
 _log = structlog.get_logger("bellows.bus")
+
+
+class NatsUnreachableError(ConnectionError):
+    """No NATS server of the settings answered the first connect; the message names them."""
 
 
 def tls_context(tls: TlsSettings) -> ssl.SSLContext:
@@ -121,10 +125,15 @@ async def connect(
         )
     except TimeoutError:
         cause = f"{type(errors[-1]).__name__}: {errors[-1]}" if errors else "no answer"
-        raise ConnectionError(
+        raise NatsUnreachableError(
             f"could not connect to NATS at {', '.join(_shown_servers(settings))} within "
             f"{budget:.0f} s "
             f"({cause})"
+        ) from None
+    except nats.errors.NoServersError:
+        cause = f"{type(errors[-1]).__name__}: {errors[-1]}" if errors else "no server answered"
+        raise NatsUnreachableError(
+            f"could not connect to NATS at {', '.join(_shown_servers(settings))} ({cause})"
         ) from None
     # nats-py reads this option on every reconnect; -1 would also make the first connect
     # above spin forever, hence it is set only now.

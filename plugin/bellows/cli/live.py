@@ -31,11 +31,12 @@ def _serve(runner: Runner, config: BellowsConfig) -> None:
             loop.add_signal_handler(sig, stop.set)
         await runner(config, stop=stop)
 
+    from bellows.bus.connection import NatsUnreachableError
     from bellows.service.kubeconfig import KubeconfigError
 
     try:
         asyncio.run(until_signalled())
-    except KubeconfigError as error:
+    except (KubeconfigError, NatsUnreachableError) as error:  # one Error: line, no traceback
         raise click.ClickException(str(error)) from None
 
 
