@@ -89,3 +89,15 @@ def test_controller_with_nats_unreachable_prints_one_error_line_naming_the_url(
     errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1, done.stderr
     assert errors[0].startswith(f"Error: could not connect to NATS at {url} ("), errors
+
+
+def test_the_lists_of_kinds_name_trainjob() -> None:
+    listing = CliRunner().invoke(main, ["--help"], terminal_width=200)
+    bridge = next(line for line in listing.output.splitlines() if line.strip().startswith("bridge"))
+    assert "TrainJobs" in bridge, bridge
+    assert "TrainJobs" in CliRunner().invoke(main, ["bridge", "--help"]).output
+    root = Path(__file__).resolve().parents[2]
+    diagram = (root / "README.md").read_text().split("```\n", 2)[1]
+    assert "PyTorchJob / MPIJob / TrainJob ──watch──▶ bridge" in diagram
+    opening = (root / "docs/events.md").read_text().split("\n\n")[1]
+    assert "TrainJobs" in opening, opening

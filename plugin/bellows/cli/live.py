@@ -54,9 +54,11 @@ def controller(config_file: Path | None, overrides: tuple[str, ...]) -> None:
 @click.command()
 @config_options
 def bridge(config_file: Path | None, overrides: tuple[str, ...]) -> None:
-    """Watch opted-in PyTorchJobs and MPIJobs and publish their arrivals and completions.
+    """Watch opted-in PyTorchJobs, MPIJobs and TrainJobs and publish their arrivals and
+    completions.
 
-    Runs until SIGTERM; resumes its watch from the last resourceVersion it handled."""
+    TrainJobs with controller.trainer.enabled (the Trainer v2 CRDs installed). Runs until
+    SIGTERM; resumes its watch from the last resourceVersion it handled."""
     from bellows.service.runner import run_bridge
 
     _serve(run_bridge, load_from_cli(config_file, overrides))

@@ -89,7 +89,8 @@ COMMANDS: dict[str, LazyCommand] = {
     ),
     "bridge": LazyCommand(
         "bellows.cli.live:bridge",
-        "Watch opted-in PyTorchJobs and MPIJobs and publish their arrivals and completions.",
+        "Watch opted-in PyTorchJobs, MPIJobs and TrainJobs and publish their arrivals and "
+        "completions.",
     ),
 }
 
