@@ -5,19 +5,28 @@ Pure functions over the core's :class:`~bellows.autoscaler.state.State` (the cor
 the jobs FIFO admission takes on free GPUs (:func:`fitting`, the rule of
 :func:`bellows.optimizer.admit`), preemption of the newest running jobs when the capacity
 falls below what they hold, the minimum-runtime protection (:func:`protected`) and no-queue
-rejection. The functions that halt or drop a job update the state; none does I/O.
+rejection; and the optimizer's admission and placement itself (:func:`solve`, or
+:func:`solve_lone` for a lone candidate). The functions that halt or drop a job update the
+state; none does I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from bellows.autoscaler.config import AutoscalerConfig
 from bellows.autoscaler.decisions import Decision, Preempt, Reject
+from bellows.autoscaler.engines import Engines
+from bellows.autoscaler.objectives import Objective
 from bellows.autoscaler.reasons import preempt_reason, reject_reason
-from bellows.autoscaler.state import State
+from bellows.autoscaler.state import Row, State
+from bellows.autoscaler.valuing import Pricing
+from bellows.optimizer import admit, best_count
 
 __all__ = [
+    "STRADDLE_PASSES",
     "candidates",
     "fitting",
     "floor_need",
@@ -26,7 +35,11 @@ __all__ = [
     "protected",
     "protected_until",
     "reject",
+    "solve",
+    "solve_lone",
 ]
+
+STRADDLE_PASSES = 8  # rounds solved again while their placement squeezes a job (see_nodes)
 
 
 def candidates(s: State, capacity: int, slots: int, *, backfill: bool) -> list[str]:
@@ -137,3 +150,61 @@ def reject(s: State, config: AutoscalerConfig, capacity: int) -> list[Reject]:
     dropped = [n for n in s.arrived if n not in s.carried]
     s.arrived[:] = kept
     return [Reject(name, reject_reason(capacity)) for name in dropped]
+
+
+def solve_lone(
+    pricing: Pricing, name: str, row: Row, capacity: int, now: float
+) -> tuple[int, float] | None:
+    """A lone waiting job on ``capacity`` free GPUs (most fills), placed without the DP:
+    its best count and that count's value, or ``None`` when it does not fit."""
+    if row.min_gpus > capacity:
+        return None
+    worth, grid = row.values, row.grid
+    if pricing.nodes is not None:  # a copy: the row is shared
+        worth, grid = worth[None, :].copy(), grid[None, :].copy()
+        pricing.straddled([name], worth, grid, [None])
+        worth, grid = worth[0], grid[0]
+    if pricing.config.objective is not Objective.SPEEDUP:  # its terms, on their grid
+        terms, graded = pricing.objective([name], worth[None, :], grid[None, :], [None], now)
+        worth, grid = terms[0], graded[0]
+    k = best_count(grid, row.min_gpus, capacity)
+    return k, float(worth[k])
+
+
+def solve(
+    pricing: Pricing,
+    names: list[str],
+    capacity: int,
+    now: float,
+    *,
+    required: int,
+    floors: Mapping[str, int] | None,
+    engines: Engines,
+) -> tuple[dict[str, int], np.ndarray, float, int]:
+    """Admit and place ``names`` (the ``required`` running jobs first) on ``capacity`` with
+    the optimizer (:func:`bellows.optimizer.admit`), a job in ``floors`` on at least that
+    many GPUs (:func:`protected`); solved again while the placement squeezes a job
+    (:meth:`Pricing.restraddled`). Returns the admitted jobs' counts, the priced values,
+    the objective and how many were admitted."""
+    config = pricing.config
+    for _ in range(STRADDLE_PASSES):  # more than one only on nodes
+        values, graded = pricing.values(names, capacity, now)
+        for i, name in enumerate(names[:required]):
+            if floors and (floor := floors.get(name, 0)) > 1:
+                values[i, 1:floor] = -np.inf
+                graded[i, 1:floor] = -np.inf
+        taken = admit(
+            graded,
+            capacity,
+            required=required,
+            backfill=config.backfill,
+            method=config.optimizer,
+            rent=engines.rent,
+            compiled=engines.compiled_layers,
+        )
+        rows = np.asarray(taken.admitted, dtype=np.int64)
+        chosen = taken.gpus[rows]
+        gpus = dict(zip([names[i] for i in taken.admitted], chosen.tolist(), strict=True))
+        if not pricing.restraddled(gpus):
+            break
+    return gpus, values, float(values[rows, chosen].sum()), len(taken.admitted)

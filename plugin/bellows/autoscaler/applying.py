@@ -5,7 +5,8 @@ migrations onto one node) and takes them as applied on the core's
 :class:`~bellows.autoscaler.state.State`: allocations, rates, progress estimates, restart
 pauses, GPUs in use. A batch change on the GPUs a job holds is applied only when it pays
 for its restart (:func:`batch_move_pays`). :func:`kept` says why a round left running jobs
-as they were (``Autoscaler.note_keeps``). Pure: no I/O, no clock.
+as they were (``Autoscaler.note_keeps``). :func:`adopted` and :func:`revised` apply what a
+controller tells of a job it found running or learned about. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from bellows.autoscaler.reasons import (
     reasoned,
 )
 from bellows.autoscaler.state import State
-from bellows.jobs import Allocation
+from bellows.jobs import Allocation, JobSpec, SpecError, is_feasible
+from bellows.scaling import ClusterProfile, EfficiencyProfile, throughput
 
-__all__ = ["apply", "batch_move_pays", "kept"]
+__all__ = ["adopted", "apply", "batch_move_pays", "check_adoptable", "kept", "revised"]
 
 
 def apply(
@@ -60,15 +62,8 @@ def apply(
         rate = float(row.rate[k])
         cost = restart_s(s.jobs[name], config)
         if running is None:
-            s.arrived.remove(name)
-            # a job halted by a capacity drop restarts from its checkpoint: it pays again
-            done = s.carried.pop(name, None)
-            pause = 0.0 if done is None else cost
-            if done is not None:
+            if _start(s, name, alloc, rate, cost=cost, now=now):
                 resumed.add(name)
-            s.running[name] = RunningJob(alloc, rate, done or 0.0, now, now + pause)
-            s.resumed[name] = now
-            s.in_use += k
             starts.append(Start(name, alloc.gpus, alloc.batch))
         elif running.allocation != alloc or name in moved:
             old = running.allocation
@@ -95,6 +90,18 @@ def apply(
         faster_alone=frozenset(faster_alone),
         capacity=capacity,
     )
+
+
+def _start(s: State, name: str, alloc: Allocation, rate: float, *, cost: float, now: float) -> bool:
+    """Start waiting job ``name`` at ``alloc``; whether it resumes (it was halted by a
+    capacity drop: it restarts from its checkpoint, and pays its restart again)."""
+    s.arrived.remove(name)
+    done = s.carried.pop(name, None)
+    pause = 0.0 if done is None else cost
+    s.running[name] = RunningJob(alloc, rate, done or 0.0, now, now + pause)
+    s.resumed[name] = now
+    s.in_use += alloc.gpus
+    return done is not None
 
 
 def kept(
@@ -178,3 +185,68 @@ def batch_move_pays(
     keep = left / running.rate
     move = left / rate + cost * max(1.0, config.hysteresis)
     return move < keep
+
+
+def check_adoptable(job: JobSpec, allocation: Allocation) -> None:
+    """:class:`SpecError` for an allocation job ``job``'s bounds rule out (a controller's
+    journal that is wrong: the tables, sized by ``k_max``, have no row for it)."""
+    if not (is_feasible(job, allocation) or is_feasible(job, allocation, fixed_batch=True)):
+        raise SpecError(
+            "allocation",
+            f"k={allocation.gpus},b={allocation.batch}",
+            f"a size job {job.name}'s bounds allow",
+        )
+
+
+def adopted(
+    s: State,
+    config: AutoscalerConfig,
+    cluster: ClusterProfile,
+    job: JobSpec,
+    allocation: Allocation,
+    *,
+    now: float,
+    done: float,
+    since: float | None,
+) -> None:
+    """Job ``job`` (its row in ``s.rows`` already) running at ``allocation`` with ``done``
+    samples as of ``since`` (default ``now``): from then at the allocation's rate, after the
+    restart a resume costs (none for a job that did nothing yet)."""
+    rate = throughput(job, allocation.gpus, allocation.batch, cluster)
+    done = min(max(done, 0.0), job.work)
+    start = now if since is None else min(since, now)
+    pause = restart_s(job, config) if done > 0 else 0.0  # a resume, not a start
+    s.running[job.name] = RunningJob(allocation, rate, done, start, start + pause)
+    s.resumed[job.name] = start
+    s.in_use += allocation.gpus
+
+
+def revised(
+    s: State,
+    cluster: ClusterProfile,
+    job: JobSpec,
+    profile: EfficiencyProfile | None,
+    *,
+    now: float,
+    done: float | None,
+    since: float | None,
+) -> None:
+    """A running job's estimate at its revised spec ``job`` (charged ``profile``): its
+    progress kept at the revised rate from ``now``, or ``done`` as of ``since`` (default
+    ``now``); a job halted by a capacity drop keeps ``done`` for its resume."""
+    name = job.name
+    at = now if since is None else min(since, now)
+    running = s.running.get(name)
+    if running is not None:
+        alloc = running.allocation
+        rate = throughput(job, alloc.gpus, alloc.batch, cluster)
+        if profile is not None:  # reference samples per s
+            at_done = running.done_at(now) if done is None else min(max(done, 0.0), job.work)
+            rate *= float(profile.efficiency(alloc.batch, at_done))
+        if done is None:  # keep the estimate, at the revised rate from now on
+            update = RunningJob(alloc, rate, running.done_at(now), now, running.paused_until)
+        else:  # a report means the job was stepping then: no pause left to wait out
+            update = RunningJob(alloc, rate, min(max(done, 0.0), job.work), at, at)
+        s.running[name] = update
+    elif done is not None and name in s.carried:
+        s.carried[name] = min(max(done, 0.0), job.work)

@@ -21,19 +21,18 @@ A step does what is due, in this order:
   change leaves GPUs free while jobs wait: the optimizer over the waiting jobs and the free
   GPUs alone. No running job is touched; only rounds take GPUs from running jobs.
 
-**Nodes** (issue 29, Bellows mode only): a caller that knows where the GPUs sit tells the
-core before a step (:meth:`Autoscaler.see_nodes`, the simulator on nodes); that step's
-counts that would straddle nodes are priced at their step time there, counts beyond a node
-take whole free nodes, a round or fill whose joint placement would squeeze a job is solved
-again, and a straddled running job whose move onto one node pays its restart moves, at the
-same count (a fill too: it takes no GPUs from it) (:mod:`bellows.autoscaler.straddle`).
+**Nodes** and **goodput** (issue 29, Bellows mode only): a caller that knows where the GPUs
+sit says so before a step (:meth:`Autoscaler.see_nodes`), and counts that would straddle
+nodes are priced at their step time there; a job given an efficiency profile
+(:meth:`Autoscaler.charge`) is decided by goodput rows, in reference samples.
 
-**Goodput** (issue 29, Bellows mode only): a job given an efficiency profile
-(:meth:`Autoscaler.charge`) gets goodput rows (``tsf_tables(efficiency=...)``: per k the
-batch maximising throughput x E(b) at the middle of each ``1 / GOODPUT_STEPS`` of its
-work), recomputed as its progress moves from one such step to the next; its rates are
-then reference samples per second, so the core's progress estimate and restart pricing
-count reference samples too.
+This class holds the state and the clock, and decides what is due; what it computes lives
+in pure modules it calls, over its :class:`~bellows.autoscaler.state.State`:
+:mod:`~bellows.autoscaler.rows` (TSF rows and goodput tables, cached by template),
+:mod:`~bellows.autoscaler.valuing` (the rows priced for restarts, nodes and the objective),
+:mod:`~bellows.autoscaler.admission` (candidates, admission, the optimizer's solve,
+preemption, protection, rejection) and :mod:`~bellows.autoscaler.applying` (decisions and
+facts applied to the state, the notes on jobs kept).
 
 Decisions are typed values, taken as applied at the step's time. No I/O, no wall clock: the
 simulator and the live controller drive this very object, so identical inputs give identical
@@ -45,56 +44,27 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
 
 from bellows.autoscaler import admission, applying
-from bellows.autoscaler.config import (
-    AutoscalerConfig,
-    Mode,
-    Policy,
-    restart_s,
-)
+from bellows.autoscaler.config import AutoscalerConfig, Mode, Policy, restart_s
 from bellows.autoscaler.decisions import Decision, Keep
 from bellows.autoscaler.engines import Engines
-from bellows.autoscaler.objectives import Objective
-from bellows.autoscaler.progress import RunningJob
 from bellows.autoscaler.rounds import RoundClock
 from bellows.autoscaler.rows import GOODPUT_STEPS, TABULATE_BATCH, Tables
-from bellows.autoscaler.state import State
-from bellows.autoscaler.straddle import (
-    FreeNodes,
-)
+from bellows.autoscaler.state import RoundStats, State
+from bellows.autoscaler.straddle import FreeNodes
 from bellows.autoscaler.valuing import Pricing
-from bellows.jobs import Allocation, JobSpec, SpecError, is_feasible
-from bellows.optimizer import admit, best_count
-from bellows.scaling import (
-    ClusterProfile,
-    EfficiencyProfile,
-    throughput,
-)
+from bellows.jobs import Allocation, JobSpec, SpecError
+from bellows.scaling import ClusterProfile, EfficiencyProfile
 
 __all__ = ["GOODPUT_STEPS", "TABULATE_BATCH", "Autoscaler", "ClockError", "RoundStats"]
-
-STRADDLE_PASSES = 8  # rounds solved again while their placement squeezes a job (see_nodes)
 
 
 class ClockError(RuntimeError):
     """A fact or a step dated before the last one: the caller's clock went backwards."""
-
-
-@dataclass(frozen=True)
-class RoundStats:
-    """What the last round (or fill) looked at and decided (for metrics and logs)."""
-
-    at: float
-    candidates: int
-    admitted: int
-    objective: float
-    decisions: int
-    kind: str = "round"  # "round", "fill" or "preempt"
 
 
 class Autoscaler:
@@ -126,11 +96,8 @@ class Autoscaler:
         self._preempt_at: float | None = None  # capacity fell below the GPUs in use
         self._fill_at: float | None = None  # GPUs may be free while jobs wait
         self.last_round: RoundStats | None = None
-        # With note_keeps on (the live controller), each round lists in ``keeps`` the running
-        # jobs it kept as they were, and why (bellows status shows it): free GPUs would have
-        # run them faster but the move would not pay for its restart, another batch would not
-        # pay for its restart, or their minimum runtime held them while jobs wait. The
-        # simulator leaves it off.
+        # note_keeps on (the live controller): each round lists in ``keeps`` the running jobs
+        # it kept as they were, and why (applying.kept; bellows status shows it)
         self.note_keeps = False
         self.keeps: tuple[Keep, ...] = ()
         self._batch_kept: dict[str, int] = {}  # job -> the batch a round declined (_apply)
@@ -218,25 +185,15 @@ class Autoscaler:
         the job's bounds rule out: the caller's journal is wrong, and the tables (sized by
         ``k_max``) have no row for it.
         """
-        if not (is_feasible(job, allocation) or is_feasible(job, allocation, fixed_batch=True)):
-            raise SpecError(
-                "allocation",
-                f"k={allocation.gpus},b={allocation.batch}",
-                f"a size job {job.name}'s bounds allow",
-            )
+        applying.check_adoptable(job, allocation)
         self._advance(now)
         if job.name in self._s.jobs:
             return False
         row = self._tables.row(job)
-        rate = throughput(job, allocation.gpus, allocation.batch, self._cluster)
         self._s.jobs[job.name] = job
         self._s.rows[job.name] = row
-        done = min(max(done, 0.0), job.work)
-        start = now if since is None else min(since, now)
-        pause = restart_s(job, self._config) if done > 0 else 0.0  # a resume, not a start
-        self._s.running[job.name] = RunningJob(allocation, rate, done, start, start + pause)
-        self._s.resumed[job.name] = start
-        self._s.in_use += allocation.gpus
+        s, config, cluster = self._s, self._config, self._cluster
+        applying.adopted(s, config, cluster, job, allocation, now=now, done=done, since=since)
         self._clock.note_event(now)
         self._check_fit(now)
         return True
@@ -264,21 +221,8 @@ class Autoscaler:
         row = self._tables.compute([job])[0]
         self._s.jobs[name] = job
         self._s.rows[name] = row
-        at = now if since is None else min(since, now)
-        running = self._s.running.get(name)
-        if running is not None:
-            alloc = running.allocation
-            rate = throughput(job, alloc.gpus, alloc.batch, self._cluster)
-            if (profile := self._charged.get(name)) is not None:  # reference samples per s
-                at_done = running.done_at(now) if done is None else min(max(done, 0.0), job.work)
-                rate *= float(profile.efficiency(alloc.batch, at_done))
-            if done is None:  # keep the estimate, at the revised rate from now on
-                revised = RunningJob(alloc, rate, running.done_at(now), now, running.paused_until)
-            else:  # a report means the job was stepping then: no pause left to wait out
-                revised = RunningJob(alloc, rate, min(max(done, 0.0), job.work), at, at)
-            self._s.running[name] = revised
-        elif done is not None and name in self._s.carried:
-            self._s.carried[name] = min(max(done, 0.0), job.work)
+        profile = self._charged.get(name)
+        applying.revised(self._s, self._cluster, job, profile, now=now, done=done, since=since)
         self._clock.note_event(now)
         return True
 
@@ -407,7 +351,7 @@ class Autoscaler:
         if floors:  # the round the protection held back comes when it ends
             self._clock.note_event(admission.protected_until(self._s, self._config, floors, now))
         candidates = len(running) + len(offered)
-        self._stats(now, candidates, admitted, objective, decisions, kind="round")
+        self._stats(now, candidates, admitted, len(decisions), objective=objective, kind="round")
         return decisions
 
     def _fill(self, now: float) -> list[Decision]:
@@ -418,7 +362,7 @@ class Autoscaler:
         names = taken if self.shortcuts else self._candidates(free)
         self._need = self._s.min_need(list(self._s.running)) + self._s.min_need(taken)
         admitted, objective = self._optimize(names, free, now, decisions, required=0)
-        self._stats(now, len(names), admitted, objective, decisions, kind="fill")
+        self._stats(now, len(names), admitted, len(decisions), objective=objective, kind="fill")
         return decisions
 
     def _optimize(
@@ -439,66 +383,25 @@ class Autoscaler:
         if self._charged:
             self._tables.goodput_rows(self._s, self._charged, names, now)
         pricing = self._pricing()
-        lone = len(names) == 1 and not required and self.shortcuts
-        if lone:  # most fills: one waiting job and the free GPUs; admitted when it fits
-            row = self._s.rows[names[0]]
-            if row.min_gpus > capacity:
+        if len(names) == 1 and not required and self.shortcuts:  # most fills
+            lone = admission.solve_lone(pricing, names[0], self._s.rows[names[0]], capacity, now)
+            if lone is None:
                 return 0, 0.0
-            worth, grid = row.values, row.grid
-            if pricing.nodes is not None:  # a copy: the row is shared
-                worth, grid = worth[None, :].copy(), grid[None, :].copy()
-                pricing.straddled(names, worth, grid, [None])
-                worth, grid = worth[0], grid[0]
-            if self._config.objective is not Objective.SPEEDUP:  # its terms, on their grid
-                terms, graded = pricing.objective(names, worth[None, :], grid[None, :], [None], now)
-                worth, grid = terms[0], graded[0]
-            k = best_count(grid, row.min_gpus, capacity)
-            decisions.extend(self._placed({names[0]: k}, now, fill=True))
-            return 1, float(worth[k])
-        for _ in range(STRADDLE_PASSES):  # more than one only on nodes (Pricing.restraddled)
-            values, graded = pricing.values(names, capacity, now)
-            for i, name in enumerate(names[:required]):
-                if floors and (floor := floors.get(name, 0)) > 1:
-                    values[i, 1:floor] = -np.inf
-                    graded[i, 1:floor] = -np.inf
-            admission = admit(
-                graded,
-                capacity,
-                required=required,
-                backfill=self._config.backfill,
-                method=self._config.optimizer,
-                rent=self._engines.rent,
-                compiled=self._engines.compiled_layers,
-            )
-            rows = np.asarray(admission.admitted, dtype=np.int64)
-            chosen = admission.gpus[rows]
-            gpus = dict(zip([names[i] for i in admission.admitted], chosen.tolist(), strict=True))
-            if not pricing.restraddled(gpus):
-                break
+            decisions.extend(self._placed({names[0]: lone[0]}, now, fill=True))
+            return 1, lone[1]
+        gpus, values, objective, admitted = admission.solve(
+            pricing, names, capacity, now, required=required, floors=floors, engines=self._engines
+        )
         if self.note_keeps:
             self._priced = (names, values)
-        objective = float(values[rows, chosen].sum())
         decisions.extend(self._placed(gpus, now, fill=not required))
-        return len(admission.admitted), objective
+        return admitted, objective
 
-    def _stats(
-        self,
-        now: float,
-        candidates: int,
-        admitted: int,
-        objective: float,
-        decisions: Sequence[Decision],
-        *,
-        kind: str,
-    ) -> None:
-        self.last_round = RoundStats(
-            at=now,
-            candidates=candidates,
-            admitted=admitted,
-            objective=objective,
-            decisions=len(decisions),
-            kind=kind,
-        )
+    def _stats(self, now: float, *counts: int, objective: float, kind: str) -> None:
+        """Note the step's :class:`RoundStats`: ``counts`` are its candidates, the jobs it
+        admitted and its decisions."""
+        candidates, admitted, decisions = counts
+        self.last_round = RoundStats(now, candidates, admitted, objective, decisions, kind)
 
     def _candidates(self, slots: int) -> list[str]:
         return admission.candidates(self._s, self._capacity, slots, backfill=self._config.backfill)
@@ -511,7 +414,7 @@ class Autoscaler:
         """Halt the newest running jobs until the rest fit in the capacity (at its drop)."""
         out = admission.halt_newest(self._s, self._capacity, now)
         if out:
-            self._stats(now, len(out), 0, 0.0, out, kind="preempt")
+            self._stats(now, len(out), 0, len(out), objective=0.0, kind="preempt")
         return out
 
     def _pricing(self) -> Pricing:
@@ -527,14 +430,11 @@ class Autoscaler:
         in a fill (``gpus``: the waiting jobs only) the running jobs keep their counts but
         may migrate too."""
         if self._nodes is None or not self.goodput:
-            return self._apply(gpus, now)
-        moved = self._pricing().paying_migrations(gpus, now, fill=fill)
-        running = self._s.running
-        moves = {n: running[n].allocation.gpus for n in moved}  # in gain order: deterministic
-        return self._apply({**gpus, **moves}, now, frozenset(moved))
+            return self._apply(gpus, now=now)
+        return self._apply(*self._pricing().with_migrations(gpus, now, fill=fill), now=now)
 
     def _apply(
-        self, gpus: Mapping[str, int], now: float, moved: frozenset[str] = frozenset()
+        self, gpus: Mapping[str, int], moved: frozenset[str] = frozenset(), *, now: float
     ) -> list[Decision]:
         """The decisions that put the jobs on ``gpus`` (:func:`.applying.apply`)."""
         s, config, capacity, kept = self._s, self._config, self._capacity, self._batch_kept
@@ -551,12 +451,7 @@ class Autoscaler:
         """Drop everything kept by job ``name``, which neither runs nor waits any more (it
         finished or was rejected): its spec, its row, its progress and moves, its charge,
         what this round noted of it. Its name is then unknown, as if it never came."""
-        s = self._s
-        s.jobs.pop(name, None)
-        s.rows.pop(name, None)
-        s.carried.pop(name, None)
-        s.resumed.pop(name, None)
-        s.moves.pop(name, None)
+        self._s.forget(name)
         self._charged.pop(name, None)
         self._batch_kept.pop(name, None)
         self._squeezed.pop(name, None)
@@ -579,14 +474,10 @@ class Autoscaler:
             self._preempt_at = now
 
     def tabulate(self, jobs: Iterable[JobSpec]) -> int:
-        """Compute the rows of jobs expected to arrive, all at once, before they arrive.
-
-        :meth:`arrive` computes a row per new template, one small table at a time; a caller
-        that knows the jobs ahead (the simulator, a trace) hands them here and every new
-        template is tabulated in vectorized batches of ``TABULATE_BATCH`` (jobs of similar
-        candidate counts together, so little of a table is padding), with the very same
-        values. Returns how many new rows this computed (:meth:`Tables.tabulate`).
-        """
+        """Compute the rows of jobs expected to arrive, all at once, before they arrive (a
+        caller that knows the jobs ahead: the simulator, a trace), in vectorized batches, the
+        same values :meth:`arrive` would compute; returns how many new rows this computed
+        (:meth:`~bellows.autoscaler.rows.Tables.tabulate`)."""
         return self._tables.tabulate(jobs)
 
 

@@ -1,13 +1,13 @@
 """The jobs' TSF rows and goodput tables, computed and cached for the core.
 
-A job's :class:`Row` is its TSF row under the configured policy (per GPU count: the value,
-the best batch, its rate), computed once per template (:func:`template`: jobs equal but for
-name and work share one) and cached in :class:`Tables`. A job decided by goodput
-(``Autoscaler.charge``) gets goodput rows instead: per k the batch maximising throughput x
-E(b) at the middle of each ``1 / GOODPUT_STEPS`` of its work, recomputed as its progress
-moves from one such step to the next (:meth:`Tables.goodput_rows`); their rates are
-reference samples per second. Pure: no I/O, no clock; the values depend on the jobs, the
-cluster and the configuration only.
+A job's row (:class:`~bellows.autoscaler.state.Row`) is its TSF row under the configured
+policy (per GPU count: the value, the best batch, its rate), computed once per template
+(:func:`template`: jobs equal but for name and work share one) and cached in
+:class:`Tables`. A job decided by goodput (``Autoscaler.charge``) gets goodput rows instead:
+per k the batch maximising throughput x E(b) at the middle of each ``1 / GOODPUT_STEPS`` of
+its work, recomputed as its progress moves from one such step to the next
+(:meth:`Tables.goodput_rows`); their rates are reference samples per second. Pure: no I/O,
+no clock; the values depend on the jobs, the cluster and the configuration only.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +23,7 @@ from bellows.autoscaler.engines import Engines
 from bellows.autoscaler.pricing import exact
 from bellows.autoscaler.progress import RunningJob
 from bellows.autoscaler.shapes import shape_rows
+from bellows.autoscaler.state import Row, State
 from bellows.jobs import JobSpec
 from bellows.scaling import (
     ClusterProfile,
@@ -34,14 +34,10 @@ from bellows.scaling import (
 )
 from bellows.scaling.tables import candidate_count
 
-if TYPE_CHECKING:
-    from bellows.autoscaler.state import State
-
 __all__ = [
     "GOODPUT_ROWS_KEPT",
     "GOODPUT_STEPS",
     "TABULATE_BATCH",
-    "Row",
     "Tables",
     "stacked",
     "template",
@@ -50,18 +46,6 @@ __all__ = [
 TABULATE_BATCH = 512  # jobs per vectorized TSF table in Tables.tabulate (~30 MiB peak)
 GOODPUT_STEPS = 10  # a goodput row is recomputed each 1/10 of a job's work (10 % progress)
 GOODPUT_ROWS_KEPT = 4096  # goodput rows cached before those no known job uses are dropped
-
-
-@dataclass(frozen=True)
-class Row:
-    """A job's TSF row under the configured policy, computed once on arrival."""
-
-    values: np.ndarray  # float64 [k_max+1], -inf where infeasible, column 0 = -inf
-    batch: tuple[int, ...]  # [k_max+1], best global batch per GPU count (Python ints)
-    rate: np.ndarray  # float64 [k_max+1], samples/s at (k, batch[k])
-    min_gpus: int  # smallest feasible k (k_max + 1 when none)
-    x1: float  # samples/s on one GPU at the job's largest per-GPU batch (TSF's unit)
-    grid: np.ndarray  # values on the optimizer's exact grid (pricing.exact), no keep bonus
 
 
 def template(job: JobSpec) -> tuple[object, ...]:

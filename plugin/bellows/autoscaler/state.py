@@ -1,4 +1,5 @@
-"""What the core knows of its jobs: their specs, rows, queue, allocations and progress.
+"""What the core knows of its jobs (their specs, rows, queue, allocations and progress),
+and what its last round did (:class:`RoundStats`).
 
 One mutable value, :class:`State`, that the core (:mod:`bellows.autoscaler.core`) holds and
 the pure modules it calls read and update: admission and preemption
@@ -11,11 +12,37 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from bellows.autoscaler.progress import RunningJob
-from bellows.autoscaler.rows import Row
 from bellows.jobs import JobSpec
 
-__all__ = ["State"]
+__all__ = ["RoundStats", "Row", "State"]
+
+
+@dataclass(frozen=True)
+class Row:
+    """A job's TSF row under the configured policy, computed once on arrival
+    (:mod:`bellows.autoscaler.rows`)."""
+
+    values: np.ndarray  # float64 [k_max+1], -inf where infeasible, column 0 = -inf
+    batch: tuple[int, ...]  # [k_max+1], best global batch per GPU count (Python ints)
+    rate: np.ndarray  # float64 [k_max+1], samples/s at (k, batch[k])
+    min_gpus: int  # smallest feasible k (k_max + 1 when none)
+    x1: float  # samples/s on one GPU at the job's largest per-GPU batch (TSF's unit)
+    grid: np.ndarray  # values on the optimizer's exact grid (pricing.exact), no keep bonus
+
+
+@dataclass(frozen=True)
+class RoundStats:
+    """What the last round (or fill) looked at and decided (for metrics and logs)."""
+
+    at: float
+    candidates: int
+    admitted: int
+    objective: float
+    decisions: int
+    kind: str = "round"  # "round", "fill" or "preempt"
 
 
 @dataclass
@@ -39,6 +66,14 @@ class State:
             running=dict(self.running), carried=dict(self.carried), in_use=self.in_use,
             resumed=dict(self.resumed), moves=dict(self.moves),
         )  # fmt: skip
+
+    def forget(self, name: str) -> None:
+        """Drop job ``name``'s spec, row, progress and moves (it neither runs nor waits)."""
+        self.jobs.pop(name, None)
+        self.rows.pop(name, None)
+        self.carried.pop(name, None)
+        self.resumed.pop(name, None)
+        self.moves.pop(name, None)
 
     def min_need(self, names: Sequence[str]) -> int:
         """GPUs the jobs ``names`` need at their smallest allocation."""

@@ -136,6 +136,16 @@ class Pricing:
             ratio = self.ratios[key] = straddle_ratios(job, row.batch, self.cluster)
         return ratio
 
+    def with_migrations(
+        self, gpus: Mapping[str, int], now: float, *, fill: bool
+    ) -> tuple[dict[str, int], frozenset[str]]:
+        """``gpus`` and the :meth:`paying_migrations` at the counts their jobs hold (in gain
+        order: deterministic), and the jobs that migrate."""
+        moved = self.paying_migrations(gpus, now, fill=fill)
+        running = self.s.running
+        moves = {n: running[n].allocation.gpus for n in moved}
+        return {**gpus, **moves}, frozenset(moved)
+
     def paying_migrations(
         self, gpus: Mapping[str, int], now: float, *, fill: bool
     ) -> tuple[str, ...]:
@@ -145,7 +155,7 @@ class Pricing:
         ``Autoscaler.see_nodes``), best gain first. An ordered tuple, not a set: the simulator
         places equal GPU counts in decision order, and a set's would follow the hash seed."""
         nodes = self.nodes
-        assert nodes is not None  # _placed calls it with nodes seen only
+        assert nodes is not None  # the core asks only when it saw nodes (Bellows mode)
         s, g = self.s, self.cluster.gpus_per_node
         hold = max(1.0, self.config.hysteresis)
         moving = self.moving(gpus)
