@@ -8,6 +8,7 @@ from bellows.cli import choices
 from bellows.emulator.crds import CRDS_ENV
 from bellows.profiling.workloads import MAX_CLASSES
 from bellows.scaling.profiles import MAX_OVERLAP
+from bellows.sim import grids
 from bellows.sim.reproduce import EXPERIMENTS
 from bellows.sim.workloads import generating
 from bellows.sim.workloads.categories import CATEGORIES
@@ -15,6 +16,7 @@ from bellows.sim.workloads.categories import CATEGORIES
 
 def test_choices_match_their_enums() -> None:
     assert tuple(p.value for p in Policy) == choices.POLICIES
+    assert grids.REFERENCES == choices.REFERENCES
     assert tuple(p.value for p in generating.Pattern) == choices.PATTERNS
     assert tuple(b.value for b in generating.BatchChoice) == choices.BASELINE_BATCHES
     assert tuple(t.value for t in EventType) == choices.EVENT_TYPES

@@ -14,7 +14,7 @@ from bellows.cli import params
 from bellows.cli.main import main
 from bellows.inputs import SpecError
 from bellows.jobs import MAX_GPUS, MAX_RESTART_S
-from bellows.sim.grids import read_grid, schema
+from bellows.sim.grids import REFERENCES, read_grid, schema
 from bellows.sim.workloads import generating
 
 GEN = {"generate": {"pattern": "bursty", "minutes": 60}}
@@ -61,6 +61,19 @@ def _error(document: object, tmp_path: Path) -> SpecError:
         ({"traces": [{"itp": "missing.csv"}], "gpus": 8}, "traces[0].itp", "missing.csv",
          "an existing file"),
         ([1, 2], "<grid>", [1, 2], "an object"),
+        # a reference (simulate --policy pollux|tiresias) takes what simulate lets it take
+        ({"traces": [GEN], "gpus": 8, "policy": "polux"}, "policy", "polux",
+         "one of 'elastic', 'baseline', 'pollux', 'tiresias'"),
+        ({"traces": [GEN], "gpus": 8, "policies": {"p": {"policy": "pollux", "mode": "paper"}}},
+         "policies.p.mode", "paper", "'bellows' with policy pollux"),
+        ({"traces": [GEN], "gpus": 8, "policies": {"p": {"policy": "pollux", "queue": False}}},
+         "policies.p.queue", False, "true with policy pollux"),
+        ({"traces": [GEN], "gpus": 8, "policies": {"t": {"policy": "tiresias", "hysteresis": 2}}},
+         "policies.t.hysteresis", 2, "no hysteresis with policy tiresias"),
+        ({"traces": [GEN], "gpus": 8, "backfill": True, "policy": ["elastic", "tiresias"]},
+         "backfill", True, "no backfill with policy tiresias"),  # where the GRID wrote it
+        ({"traces": [GEN], "gpus": 8, "policies": {"p": {"policy": "pollux", "early_share": 0.5}}},
+         "policies.p.early_share", 0.5, "null (off) with policy pollux"),
     ],
 )  # fmt: skip
 def test_a_bad_grid_names_the_key_the_value_and_what_is_valid(
@@ -109,7 +122,7 @@ def test_the_schema_bounds_are_those_of_the_commands_it_crosses(name: str, maxim
 def test_the_schema_choices_are_the_enums() -> None:
     defs = schema()["$defs"]
     assert set(defs["mode"]["enum"]) == {m.value for m in Mode}
-    assert set(defs["policy"]["enum"]) == {p.value for p in Policy}
+    assert set(defs["policy"]["enum"]) == {p.value for p in Policy} | set(REFERENCES)
     assert set(defs["pattern"]["enum"]) == {p.value for p in generating.Pattern}
     assert set(defs["baseline_batch"]["enum"]) == {b.value for b in generating.BatchChoice}
 

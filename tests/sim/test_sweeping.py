@@ -114,18 +114,24 @@ def test_a_cell_per_folder_and_a_row_per_cell(in_process: tuple[Path, Grid]) -> 
     assert {r["seed"] for r in rows} == {"1", "2"}
 
 
+def _small_trace(folder: Path, *, seed: int) -> Path:
+    """The small grid's trace for ``seed``, as ``bellows workload generate`` writes it."""
+    trace = folder / "trace.jsonl"
+    generated = CliRunner().invoke(main, [
+        "workload", "generate", "--pattern", "bursty", "--minutes", "30", "--categories", "1,2",
+        "--period-min", "10", "--gpus", "6", "--seed", str(seed), "--out", str(trace),
+    ])  # fmt: skip
+    assert generated.exit_code == 0, generated.output
+    return trace
+
+
 def test_a_cell_is_what_simulate_writes_for_its_trace(
     in_process: tuple[Path, Grid], tmp_path: Path
 ) -> None:
     out, grid = in_process
     cell = next(c for c in grid.cells if c.policy == "paper" and c.seed == 2)
-    trace = tmp_path / "trace.jsonl"
+    trace = _small_trace(tmp_path, seed=2)
     runner = CliRunner()
-    generated = runner.invoke(main, [
-        "workload", "generate", "--pattern", "bursty", "--minutes", "30", "--categories", "1,2",
-        "--period-min", "10", "--gpus", "6", "--seed", "2", "--out", str(trace),
-    ])  # fmt: skip
-    assert generated.exit_code == 0, generated.output
     simulated = runner.invoke(main, [
         "simulate", str(trace), "--gpus", "6", "--paper", "--queue", "--no-plots",
         "--out", str(tmp_path / "sim"),
@@ -135,6 +141,60 @@ def test_a_cell_is_what_simulate_writes_for_its_trace(
         assert (cell_folder(out, cell) / name).read_bytes() == (
             tmp_path / "sim" / name
         ).read_bytes()
+
+
+REFERENCE_POLICIES: dict[str, dict[str, Any]] = {
+    "pollux": {"policy": "pollux"},  # simulate's defaults: every minute, on nodes
+    "tiresias": {"policy": "tiresias", "delta_min": 2, "restart_cost_s": 30, "efficiency": True},
+}
+REFERENCE_FLAGS = {
+    "pollux": ["--policy", "pollux"],
+    "tiresias": ["--policy", "tiresias", "--delta-min", "2", "--restart-cost-s", "30",
+                 "--efficiency"],
+}  # fmt: skip
+
+
+def test_a_reference_cell_is_what_simulate_policy_writes(tmp_path: Path) -> None:
+    """``policy: pollux|tiresias`` in a GRID runs as ``simulate --policy pollux|tiresias``:
+    the same defaults, the same summary.json and jobs.csv, byte for byte."""
+    grid = small_grid(tmp_path, seeds=2, policies=REFERENCE_POLICIES)
+    out = tmp_path / "out"
+    reports = sweep(grid, out, runner=InProcess())
+    assert [r.status for r in reports] == [OK, OK]
+    trace = _small_trace(tmp_path, seed=2)
+    runner = CliRunner()
+    rows = {r["policy"]: r for r in _rows(out)}
+    for cell in grid.cells:
+        sim = tmp_path / f"sim-{cell.policy}"
+        simulated = runner.invoke(main, [
+            "simulate", str(trace), "--gpus", "6", *REFERENCE_FLAGS[cell.policy], "--no-plots",
+            "--out", str(sim),
+        ])  # fmt: skip
+        assert simulated.exit_code == 0, simulated.output
+        summary = json.loads((sim / "summary.json").read_text())
+        assert summary["policy"] == summary["mode"] == cell.policy
+        for name in FILES:
+            assert (cell_folder(out, cell) / name).read_bytes() == (sim / name).read_bytes()
+        assert rows[cell.policy]["batch_policy"] == rows[cell.policy]["mode"] == cell.policy
+    assert rows["pollux"]["delta_min"] == "1.0"  # simulate --policy pollux's default
+
+
+def test_a_reference_and_a_setting_it_does_not_take_is_refused(tmp_path: Path) -> None:
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(
+        "traces:\n  - generate: {pattern: bursty, minutes: 30}\ngpus: 6\n"
+        "policies:\n  ref: {policy: pollux, mode: paper}\n"
+    )
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["sweep", str(grid), "--out", str(out)])
+    assert result.exit_code == 1
+    assert "policies.ref.mode='paper' is invalid: expected 'bellows' with policy pollux (the " in (
+        result.output
+    )
+    assert "places jobs on nodes; it takes delta_min, restart_cost_s and efficiency" in (
+        result.output.replace("\n", " ")
+    )
+    assert not (out / "cells").exists()
 
 
 def test_a_rerun_skips_the_cells_whose_hash_matches(tmp_path: Path) -> None:

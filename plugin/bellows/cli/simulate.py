@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from bellows.cli.choices import POLICIES
+from bellows.cli.choices import POLICIES, REFERENCES
 from bellows.cli.params import (
     MAX_DELTA_MIN,
     MAX_HORIZON_MIN,
@@ -86,14 +86,13 @@ def _min(value: float | None) -> str:
     return _num(value, ".1f") + ("" if value is None else " min")
 
 
-def _pollux_settings(
-    policy: str, placement: str | None, delta_min: float | None, given: Mapping[str, object]
-) -> tuple[str | None, str, str | None, float | None]:
-    """``(reference, policy, placement, delta_min)``: ``--policy pollux`` or ``tiresias`` is
-    the elastic core's settings for that reference, on nodes, every minute by default; it
-    takes only the options it models (``given``: the others, ``None`` where not given)."""
+def _refuse_for_reference(policy: str, given: Mapping[str, object]) -> str | None:
+    """The reference ``--policy pollux`` or ``tiresias`` names, if any; it takes only the
+    options it models (``given``: the others, ``None`` where not given). Its settings (the
+    elastic core's, on nodes, every minute by default) are a GRID's for the same policy:
+    :func:`bellows.sim.grids.settings_config` and :func:`~bellows.sim.grids.simulator_switches`."""
     if policy not in REFERENCES:
-        return None, policy, placement, delta_min
+        return None
     extra = [name for name, value in given.items() if value is not None]
     if extra:
         raise click.UsageError(
@@ -101,10 +100,7 @@ def _pollux_settings(
             "reference has a queue, rounds every --delta-min, per-node placement and "
             "--restart-cost-s, --charge-start, --efficiency and --cluster; nothing else"
         )
-    return policy, "elastic", "nodes", 1.0 if delta_min is None else delta_min
-
-
-REFERENCES = ("pollux", "tiresias")
+    return policy
 
 
 def _refuse_unused(
@@ -267,8 +263,8 @@ def simulate(
     """
     _refuse_unused(no_learning=no_learning, wrong_priors=wrong_priors, paper=paper,
                    objective=objective)  # fmt: skip
-    reference, policy, placement, delta_min = _pollux_settings(
-        policy, placement, delta_min,
+    reference = _refuse_for_reference(
+        policy,
         {"--paper": paper or None, "--early-share": early_share, "--hysteresis": hysteresis,
          "--backfill/--no-backfill": backfill, "--min-runtime-s": min_runtime_s,
          "--node-counts/--any-counts": node_counts, "--no-queue": queue is False or None,
@@ -278,8 +274,8 @@ def simulate(
     from bellows.cli.progress import steps
     from bellows.scaling import MODEL_EFFICIENCY
     from bellows.sim import run
-    from bellows.sim.grids import settings_config
-    from bellows.sim.metrics import settings_summary, write_jobs_csv
+    from bellows.sim.grids import run_summary, settings_config, simulator_switches
+    from bellows.sim.metrics import write_jobs_csv
     from bellows.sim.plotting import PlotError, Plotter
     from bellows.sim.workloads.traces import read_trace
 
@@ -297,7 +293,8 @@ def simulate(
                     "node_counts": node_counts, "objective": objective,
                     "restart_growth": restart_growth,
                 }  # fmt: skip
-                # the same settings, built the same way, as a sweep's cells (bellows sweep)
+                # the same settings, built the same way, as a sweep's cells (bellows sweep):
+                # a reference's (--policy pollux, tiresias) included
                 config = settings_config({k: v for k, v in given.items() if v is not None})
                 jobs = fit_note(jobs, gpus, source=str(trace))
             except SpecError as error:
@@ -312,15 +309,14 @@ def simulate(
                 learning = online.Learning(online.wrong_priors(jobs), learn=not no_learning)
             result = run(
                 jobs, gpus=gpus, config=config, cluster=_cluster(cluster), horizon_s=horizon,
-                learning=learning, nodes=placement == "nodes", pollux=reference == "pollux",
-                tiresias=reference == "tiresias", charge_start=charge_start,
+                learning=learning, charge_start=charge_start,
+                **simulator_switches(policy, nodes=placement == "nodes"),
                 efficiency=MODEL_EFFICIENCY if efficiency else None,
                 progress=lambda at, events: show(
                     f"{what}: {at / 60:,.0f} min simulated, {events:,} events"
                 ),
             )  # fmt: skip
-            summary = result.summary() | settings_summary(config)
-            summary["policy"] = reference or summary["policy"]
+            summary = run_summary(result.summary(), config, policy)
             with output_errors(out):
                 out.mkdir(parents=True, exist_ok=True)
                 if plotter is not None:

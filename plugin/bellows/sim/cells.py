@@ -27,8 +27,8 @@ import numpy as np
 import bellows
 from bellows.scaling import MODEL_EFFICIENCY
 from bellows.sim.engine import run
-from bellows.sim.grids import Cell, TraceChoice
-from bellows.sim.metrics import jobs_csv_text, settings_summary
+from bellows.sim.grids import Cell, TraceChoice, reference_of, run_summary, simulator_switches
+from bellows.sim.metrics import jobs_csv_text
 from bellows.sim.workloads.generating import generate
 from bellows.sim.workloads.importing import import_itp, import_pollux
 from bellows.sim.workloads.traces import TraceJob, fit_trace, read_trace
@@ -118,6 +118,7 @@ def cell_identity(cell: Cell) -> dict[str, Any]:
         "cluster": cell.cluster.digest,
         "gpus": cell.gpus,
         "config": _config_identity(cell),
+        "reference": reference_of(dict(cell.settings)),  # pollux, tiresias: their own policy
         "horizon_min": cell.horizon_min,
         "code": code_version(),
     }
@@ -182,12 +183,16 @@ def run_cell(trace: tuple[TraceJob, ...], cell: Cell, code: str) -> CellOutput:
         raise RuntimeError(f"this worker runs bellows {mine}, the sweep {code}: install the same")
     jobs, _ = fit_trace(trace, cell.gpus, source=cell.trace.name)
     config = cell.config()
+    settings = dict(cell.settings)
     horizon = None if cell.horizon_min is None else cell.horizon_min * 60.0
-    charge = MODEL_EFFICIENCY if dict(cell.settings).get("efficiency", False) else None
+    charge = MODEL_EFFICIENCY if settings.get("efficiency", False) else None
+    policy = str(settings.get("policy", "elastic"))
+    # a reference (policy: pollux, tiresias) runs as bellows simulate --policy runs it
     result = run(jobs, gpus=cell.gpus, config=config, cluster=cell.cluster.profile,
-                 horizon_s=horizon, efficiency=charge)  # fmt: skip
+                 horizon_s=horizon, efficiency=charge,
+                 **simulator_switches(policy))  # fmt: skip
     # summary.json as bellows simulate writes it; the wall time goes beside it (cell.json),
     # so that the file is the same wherever and whenever the cell ran
-    summary = result.summary() | settings_summary(config)
+    summary = run_summary(result.summary(), config, policy)
     text = jobs_csv_text(result.jobs)
     return CellOutput(summary, text, time.perf_counter() - started, mine)

@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 from bellows.autoscaler import AutoscalerConfig, Policy
 from bellows.inputs import SpecError, check_float, check_int
@@ -37,6 +37,7 @@ from bellows.scaling import (
     load_cluster_profile,
 )
 from bellows.sim.grid_schema import bounds, check, schema
+from bellows.sim.metrics import settings_summary
 from bellows.sim.workloads.generating import (
     DEFAULT_LOAD_HIGH,
     BatchChoice,
@@ -48,14 +49,20 @@ __all__ = [
     "GENERATE_KEYS",
     "MAX_CELLS",
     "PARAM_COLUMNS",
+    "REFERENCES",
+    "REFERENCE_DELTA_MIN",
     "SETTING_KEYS",
     "Cell",
     "ClusterChoice",
     "Grid",
+    "Switches",
     "TraceChoice",
     "read_grid",
+    "reference_of",
+    "run_summary",
     "schema",
     "settings_config",
+    "simulator_switches",
 ]
 
 MAX_CELLS: Final = 100_000
@@ -67,6 +74,14 @@ SETTING_KEYS: Final = (
 )  # fmt: skip
 """Autoscaler settings a GRID sets for every policy, or a policy for itself (and
 ``efficiency``: the simulator charges statistical efficiency, :func:`bellows.sim.run`)."""
+
+REFERENCES: Final = ("pollux", "tiresias")
+"""The ``policy`` values that name a reference to compare with, as ``bellows simulate
+--policy pollux|tiresias`` does: the simulator's reimplementation of that scheduler decides,
+on the cluster's nodes, every ``delta_min`` (default :data:`REFERENCE_DELTA_MIN`)."""
+
+REFERENCE_DELTA_MIN: Final = 1.0
+"""Minutes between a reference's rounds when ``delta_min`` is not given (its 60 s)."""
 
 GENERATE_KEYS: Final = (
     "pattern", "minutes", "categories", "period_min", "baseline_batch", "load_high"
@@ -148,6 +163,7 @@ class Cell:
     def params(self) -> dict[str, Any]:
         """The cell's parameters, as ``sweep.csv`` shows them (settings in effect)."""
         config = self.config()
+        reference = reference_of(dict(self.settings))
         p = dict(self.trace.params)
         return {
             "trace": self.trace.name,
@@ -159,8 +175,8 @@ class Cell:
             "gpus": self.gpus,
             "cluster": self.cluster.name,
             "policy": self.policy,
-            "mode": config.mode.value,
-            "batch_policy": config.policy.value,
+            "mode": reference or config.mode.value,  # as summary.json's mode
+            "batch_policy": reference or config.policy.value,
             "queue": config.queue,
             "delta_min": config.delta_s / 60.0,
             "early_share": config.early_share,
@@ -179,10 +195,81 @@ PARAM_COLUMNS: Final = (
 """The parameter columns of ``sweep.csv``, in order (:meth:`Cell.params`)."""
 
 
+def reference_of(settings: Mapping[str, Any]) -> str | None:
+    """The reference (:data:`REFERENCES`) the settings' ``policy`` names, else ``None``."""
+    policy = settings.get("policy")
+    return policy if policy in REFERENCES else None
+
+
+# What a reference takes, as `simulate --policy pollux|tiresias` does: a key at one value
+# only (a queue, Bellows mode, no early trigger), a key at any value, nothing else
+_REFERENCE_ONLY: Final = {"mode": "bellows", "queue": True, "early_share": None}
+_REFERENCE_TAKES: Final = frozenset(
+    {"policy", "delta_min", "restart_cost_s", "efficiency", "objective", "restart_growth"}
+)
+_REFERENCE_WORDS: Final = {"mode": "'bellows'", "queue": "true", "early_share": "null (off)"}
+
+
+def _check_reference(reference: str, settings: Mapping[str, Any]) -> None:
+    """:class:`SpecError` for the first setting ``reference`` does not take (the key, its
+    value, and what the reference does take)."""
+    takes = (
+        f"the {reference.title()} reference keeps a queue, rounds every delta_min (default "
+        f"{REFERENCE_DELTA_MIN:g}) and places jobs on nodes; it takes delta_min, restart_cost_s "
+        "and efficiency (mode 'bellows', queue true, early_share null), nothing else"
+    )
+    for key, value in settings.items():
+        if key in _REFERENCE_TAKES:
+            continue
+        if key in _REFERENCE_ONLY:
+            only = _REFERENCE_ONLY[key]
+            if value is only or (isinstance(value, str) and value == only):
+                continue
+            valid = f"{_REFERENCE_WORDS[key]} with policy {reference} ({takes})"
+        else:
+            valid = f"no {key} with policy {reference} ({takes})"
+        raise SpecError(key, value, valid)
+
+
+class Switches(TypedDict):
+    """Keyword arguments of :func:`bellows.sim.run` that a policy decides."""
+
+    nodes: bool
+    pollux: bool
+    tiresias: bool
+
+
+def simulator_switches(policy: str, *, nodes: bool = False) -> Switches:
+    """The switches of :func:`bellows.sim.run` for ``policy`` (a GRID's, or ``simulate
+    --policy``): a reference runs its own policy, on the cluster's nodes; another policy on
+    nodes only when ``nodes`` (``simulate --placement nodes``)."""
+    reference = policy if policy in REFERENCES else None
+    return Switches(nodes=nodes or reference is not None, pollux=reference == "pollux",
+                    tiresias=reference == "tiresias")  # fmt: skip
+
+
+def run_summary(
+    summary: Mapping[str, Any], config: AutoscalerConfig, policy: str
+) -> dict[str, Any]:
+    """``summary.json`` as ``bellows simulate`` writes it (a sweep's cells the same): the
+    run's ``summary``, its settings, and a reference's name as its ``policy``."""
+    out = dict(summary) | settings_summary(config)
+    if policy in REFERENCES:
+        out["policy"] = policy
+    return out
+
+
 def settings_config(settings: Mapping[str, Any]) -> AutoscalerConfig:
     """The autoscaler config of GRID settings, as ``bellows simulate`` builds it from flags:
-    each mode's defaults (``mode: paper`` is ``--paper``), then what was given."""
-    given: dict[str, Any] = {"policy": Policy(settings.get("policy", Policy.ELASTIC))}
+    each mode's defaults (``mode: paper`` is ``--paper``), then what was given. A reference
+    (``policy: pollux|tiresias``) is the elastic core's settings, rounds every
+    :data:`REFERENCE_DELTA_MIN` unless ``delta_min`` says otherwise; a setting it does not
+    take is a :class:`SpecError` naming it."""
+    reference = reference_of(settings)
+    if reference is not None:
+        _check_reference(reference, settings)
+    policy = Policy.ELASTIC if reference else Policy(settings.get("policy", Policy.ELASTIC))
+    given: dict[str, Any] = {"policy": policy}
     if "early_share" in settings:
         given["early_share"] = settings["early_share"]
     keys = (
@@ -196,6 +283,8 @@ def settings_config(settings: Mapping[str, Any]) -> AutoscalerConfig:
         given["restart_s"] = settings["restart_cost_s"]
     if "delta_min" in settings:
         given["delta_s"] = settings["delta_min"] * 60.0
+    elif reference is not None:
+        given["delta_s"] = REFERENCE_DELTA_MIN * 60.0
     paper = settings.get("mode", "bellows") == "paper"
     return AutoscalerConfig.paper(**given) if paper else AutoscalerConfig(**given)
 
@@ -373,6 +462,8 @@ def _policy_cells(document: Mapping[str, Any]) -> list[_PolicyChoice]:
             try:
                 settings_config(dict(combo))
             except SpecError as err:
+                if err.field in merged:  # where the GRID wrote it: here or at the top
+                    raise SpecError(merged[err.field][0], err.value, err.valid) from None
                 raise err.within(f"policies.{name}") from None
         out.append(_PolicyChoice(str(name), combos, tuple(listed)))
     return out
