@@ -1,336 +1,93 @@
 """The CEL validation rules of a CRD (``x-kubernetes-validations``), evaluated as the API
-server does on every write, for the subset of CEL that the pinned CRDs use.
+server does on every write.
 
 Kubernetes compiles each rule at CRD registration and evaluates it with ``self`` bound to
 the value at the rule's place in the schema; a *transition rule* (one that names
 ``oldSelf``) is evaluated on an update only, and only where the old object had the value
 too (in a list of ``x-kubernetes-list-type: map`` the old item is the one with the same
 keys; in other lists item rules that name ``oldSelf`` are not evaluated). A rule that fails
-(or cannot be evaluated, as a missing field) rejects the write with its ``message``.
+(or cannot be evaluated, as a missing field) rejects the write with its ``message``, or
+with what its ``messageExpression`` evaluates to when that is a non-blank one-line string
+(else the ``message``, else ``failed rule: <rule>``, as the server words it).
 
-The subset: literals (integers, strings, ``true``/``false``/``null``, lists), ``self`` and
-``oldSelf``, field selection and indexing, ``has()``, ``size()``, ``!``, ``&&``, ``||``,
-``==``/``!=``/``<``/``<=``/``>``/``>=``, ``in``, ``? :``, ``+``/``-``, and the methods
-``matches``, ``startsWith``, ``endsWith``, ``contains``, ``size`` and the macros ``all``,
-``exists``, ``exists_one``, ``filter``, ``map``. A rule outside it fails at load time
-(:class:`CelError`), so no CRD loaded with CEL on has a rule that is silently skipped.
-Regular expressions follow Go's ``$`` (end of text), as ``schemas.go_regexp``; CEL's
-``matches`` is a search, not a whole match. ``&&``/``||`` short-circuit left to right (CEL
-is commutative over errors; the pinned rules never rely on it).
+The rules are compiled, checked and evaluated by ``cel-expr-python``, the CEL project's own
+runtime (cel-cpp): standard CEL with its macros and the strings extension (version 2:
+``lowerAscii``, ``indexOf``, ``split``, ...), as the API server's environment has, and
+``self`` and ``oldSelf`` declared dynamic (the server types them from the schema, which
+only moves a type error from load time to the first write). Regular expressions are RE2,
+the syntax and semantics of Go's ``regexp``: ``matches`` is a search, ``$`` is the end of
+the text, lookarounds do not compile. ``&&``/``||`` are commutative over errors, as in CEL
+and the API server: ``self.b > 0 || has(self.a)`` holds on ``{"a": 1}``.
+
+This module is the adapter: it walks the object as the schema nests (which rule sees which
+value, and which old value) and words the outcome as the API server does. A rule that does
+not compile, names a function the environment lacks, or cannot evaluate to a bool fails at
+load time (:class:`CelError`), so no CRD loaded with CEL on has a rule that is silently
+skipped. Kubernetes' own CEL libraries (``quantity()``, ``url()``, ``ip()``, ``cidr()``,
+the lists library's ``isSorted``/``sum``/``min``/``max`` and the regex library's
+``find``/``findAll``) are not declared: no rule of the pinned Trainer, Kueue and Kubeflow v1
+CRDs calls one (``tests/emulator/test_cel_rules.py`` walks them all); one that did would be
+refused at load, not skipped. docs/kube.md lists the rules and the cost per write.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CelError", "CelRule", "Rules", "compile_rule"]
+from cel_expr_python import cel  # type: ignore[import-untyped]
+from cel_expr_python.ext import ext_strings  # type: ignore[import-untyped]
 
-_TOKEN = re.compile(
-    r"\s*(?:(?P<num>\d+)|(?P<str>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
-    r"|(?P<id>[A-Za-z_][A-Za-z0-9_]*)|(?P<op>==|!=|<=|>=|&&|\|\||[-+!<>()\[\].,?:]))"
-)
-Env = Mapping[str, Any]
-Fn = Callable[[Env], Any]
+__all__ = ["CelError", "CelRule", "Rules", "compile_rule"]
 
 
 class CelError(Exception):
-    """A rule that does not parse in the subset, or a value it cannot be evaluated on."""
+    """A rule that does not compile: a syntax error, an undeclared name or function, or a
+    result that is not a bool (a ``messageExpression``'s: not a string)."""
 
 
-def _regexp(pattern: str) -> re.Pattern[str]:
-    from bellows.emulator.schemas import go_regexp  # noqa: PLC0415 - schemas imports us
-
-    return go_regexp(pattern)
-
-
-def _tokens(text: str) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    pos = 0
-    while pos < len(text):
-        if text[pos:].strip() == "":
-            break
-        match = _TOKEN.match(text, pos)
-        if match is None or match.end() == pos:
-            raise CelError(f"cannot parse {text!r} at {pos}")
-        kind = match.lastgroup or ""
-        out.append((kind, match.group(kind)))
-        pos = match.end()
-    return out
+@functools.cache
+def _env() -> Any:
+    """The compile environment: standard CEL and the strings extension (v2, as the API
+    server's), ``self`` and ``oldSelf`` of any type."""
+    return cel.NewEnv(
+        variables={"self": cel.Type.DYN, "oldSelf": cel.Type.DYN},
+        extensions=[ext_strings.ExtStrings(version=2)],
+    )
 
 
-def _unquote(text: str) -> str:
-    body = text[1:-1]
-    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), body)
-
-
-class _MissingError(Exception):
-    """A field selected on an object that lacks it (CEL's "no such key")."""
-
-
-def _select(value: Any, name: str) -> Any:
-    if not isinstance(value, Mapping):
-        raise CelError(f"select .{name} on a {type(value).__name__}")
-    if name not in value:
-        raise _MissingError(name)
-    return value[name]
-
-
-def _size(value: Any) -> int:
-    if isinstance(value, str | list | dict):
-        return len(value)
-    raise CelError(f"size() of a {type(value).__name__}")
-
-
-def _compare(op: str, a: Any, b: Any) -> bool:
-    if op == "==":
-        return bool(a == b)
-    if op == "!=":
-        return bool(a != b)
-    if op == "in":
-        return bool(a in b)
-    if type(a) is not type(b) and not (isinstance(a, int) and isinstance(b, int)):
-        raise CelError(f"no such overload: {type(a).__name__} {op} {type(b).__name__}")
-    return bool({"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op])
-
-
-class _Parser:
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.toks = _tokens(text)
-        self.i = 0
-
-    def peek(self) -> str | None:
-        return self.toks[self.i][1] if self.i < len(self.toks) else None
-
-    def take(self, want: str | None = None) -> tuple[str, str]:
-        if self.i >= len(self.toks):
-            raise CelError(f"unexpected end of {self.text!r}")
-        tok = self.toks[self.i]
-        if want is not None and tok[1] != want:
-            raise CelError(f"expected {want!r}, found {tok[1]!r} in {self.text!r}")
-        self.i += 1
-        return tok
-
-    def parse(self) -> Fn:
-        fn = self.ternary()
-        if self.i != len(self.toks):
-            raise CelError(f"unexpected {self.peek()!r} in {self.text!r}")
-        return fn
-
-    def ternary(self) -> Fn:
-        cond = self.logical("||")
-        if self.peek() != "?":
-            return cond
-        self.take("?")
-        yes = self.ternary()
-        self.take(":")
-        no = self.ternary()
-        return lambda env: yes(env) if _bool(cond(env)) else no(env)
-
-    def logical(self, op: str) -> Fn:
-        left = self.logical("&&") if op == "||" else self.relation()
-        while self.peek() == op:
-            self.take(op)
-            right = self.logical("&&") if op == "||" else self.relation()
-            left = _or(left, right) if op == "||" else _and(left, right)
-        return left
-
-    def relation(self) -> Fn:
-        left = self.additive()
-        while self.peek() in ("==", "!=", "<", "<=", ">", ">=", "in"):
-            op = self.take()[1]
-            right = self.additive()
-            left = _relation(op, left, right)
-        return left
-
-    def additive(self) -> Fn:
-        left = self.unary()
-        while self.peek() in ("+", "-"):
-            op = self.take()[1]
-            right = self.unary()
-            left = _plus(left, right) if op == "+" else _minus(left, right)
-        return left
-
-    def unary(self) -> Fn:
-        if self.peek() == "!":
-            self.take("!")
-            inner = self.unary()
-            return lambda env: not _bool(inner(env))
-        if self.peek() == "-":
-            self.take("-")
-            inner = self.unary()
-            return lambda env: -inner(env)
-        return self.member()
-
-    def args(self, close: str) -> list[Fn]:
-        out: list[Fn] = []
-        while self.peek() != close:
-            out.append(self.ternary())
-            if self.peek() == ",":
-                self.take(",")
-        self.take(close)
-        return out
-
-    def member(self) -> Fn:
-        fn = self.primary()
-        while self.peek() in (".", "["):
-            if self.take()[1] == "[":
-                index = self.ternary()
-                self.take("]")
-                fn = _indexed(fn, index)
-                continue
-            kind, name = self.take()
-            if kind != "id":
-                raise CelError(f"expected a field name after '.', found {name!r}")
-            if self.peek() == "(":
-                self.take("(")
-                fn = self.method(fn, name)
-            else:
-                fn = _field(fn, name)
-        return fn
-
-    def method(self, target: Fn, name: str) -> Fn:
-        if name in ("all", "exists", "exists_one", "filter", "map"):
-            kind, var = self.take()
-            if kind != "id":
-                raise CelError(f"{name}() needs a variable name, found {var!r}")
-            self.take(",")
-            body = self.ternary()
-            self.take(")")
-            return _macro(name, target, var, body)
-        args = self.args(")")
-        simple: dict[str, Callable[..., Any]] = {
-            "matches": lambda s, p: _regexp(p).search(s) is not None,
-            "startsWith": lambda s, p: s.startswith(p),
-            "endsWith": lambda s, p: s.endswith(p),
-            "contains": lambda s, p: p in s,
-            "size": _size,
-        }
-        if name not in simple:
-            raise CelError(f"unsupported method {name}() in {self.text!r}")
-        call = simple[name]
-        return lambda env: call(target(env), *(a(env) for a in args))
-
-    def primary(self) -> Fn:
-        kind, text = self.take()
-        if kind == "num":
-            number = int(text)
-            return lambda env: number
-        if kind == "str":
-            literal = _unquote(text)
-            return lambda env: literal
-        if text == "(":
-            inner = self.ternary()
-            self.take(")")
-            return inner
-        if text == "[":
-            items = self.args("]")
-            return lambda env: [item(env) for item in items]
-        if kind != "id":
-            raise CelError(f"unexpected {text!r} in {self.text!r}")
-        constants = {"true": True, "false": False, "null": None}
-        if text in constants:
-            constant = constants[text]
-            return lambda env: constant
-        if self.peek() == "(":
-            self.take("(")
-            if text == "has":
-                return self.has()
-            args = self.args(")")
-            if text == "size" and len(args) == 1:
-                arg = args[0]
-                return lambda env: _size(arg(env))
-            raise CelError(f"unsupported function {text}() in {self.text!r}")
-        name = text
-        return lambda env: env[name] if name in env else _unbound(name)
-
-    def has(self) -> Fn:
-        """``has(x.f)``: whether ``x`` has field ``f`` (the macro, not a call)."""
-        owner = self.primary()
-        field: str | None = None
-        while self.peek() == ".":
-            self.take(".")
-            kind, name = self.take()
-            if kind != "id":
-                raise CelError(f"expected a field name after '.', found {name!r}")
-            if field is not None:
-                owner = _field(owner, field)
-            field = name
-        self.take(")")
-        if field is None:
-            raise CelError(f"has() needs a field selection in {self.text!r}")
-        last = field
-        return lambda env: isinstance(o := owner(env), Mapping) and last in o
-
-
-def _or(a: Fn, b: Fn) -> Fn:
-    return lambda env: _bool(a(env)) or _bool(b(env))
-
-
-def _and(a: Fn, b: Fn) -> Fn:
-    return lambda env: _bool(a(env)) and _bool(b(env))
-
-
-def _relation(op: str, a: Fn, b: Fn) -> Fn:
-    return lambda env: _compare(op, a(env), b(env))
-
-
-def _plus(a: Fn, b: Fn) -> Fn:
-    return lambda env: a(env) + b(env)
-
-
-def _minus(a: Fn, b: Fn) -> Fn:
-    return lambda env: a(env) - b(env)
-
-
-def _indexed(a: Fn, key: Fn) -> Fn:
-    return lambda env: _index(a(env), key(env))
-
-
-def _field(a: Fn, name: str) -> Fn:
-    return lambda env: _select(a(env), name)
-
-
-def _unbound(name: str) -> Any:
-    raise CelError(f"undeclared reference to {name!r}")
-
-
-def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise CelError(f"no such overload: a {type(value).__name__} used as a bool")
-    return value
-
-
-def _index(value: Any, key: Any) -> Any:
+def _compile(text: str, what: str, result: Any) -> Any:
+    """``text`` compiled (:class:`CelError` if it does not, or if its type is known and is
+    not ``result``)."""
     try:
-        return value[key]
-    except (KeyError, IndexError, TypeError) as err:
-        raise _MissingError(str(key)) from err
+        program = _env().compile(text)
+    except (RuntimeError, ValueError) as err:
+        raise CelError(f"{what} {text!r} does not compile: {err}") from err
+    kind = program.return_type()
+    if kind not in (result, cel.Type.DYN):
+        raise CelError(f"{what} {text!r} evaluates to {kind.name()}, not {result.name()}")
+    return program
 
 
-def _macro(name: str, target: Fn, var: str, body: Fn) -> Fn:
-    def run(env: Env) -> Any:
-        items = target(env)
-        if isinstance(items, Mapping):
-            items = list(items)
-        if not isinstance(items, list):
-            raise CelError(f"{name}() on a {type(items).__name__}")
-        results = [body({**env, var: item}) for item in items]
-        if name == "map":
-            return results
-        if name == "filter":
-            return [item for item, keep in zip(items, results, strict=True) if _bool(keep)]
-        flags = [_bool(r) for r in results]
-        if name == "all":
-            return all(flags)
-        if name == "exists":
-            return any(flags)
-        return flags.count(True) == 1
+def _bindings(value: Any, old: Any = None, *, transition: bool = False) -> Any:
+    """``self`` (and ``oldSelf`` where ``transition``) for the rules at one place: one
+    activation for them all, so that what they read of the value is converted to CEL once
+    (cel-expr-python converts lazily and keeps what it converted)."""
+    data = {"self": value, "oldSelf": old} if transition else {"self": value}
+    return _env().Activation(data=data)
 
-    return run
+
+def _evaluate(program: Any, activation: Any) -> Any:
+    """The program's value in ``activation``, or ``None`` where evaluating it failed (a
+    missing field, no such overload, a value CEL cannot hold)."""
+    try:
+        result = program.eval(activation)
+    except (RuntimeError, ValueError, TypeError):
+        return None
+    return None if result.type() == cel.Type.ERROR else result.value()
 
 
 @dataclass(frozen=True)
@@ -340,24 +97,44 @@ class CelRule:
     rule: str
     message: str
     transition: bool
-    fn: Fn
+    program: Any  # cel_expr_python's compiled Expression
+    message_program: Any = None  # the compiled messageExpression, when the rule has one
 
     def holds(self, value: Any, old: Any = None) -> bool:
-        env = {"self": value, "oldSelf": old} if self.transition else {"self": value}
-        try:
-            return _bool(self.fn(env))
-        except (_MissingError, CelError, TypeError, re.error):
-            return False  # the rule could not be evaluated on this value: the write fails
+        """Whether the rule evaluates to ``true`` on ``self=value`` (``oldSelf=old`` for a
+        transition rule); an error (a missing field, no such overload) or a non-bool
+        result is a failed rule: the write is rejected."""
+        return self.holds_in(_bindings(value, old, transition=self.transition))
+
+    def holds_in(self, activation: Any) -> bool:
+        """:meth:`holds` on the values :func:`_bindings` bound."""
+        return _evaluate(self.program, activation) is True
+
+    def message_for(self, value: Any, old: Any = None) -> str:
+        """What the server says when the rule fails on ``value``: the
+        ``messageExpression``'s string where it evaluates to a non-blank line, else the
+        ``message``."""
+        if self.message_program is None:
+            return self.message
+        said = _evaluate(self.message_program, _bindings(value, old, transition=self.transition))
+        if isinstance(said, str) and said.strip() and "\n" not in said:
+            return said
+        return self.message
 
 
 def compile_rule(spec: Mapping[str, Any]) -> CelRule:
-    """The rule of one ``x-kubernetes-validations`` entry (:class:`CelError` outside the
-    subset)."""
+    """The rule of one ``x-kubernetes-validations`` entry (:class:`CelError` if it, or its
+    ``messageExpression``, does not compile)."""
     text = str(spec.get("rule", ""))
-    fn = _Parser(text).parse()
-    transition = re.search(r"\boldSelf\b", text) is not None
+    program = _compile(text, "rule", cel.Type.BOOL)
+    said = spec.get("messageExpression")
+    message_program = (
+        None if not said else _compile(str(said), "messageExpression", cel.Type.STRING)
+    )
+    named = text + " " + str(said or "")
+    transition = re.search(r"\boldSelf\b", named) is not None
     message = str(spec.get("message") or f"failed rule: {text}")
-    return CelRule(text, message, transition, fn)
+    return CelRule(text, message, transition, program, message_program)
 
 
 @dataclass(frozen=True)
@@ -417,11 +194,13 @@ _ABSENT = object()
 def _walk(
     node: _Node, value: Any, old: Any, has_old: bool, path: str, *, out: list[tuple[str, Any, str]]
 ) -> None:
-    for rule in node.rules:
-        if rule.transition and not has_old:
-            continue
-        if not rule.holds(value, old if has_old else None):
-            out.append((path or "<root>", value, rule.message))
+    rules = [rule for rule in node.rules if has_old or not rule.transition]
+    if rules:
+        activation = _bindings(value, old, transition=has_old)
+        for rule in rules:
+            if not rule.holds_in(activation):
+                message = rule.message_for(value, old if has_old else None)
+                out.append((path or "<root>", value, message))
     if isinstance(value, Mapping):
         old_map = old if has_old and isinstance(old, Mapping) else {}
         for key, sub in node.properties.items():
