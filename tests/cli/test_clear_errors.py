@@ -23,9 +23,17 @@ def test_status_words_a_missing_kubeconfig_the_same_with_or_without_a_namespace(
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent.yaml"))
     result = CliRunner().invoke(main, ["status", *scope])
     assert result.exit_code == 1, result.output
-    expected = f"Error: cannot read the jobs: no kubeconfig: none of $KUBECONFIG={tmp_path}"
-    assert result.output.strip() == expected + "/absent.yaml exists"
+    # the controller's words for the same trouble (tests/hostile/test_kubeconfig.py)
+    expected = f"Error: cannot read the jobs: kubeconfig {tmp_path}/absent.yaml"
+    assert result.output.strip() == expected + " (from $KUBECONFIG) does not exist"
     assert "ConfigError" not in result.output
+    # of several files, kubectl skips those missing: none existing is the error
+    listed = f"{tmp_path}/a.yaml:{tmp_path}/b.yaml"
+    monkeypatch.setenv("KUBECONFIG", listed)
+    result = CliRunner().invoke(main, ["status", *scope])
+    assert result.exit_code == 1, result.output
+    said = f"Error: cannot read the jobs: no kubeconfig: none of $KUBECONFIG={listed} exists"
+    assert result.output.strip() == said
 
 
 def _trace(tmp_path: Path) -> Path:

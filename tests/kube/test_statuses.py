@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import subprocess
-import sys
 from datetime import UTC, datetime
 
 import pytest
@@ -21,6 +19,7 @@ from bellows.cli.status import human_duration, kubectl_bellows
 from bellows.kube import Actuator, PyTorchJobKind, keys
 from bellows.kube.statuses import State, read_status
 from bellows.scaling import default_cluster
+from tests.exec_plugin import exec_user
 
 from .test_actuator import MPI, TORCH, submit
 
@@ -197,11 +196,11 @@ def _lease(mode: str, renewed: datetime) -> dict:
     }
 
 
-def test_the_official_client_reads_the_same_when_the_kubeconfig_needs_it(
-    on_cluster, examples, tmp_path
-):
-    """An exec credential plugin (only the kubernetes client runs one): the same rows and
-    cluster line, the mode from the controller's Lease on both paths."""
+def test_an_exec_credential_plugin_reads_the_same_as_a_static_token(on_cluster, examples, tmp_path):
+    """A server that authenticates every request (issue 38 item 3): a kubeconfig with an
+    ``exec`` credential plugin (as ``aws eks get-token`` or ``kubelogin``) reads the same
+    rows and cluster line as one with the token itself, the mode from the controller's Lease
+    on both; with no credentials, or a wrong token, the command fails in one line."""
 
     async def scenario(cluster, api):
         await submit(api, examples)
@@ -211,21 +210,7 @@ def test_the_official_client_reads_the_same_when_the_kubeconfig_needs_it(
         await act.hold(MPI)
         plain = cluster.write_kubeconfig(tmp_path / "plain", "default")
         config = yaml.safe_load(plain.read_text())
-        plugin = tmp_path / "credential.py"
-        credential = {
-            "apiVersion": "client.authentication.k8s.io/v1",
-            "kind": "ExecCredential",
-            "status": {"token": "from-the-plugin"},
-        }
-        plugin.write_text(f"print({json.dumps(credential)!r})\n")
-        config["users"][0]["user"] = {
-            "exec": {
-                "apiVersion": "client.authentication.k8s.io/v1",
-                "command": sys.executable,
-                "args": [str(plugin)],
-                "interactiveMode": "Never",
-            }
-        }
+        config["users"][0]["user"], runs = exec_user(tmp_path, "t0ken-from-the-plugin")
         (tmp_path / "exec").write_text(yaml.safe_dump(config))
         lines = {}
         for name in ("plain", "exec"):
@@ -236,6 +221,7 @@ def test_the_official_client_reads_the_same_when_the_kubeconfig_needs_it(
                 item.pop("waitedSeconds")
             lines[name] = document
         assert lines["plain"] == lines["exec"]
+        assert runs.read_text().count("ran") >= 1  # the token came from the plugin
         assert lines["plain"]["cluster"]["mode"] == "unknown"  # no controller's Lease yet
         coordination = k8s.CoordinationV1Api(api.api_client)
         body = _lease("paper", datetime.now(UTC))
@@ -244,13 +230,26 @@ def test_the_official_client_reads_the_same_when_the_kubeconfig_needs_it(
             shown = await _cli("--kubeconfig", str(tmp_path / name))
             assert shown.output.splitlines()[0].startswith("cluster: ")
             assert ", mode paper; jobs: " in shown.output.splitlines()[0]
+        for user in ({}, {"token": "wrong"}):
+            config["users"][0]["user"] = user
+            (tmp_path / "refused").write_text(yaml.safe_dump(config))
+            refused = await _cli("--kubeconfig", str(tmp_path / "refused"))
+            assert refused.exit_code == 1, refused.output
+            assert (
+                refused.output == "Error: cannot read the jobs: (401) Unauthorized: Unauthorized\n"
+            )
         elsewhere = await _cli("--kubeconfig", str(plain), "--controller-lease", "ml/ctl")
         assert ", mode unknown; jobs: " in elsewhere.output.splitlines()[0]
         bad = await _cli("--kubeconfig", str(plain), "--controller-lease", "Bad")
         assert bad.exit_code == 2
         assert "expected NAMESPACE/NAME" in bad.output
 
-    on_cluster(scenario, limit_s=60.0, namespaces=("default", "bellows-system"))
+    on_cluster(
+        scenario,
+        limit_s=60.0,
+        namespaces=("default", "bellows-system"),
+        tokens=["t0ken-from-the-plugin"],
+    )
 
 
 def test_a_bad_context_or_kubeconfig_is_one_line(on_cluster, tmp_path):
@@ -265,35 +264,3 @@ def test_a_bad_context_or_kubeconfig_is_one_line(on_cluster, tmp_path):
         assert empty.output.startswith("Error: cannot read the jobs: kubeconfig ")
 
     on_cluster(scenario, limit_s=30.0)
-
-
-def test_status_reads_without_importing_the_kubernetes_client(on_cluster, examples, tmp_path):
-    """The plain-HTTP path: the whole command, in a fresh process, never loads the client
-    (700 modules, the half second benchmarks/status.py measured)."""
-    program = (
-        "import sys\n"
-        "from bellows.cli.main import main\n"
-        "try:\n"
-        "    main(['status', '--kubeconfig', sys.argv[1]])\n"
-        "except SystemExit as done:\n"
-        "    assert not done.code, done.code\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))\n"
-    )
-
-    async def scenario(cluster, api):
-        await submit(api, examples, kind="MPIJob")
-        config = str(cluster.write_kubeconfig(tmp_path / "kubeconfig", "default"))
-        done = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-c", program, config],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        lines = done.stdout.splitlines()
-        assert lines[0].startswith("cluster: ")
-        assert "cifar10-horovod" in lines[2]
-        assert lines[-1] == "[]"
-
-    on_cluster(scenario, limit_s=60.0)

@@ -392,9 +392,9 @@ class Live:
         )
         self.tasks[name] = (asyncio.create_task(coro, name=name), stop)
 
-    def start_bridge(self, name: str = "bridge") -> None:
+    def start_bridge(self, name: str = "bridge", *, client: k8s.ApiClient | None = None) -> None:
         stop = asyncio.Event()
-        coro = run_bridge(self.config(), stop=stop, api_client=self.kube.api_client())
+        coro = run_bridge(self.config(), stop=stop, api_client=client or self.kube.api_client())
         self.tasks[name] = (asyncio.create_task(coro, name=name), stop)
 
     async def kill(self, name: str) -> None:
@@ -522,6 +522,7 @@ async def live(
     kueue: int | None = None,
     strategy: Strategy = "BestEffortFIFO",
     trainer: bool = False,
+    tokens: Sequence[str] | None = None,
 ) -> AsyncIterator[Live]:
     """The stack with no controller or bridge started yet; everything stopped on exit.
 
@@ -535,7 +536,9 @@ async def live(
     controller cooperates (``controller.kueue.enabled``), and the witness judges the GPUs
     against the quota as it changes (``capacity`` still sizes the default pool).
     ``trainer``: the emulated Kubeflow Trainer runs, every job is submitted as a TrainJob and
-    the stack sizes TrainJobs (``controller.trainer.enabled``).
+    the stack sizes TrainJobs (``controller.trainer.enabled``). ``tokens``: the emulated API
+    server authenticates every request by one of these bearer tokens (the stack's own
+    clients carry the first).
     """
     more_crds = [
         *(kueue_crd_paths(shared_data_dir() / "crds") if kueue else ()),
@@ -552,6 +555,7 @@ async def live(
             true_speed=true_speed,
             kueue=kueue is not None,
             trainer=trainer,
+            tokens=tokens,
         ) as kube,
     ):
         if trainer:

@@ -26,7 +26,7 @@ from kubernetes.client.rest import ApiException
 from bellows.emulator import EmulatedCluster
 from bellows.jobs import SpecError
 from bellows.kube import keys
-from bellows.kube.listing import Endpoint, ListingApi
+from bellows.kube.client import KubeApi
 from bellows.kube.statuses import controller_mode
 from bellows.service.config import LeaderElectionSettings
 from bellows.service.leader import LeaderElector
@@ -487,12 +487,13 @@ async def test_a_lead_that_finishes_releases_and_returns(harness: Harness) -> No
 async def test_the_leader_publishes_its_mode_on_the_lease_for_bellows_status(
     harness: Harness,
 ) -> None:
-    """``bellows status`` reads the mode from the Lease (plain HTTP, as the command does):
+    """``bellows status`` reads the mode from the Lease (through ``KubeApi``, as it does):
     the leader's while it renews, ``unknown`` once it has handed the Lease on."""
     a = harness.replica("a", annotations={keys.MODE: "paper"})
     harness.start(a)
     await until(lambda: a.elector.is_leader, R + SLACK)
-    api = ListingApi(Endpoint(harness.cluster.url))
+    client = harness.cluster.api_client()
+    api = KubeApi(client)
     try:
         found = await api.get_lease(NS, LEASE)
         assert found is not None
@@ -515,7 +516,7 @@ async def test_the_leader_publishes_its_mode_on_the_lease_for_bellows_status(
         assert controller_mode(released, now=datetime.now(UTC)) == "unknown"
         assert await api.get_lease(NS, "no-such-lease") is None
     finally:
-        api.close()
+        client.close()
 
 
 @pytest.mark.parametrize(

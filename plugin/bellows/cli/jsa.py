@@ -180,9 +180,9 @@ def current(job: str, kubeconfig: Path | None, context: str | None) -> None:
     import json
 
     from bellows.kube import KubeApi
+    from bellows.kube.kubeconfig import KubeconfigError
     from bellows.scaling import job_profile_to_json
     from bellows.service.config import KubernetesSettings
-    from bellows.service.kubeconfig import KubeconfigError
     from bellows.service.progress_loop import read_fit
     from bellows.service.runner import kube_api_client
 

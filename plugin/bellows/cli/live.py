@@ -32,7 +32,7 @@ def _serve(runner: Runner, config: BellowsConfig) -> None:
         await runner(config, stop=stop)
 
     from bellows.bus.connection import NatsUnreachableError
-    from bellows.service.kubeconfig import KubeconfigError
+    from bellows.kube.kubeconfig import KubeconfigError
 
     try:
         asyncio.run(until_signalled())

@@ -155,24 +155,14 @@ def cluster_text(line: ClusterLine) -> str:
 
 def _namespace_of_context(kubeconfig: Path | None, context: str | None) -> str:
     """The namespace of the kubeconfig context (``default`` when it names none), as kubectl."""
-    import os
+    from bellows.kube.kubeconfig import KubeconfigError, UnknownContextError, context_namespace
 
-    from bellows.kube.listing import ACCOUNT, ConfigError, read_kubeconfig
-
-    if "KUBERNETES_SERVICE_HOST" in os.environ and kubeconfig is None and context is None:
-        account = ACCOUNT / "namespace"
-        return account.read_text().strip() if account.exists() else "default"
     try:
-        config = read_kubeconfig(kubeconfig)
-    except ConfigError as err:
+        return context_namespace(kubeconfig, context)
+    except UnknownContextError as err:
+        raise click.BadParameter(str(err), param_hint="--context") from None
+    except KubeconfigError as err:
         raise click.ClickException(f"cannot read the jobs: {err}") from None
-    if context is not None and context not in config.contexts:
-        raise click.BadParameter(
-            f"{context!r} is not a context of {sorted(config.contexts)}", param_hint="--context"
-        )
-    chosen = config.contexts.get(context or config.current or "")
-    namespace = ((chosen.body if chosen else {}).get("context") or {}).get("namespace")
-    return str(namespace) if namespace else "default"
 
 
 async def _capacity(api: Any) -> int | None:
@@ -207,24 +197,15 @@ async def _mode(api: Any, lease: tuple[str, str]) -> str:
 
 @contextlib.contextmanager
 def _reads(kubeconfig: Path | None, context: str | None) -> Iterator[Any]:
-    """The cluster's reads over plain HTTP (:mod:`bellows.kube.listing`), or through the
-    official client when the kubeconfig's credentials need it (an exec plugin, an
-    auth-provider, a proxy): the same requests either way."""
-    from bellows.kube.listing import ListingApi, NeedsClient, endpoint
+    """The cluster's reads through the official client, as the controller makes them (its
+    kubeconfig loader, credentials and TLS: :mod:`bellows.kube.kubeconfig`)."""
+    from bellows.kube.client import KubeApi, client_from_config
 
+    client = client_from_config(kubeconfig, context)
     try:
-        api: Any = ListingApi(endpoint(kubeconfig, context))
-        close = api.close
-    except NeedsClient:
-        from bellows.kube.client import KubeApi, client_from_config
-
-        config = str(kubeconfig) if kubeconfig else None
-        client = client_from_config(config, context, in_cluster=False)
-        api, close = KubeApi(client), client.close
-    try:
-        yield api
+        yield KubeApi(client)
     finally:
-        close()
+        client.close()
 
 
 def _read(
@@ -391,12 +372,10 @@ def status(
             lease=lease,
         )
     except Exception as err:  # no API server, forbidden, a bad kubeconfig: one line
-        from bellows.inputs import brief
-        from bellows.kube.listing import ConfigError
+        from bellows.kube.client import described
 
         # a kubeconfig's trouble in the words _namespace_of_context gives it, -A or not
-        said = str(err) if isinstance(err, ConfigError) else brief(err)
-        raise click.ClickException(f"cannot read the jobs: {said}") from None
+        raise click.ClickException(f"cannot read the jobs: {described(err)}") from None
     if states:
         rows = [r for r in rows if str(r.state) in states]
     rows.sort(key=lambda r: (r.kind, r.namespace, r.name))

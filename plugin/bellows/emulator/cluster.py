@@ -85,10 +85,13 @@ class EmulatedCluster:
         kueue: bool = False,
         trainer: bool = False,
         mutable_trainer: bool = False,
+        tokens: Sequence[str] | None = None,
     ) -> None:
-        """``trainer``: run the emulated Kubeflow Trainer v2 (``trainer.py``; the CRDs must
-        include ``trainer-v2.3.0/``'s, :func:`bellows.emulator.crds.trainer_crd_paths`) and
-        serve :data:`~bellows.emulator.trainer.TORCH_DISTRIBUTED`. ``mutable_trainer``:
+        """``tokens``: the API server authenticates every request by bearer token, one of
+        these (401 otherwise; :meth:`kubeconfig` writes the first); default: no
+        authentication. ``trainer``: run the emulated Kubeflow Trainer v2 (``trainer.py``; the
+        CRDs must include ``trainer-v2.3.0/``'s, :func:`bellows.emulator.crds.trainer_crd_paths`)
+        and serve :data:`~bellows.emulator.trainer.TORCH_DISTRIBUTED`. ``mutable_trainer``:
         serve the TrainJob CRD of a future Trainer whose ``spec.trainer`` may change while
         suspended (kubeflow/trainer#3995)."""
 
@@ -140,10 +143,11 @@ class EmulatedCluster:
         self._task: asyncio.Task[None] | None = None
         self._kueue_task: asyncio.Task[None] | None = None
         self.url = ""
+        self.tokens = None if tokens is None else tuple(tokens)
 
     async def __aenter__(self) -> EmulatedCluster:
         self._runner = web.AppRunner(
-            build_app(self.store, faults=self.faults, requests=self.requests),
+            build_app(self.store, faults=self.faults, requests=self.requests, tokens=self.tokens),
             handle_signals=False,
             access_log_class=AccessLog,  # debug lines (server.py)
         )
@@ -358,18 +362,22 @@ class EmulatedCluster:
         """A ``kubernetes`` client configuration for this cluster."""
         config = k8s.Configuration(host=self.url)
         config.retries = 0  # a strict fake: no silent retry hides a failed request
+        if self.tokens:
+            config.api_key["authorization"] = f"Bearer {self.tokens[0]}"
         return config
 
     def api_client(self) -> k8s.ApiClient:
         return k8s.ApiClient(self.configuration())
 
     def kubeconfig(self, namespace: str = "default") -> dict[str, Any]:
-        """A kubeconfig document (no credentials: the emulator has no authentication)."""
+        """A kubeconfig document: the first of the server's tokens as the user's, if it asks
+        for one (else no credentials)."""
+        user = {"token": self.tokens[0]} if self.tokens else {}
         return {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "bellows-emulator", "cluster": {"server": self.url}}],
-            "users": [{"name": "bellows-emulator", "user": {}}],
+            "users": [{"name": "bellows-emulator", "user": user}],
             "contexts": [
                 {
                     "name": "bellows-emulator",

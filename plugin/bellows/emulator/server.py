@@ -33,7 +33,7 @@ import base64
 import json
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,16 +180,36 @@ class AccessLog(AbstractAccessLogger):
         )  # fmt: skip
 
 
+def _authenticator(tokens: Collection[str]) -> Any:
+    """A middleware answering 401 (a ``Status``, as the API server) to a request without
+    ``Authorization: Bearer T`` for a ``T`` of ``tokens``: the check a client's
+    credentials (a static token, an ``exec`` plugin's) must pass."""
+    accepted = frozenset(tokens)
+
+    @web.middleware
+    async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or token not in accepted:  # the scheme: any case
+            return _status(ApiError(401, "Unauthorized", "Unauthorized"))
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    return authenticate
+
+
 def build_app(
     store: Store,
     *,
     faults: Faults | None = None,
     requests: Counter[tuple[str, str]] | None = None,
+    tokens: Collection[str] | None = None,
 ) -> web.Application:
     """The aiohttp application serving ``store``, failing what ``faults`` says (fault tests),
-    counting each request in ``requests`` by ``(method, path)``."""
+    counting each request in ``requests`` by ``(method, path)``. With ``tokens``, every
+    request must carry one of them as a bearer token (else 401); without, none is asked."""
     # aiohttp's own limit (1 MiB) would answer a plain-text 413 before the handler runs
-    app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
+    middlewares = [] if tokens is None else [_authenticator(tokens)]
+    app = web.Application(client_max_size=MAX_BODY_BYTES + 1, middlewares=middlewares)
 
     async def version(_: web.Request) -> web.Response:
         return web.json_response(

@@ -12,22 +12,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
 import urllib3
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
+from bellows.inputs import brief
 from bellows.kube import kueue
 from bellows.kube.deletion import Terminating, deletion_of
 from bellows.kube.errors import ConflictError, ExpiredError, NotFoundError
 from bellows.kube.kinds import KindAdapter
+from bellows.kube.kubeconfig import KubeconfigError, load_configuration
 
 __all__ = [
     "ConflictError",
@@ -35,6 +36,7 @@ __all__ = [
     "KubeApi",
     "NotFoundError",
     "client_from_config",
+    "described",
     "unavailable",
 ]
 
@@ -53,6 +55,26 @@ def _translate(err: ApiException) -> Exception:
     if err.status == 410:
         return ExpiredError(str(err.reason))
     return error
+
+
+def described(err: BaseException) -> str:
+    """One line for a person on why a call failed, as kubectl words it: ``(403) Forbidden:
+    <the server's message>``, ``could not connect to 127.0.0.1:6443 (ConnectionRefusedError:
+    ...)``, a kubeconfig's trouble in its own words; else ``Type: first line``."""
+    if isinstance(err, ApiException) and err.status:
+        message = ""
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            message = str(orjson.loads(err.body or b"{}").get("message") or "")
+        reason = f"({err.status}) {err.reason}"
+        return f"{reason}: {message}" if message else reason
+    if isinstance(err, urllib3.exceptions.MaxRetryError):
+        pool = err.pool
+        cause = err.reason.__context__ or err.reason if err.reason is not None else err
+        where = f"{pool.host}:{pool.port}" if pool is not None else str(err.url)
+        return f"could not connect to {where} ({brief(cause)})"
+    if isinstance(err, KubeconfigError):
+        return str(err)
+    return brief(err)
 
 
 _UNAVAILABLE_STATUS = frozenset({0, 429, 502, 503, 504})
@@ -79,21 +101,13 @@ async def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 def client_from_config(
-    kubeconfig: str | None = None, context: str | None = None, *, in_cluster: bool | None = None
+    kubeconfig: Path | None = None, context: str | None = None, *, in_cluster: bool | None = None
 ) -> k8s.ApiClient:
-    """A client from the service account (in a pod: ``in_cluster``, by default when
-    ``KUBERNETES_SERVICE_HOST`` is set) or from a kubeconfig (default ``$KUBECONFIG`` or
-    ``~/.kube/config``) and its ``context`` (default: the current one)."""
-    configuration = k8s.Configuration()
-    if in_cluster is None:
-        in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
-    if in_cluster:
-        k8s_config.load_incluster_config(client_configuration=configuration)
-    else:
-        k8s_config.load_kube_config(
-            config_file=kubeconfig, context=context, client_configuration=configuration
-        )
-    return k8s.ApiClient(configuration)
+    """A client from the service account (``in_cluster``; by default in a pod when neither
+    ``kubeconfig`` nor ``context`` is named) or from a kubeconfig (default ``$KUBECONFIG``
+    or ``~/.kube/config``) and its ``context`` (default: the current one), loaded by
+    :func:`bellows.kube.kubeconfig.load_configuration` (:class:`KubeconfigError`: one line)."""
+    return k8s.ApiClient(load_configuration(kubeconfig, context, in_cluster=in_cluster))
 
 
 class KubeApi:

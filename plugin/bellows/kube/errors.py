@@ -1,8 +1,8 @@
 """The errors of a Kubernetes API call that callers act on, apart from any client library.
 
-:mod:`bellows.kube.client` (the official ``kubernetes`` client, the controller's) and
-:mod:`bellows.kube.listing` (plain HTTP, ``bellows status``) raise the same three, so that
-code reading the cluster need not know which one it was given.
+:mod:`bellows.kube.client` (the official ``kubernetes`` client, the controller's and
+``bellows status``') raises these three in place of the client's ``ApiException``, so that
+code reading the cluster (and the fakes tests give it) need not know the client library.
 """
 
 from __future__ import annotations

@@ -59,8 +59,8 @@ UNKNOWN = "unknown"  # the mode when no controller holds its Lease, or it says n
 
 
 class Reads(Protocol):
-    """The reads ``bellows status`` makes: :class:`bellows.kube.client.KubeApi` (the
-    official client) or :class:`bellows.kube.listing.ListingApi` (plain HTTP)."""
+    """The reads ``bellows status`` makes, as :class:`bellows.kube.client.KubeApi` (the
+    official client, the controller's) makes them; tests pass fakes."""
 
     def list_job_pages(
         self, kind: KindAdapter, namespace: str | None = None, *, limit: int = ...

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 
 import structlog
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from nats.js import JetStreamContext
 
 from bellows.autoscaler import Engines
@@ -42,7 +41,6 @@ from bellows.service.capacity import NoGpuNodeError
 from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig, CapacitySettings, KubernetesSettings
 from bellows.service.health import Health, serving
-from bellows.service.kubeconfig import KubeconfigError, checked_kubeconfig
 from bellows.service.leader import LeaderElector, default_identity
 from bellows.service.logging import configure_logging
 from bellows.service.metrics import Metrics, MetricsObserver
@@ -60,18 +58,12 @@ Lead = Callable[[asyncio.Event], Awaitable[None]]
 
 def kube_api_client(settings: KubernetesSettings) -> k8s.ApiClient:
     """A client from the service account (in a pod) or from a kubeconfig;
-    :class:`~bellows.service.kubeconfig.KubeconfigError` names a kubeconfig that is
+    :class:`~bellows.kube.kubeconfig.KubeconfigError` names a kubeconfig that is
     missing, empty, not UTF-8 or not a usable kubeconfig."""
     in_cluster = settings.in_cluster
     if in_cluster is None:
         in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
-    if in_cluster:
-        return client_from_config(in_cluster=True)
-    files = checked_kubeconfig(settings.kubeconfig)  # KubeconfigError: one line
-    try:
-        return client_from_config(files, settings.context, in_cluster=False)
-    except k8s_config.ConfigException as err:  # a mapping, but not a usable kubeconfig
-        raise KubeconfigError(f"kubeconfig {files}: {err}") from None
+    return client_from_config(settings.kubeconfig, settings.context, in_cluster=in_cluster)
 
 
 async def read_capacity(api_client: k8s.ApiClient, settings: CapacitySettings) -> int:

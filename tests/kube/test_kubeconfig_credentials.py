@@ -1,6 +1,8 @@
-"""The plain-HTTP reads of ``bellows status`` (``bellows.kube.listing``): the kubeconfig read
-as kubectl reads it, and TLS, tokens and client certificates against a real HTTPS server
-(a CA, a server and a client certificate made for the test)."""
+"""The kubeconfig as every command reads it (``bellows.kube.kubeconfig``, through the official
+client's loader: issue 38 item 3, one client): files merged as kubectl merges them, and TLS,
+tokens and client certificates against a real HTTPS server (a CA, a server and a client
+certificate made for the test), through the calls ``bellows status`` and the controller
+make (:class:`bellows.kube.client.KubeApi`)."""
 
 from __future__ import annotations
 
@@ -17,15 +19,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import urllib3
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from kubernetes.client.rest import ApiException
+from kubernetes.config import incluster_config
 
-from bellows.kube import listing
-from bellows.kube.errors import NotFoundError
-from bellows.kube.listing import ApiError, ConfigError, ListingApi, NeedsClient, endpoint
+from bellows.kube import kubeconfig
+from bellows.kube.client import KubeApi, client_from_config, described
+from bellows.kube.kubeconfig import (
+    KubeconfigError,
+    UnknownContextError,
+    context_namespace,
+    load_configuration,
+)
 
 NODES = {"kind": "NodeList", "metadata": {"resourceVersion": "7"}, "items": [{"metadata": {}}]}
 
@@ -93,10 +103,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         peer = self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
-        self.seen.append({"path": self.path, "headers": dict(self.headers), "peer": peer})
+        self.seen.append(
+            {
+                "path": self.path,
+                "headers": {k.lower(): v for k, v in self.headers.items()},
+                "peer": peer,
+            }
+        )
         if self.path.startswith("/api/v1/nodes"):
             status, body = 200, NODES
-        elif self.path.startswith("/forbidden"):
+        elif "/namespaces/forbidden/" in self.path:
             message = 'nodes is forbidden: User "jane" cannot list resource "nodes"'
             status, body = 403, {"kind": "Status", "message": message, "code": 403}
         else:
@@ -152,31 +168,42 @@ def _b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
 
 
-def _get(config: Path, path: str = "/api/v1/nodes", context: str | None = None) -> Any:
-    api = ListingApi(endpoint(config, context))
+async def _all(pages: Any) -> list[Any]:
+    return [page async for page in pages]
+
+
+def _nodes(config: Path | None = None, context: str | None = None) -> Any:
+    """The nodes' pages, listed as ``bellows status`` and the controller list them."""
+    client = client_from_config(config, context)
     try:
-        return api.get(path)
+        return asyncio.run(_all(KubeApi(client).list_nodes()))
     finally:
-        api.close()
+        client.close()
+
+
+LISTED = [(NODES["items"], "7")]
+pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 
 
 def test_a_token_over_tls_with_the_ca_as_data_or_file(server, pki, tmp_path) -> None:
     url, seen = server
     data = {"server": url, "certificate-authority-data": _b64(pki["ca.crt"])}
-    assert _get(_kubeconfig(tmp_path / "a", data, {"token": "s3cret"})) == NODES
-    assert seen[-1]["headers"]["Authorization"] == "Bearer s3cret"
+    assert _nodes(_kubeconfig(tmp_path / "a", data, {"token": "s3cret"})) == LISTED
+    assert seen[-1]["headers"]["authorization"] == "Bearer s3cret"
     # relative file names are read beside the kubeconfig, as kubectl reads them
     (tmp_path / "certs").mkdir()
     (tmp_path / "certs" / "ca.crt").write_bytes(pki["ca.crt"].read_bytes())
     (tmp_path / "certs" / "token").write_text("from-a-file\n")
     files = {"server": url, "certificate-authority": "certs/ca.crt"}
-    assert _get(_kubeconfig(tmp_path / "b", files, {"tokenFile": "certs/token"})) == NODES
-    assert seen[-1]["headers"]["Authorization"] == "Bearer from-a-file"
+    assert _nodes(_kubeconfig(tmp_path / "b", files, {"tokenFile": "certs/token"})) == LISTED
+    assert seen[-1]["headers"]["authorization"] == "Bearer from-a-file"
     # without the CA the server's certificate is refused; skipping verification is allowed
-    with pytest.raises(ssl.SSLCertVerificationError):
-        _get(_kubeconfig(tmp_path / "c", {"server": url}, {"token": "t"}))
+    with pytest.raises(urllib3.exceptions.MaxRetryError) as refused:
+        _nodes(_kubeconfig(tmp_path / "c", {"server": url}, {"token": "t"}))
+    assert described(refused.value).startswith(f"could not connect to 127.0.0.1:{url[-5:]}")
+    assert "certificate verify failed" in described(refused.value)
     insecure = {"server": url, "insecure-skip-tls-verify": True}
-    assert _get(_kubeconfig(tmp_path / "d", insecure, {"token": "t"})) == NODES
+    assert _nodes(_kubeconfig(tmp_path / "d", insecure, {"token": "t"})) == LISTED
 
 
 def test_a_client_certificate_as_data_or_files(server, pki, tmp_path) -> None:
@@ -186,49 +213,43 @@ def test_a_client_certificate_as_data_or_files(server, pki, tmp_path) -> None:
         "client-certificate-data": _b64(pki["client.crt"]),
         "client-key-data": _b64(pki["client.key"]),
     }
-    assert _get(_kubeconfig(tmp_path / "a", ca, user)) == NODES
+    assert _nodes(_kubeconfig(tmp_path / "a", ca, user)) == LISTED
     assert seen[-1]["peer"]["subject"] == ((("commonName", "jane"),),)
-    assert "Authorization" not in seen[-1]["headers"]
+    assert "authorization" not in seen[-1]["headers"]
     files = {"client-certificate": str(pki["client.crt"]), "client-key": str(pki["client.key"])}
-    assert _get(_kubeconfig(tmp_path / "b", ca, files)) == NODES
+    assert _nodes(_kubeconfig(tmp_path / "b", ca, files)) == LISTED
     assert seen[-1]["peer"]["subject"] == ((("commonName", "jane"),),)
     basic = {"username": "jane", "password": "pw"}
-    assert _get(_kubeconfig(tmp_path / "c", ca, basic)) == NODES
-    assert seen[-1]["headers"]["Authorization"] == "Basic " + base64.b64encode(b"jane:pw").decode()
+    assert _nodes(_kubeconfig(tmp_path / "c", ca, basic)) == LISTED
+    assert seen[-1]["headers"]["authorization"] == "Basic " + base64.b64encode(b"jane:pw").decode()
 
 
 @pytest.mark.parametrize("server", ["named"], indirect=True)
 def test_tls_server_name_checks_the_certificate_for_that_name(server, pki, tmp_path) -> None:
     url, _ = server
     ca = {"server": url, "certificate-authority": str(pki["ca.crt"])}
-    with pytest.raises(ssl.SSLCertVerificationError):
-        _get(_kubeconfig(tmp_path / "a", ca, {"token": "t"}))
+    with pytest.raises(urllib3.exceptions.MaxRetryError):
+        _nodes(_kubeconfig(tmp_path / "a", ca, {"token": "t"}))
     named = {**ca, "tls-server-name": "kube.test"}
-    assert _get(_kubeconfig(tmp_path / "b", named, {"token": "t"})) == NODES
+    assert _nodes(_kubeconfig(tmp_path / "b", named, {"token": "t"})) == LISTED
 
 
 def test_error_statuses_carry_the_servers_message(server, pki, tmp_path) -> None:
     url, _ = server
     config = _kubeconfig(tmp_path / "a", {"server": url, "insecure-skip-tls-verify": True}, {})
-    with pytest.raises(ApiError) as forbidden:
-        _get(config, "/forbidden")
-    assert forbidden.value.status == 403
-    assert str(forbidden.value) == (
-        '(403) Forbidden: nodes is forbidden: User "jane" cannot list resource "nodes"'
-    )
-    with pytest.raises(NotFoundError):
-        _get(config, "/apis/kubeflow.org/v1/pytorchjobs")
-    api = ListingApi(endpoint(config))
-    try:  # a missing object reads as None; several requests share one kept-alive connection
+    client = client_from_config(config)
+    api = KubeApi(client)
+    try:
+        with pytest.raises(ApiException) as forbidden:
+            asyncio.run(api.list_events("forbidden"))
+        assert described(forbidden.value) == (
+            '(403) Forbidden: nodes is forbidden: User "jane" cannot list resource "nodes"'
+        )
+        # a missing object reads as None
         assert asyncio.run(api.get_lease("bellows-system", "bellows-controller")) is None
-        pages = asyncio.run(_all(api.list_nodes()))
-        assert pages == [(NODES["items"], "7")]
+        assert asyncio.run(api.get_configmap("default", "absent")) is None
     finally:
-        api.close()
-
-
-async def _all(pages: Any) -> list[Any]:
-    return [page async for page in pages]
+        client.close()
 
 
 def test_kubeconfig_files_merge_as_kubectl_merges_them(tmp_path, monkeypatch) -> None:
@@ -243,37 +264,21 @@ def test_kubeconfig_files_merge_as_kubectl_merges_them(tmp_path, monkeypatch) ->
             {"name": "there", "context": {"cluster": "c", "user": "u", "namespace": "ml"}},
         ],
     )
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", f"{first}:{tmp_path / 'absent'}:{second}")
-    got = endpoint()  # the first file's current context, cluster and user win
-    assert (got.server, got.headers, got.tls) == (
-        "http://one:1",
-        {"Authorization": "Bearer a"},
-        None,
-    )
-    assert endpoint(context="there").server == "http://one:1"  # cluster "c" is the first's
-    config = listing.read_kubeconfig()
-    assert config.context("there")[1]["namespace"] == "ml"
-    with pytest.raises(ConfigError) as caught:
-        endpoint(context="nowhere")
-    assert "no context 'nowhere' (contexts: ['here', 'there'])" in str(caught.value)
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
-    with pytest.raises(ConfigError, match="none of"):
-        endpoint()
-
-
-@pytest.mark.parametrize(
-    ("cluster", "user"),
-    [
-        ({}, {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "aws"}}),
-        ({}, {"auth-provider": {"name": "oidc"}}),
-        ({"proxy-url": "http://proxy:3128"}, {"token": "t"}),
-    ],
-    ids=["exec", "auth-provider", "proxy-url"],
-)
-def test_credentials_only_the_client_implements_fall_back_to_it(cluster, user, tmp_path) -> None:
-    config = _kubeconfig(tmp_path / "k", {"server": "https://api:6443", **cluster}, user)
-    with pytest.raises(NeedsClient):
-        endpoint(config)
+    got = load_configuration()  # the first file's current context, cluster and user win
+    assert (got.host, got.api_key["authorization"]) == ("http://one:1", "Bearer a")
+    assert load_configuration(context="there").host == "http://one:1"  # "c" is the first's
+    assert context_namespace() == "default"
+    assert context_namespace(context="there") == "ml"
+    with pytest.raises(UnknownContextError) as caught:
+        context_namespace(context="nowhere")
+    assert str(caught.value) == "'nowhere' is not a context of ['here', 'there']"
+    with pytest.raises(KubeconfigError, match="nowhere"):
+        load_configuration(context="nowhere")
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'absent'}:{tmp_path / 'gone'}")
+    with pytest.raises(KubeconfigError, match=r"no kubeconfig: none of \$KUBECONFIG=.* exists"):
+        load_configuration()
 
 
 @pytest.mark.parametrize(
@@ -281,25 +286,31 @@ def test_credentials_only_the_client_implements_fall_back_to_it(cluster, user, t
     [
         ({"server": "api:6443"}, {}, "server 'api:6443' is not a URL"),
         ({"server": "https://a", "certificate-authority": "nope.crt"}, {}, "nope.crt"),
-        ({"server": "https://a", "certificate-authority-data": "!!"}, {}, "not base64"),
-        ({"server": "http://a"}, {"tokenFile": "missing-token"}, "user.tokenFile"),
+        ({"server": "https://a", "certificate-authority-data": "!!"}, {}, "cannot be used"),
+        ({"server": "http://a"}, {"tokenFile": "missing-token"}, "missing-token"),
     ],
 )
 def test_a_bad_kubeconfig_is_one_line_naming_the_field(cluster, user, message, tmp_path) -> None:
-    with pytest.raises(ConfigError, match=message):
-        endpoint(_kubeconfig(tmp_path / "k", cluster, user))
+    with pytest.raises(KubeconfigError, match=message) as caught:
+        load_configuration(_kubeconfig(tmp_path / "k", cluster, user))
+    assert "\n" not in str(caught.value)
 
 
-def test_in_a_pod_the_service_account_is_used(pki, tmp_path, monkeypatch) -> None:
+def test_in_a_pod_the_service_account_is_used(server, pki, tmp_path, monkeypatch) -> None:
+    url, seen = server
     (tmp_path / "token").write_text("pod-token\n")
     (tmp_path / "ca.crt").write_bytes(pki["ca.crt"].read_bytes())
-    monkeypatch.setattr(listing, "ACCOUNT", tmp_path)
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
-    got = endpoint()
-    assert got.server == "https://10.0.0.1:443"
-    assert got.headers == {"Authorization": "Bearer pod-token"}
-    assert got.tls is not None
+    (tmp_path / "namespace").write_text("team-a\n")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(tmp_path / "token"))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(tmp_path / "ca.crt"))
+    monkeypatch.setattr(kubeconfig, "ACCOUNT", tmp_path)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", url.rsplit(":", 1)[1])
+    assert _nodes() == LISTED
+    # the scheme's case is the client's own (RFC 7235: either reads the same)
+    assert seen[-1]["headers"]["authorization"].lower() == "bearer pod-token"
+    assert context_namespace() == "team-a"
     # a kubeconfig given still wins, as kubectl's --kubeconfig does
     config = _kubeconfig(tmp_path / "k", {"server": "http://elsewhere:80"}, {})
-    assert endpoint(config).server == "http://elsewhere:80"
+    assert load_configuration(config).host == "http://elsewhere:80"
+    assert context_namespace(config) == "default"
