@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -208,39 +209,55 @@ def _reads(kubeconfig: Path | None, context: str | None) -> Iterator[Any]:
         client.close()
 
 
-def _read(
-    *,
-    kubeconfig: Path | None,
-    context: str | None,
-    namespace: str | None,
-    kinds: tuple[str, ...],
-    events: bool,
-    cluster: ClusterProfile,
-    lease: tuple[str, str],
-) -> tuple[ClusterLine, list[JobStatus]]:
+@dataclass(frozen=True)
+class Query:
+    """What one ``bellows status`` asks the cluster (and ``-w`` asks again)."""
+
+    kubeconfig: Path | None
+    context: str | None
+    namespace: str | None  # None: every namespace
+    kinds: tuple[str, ...]
+    events: bool
+    cluster: ClusterProfile
+    lease: tuple[str, str]
+    selector: str | None = None
+    states: tuple[str, ...] = ()
+
+    def chosen(self) -> list[Any]:
+        from bellows.kube.adapters import ALL_KINDS as KINDS
+
+        return [k for k in KINDS if not self.kinds or k.kind.lower() in self.kinds]
+
+
+async def read_with(api: Any, query: Query) -> tuple[ClusterLine, list[JobStatus]]:
+    """The cluster line and the rows (of ``query.states``, sorted) through ``api``."""
     import asyncio
     from datetime import UTC, datetime
 
-    from bellows.kube.adapters import ALL_KINDS as KINDS
     from bellows.kube.statuses import cluster_line, read_status
 
-    chosen = [k for k in KINDS if not kinds or k.kind.lower() in kinds]
-
-    async def read() -> tuple[ClusterLine, list[JobStatus]]:
-        with _reads(kubeconfig, context) as api:
-            capacity_task = asyncio.create_task(_capacity(api))
-            mode_task = asyncio.create_task(_mode(api, lease))
-            rows = await read_status(
-                api,
-                now=datetime.now(UTC),
-                cluster=cluster,
-                namespace=namespace,
-                kinds=chosen,
-                events=events,
-            )
-            return cluster_line(await capacity_task, rows, await mode_task), rows
-
-    return asyncio.run(read())
+    capacity_task = asyncio.create_task(_capacity(api))
+    mode_task = asyncio.create_task(_mode(api, query.lease))
+    try:
+        rows = await read_status(
+            api,
+            now=datetime.now(UTC),
+            cluster=query.cluster,
+            namespace=query.namespace,
+            kinds=query.chosen(),
+            events=query.events,
+            selector=query.selector,
+            strict=bool(query.kinds),
+        )
+    except BaseException:
+        capacity_task.cancel()
+        mode_task.cancel()
+        raise
+    line = cluster_line(await capacity_task, rows, await mode_task)
+    if query.states:
+        rows = [r for r in rows if str(r.state) in query.states]
+    rows.sort(key=lambda r: (r.kind, r.namespace, r.name))
+    return line, rows
 
 
 def _kind_names() -> list[str]:
@@ -308,7 +325,24 @@ class _KindChoice(click.Choice):  # type: ignore[type-arg]
     help="Only jobs in this state (repeatable).",
 )
 @click.option(
-    "-o", "--output", type=click.Choice(["wide", "json", "yaml"]), default=None, help="Format."
+    "-l",
+    "--selector",
+    default=None,
+    help="Only jobs matching this label selector, as kubectl's (-l team=ml,tier!=dev).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["wide", "json", "yaml", "name"]),
+    default=None,
+    help="Format (name: kind.group/name per line, as kubectl).",
+)
+@click.option(
+    "-w",
+    "--watch",
+    is_flag=True,
+    help="After the list, watch the jobs and print each row again when it changes (Ctrl-C "
+    "ends it).",
 )
 @click.option("--no-headers", is_flag=True, help="No header row (and no cluster line).")
 @click.option(
@@ -339,7 +373,9 @@ def status(
     all_namespaces: bool,
     kinds: tuple[str, ...],
     states: tuple[str, ...],
+    selector: str | None,
     output: str | None,
+    watch: bool,
     no_headers: bool,
     events: bool,
     lease: tuple[str, str],
@@ -354,40 +390,75 @@ def status(
     per state, and the controller's mode). Read-only: the jobs' bellows.io/ annotations and
     Bellows' Events, one list per kind.
     """
-    import json
+    import asyncio
 
     from bellows.scaling import default_cluster
 
     if all_namespaces and namespace is not None:
         raise click.UsageError("give -n/--namespace or -A/--all-namespaces, not both")
     where = None if all_namespaces else namespace or _namespace_of_context(kubeconfig, context)
+    query = Query(
+        kubeconfig=kubeconfig,
+        context=context,
+        namespace=where,
+        kinds=kinds,
+        events=events,
+        cluster=cluster or default_cluster(),
+        lease=lease,
+        selector=selector,
+        states=states,
+    )
+
+    async def run() -> None:
+        with _reads(kubeconfig, context) as api:
+            line, rows = await read_with(api, query)
+            click.echo(shown(line, rows, output=output, no_headers=no_headers, where=where))
+            if watch:
+                from bellows.cli.status_watch import follow
+
+                await follow(api, query, rows, output=output)
+
     try:
-        line, rows = _read(
-            kubeconfig=kubeconfig,
-            context=context,
-            namespace=where,
-            kinds=kinds,
-            events=events,
-            cluster=cluster or default_cluster(),
-            lease=lease,
-        )
+        asyncio.run(run())
+    except KeyboardInterrupt:  # the end of -w/--watch, as kubectl's
+        return
     except Exception as err:  # no API server, forbidden, a bad kubeconfig: one line
         from bellows.kube.client import described
+        from bellows.kube.statuses import CrdMissingError
 
         # a kubeconfig's trouble in the words _namespace_of_context gives it, -A or not
-        raise click.ClickException(f"cannot read the jobs: {described(err)}") from None
-    if states:
-        rows = [r for r in rows if str(r.state) in states]
-    rows.sort(key=lambda r: (r.kind, r.namespace, r.name))
+        said = str(err) if isinstance(err, CrdMissingError) else described(err)
+        raise click.ClickException(f"cannot read the jobs: {said}") from None
+
+
+def name_of(row: JobStatus) -> str:
+    """``-o name``: ``kind.group/name``, as kubectl prints a resource's name."""
+    from bellows.kube.adapters import ALL_KINDS as KINDS
+
+    group = next((k.group for k in KINDS if k.kind == row.kind), "")
+    return f"{row.kind.lower()}.{group}/{row.name}" if group else f"{row.kind.lower()}/{row.name}"
+
+
+def shown(
+    line: ClusterLine,
+    rows: Sequence[JobStatus],
+    *,
+    output: str | None,
+    no_headers: bool,
+    where: str | None,
+) -> str:
+    """The command's output for ``rows``, as one text (one write: 10 000 rows are one page)."""
+    if output == "name":
+        return "\n".join(name_of(r) for r in rows)
     if output in ("json", "yaml"):
         document = {"cluster": line.as_dict(), "items": [r.as_dict() for r in rows]}
         if output == "json":
-            click.echo(json.dumps(document, indent=2))
-        else:
-            import yaml
+            import json
 
-            click.echo(yaml.safe_dump(document, sort_keys=False), nl=False)
-        return
+            return json.dumps(document, indent=2)
+        import yaml
+
+        return str(yaml.safe_dump(document, sort_keys=False)).rstrip("\n")
     lines = [] if no_headers else [cluster_text(line)]
     if not rows and not no_headers:
         scope = "any namespace" if where is None else f"namespace {where}"
@@ -396,8 +467,7 @@ def status(
         lines += table(
             rows, wide=output == "wide", namespaces=where is None, headers=not no_headers
         )
-    if lines:
-        click.echo("\n".join(lines))  # one write: 10 000 rows are one page of output
+    return "\n".join(lines)
 
 
 def kubectl_bellows() -> None:

@@ -141,7 +141,12 @@ class KubeApi:
         return obj
 
     async def list_job_pages(
-        self, kind: KindAdapter, namespace: str | None = None, *, limit: int = PAGE
+        self,
+        kind: KindAdapter,
+        namespace: str | None = None,
+        *,
+        limit: int = PAGE,
+        selector: str | None = None,
     ) -> AsyncIterator[tuple[list[Obj], str]]:
         """The jobs of ``kind`` (in ``namespace``, or all), ``limit`` per page, each with the
         list's resourceVersion (the last page's is the one to watch from).
@@ -149,11 +154,14 @@ class KubeApi:
         The API server's ``limit`` and ``continue`` hand a large collection over in pieces,
         so a caller that drops each page once examined never holds 10 000 raw jobs (tens of
         megabytes of JSON, several times that as Python objects) at once. A continue token
-        the server no longer keeps raises :class:`ExpiredError`: list again.
+        the server no longer keeps raises :class:`ExpiredError`: list again. ``selector``:
+        only the jobs matching that label selector.
         """
         token: str | None = None
         while True:
             options: dict[str, Any] = {"limit": limit, "_preload_content": False}
+            if selector:
+                options["label_selector"] = selector
             if token:
                 options["_continue"] = token
             listed = await _call(self._list_job_json, kind, namespace, **options)

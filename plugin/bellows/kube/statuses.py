@@ -43,6 +43,7 @@ from bellows.scaling import ClusterProfile, JobProfile, throughput
 
 __all__ = [
     "ClusterLine",
+    "CrdMissingError",
     "JobStatus",
     "Reads",
     "State",
@@ -58,12 +59,29 @@ __all__ = [
 UNKNOWN = "unknown"  # the mode when no controller holds its Lease, or it says none
 
 
+class CrdMissingError(LookupError):
+    """A kind asked for by name whose CRD the cluster does not serve."""
+
+    def __init__(self, kind: KindAdapter) -> None:
+        crd = f"{kind.plural}.{kind.group}"
+        super().__init__(
+            f"the {kind.kind} CRD ({crd}, {kind.group}/{kind.version}) is not installed on "
+            f"this cluster: no {kind.kind} can exist here (kubectl get crd {crd})"
+        )
+        self.kind = kind
+
+
 class Reads(Protocol):
     """The reads ``bellows status`` makes, as :class:`bellows.kube.client.KubeApi` (the
     official client, the controller's) makes them; tests pass fakes."""
 
     def list_job_pages(
-        self, kind: KindAdapter, namespace: str | None = None, *, limit: int = ...
+        self,
+        kind: KindAdapter,
+        namespace: str | None = None,
+        *,
+        limit: int = ...,
+        selector: str | None = ...,
     ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]: ...
 
     async def list_events(
@@ -409,20 +427,25 @@ async def read_status(
     namespace: str | None = None,
     kinds: Sequence[KindAdapter] = KINDS,
     events: bool = True,
+    selector: str | None = None,
+    strict: bool = False,
 ) -> list[JobStatus]:
-    """Every opted-in job of ``kinds`` (in ``namespace``, or all): one list per kind and,
-    with ``events``, one list of the Events Bellows recorded, all at once (each kind's pages
-    in turn), so that one answer is decoded while the server prepares the next."""
+    """Every opted-in job of ``kinds`` (in ``namespace``, or all; matching the label
+    ``selector``): one list per kind and, with ``events``, one list of the Events Bellows
+    recorded, all at once (each kind's pages in turn), so that one answer is decoded while
+    the server prepares the next. A kind whose CRD the cluster does not serve has no jobs;
+    with ``strict`` (the kinds were asked for by name) it raises :class:`CrdMissingError`."""
 
     async def opted_of(kind: KindAdapter) -> list[tuple[KindAdapter, dict[str, Any]]]:
         found = []
         try:
-            async for page, _ in api.list_job_pages(kind, namespace):
+            async for page, _ in api.list_job_pages(kind, namespace, selector=selector):
                 for obj in page:
                     if keys.opted_in((obj.get("metadata") or {}).get("annotations")):
                         found.append((kind, obj))
         except NotFoundError:  # the kind's CRD is not installed here
-            pass
+            if strict:
+                raise CrdMissingError(kind) from None
         return found
 
     async def newest_events() -> dict[str, str]:
