@@ -12,12 +12,14 @@ import pytest
 
 from bellows.autoscaler import AutoscalerConfig
 from bellows.jobs import SpecError
-from bellows.scaling import MODEL_EFFICIENCY, default_cluster
+from bellows.scaling import MODEL_EFFICIENCY, default_cluster, step_time
 from bellows.scaling.efficiency import ValidationRun
+from bellows.scaling.online import ProgressReport
 from bellows.sim import run
+from bellows.sim.learning import Learning, OnlineLearner
 from bellows.sim.measured import MeasuredEfficiency, measured_efficiency
 from bellows.sim.pollux.speedups import RowCache
-from bellows.sim.workloads.importing import POLLUX_EPOCHS, import_pollux
+from bellows.sim.workloads.importing import POLLUX_EPOCHS, POLLUX_MAX_REPLICAS, import_pollux
 from bellows.sim.workloads.traces import TraceJob
 from tests.strategies import make_job
 
@@ -118,6 +120,34 @@ def test_a_measured_step_truth_sets_the_rate_on_the_placement() -> None:
         run([job], gpus=8, config=config, cluster=CLUSTER, step_seconds=steps)
 
 
+def test_progress_reports_carry_the_measured_step_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a learning setup and ``step_seconds``, a stepping job reports the step time it
+    really takes on its placement (what the live controller would hear), not the JSA's."""
+    spec = make_job("a", gpus=2, elastic=True, batch_size=64, b_max=64, k_max=2)
+    job = TraceJob(0.0, dataclasses.replace(spec, work=64.0 * 400), "x")
+    jsa = step_time(spec, 2, 64, CLUSTER, nodes=1)
+    heard: list[float] = []
+    report = OnlineLearner.report
+
+    def listening(self: OnlineLearner, auto: object, told: object, got: ProgressReport,
+                  now: float) -> bool:  # fmt: skip
+        heard.append(got.step_seconds)
+        return report(self, auto, told, got, now)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(OnlineLearner, "report", listening)
+
+    def steps(model: str, spec_: object, placement: tuple[tuple[int, int], ...],
+              batch: int) -> float:  # fmt: skip
+        return 3.0 * jsa
+
+    config = AutoscalerConfig(restart_s=0.0, delta_s=60.0)
+    learning = Learning({}, report_s=60.0, learn=True)
+    result = run([job], gpus=2, config=config, cluster=CLUSTER, nodes=True,
+                 step_seconds=steps, learning=learning)  # fmt: skip
+    assert result.stats.reports == len(heard) > 0
+    assert heard == pytest.approx([3.0 * jsa] * len(heard))
+
+
 def test_the_artifacts_batches_keep_the_trace_batch_by_accumulation(tmp_path: Path) -> None:
     """bert 384 on 6 GPUs: clipped to 6 x 12 = 72 by default, kept with accumulation (its
     per-GPU limit raised to the largest validation batch); yolov3's profile cut at 8."""
@@ -134,6 +164,21 @@ def test_the_artifacts_batches_keep_the_trace_batch_by_accumulation(tmp_path: Pa
     assert artifact["y"].b_max == 512
     with pytest.raises(SpecError):
         import_pollux(csv, batches="more")
+
+
+def test_the_artifacts_batches_bound_gpus_as_its_max_replicas(tmp_path: Path) -> None:
+    """With accumulation a job may take as many GPUs as the artifact's simulator lets it:
+    the largest batch over the smallest per-GPU batch, at most 64 (yolov3 512 / 4, bert 384
+    / 4), never fewer than the trace asked; by default 8 (``K_MAX``) or the trace's."""
+    csv = tmp_path / "w.csv"
+    csv.write_text("name,time,application,num_replicas,batch_size\n"
+                   "b,0,bert,6,384\ny,5,yolov3,4,64\nd,9,deepspeech2,12,120\n")  # fmt: skip
+    default = {j.spec.name: j.spec for j in import_pollux(csv)}
+    artifact = {j.spec.name: j.spec for j in import_pollux(csv, batches="accumulate")}
+    assert [default[n].k_max for n in "byd"] == [8, 8, 12]
+    assert artifact["y"].k_max == POLLUX_MAX_REPLICAS == 64
+    assert artifact["b"].k_max == min(64, 384 // artifact["b"].b_min)
+    assert artifact["d"].k_max == min(64, 640 // artifact["d"].b_min)
 
 
 def test_the_pollux_reference_decides_with_the_measured_step_times() -> None:

@@ -379,7 +379,10 @@ class _Run:
         self.reports += 1
         done = job.done_at(now)
         spread = len(job.held) if job.held else None
-        seconds = step_time(job.spec, job.gpus, job.batch, self.cluster, nodes=spread)
+        if self.step_seconds is not None:  # the measured truth on its placement
+            seconds = self.step_seconds(job.model, job.spec, job.held, job.batch)
+        else:
+            seconds = step_time(job.spec, job.gpus, job.batch, self.cluster, nodes=spread)
         if self.learner is not None:
             report = ProgressReport(job.gpus, job.batch, seconds, done)
             lie = self.learning.lies.get(job.spec.name)

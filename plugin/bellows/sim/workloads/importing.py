@@ -31,7 +31,11 @@ Every assumption made on the way is listed here (and in ``docs/simulator.md``):
   largest profiled per-GPU batch is its time per sample times the samples, one Allreduce: the
   cost of the extra passes), the memory limit the artifact sets (yolov3: 8 per GPU,
   :data:`POLLUX_LOCAL_LIMIT`; the profile is cut there), and the trace's batch kept unclipped
-  (bert's 384 on 6 GPUs, where the default clips it to 72).
+  (bert's 384 on 6 GPUs, where the default clips it to 72), and as many GPUs as the
+  artifact lets a job take (its ``max_replicas`` bound: the largest batch over the smallest
+  per-GPU batch, at most :data:`POLLUX_MAX_REPLICAS`; 8 by default): yolov3 and imagenet
+  64 GPUs, where ``k_max = 8`` held the Pollux reference 6-20 % behind the published
+  Pollux (issue 36, docs/simulator.md).
 * **Cells.** Every number goes through :mod:`bellows.inputs` with the documented bounds
   (GPUs at most :data:`bellows.jobs.MAX_GPUS`, batches at most ``MAX_BATCH``, times and
   durations at most :data:`~bellows.sim.workloads.traces.MAX_ARRIVAL_S` seconds, ``b_max``
@@ -61,6 +65,7 @@ __all__ = [
     "POLLUX_EPOCHS",
     "POLLUX_LOCAL_LIMIT",
     "POLLUX_MAX_BATCH",
+    "POLLUX_MAX_REPLICAS",
     "POLLUX_VALIDATION_WORK",
     "gpus_for_load",
     "import_itp",
@@ -113,6 +118,10 @@ POLLUX_MAX_BATCH: Mapping[str, int] = {
 """The largest global batch the Pollux artifact's simulator lets a job run at: its model's
 largest ``validation-<B>.csv`` (``../shared/data/pollux/profiles/``)."""
 
+POLLUX_MAX_REPLICAS = 64
+"""The most GPUs the artifact's simulator gives one job (its ``max_replicas`` bound, with the
+largest batch over the smallest per-GPU batch): ``k_max`` with ``batches="accumulate"``."""
+
 POLLUX_LOCAL_LIMIT: Mapping[str, int] = {"yolov3": 8}
 """Per-GPU batches the artifact's ``applications.py`` holds below the measured largest (beyond
 them it accumulates); the other models keep their measured largest."""
@@ -149,6 +158,7 @@ def _template(
     b_max = min(k_max * m_max, MAX_BATCH)
     if largest is not None:
         m_max = b_max = max(largest, b_min)
+        k_max = max(gpus, min(POLLUX_MAX_REPLICAS, b_max // b_min))
     batch_size = min(max(batch, b_min), gpus * m_max, b_max)
     return JobSpec(
         name=name,
