@@ -2,7 +2,9 @@
 
     python benchmarks/fidelity.py [--workloads 1 6 ...] [--policies tiresias pollux bellows]
                                   [--workers 2] [--data DIR] [--restart-s 30] [--alone]
-                                  [--physics ours|work|start|pollux|alone]
+                                  [--physics ours|work|start|pollux|pollux-measured|alone]
+                                  [--objective X] [--node-pricing] [--learn] [--slack-share S]
+                                  [--restart-growth G]
 
 **The table.** For every Pollux workload (``../shared/data/pollux/workloads/``, 160 jobs on
 64 T4 GPUs on 16 nodes of 4) and policy: the Tiresias reference (``--policy tiresias``,
@@ -14,6 +16,12 @@ Bellows mode is set beside the published Pollux), ours, their ratio and the Spea
 correlation of the per-job JCTs with the published ones, then the mean over workloads.
 Issue 36's targets for the references: within 10 % of the published average on every
 workload, within 5 % on the mean, Spearman >= 0.9. Exit status 1 when one is missed.
+Below the table, Bellows mode's targets (median workload <= 0.90x the published Pollux,
+every one <= 1.0x) and whether its restarts per job stay at or below the Pollux reference's:
+printed, not part of the exit status. ``--objective``, ``--node-pricing``, ``--learn``,
+``--slack-share`` and ``--restart-growth`` set Bellows mode's rules (:class:`Variant`), as
+issue 36 item 3 re-decides them on the calibrated simulator (``--physics pollux-measured``;
+docs/autoscaler.md).
 
 ``--physics pollux`` runs the simulator with the artifact's physics where ours differs and
 the difference is a setting: the first start costs the restart too, as in the artifact
@@ -53,12 +61,13 @@ import numpy as np
 from scipy.interpolate import LinearNDInterpolator
 from scipy.stats import spearmanr
 
-from bellows.autoscaler import AutoscalerConfig
+from bellows.autoscaler import AutoscalerConfig, Objective, objectives
 from bellows.cli.data import data_folder, no_data_folder
 from bellows.jobs import JobSpec
 from bellows.scaling import MODEL_EFFICIENCY, default_cluster, step_time
 from bellows.sim import run
 from bellows.sim.comparing import POLLUX_GPUS, policies
+from bellows.sim.learning import Learning
 from bellows.sim.measured import MeasuredEfficiency, measured_efficiency
 from bellows.sim.nodes import Placement
 from bellows.sim.pollux import POLLUX_INTERVAL_S
@@ -75,6 +84,26 @@ STARTS = ("pollux", "pollux-measured", "start", "work-start", "alone")  # first 
 PUBLISHED = {"tiresias": "tiresias", "pollux": "pollux", "bellows": "pollux"}
 ARTIFACT_RESTART_S = 30.0  # the artifact's simulator.py: rescale_time = 30 at every allocation
 TOLERANCE, MEAN_TOLERANCE, MIN_SPEARMAN = 0.10, 0.05, 0.9
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Bellows mode's settings for a run (issue 36 item 3 re-decides them): the round
+    objective (``None``: the default), the core told the nodes (``--node-pricing``), learning
+    from progress reports of the truth's step times (``--learn``) and, for ``slack``, the
+    share of the cluster from which it is the sum of speedups (``--slack-share``)."""
+
+    objective: Objective | None = None
+    node_pricing: bool = False
+    learn: bool = False
+    slack_share: float | None = None
+    restart_growth: float = 0.0
+
+    def config(self, restart_s: float) -> AutoscalerConfig:
+        config = policies(restart_s, restart_growth=self.restart_growth)["bellows"]
+        if self.objective is not None:
+            config = replace(config, objective=self.objective)
+        return replace(config, node_counts=self.node_pricing)
 
 
 @dataclass(frozen=True)
@@ -152,11 +181,19 @@ def alone_factor(data: Path, job: TraceJob, gpus: int, batch: int) -> float:
     return (theirs.jct_s - ARTIFACT_RESTART_S) / (ours.jct_s - ARTIFACT_RESTART_S)
 
 
-def run_one(data: Path, workload: str, policy: str, restart_s: float, physics: str) -> Row:
-    """One policy on one workload (module docstring's settings)."""
+def run_one(
+    data: Path, workload: str, policy: str, restart_s: float, physics: str, *,
+    variant: Variant = Variant(),
+) -> Row:  # fmt: skip
+    """One policy on one workload (module docstring's settings); ``variant``: Bellows mode's."""
     trace = trace_of(data, workload, physics)
+    learning = None
     if policy == "bellows":
-        config = policies(restart_s)["bellows"]
+        config = variant.config(restart_s)
+        if variant.slack_share is not None:  # a module constant: this process's runs only
+            objectives.SLACK_SHARE = variant.slack_share
+        if variant.learn:
+            learning = Learning({}, report_s=POLLUX_INTERVAL_S, learn=True)
     else:
         config = AutoscalerConfig(restart_s=restart_s, delta_s=POLLUX_INTERVAL_S)
     started = time.perf_counter()
@@ -165,6 +202,7 @@ def run_one(data: Path, workload: str, policy: str, restart_s: float, physics: s
         efficiency=MODEL_EFFICIENCY, nodes=True, pollux=policy == "pollux",
         tiresias=policy == "tiresias", charge_start=physics in STARTS,
         efficiency_truth=truth_of(data, physics), step_seconds=steps_of(data, physics),
+        learning=learning,
     )  # fmt: skip
     wall = time.perf_counter() - started
     ours = {j.name: j.finish_s - j.arrival_s for j in result.jobs if j.finish_s is not None}
@@ -179,8 +217,32 @@ def run_one(data: Path, workload: str, policy: str, restart_s: float, physics: s
     )  # fmt: skip
 
 
-def _task(args: tuple[Path, str, str, float, str]) -> Row:
-    return run_one(*args)
+def _task(args: tuple[Path, str, str, float, str, Variant]) -> Row:
+    return run_one(*args[:5], variant=args[5])
+
+
+def bellows_lines(rows: Sequence[Row]) -> list[str]:
+    """Issue 36's targets for Bellows mode, beside the rows: avg JCT <= 0.90x the published
+    Pollux on the median workload and <= 1.0x on every one, and restarts per job at or below
+    the Pollux reference's on every workload (where both ran)."""
+    mine = {r.workload: r for r in rows if r.policy == "bellows"}
+    if not mine:
+        return []
+    ratios = [r.ratio for r in mine.values()]
+    median, worst = statistics.median(ratios), max(ratios)
+    lines = [
+        f"bellows mode / published pollux: median {median:.3f} (target <= 0.90), worst "
+        f"{worst:.3f} (target <= 1.0): " + ("met" if median <= 0.9 and worst <= 1.0 else "missed")
+    ]
+    ref = {r.workload: r for r in rows if r.policy == "pollux"}
+    both = [w for w in mine if w in ref]
+    if both:
+        above = [w for w in both if mine[w].restarts_per_job > ref[w].restarts_per_job]
+        lines.append(
+            "restarts per job at or below the pollux reference's: "
+            + (f"on every workload ({len(both)})" if not above else f"not on {', '.join(above)}")
+        )
+    return lines
 
 
 def table(rows: Sequence[Row]) -> tuple[list[str], bool]:
@@ -461,7 +523,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--restart-s", type=float, default=ARTIFACT_RESTART_S)
     parser.add_argument("--physics", choices=PHYSICS, default="ours")
     parser.add_argument("--alone", action="store_true", help="one job alone, both physics")
+    parser.add_argument(
+        "--objective",
+        choices=[o.value for o in Objective],
+        default=None,
+        help="Bellows mode's round objective (default: the core's default)",
+    )
+    parser.add_argument(
+        "--node-pricing",
+        action="store_true",
+        help="Bellows mode's core is told the nodes (as --placement nodes)",
+    )
+    parser.add_argument(
+        "--learn",
+        action="store_true",
+        help="Bellows mode learns from progress reports (60 s) of the truth",
+    )
+    parser.add_argument(
+        "--slack-share",
+        type=float,
+        default=None,
+        help="with --objective slack: the share of the cluster from which it "
+        "is the sum of speedups (objectives.SLACK_SHARE; default 0.45)",
+    )
+    parser.add_argument(
+        "--restart-growth",
+        type=float,
+        default=0.0,
+        help="Bellows mode: each earlier move adds this many restarts to the price of its next",
+    )
     args = parser.parse_args(argv)
+    variant = Variant(
+        None if args.objective is None else Objective(args.objective), args.node_pricing,
+        args.learn, args.slack_share, args.restart_growth,
+    )  # fmt: skip
     if args.physics == "alone" and set(args.policies) != {"tiresias"}:
         parser.error("--physics alone scales rigid jobs: with --policies tiresias only")
     data = args.data or data_folder()
@@ -470,7 +565,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.alone:
         print("\n".join(alone_table(data, args.physics)))
         return 0
-    tasks = [(data, f"workload-{w}", p, args.restart_s, args.physics)
+    tasks = [(data, f"workload-{w}", p, args.restart_s, args.physics, variant)
              for w in args.workloads for p in args.policies]  # fmt: skip
     if args.workers > 1:
         with ProcessPoolExecutor(args.workers) as pool:
@@ -480,6 +575,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines, ok = table(rows)
     print(f"physics {args.physics}, efficiency charged, on nodes, restart {args.restart_s:g} s")
     print("\n".join(lines))
+    print("\n".join(bellows_lines(rows)))
     print("targets (references): " + ("met" if ok else "missed (*)"))
     return 0 if ok else 1
 

@@ -1,5 +1,5 @@
 """Round objectives: the sum of speedups, Pollux's p = -1 fairness, remaining-time weights
-and the same weights scaled by the cluster's slack (the default)."""
+(the default) and the same weights scaled by the cluster's slack."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_objective_is_checked_and_paper_mode_keeps_the_sum_of_speedups() -> None
     with pytest.raises(SpecError, match=r"objective.*'speedup' or 'fair' or 'remaining'"):
         AutoscalerConfig(objective="fastest")  # type: ignore[arg-type]
     assert AutoscalerConfig.paper().objective is Objective.SPEEDUP
-    assert AutoscalerConfig().objective is Objective.SLACK
+    assert AutoscalerConfig().objective is Objective.REMAINING
 
 
 def _swap_setting(share: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:

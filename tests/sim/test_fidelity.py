@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from bellows.autoscaler import DEFAULT_OBJECTIVE
 from bellows.sim.workloads.importing import POLLUX_VALIDATION_WORK
 from tests.conftest import REPO, load_script
 
@@ -86,3 +87,42 @@ def test_with_the_measured_step_times_tiresias_matches_the_artifact(shared_data:
     row = _benchmark().run_one(shared_data, "workload-1", "tiresias", 30.0, "pollux-measured")
     assert abs(row.ratio - 1) < 0.03
     assert row.spearman >= 0.98
+
+
+def test_bellows_modes_targets_are_printed_beside_the_table() -> None:
+    """Issue 36's Bellows-mode targets: <= 0.90x the published Pollux on the median workload,
+    <= 1.0x on every one; restarts per job at or below the Pollux reference's."""
+    bench = _benchmark()
+
+    def row(workload: str, policy: str, ours: float, restarts: float) -> Any:
+        return bench.Row(workload, policy, 1000.0, ours, 0.95, 160, restarts, 0.1)
+
+    met = bench.bellows_lines(
+        [row("w1", "bellows", 850.0, 2.0), row("w2", "bellows", 990.0, 2.0),
+         row("w3", "bellows", 880.0, 2.0), row("w1", "pollux", 1000.0, 3.0),
+         row("w2", "pollux", 1000.0, 3.0), row("w3", "pollux", 1000.0, 1.5)]
+    )  # fmt: skip
+    assert met[0] == (
+        "bellows mode / published pollux: median 0.880 (target <= 0.90), worst 0.990 "
+        "(target <= 1.0): met"
+    )
+    assert met[1] == "restarts per job at or below the pollux reference's: not on w3"
+    missed = bench.bellows_lines([row("w1", "bellows", 1010.0, 1.0)])
+    assert missed == [
+        "bellows mode / published pollux: median 1.010 (target <= 0.90), worst 1.010 "
+        "(target <= 1.0): missed"
+    ]
+    assert bench.bellows_lines([row("w1", "pollux", 1000.0, 3.0)]) == []
+
+
+def test_a_variant_sets_bellows_modes_rules() -> None:
+    """``--objective``/``--node-pricing`` reach the core's config; the references ignore
+    them."""
+    bench = _benchmark()
+    variant = bench.Variant(bench.Objective.SLACK, node_pricing=True, restart_growth=1.0)
+    config = variant.config(30.0)
+    assert config.objective is bench.Objective.SLACK
+    assert config.node_counts
+    assert config.restart_growth == 1.0
+    assert config.restart_s == 30.0
+    assert bench.Variant().config(30.0).objective is DEFAULT_OBJECTIVE

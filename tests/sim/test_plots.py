@@ -117,7 +117,9 @@ def test_a_runs_titles_say_what_it_charged(
         assert plots.charges(sent) == plots.charges(summary)
     spread = runs["charged"][1]["spread_job_time_share"]
     charged = runs["charged"][1]["efficiency_charged_jobs"]
-    assert titles["plain"] == ("t: bellows\nefficiency not charged, fewest nodes, objective slack")
+    assert titles["plain"] == (
+        "t: bellows\nefficiency not charged, fewest nodes, objective remaining"
+    )
     assert titles["charged"] == (
         f"t: bellows\nefficiency charged ({charged} jobs), on nodes ({spread:.1%} spread), "
         "objective speedup"

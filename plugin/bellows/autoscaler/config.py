@@ -32,10 +32,11 @@ PAPER_DELTA_S = 600.0
 BELLOWS_DELTA_S = 120.0
 """Bellows mode's Δ: rounds only rebalance (starts happen at events), so they can come more
 often; ``benchmarks/policies.py`` measured 90 to 180 s alike and 600 s worse."""
-DEFAULT_OBJECTIVE = Objective.SLACK
-"""What Bellows mode's rounds maximise by default: speedups weighted by remaining time while
-the cluster has slack, the sum of speedups near a backlog (``docs/autoscaler.md``, "Round
-objectives"); paper mode keeps the sum of speedups."""
+DEFAULT_OBJECTIVE = Objective.REMAINING
+"""What Bellows mode's rounds maximise by default: speedups weighted by a power of the jobs'
+remaining time, re-decided on the calibrated simulator (issue 36; ``docs/autoscaler.md``,
+"Re-deciding the rules on the calibrated simulator"); paper mode keeps the sum of
+speedups."""
 
 
 class Policy(StrEnum):
@@ -88,9 +89,9 @@ class AutoscalerConfig:
       cost to the price of its next move (a penalty growing with restarts, as Sia's), so a
       job offered a bigger count every round does not take every step; 0: off.
     * ``objective``: the sum a round maximises (:class:`~bellows.autoscaler.objectives.
-      Objective`): speedups weighted by a power of the inverse of remaining time, the power
-      scaled by the cluster's slack (the default, :data:`DEFAULT_OBJECTIVE`), the same
-      weights always, the sum of speedups (the paper's, paper mode's always), or Pollux's
+      Objective`): speedups weighted by a power of the inverse of remaining time (the
+      default, :data:`DEFAULT_OBJECTIVE`), the same weights with their power scaled by the
+      cluster's slack, the sum of speedups (the paper's, paper mode's always), or Pollux's
       ``p = -1`` fairness; see ``docs/autoscaler.md``, "Round objectives".
     """
 

@@ -190,11 +190,11 @@ def _refuse_unused(
 @click.option(
     "--objective",
     type=click.Choice(["slack", "speedup", "fair", "remaining"]),
-    help="What a Bellows-mode round maximises: speedups weighted by remaining time while the "
-    "cluster has slack, the sum of speedups near a backlog (slack); the sum of speedups (the "
-    "paper's; paper mode's always, it takes no other); Pollux's p = -1 fairness (sum of "
-    "-1/speedup); or speedups always weighted by remaining time (docs/autoscaler.md, issue "
-    "29). [default: slack]",
+    help="What a Bellows-mode round maximises: speedups weighted by remaining time "
+    "(remaining); those weights while the cluster has slack, the sum of speedups near a "
+    "backlog (slack); the sum of speedups (the paper's; paper mode's always, it takes no "
+    "other); or Pollux's p = -1 fairness (sum of -1/speedup) (docs/autoscaler.md, issues 29 "
+    "and 36). [default: remaining]",
 )
 @click.option(
     "--placement",

@@ -294,10 +294,10 @@ class ControllerSettings:
     objective: Objective | None = field(
         default=None,
         metadata=doc(
-            "what a round maximises: slack (speedups weighted by remaining time while the "
-            "cluster has slack), speedup (the sum of speedups, the paper's), fair (Pollux's "
-            "p = -1) or remaining (remaining-time weights always); null: the mode's (slack "
-            "bellows, speedup paper)"
+            "what a round maximises: remaining (speedups weighted by remaining time), slack "
+            "(those weights while the cluster has slack), speedup (the sum of speedups, the "
+            "paper's) or fair (Pollux's p = -1); null: the mode's (remaining bellows, "
+            "speedup paper)"
         ),
     )
     hysteresis: float | None = field(
