@@ -72,6 +72,9 @@ SEED = 11
 HEADROOM = 1.25  # the default capacity: the running jobs' GPUs and a quarter more
 
 
+CPU_DIGITS = 2  # CPU seconds are counted in clock ticks (10 ms): a small rebuild's fit in 0.1 s
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` so far (``/proc/<pid>/stat``)."""
     text = Path(f"/proc/{pid}/stat").read_text()
@@ -291,9 +294,9 @@ def _wait_standby(follower: Follower, process: subprocess.Popen[bytes]) -> None:
         time.sleep(0.05)
 
 
-def _median(values: Sequence[float | None]) -> str:
+def _median(values: Sequence[float | None], digits: int = 1) -> str:
     known = [v for v in values if v is not None]
-    return f"{statistics.median(known):.1f}" if known else "-"
+    return f"{statistics.median(known):.{digits}f}" if known else "-"
 
 
 def _csv(text: str) -> list[str]:
@@ -316,8 +319,8 @@ def report(runs: Sequence[Run], jobs: int, running: int) -> None:
         print(
             f"| {mode} | {cache} | {len(chosen)} | {_median([r.decided_s for r in chosen])} | "
             f"{seconds:.1f} | "
-            f"{_median([r.controller_cpu for r in chosen])} | "
-            f"{_median([r.server_cpu for r in chosen])} | "
+            f"{_median([r.controller_cpu for r in chosen], CPU_DIGITS)} | "
+            f"{_median([r.server_cpu for r in chosen], CPU_DIGITS)} | "
             f"{_median([r.rebuild_s for r in chosen])} | {_median([r.expiry_s for r in chosen])} | "
             f"{chosen[-1].running} / {chosen[-1].queued} | **{seconds / TARGET_S:.2f}** |"
         )
@@ -360,7 +363,7 @@ def main() -> None:
                     ))  # fmt: skip
                     print(f"{mode}/{label}: {run.decided_s:.1f} s to the first round's "
                           f"decisions, {run.seconds:.1f} s to them applied, controller CPU "
-                          f"{run.controller_cpu:.1f} s, API server CPU {run.server_cpu:.1f} s",
+                          f"{run.controller_cpu:.2f} s, API server CPU {run.server_cpu:.2f} s",
                           flush=True)  # fmt: skip
                     if label in args.cache:
                         runs.append(run)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -115,13 +116,19 @@ def test_a_job_deleted_for_good_is_reported_gone(on_cluster):
                 run_job, cluster.api_client(), made, timeout_s=20, poll_s=0.02, gone_s=0.3
             )
         )
-        while (obj := await api.get_job(PyTorchJobKind(), "default", NAME)) is None:
-            await asyncio.sleep(0.02)
-        meta = obj["metadata"]
-        assert await api.delete_job(
-            PyTorchJobKind(), "default", NAME, uid=meta["uid"],
-            resource_version=meta["resourceVersion"],
-        )  # fmt: skip
+        deadline = time.monotonic() + 20.0
+        deleted: object = False
+        while not deleted:  # the operator may write the job between our read and the delete
+            assert time.monotonic() < deadline, "the job was never deleted"
+            obj = await api.get_job(PyTorchJobKind(), "default", NAME)
+            if obj is None:
+                await asyncio.sleep(0.02)
+                continue
+            meta = obj["metadata"]
+            deleted = await api.delete_job(
+                PyTorchJobKind(), "default", NAME, uid=meta["uid"],
+                resource_version=meta["resourceVersion"],
+            )  # fmt: skip
         with pytest.raises(LookupError, match=f"PyTorchJob default/{NAME} was deleted"):
             await step
 
