@@ -58,21 +58,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from scipy.interpolate import LinearNDInterpolator
 from scipy.stats import spearmanr
 
 from bellows.autoscaler import AutoscalerConfig, Objective, objectives
 from bellows.cli.data import data_folder, no_data_folder
-from bellows.jobs import JobSpec
 from bellows.scaling import MODEL_EFFICIENCY, default_cluster, step_time
 from bellows.sim import run
 from bellows.sim.comparing import POLLUX_GPUS, policies
 from bellows.sim.learning import Learning
 from bellows.sim.measured import MeasuredEfficiency, measured_efficiency
-from bellows.sim.nodes import Placement
+from bellows.sim.measured_steps import MeasuredPlacements, MeasuredSteps
 from bellows.sim.pollux import POLLUX_INTERVAL_S
-from bellows.sim.workloads.importing import POLLUX_EPOCHS, POLLUX_LOCAL_LIMIT, import_pollux
-from bellows.sim.workloads.models import model as model_profile
+from bellows.sim.workloads.importing import POLLUX_EPOCHS, import_pollux
 from bellows.sim.workloads.traces import TraceJob, fit_trace
 
 POLICIES = ("tiresias", "pollux", "bellows")
@@ -326,87 +323,15 @@ def _grad_stats(v: Validation, batch: float, epoch: int) -> tuple[float, float]:
     return sqr, var
 
 
-class Placements:
-    """A model's measured step times: exact placement, linear in the local batch; others
-    interpolated in (nodes, replicas, local batch) over the means and scalability.csv."""
-
-    def __init__(self, data: Path, model: str) -> None:
-        folder = data / "pollux" / "profiles" / model
-        with (folder / "placements.csv").open() as handle:
-            rows = list(csv.DictReader(handle))
-        self.exact: dict[str, list[tuple[float, float, float]]] = {}
-        for row in rows:
-            self.exact.setdefault(row["placement"], []).append(
-                (float(row["local_bsz"]), float(row["step_time"]), float(row["sync_time"]))
-            )
-        grouped: dict[tuple[int, int, float], list[tuple[float, float]]] = {}
-        for row in rows:
-            p = row["placement"]
-            key = (len(p), sum(map(int, p)), float(row["local_bsz"]))
-            grouped.setdefault(key, []).append((float(row["step_time"]), float(row["sync_time"])))
-        points = [(*k, *np.mean(v, axis=0)) for k, v in grouped.items()]
-        with (folder / "scalability.csv").open() as handle:
-            for row in csv.DictReader(handle):
-                points.append(
-                    tuple(
-                        float(row[c])
-                        for c in (
-                            "num_nodes",
-                            "num_replicas",
-                            "local_bsz",
-                            "step_time",
-                            "sync_time",
-                        )
-                    )
-                )
-        grid = np.array(points)
-        self.spread = LinearNDInterpolator(grid[:, :3], grid[:, 3:])
-        self._seen: dict[tuple[tuple[int, ...], float], tuple[float, float]] = {}
-
-    def step(self, placement: Sequence[int], local: float) -> tuple[float, float]:
-        key = (tuple(placement), float(local))
-        known = self._seen.get(key)
-        if known is None:
-            known = self._seen[key] = self._step(placement, local)
-        return known
-
-    def _step(self, placement: Sequence[int], local: float) -> tuple[float, float]:
-        parts = tuple(g for g in placement if g)
-        key = "".join(map(str, min(parts[i:] + parts[:i] for i in range(len(parts)))))
-        if key in self.exact:
-            rows = sorted(self.exact[key])
-            x = [r[0] for r in rows]
-            return float(np.interp(local, x, [r[1] for r in rows])), float(
-                np.interp(local, x, [r[2] for r in rows])
-            )
-        step, sync = self.spread([min(len(parts), 16), sum(parts), local])[0]
-        return float(step), float(sync)
+def Placements(data: Path, model: str) -> MeasuredPlacements:  # noqa: N802 (was a class)
+    """A model's measured step times (:class:`bellows.sim.measured_steps.MeasuredPlacements`)."""
+    return MeasuredPlacements(data / "pollux" / "profiles" / model)
 
 
-class ArtifactSteps:
-    """Step times as the artifact's simulator charges them, for ``run(step_seconds=...)``:
-    the measured :class:`Placements`, a per-GPU share beyond the model's local limit in
-    passes of at most that limit (gradient accumulation: each extra pass its compute), and a
-    job on one GPU above the smallest validation batch in two passes at least, as the
-    artifact's ``update_local_bsz`` has it."""
-
-    def __init__(self, data: Path) -> None:
-        self.data = data
-        self.models: dict[str, Placements] = {}
-        self.smallest: dict[str, int] = {}
-
-    def __call__(self, name: str, spec: JobSpec, placement: Placement, batch: int) -> float:
-        if name not in self.models:
-            self.models[name] = Placements(self.data, name)
-            self.smallest[name] = validation(self.data, name).batches[0]
-        counts = tuple(gpus for _, gpus in placement)
-        gpus = sum(counts)
-        local = math.ceil(batch / gpus - 1e-8)
-        passes = math.ceil(local / _max_local(name, None) - 1e-8)
-        if gpus == 1 and batch > self.smallest[name]:
-            passes = max(2, passes)
-        step, sync = self.models[name].step(counts, math.ceil(local / passes - 1e-8))
-        return step + (passes - 1) * (step - sync)
+def ArtifactSteps(data: Path) -> MeasuredSteps:  # noqa: N802 (was a class)
+    """Step times as the artifact's simulator charges them, for ``run(step_seconds=...)``
+    (:class:`bellows.sim.measured_steps.MeasuredSteps`, ``bellows simulate --measured``)."""
+    return MeasuredSteps(data / "pollux" / "profiles")
 
 
 def artifact_placement(gpus: int, per_node: int = 4) -> tuple[int, ...]:
@@ -511,7 +436,7 @@ def alone_table(data: Path, physics: str) -> list[str]:
 
 def _max_local(model_name: str, job: TraceJob | None) -> int:
     """The artifact's largest per-GPU batch: the measured one, yolov3's held to 8."""
-    return POLLUX_LOCAL_LIMIT.get(model_name, model_profile(model_name).m_max)
+    return MeasuredSteps.local_limit(model_name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

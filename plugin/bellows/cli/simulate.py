@@ -117,6 +117,30 @@ def _refuse_unused(
         )
 
 
+def _measured_truth(placement: str | None) -> dict[str, Any]:
+    """``run``'s keywords for ``--measured``: the measured step times and efficiency of the
+    models in the data folder's ``pollux/profiles``."""
+    from bellows.cli.data import data_folder, no_data_folder
+    from bellows.sim.measured import measured_efficiency
+    from bellows.sim.measured_steps import MeasuredSteps
+    from bellows.sim.workloads.importing import POLLUX_EPOCHS
+
+    if placement == "fewest":
+        raise click.UsageError("--measured charges each placement its measured step time: "
+                               "it places jobs on nodes, drop --placement fewest")  # fmt: skip
+    data = data_folder()
+    if data is None:
+        raise click.ClickException(no_data_folder("$BELLOWS_DATA"))
+    profiles = data / "pollux" / "profiles"
+    try:
+        truth = measured_efficiency(profiles, POLLUX_EPOCHS)
+    except (OSError, SpecError) as error:
+        raise click.ClickException(f"cannot read the measurements in {profiles}: {error}") from None
+    if not truth:
+        raise click.ClickException(f"no measured model in {profiles} (pollux/profiles/<model>)")
+    return {"efficiency_truth": truth, "step_seconds": MeasuredSteps(profiles)}
+
+
 @click.command("simulate")
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--gpus", type=BoundedInt(1, MAX_GPUS), required=True, help="Cluster size.")
@@ -223,6 +247,13 @@ def _refuse_unused(
               "artifact's simulator (issue 36). [default: a first start is free]")  # fmt: skip
 @click.option("--no-learning", is_flag=True,
               help="With --wrong-priors: the core keeps the wrong priors.")  # fmt: skip
+@click.option("--measured", is_flag=True,
+              help="Charge each job its model's measurements as the Pollux artifact's "
+              "simulator does: step times per placement and statistical efficiency per "
+              "epoch (pollux/profiles of $BELLOWS_DATA, or ../shared/data); implies "
+              "--efficiency and --placement nodes. With a Pollux workload imported with "
+              "--work validation --batches accumulate and --charge-start, the calibrated "
+              "simulator of issue 36 (docs/simulator.md).")  # fmt: skip
 def simulate(
     *,
     trace: Path,
@@ -248,6 +279,7 @@ def simulate(
     no_learning: bool,
     efficiency: bool,
     charge_start: bool,
+    measured: bool,
 ) -> None:
     """Simulate TRACE; write summary.json, jobs.csv and plots into OUT.
 
@@ -307,16 +339,20 @@ def simulate(
                 from bellows.sim import learning as online
 
                 learning = online.Learning(online.wrong_priors(jobs), learn=not no_learning)
+            truth = _measured_truth(placement) if measured else {}
             result = run(
                 jobs, gpus=gpus, config=config, cluster=_cluster(cluster), horizon_s=horizon,
                 learning=learning, charge_start=charge_start,
-                **simulator_switches(policy, nodes=placement == "nodes"),
-                efficiency=MODEL_EFFICIENCY if efficiency else None,
+                **simulator_switches(policy, nodes=placement == "nodes" or measured),
+                efficiency=MODEL_EFFICIENCY if efficiency or measured else None, **truth,
                 progress=lambda at, events: show(
                     f"{what}: {at / 60:,.0f} min simulated, {events:,} events"
                 ),
             )  # fmt: skip
-            summary = run_summary(result.summary(), config, policy)
+            # with --measured the jobs were charged the measured truth: the summary says so
+            summary = run_summary(result.summary(), config, policy) | (
+                {"measured": True} if measured else {}
+            )
             with output_errors(out):
                 out.mkdir(parents=True, exist_ok=True)
                 if plotter is not None:
