@@ -1,9 +1,11 @@
-"""Fixtures shared by every test: where the real measured data lies."""
+"""Fixtures shared by every test: where the real measured data lies; helpers many use."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +47,24 @@ def shared_data() -> Path:
     if not path.is_dir():
         pytest.fail(f"real data not found at {path}; set BELLOWS_DATA")
     return path
+
+
+async def delete_as_owner(
+    api: Any, kind: Any, namespace: str, name: str, *, uid: str, timeout_s: float = 20.0
+) -> None:
+    """Delete job ``uid`` as its owner would: at the resourceVersion just read, read again
+    and retried when something wrote the job between the read and the delete (an operator's
+    status: a 409 on the precondition), until the server takes it (gone, or terminating)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        obj = await api.get_job(kind, namespace, name)
+        assert obj is not None, f"{namespace}/{name} is gone before its owner deleted it"
+        meta = obj["metadata"]
+        assert meta["uid"] == uid, f"{namespace}/{name} is another job now ({meta['uid']})"
+        deleted = await api.delete_job(
+            kind, namespace, name, uid=uid, resource_version=meta["resourceVersion"]
+        )
+        if deleted:
+            return
+        assert time.monotonic() < deadline, f"{namespace}/{name} was never deleted"
+        await asyncio.sleep(0.02)

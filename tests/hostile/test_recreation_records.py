@@ -42,7 +42,7 @@ from bellows.service.config import ConfigError, load_config
 from bellows.service.controller import Controller
 from bellows.service.observing import ControllerObserver
 from bellows.service.runner import records_namespace
-from tests.conftest import shared_data_dir
+from tests.conftest import delete_as_owner, shared_data_dir
 from tests.kube.test_trainjob import JOB, NAME, CrashError, Dying, example, running_on, submit
 
 NS = "default"
@@ -284,10 +284,7 @@ async def test_a_copy_deleted_by_its_owner_before_the_record_went_is_not_created
             await _actuator(_DiesAtMark(api.api_client)).finish_recreations()
         copy_ = await api.get_job(TRAINJOB, NS, NAME)
         assert copy_ is not None
-        meta = copy_["metadata"]
-        assert await api.delete_job(
-            TRAINJOB, NS, NAME, uid=meta["uid"], resource_version=meta["resourceVersion"]
-        )
+        await delete_as_owner(api, TRAINJOB, NS, NAME, uid=copy_["metadata"]["uid"])
         before = _posts(kube)
         await asyncio.wait_for(_actuator(api).resume_interrupted(), DEADLINE_S)
         assert _posts(kube) == before  # its owner deleted it: it stays deleted

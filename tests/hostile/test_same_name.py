@@ -37,7 +37,7 @@ from bellows.scaling import default_cluster
 from bellows.service.clock import ServiceClock
 from bellows.service.controller import Controller
 from bellows.twin.replay import BATCH_ENV, job_manifest
-from tests.conftest import shared_data_dir
+from tests.conftest import delete_as_owner, shared_data_dir
 from tests.service.livecluster import NS as LIVE_NS
 from tests.service.livecluster import jobs, live
 
@@ -194,9 +194,7 @@ async def test_on_the_live_loop_a_resubmitted_job_starts(kind: str) -> None:
         old = current()
         assert old is not None
         meta = old["metadata"]
-        assert await api.delete_job(
-            adapter, LIVE_NS, name, uid=meta["uid"], resource_version=meta["resourceVersion"]
-        )
+        await delete_as_owner(api, adapter, LIVE_NS, name, uid=meta["uid"])
         await stack.until("the first job gone", lambda: current() is None)
         await stack.submit(trace, first=first)
 

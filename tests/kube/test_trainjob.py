@@ -23,6 +23,7 @@ from bellows.kube import Actuator, KubeApi, keys
 from bellows.kube.adapters import ALL_KINDS, TRAINJOB
 from bellows.kube.records import DEFAULT_RECORDS_NAMESPACE as RECORDS
 from bellows.kube.records import RECORD_LABEL, record_name
+from tests.conftest import delete_as_owner
 
 from .conftest import EXAMPLES, condition, wait_for
 
@@ -435,10 +436,7 @@ def test_a_record_left_by_a_job_that_finished_before_its_delete_is_dropped(on_cl
         obj = await api.get_job(TRAINJOB, "default", NAME)
         assert obj["metadata"]["uid"] == running["metadata"]["uid"]  # never deleted
         # the owner deletes the finished job: nothing brings it back
-        meta = obj["metadata"]
-        assert await api.delete_job(
-            TRAINJOB, "default", NAME, uid=meta["uid"], resource_version=meta["resourceVersion"]
-        )
+        await delete_as_owner(api, TRAINJOB, "default", NAME, uid=obj["metadata"]["uid"])
         assert await actuator(api).resume_interrupted() == []
         assert await api.get_job(TRAINJOB, "default", NAME) is None
         assert [s[1] for s in cluster.trainer.starts] == [running["metadata"]["uid"]]

@@ -33,7 +33,7 @@ from bellows.kube.records import RECORD_LABEL
 from bellows.scaling import default_cluster
 from bellows.service.clock import ServiceClock
 from bellows.service.controller import Controller
-from tests.conftest import shared_data_dir
+from tests.conftest import delete_as_owner, shared_data_dir
 from tests.kube.test_trainjob import NAME, example, submit
 
 NS = "default"
@@ -108,9 +108,7 @@ async def test_a_late_completion_of_an_older_copy_does_not_finish_the_job() -> N
         last = await api.get_job(TRAINJOB, NS, NAME)
         assert last is not None
         meta = last["metadata"]
-        assert await api.delete_job(
-            TRAINJOB, NS, NAME, uid=meta["uid"], resource_version=meta["resourceVersion"]
-        )
+        await delete_as_owner(api, TRAINJOB, NS, NAME, uid=meta["uid"])
         ref = BusRef(BusKind.TRAINJOB, NS, NAME, uids[-1])
         await controller.apply((JobCompleted(ref, datetime.now(UTC), BusOutcome.DELETED),))
         assert JOB not in controller.autoscaler.allocations
