@@ -35,6 +35,8 @@ def test_output_name_and_a_label_selector_as_kubectl(on_cluster, examples, tmp_p
         assert named.output.splitlines() == [f"{MPI_GROUP}/{n}" for n in ("ml-a", "ml-b", "web-a")]
         ml = await _cli("--kubeconfig", config, "-o", "name", "-l", "team=ml,tier!=dev")
         assert ml.output.splitlines() == [f"{MPI_GROUP}/ml-a"]
+        nobody = await _cli("--kubeconfig", config, "-o", "name", "-l", "team=none")
+        assert (nobody.exit_code, nobody.output) == (0, "")  # as kubectl: no line at all
         table = await _cli("--kubeconfig", config, "--selector", "team in (web)")
         assert [line.split()[1] for line in table.output.splitlines()[2:]] == ["web-a"]
         bad = await _cli("--kubeconfig", config, "-l", "team in ml")

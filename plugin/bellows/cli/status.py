@@ -412,7 +412,9 @@ def status(
     async def run() -> None:
         with _reads(kubeconfig, context) as api:
             line, rows = await read_with(api, query)
-            click.echo(shown(line, rows, output=output, no_headers=no_headers, where=where))
+            text = shown(line, rows, output=output, no_headers=no_headers, where=where)
+            if text:  # nothing to show (-o name or --no-headers of no jobs): no line at all
+                click.echo(text)
             if watch:
                 from bellows.cli.status_watch import follow
 
