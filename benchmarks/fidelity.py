@@ -147,9 +147,9 @@ def trace_of(data: Path, workload: str, physics: str) -> tuple[TraceJob, ...]:
     return tuple(out)
 
 
-def steps_of(data: Path, physics: str) -> ArtifactSteps | None:
+def steps_of(data: Path, physics: str) -> MeasuredSteps | None:
     """The artifact's measured step times as the truth (``pollux``, ``steps``), else none."""
-    return ArtifactSteps(data) if physics in ("pollux-measured", "steps") else None
+    return MeasuredSteps(profiles_of(data)) if physics in ("pollux-measured", "steps") else None
 
 
 def truth_of(data: Path, physics: str) -> dict[str, MeasuredEfficiency] | None:
@@ -323,15 +323,9 @@ def _grad_stats(v: Validation, batch: float, epoch: int) -> tuple[float, float]:
     return sqr, var
 
 
-def Placements(data: Path, model: str) -> MeasuredPlacements:  # noqa: N802 (was a class)
-    """A model's measured step times (:class:`bellows.sim.measured_steps.MeasuredPlacements`)."""
-    return MeasuredPlacements(data / "pollux" / "profiles" / model)
-
-
-def ArtifactSteps(data: Path) -> MeasuredSteps:  # noqa: N802 (was a class)
-    """Step times as the artifact's simulator charges them, for ``run(step_seconds=...)``
-    (:class:`bellows.sim.measured_steps.MeasuredSteps`, ``bellows simulate --measured``)."""
-    return MeasuredSteps(data / "pollux" / "profiles")
+def profiles_of(data: Path) -> Path:
+    """The folder of the measured models (``pollux/profiles``) in the data folder."""
+    return data / "pollux" / "profiles"
 
 
 def artifact_placement(gpus: int, per_node: int = 4) -> tuple[int, ...]:
@@ -363,7 +357,8 @@ def artifact_alone(data: Path, model: str, gpus: int, batch: int, max_local: int
     atomic = math.ceil(local / (accum + 1) - 1e-8)
     atomic = min(atomic, int(v.batches[-1] / (gpus * (accum + 1))))
     total = gpus * atomic * (accum + 1)
-    step, sync = Placements(data, model).step(artifact_placement(gpus), atomic)
+    measured = MeasuredPlacements(profiles_of(data) / model)
+    step, sync = measured.step(artifact_placement(gpus), atomic)
     step += (step - sync) * accum
     epochs = max_epochs(model)
     bounds = np.concatenate([[0.0], v.progress.min(axis=0)[:epochs]])
@@ -399,7 +394,8 @@ def ours_alone(job: TraceJob, physics: str, data: Path) -> Alone:
     local = spec.batch_size / spec.gpus
     limit = _max_local(job.model, job)
     passes = math.ceil(local / limit - 1e-8)
-    step_one, sync = Placements(data, job.model).step(artifact_placement(spec.gpus), local / passes)
+    placements = MeasuredPlacements(profiles_of(data) / job.model)
+    step_one, sync = placements.step(artifact_placement(spec.gpus), local / passes)
     measured = step_one + (passes - 1) * (step_one - sync)
     return Alone(spec.work, step, spec.batch_size, measured, spec.work / samples, record.finish_s)
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from bellows.autoscaler import DEFAULT_OBJECTIVE
+from bellows.sim.measured_steps import MeasuredPlacements
 from bellows.sim.workloads.importing import POLLUX_VALIDATION_WORK
 from tests.conftest import REPO, load_script
 
@@ -58,7 +59,7 @@ def test_one_job_alone_under_the_artifacts_physics(shared_data: Path) -> None:
     assert bench.artifact_work(shared_data, "cifar10") == pytest.approx(5e6, rel=1e-4)
     assert bench.artifact_work(shared_data, "deepspeech2") == pytest.approx(570_720.0)
     alone = bench.artifact_alone(shared_data, "yolov3", 4, 64, 8)
-    measured = bench.Placements(shared_data, "yolov3")
+    measured = MeasuredPlacements(shared_data / "pollux" / "profiles" / "yolov3")
     step, sync = measured.step((4,), 8)
     assert alone.batch == 64
     assert alone.step_s == pytest.approx(step + (step - sync))
