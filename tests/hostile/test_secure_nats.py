@@ -29,9 +29,10 @@ from bellows.bus.bridging import KvResumeStore
 from bellows.bus.codec import encode
 from bellows.bus.connection import connect, connect_options
 from bellows.bus.consuming import EventConsumer
+from bellows.bus.learned import KvLearnedStore
 from bellows.bus.progress import progress_partition
 from bellows.bus.server import NatsServer, running_nats_server
-from bellows.bus.streams import ensure_kv, ensure_streams
+from bellows.bus.streams import ensure_kv, ensure_learned_kv, ensure_streams
 from bellows.service.config import load_config
 from bellows.service.progress_loop import open_progress_subscription
 from tests.bus.conftest import arrived
@@ -187,6 +188,12 @@ async def test_each_component_does_its_work_and_nothing_more_is_needed(sessions)
     dead = await controller.js.stream_info(settings.dead_letter_stream)
     assert dead.state.messages == 1
     await consumer.close()
+    # what it learned: kept, read back whole by the next leader, deleted when the job leaves
+    memory = KvLearnedStore(await ensure_learned_kv(controller.js, settings))
+    await memory.save("pytorchjob/team-a/resnet", b'{"learned": 1}')
+    await memory.save("mpijob/team-b/bert.v2", b'{"learned": 2}')
+    await memory.delete("mpijob/team-b/bert.v2")
+    assert await memory.load() == {"pytorchjob/team-a/resnet": b'{"learned": 1}'}
     assert bridge.errors == []
     assert controller.errors == []
 
@@ -212,6 +219,10 @@ async def test_the_controller_cannot_publish_events_purge_delete_or_touch_the_bu
         controller.refused(
             controller.js.add_stream(name="SHADOW", subjects=["shadow.>"]),
             "$JS.API.STREAM.CREATE.SHADOW",
+        ),
+        controller.refused(
+            controller.js.purge_stream("KV_bellows-learned"),
+            "$JS.API.STREAM.PURGE.KV_bellows-learned",
         ),
     )
     info = await bridge.js.stream_info(bridge_settings.stream)
@@ -257,6 +268,10 @@ async def test_the_bridge_cannot_consume_dead_letter_purge_or_read_the_controlle
         ),
         bridge.refused(
             bridge.js.delete_stream(settings.stream), "$JS.API.STREAM.DELETE.BELLOWS_EVENTS"
+        ),
+        bridge.refused(
+            bridge.js.publish("$KV.bellows-learned.pytorchjob.x", b"{}", timeout=1.0),
+            "$KV.bellows-learned.pytorchjob.x",
         ),
     )
     # the controller's traffic goes on; none of it reaches the bridge
@@ -334,6 +349,20 @@ async def test_training_pods_publish_progress_only_on_their_namespace_and_the_co
             own, other = "bellows.progress.v1.team-a.resnet", "bellows.progress.v1.team-b.resnet"
             await pod.js.publish(own, b"report")
             await pod.refused(pod.js.publish(other, b"forged", timeout=1.0), other)
+            # what the controller learned is no tenant's to write or read (docs/security.md)
+            kept = KvLearnedStore(await ensure_learned_kv(controller.jetstream(), settings))
+            await kept.save("pytorchjob/team-a/resnet", b"learned")
+            key = "$KV.bellows-learned.pytorchjob/team-a/resnet"
+            await pod.refused(pod.js.publish(key, b"buy GPUs", timeout=1.0), key)
+            info = "$JS.API.STREAM.INFO.KV_bellows-learned"
+            await pod.refused(pod.js.key_value("bellows-learned"), info)
+            await pod.refused(
+                pod.nc.request(
+                    "$JS.API.DIRECT.GET.KV_bellows-learned." + key[4:], b"", timeout=1.0
+                ),
+                "$JS.API.DIRECT.GET.KV_bellows-learned." + key[4:],
+            )
+            assert await kept.load() == {"pytorchjob/team-a/resnet": b"learned"}
             (msg,) = await sub.fetch(1, timeout=5.0)
             # stored under the job's partition of its namespace (bellows.bus.streams)
             stored = f"bellows.progress.v1.team-a.{progress_partition('resnet')}"

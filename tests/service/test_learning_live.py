@@ -7,11 +7,13 @@ import asyncio
 import contextlib
 import dataclasses
 import re
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from bellows.autoscaler import Autoscaler
 from bellows.bus import NatsSettings, connect
 from bellows.jobs import JobSpec
 from bellows.kube import keys
@@ -19,6 +21,9 @@ from bellows.scaling import EfficiencyProfile, JobProfile, default_cluster
 from bellows.scaling.noise import EXPONENT_PRIOR, GROWTH_PRIOR
 from bellows.scaling.online import SpeedFactors
 from bellows.scaling.timing import step_time
+from bellows.service import runner
+from bellows.service.pools import Pools
+from bellows.service.progress_loop import ProgressLoop
 from bellows.sim.workloads import TraceJob
 from bellows.twin.emulated_progress import EmulatedReporter
 from tests.service.livecluster import jobs, live
@@ -77,12 +82,17 @@ async def _reporting(
         **options,
     )  # fmt: skip
     task = asyncio.create_task(reporter.run(stop))
-    try:
-        yield name, reporter
-    finally:
+
+    async def stopped() -> None:
         stop.set()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+    reporter.stop = stopped  # type: ignore[attr-defined]
+    try:
+        yield name, reporter
+    finally:
+        await stopped()
         await nc.close()
 
 
@@ -116,3 +126,59 @@ async def _learns_efficiency(stack: Any, name: str, truth: EfficiencyProfile) ->
     await stack.until("the efficiency is on the job", lambda: learned() is not None, 20.0)
     stack.alive()
     assert learned() == pytest.approx(truth.noise_scale, rel=0.2)
+
+
+@pytest.mark.slow
+async def test_a_follower_decides_from_what_the_killed_leader_learned(monkeypatch) -> None:
+    """Issue 37 item 2 on the twin: the leader learns a job's speed and efficiency from its
+    reports and is killed while the job runs; the follower's rebuild recalls what it learned
+    from the controller's bucket, so its core holds what the dead leader's core held, and
+    from there both decide alike."""
+    cores: list[tuple[Pools, Autoscaler]] = []  # each leader, and its core as it first decided
+    flushes: list[float] = []
+    started_controller, flush = runner._started_controller, ProgressLoop.flush
+
+    async def started(*args: Any, **kwargs: Any) -> Pools | None:
+        pools = await started_controller(*args, **kwargs)
+        if pools is not None:  # rebuilt, its first round run; nothing learned since
+            cores.append((pools, pools.default.autoscaler.fork()))
+        return pools
+
+    async def flushed(self: ProgressLoop) -> None:
+        await flush(self)
+        flushes.append(time.monotonic())
+
+    monkeypatch.setattr(runner, "_started_controller", started)
+    monkeypatch.setattr(ProgressLoop, "flush", flushed)
+    (job,) = jobs(1, seed=5, categories=(2,), scale=2000.0)
+    truth = EfficiencyProfile(job.spec.batch_size, 900.0, GROWTH_PRIOR[0], EXPONENT_PRIOR[0])
+    speeds = live(capacity=8, delta_s=120.0, true_speed=lambda ns, name: TRUTH)
+    async with speeds as stack, _reporting(stack, job, noise=lambda ns, n: truth) as got:
+        name, reporter = got
+        await _learns_efficiency(stack, name, truth)
+        await reporter.stop()
+        quiet = time.monotonic()  # every report is in the stream; three refits later,
+        # the leader has taken them all (a fetch takes what waits, at most 256)
+        await stack.until("the leader took every report", lambda: _after(flushes, quiet) >= 3)
+        await stack.kill("controller")
+        leader = cores[0][0].default.autoscaler.fork()  # what it knew as it died
+        stack.start_controller("follower")
+        await stack.until("the follower rebuilt", lambda: len(cores) == 2, 30.0)
+        follower = cores[1][1]
+        now = stack.clock.now()
+    (key,) = leader.allocations
+    assert follower.allocations == leader.allocations  # its first round moved nothing
+    assert follower.job(key) == leader.job(key)  # the speed learned
+    assert follower.charged(key) == leader.charged(key)  # the efficiency learned
+    assert leader.charged(key) is not None
+    # from that point, the same facts give the same decisions
+    late = dataclasses.replace(job.spec, name="pytorchjob/bellows-test/late")
+    decided = []
+    for core in (leader, follower):
+        core.arrive(late, now)
+        decided.append((core.step(now), core.allocations))
+    assert decided[0] == decided[1]
+
+
+def _after(times: list[float], since: float) -> int:
+    return sum(1 for t in times if t > since)

@@ -159,11 +159,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- if .Values.nats.bundled.enabled -}}
 {{- $limits := .Values.nats.limits -}}
-{{- /* the bridge's KV bucket takes up to 16 MiB (bellows.bus.streams.KV_MAX_BYTES) */ -}}
-{{- $needed := add (int64 $limits.maxBytes) (int64 $limits.deadLetterMaxBytes) 16777216 -}}
+{{- /* the bridge's KV bucket takes up to 16 MiB (bellows.bus.streams.KV_MAX_BYTES), the
+controller's learned bucket up to 64 MiB (LEARNED_MAX_BYTES) */ -}}
+{{- $needed := add (int64 $limits.maxBytes) (int64 $limits.deadLetterMaxBytes) 16777216 67108864 -}}
 {{- $store := include "bellows.natsSizeBytes" .Values.nats.bundled.maxFileStore | int64 -}}
 {{- if gt $needed $store -}}
-{{- fail (printf "nats.limits.maxBytes + deadLetterMaxBytes + 16 MiB for the bridge's bucket = %d bytes do not fit in nats.bundled.maxFileStore=%s (%d bytes): JetStream would refuse the streams" $needed .Values.nats.bundled.maxFileStore $store) -}}
+{{- fail (printf "nats.limits.maxBytes + deadLetterMaxBytes + 16 MiB for the bridge's bucket + 64 MiB for the controller's learned bucket = %d bytes do not fit in nats.bundled.maxFileStore=%s (%d bytes): JetStream would refuse the streams" $needed .Values.nats.bundled.maxFileStore $store) -}}
 {{- end -}}
 {{- end -}}
 {{- if ge (int .Values.leaderElection.renewDeadlineSeconds) (int .Values.leaderElection.leaseDurationSeconds) -}}

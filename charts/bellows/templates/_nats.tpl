@@ -42,6 +42,7 @@ jetstream {
 {{- /* NatsSettings defaults (not chart values): bellows.bus.settings */ -}}
 {{- $deadLetters := "BELLOWS_DEADLETTER" -}}
 {{- $bucket := "bellows-bridge" -}}
+{{- $learned := "bellows-learned" -}}
 {{- $bridge := dict "root" . "component" "bridge" -}}
 {{- $controller := dict "root" . "component" "controller" -}}
 authorization {
@@ -86,7 +87,14 @@ authorization {
             "$JS.API.STREAM.INFO.{{ $progress }}", "$JS.API.STREAM.CREATE.{{ $progress }}", "$JS.API.STREAM.UPDATE.{{ $progress }}",
             "$JS.API.CONSUMER.CREATE.{{ $progress }}.>",
             "$JS.API.CONSUMER.MSG.NEXT.{{ $progress }}.*",
-            "$JS.ACK.{{ $progress }}.>"
+            "$JS.ACK.{{ $progress }}.>",
+            "$JS.API.STREAM.INFO.KV_{{ $learned }}", "$JS.API.STREAM.CREATE.KV_{{ $learned }}",
+            "$JS.API.DIRECT.GET.KV_{{ $learned }}", "$JS.API.DIRECT.GET.KV_{{ $learned }}.>",
+            "$JS.API.STREAM.MSG.GET.KV_{{ $learned }}",
+            "$JS.API.CONSUMER.CREATE.KV_{{ $learned }}", "$JS.API.CONSUMER.CREATE.KV_{{ $learned }}.>",
+            "$JS.API.CONSUMER.INFO.KV_{{ $learned }}.>", "$JS.API.CONSUMER.DELETE.KV_{{ $learned }}.>",
+            "$JS.FC.KV_{{ $learned }}.>",
+            "$KV.{{ $learned }}.>"
           ]
         }
         subscribe: {

@@ -207,6 +207,13 @@ class NatsSettings:
     kv_bucket: str = field(
         default="bellows-bridge", metadata=doc("key-value bucket where the bridge keeps its place")
     )
+    learned_bucket: str = field(
+        default="bellows-learned",
+        metadata=doc(
+            "key-value bucket where the controller keeps what it learned of each job "
+            "(read by the next leader; only the controller's NATS user may use it)"
+        ),
+    )
     duplicate_window_s: float = field(
         default=3600.0,
         metadata=bounded(
@@ -311,11 +318,13 @@ class NatsSettings:
             check_server_url(f"servers[{i}]", url)
         validate_prefix(self.subject_prefix)
         validate_prefix(self.inbox_prefix, field="inbox_prefix")
-        for name in ("stream", "dead_letter_stream", "durable", "kv_bucket"):
+        for name in ("stream", "dead_letter_stream", "durable", "kv_bucket", "learned_bucket"):
             check_name(name, getattr(self, name), _STREAM_NAME, "letters, digits, '_' or '-'")
         check_name("name", self.name, _CLIENT_NAME, "printable ASCII without spaces")
         if self.stream == self.dead_letter_stream:
             raise SpecError("dead_letter_stream", self.dead_letter_stream, "a name != stream")
+        if self.learned_bucket == self.kv_bucket:
+            raise SpecError("learned_bucket", self.learned_bucket, "a name != kv_bucket")
         check_bounds(self)
         if self.duplicate_window_s > self.max_age_s:
             raise SpecError(

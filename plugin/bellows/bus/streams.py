@@ -40,6 +40,8 @@ __all__ = [
     "DEAD_LETTER_MAX_MSG_BYTES",
     "KV_MAX_BYTES",
     "KV_MAX_VALUE_BYTES",
+    "LEARNED_MAX_BYTES",
+    "LEARNED_MAX_VALUE_BYTES",
     "PROGRESS_MAX_AGE_S",
     "PROGRESS_MAX_BYTES",
     "PROGRESS_PER_JOB",
@@ -49,6 +51,7 @@ __all__ = [
     "dead_letter_stream_config",
     "ensure_consumer",
     "ensure_kv",
+    "ensure_learned_kv",
     "ensure_progress_stream",
     "ensure_streams",
     "events_stream_config",
@@ -65,6 +68,10 @@ DEAD_LETTER_MAX_MSG_BYTES: Final = MAX_EVENT_BYTES + 16 * 1024
 # The bridge keeps one short resourceVersion per watch: a few keys of a few bytes.
 KV_MAX_BYTES: Final = 16 << 20
 KV_MAX_VALUE_BYTES: Final = 1024
+# The controller keeps one record of a few KiB per job it learned of (at most 256 KiB each);
+# the chart counts these bytes in the bundled server's file store (_helpers.tpl).
+LEARNED_MAX_BYTES: Final = 64 << 20
+LEARNED_MAX_VALUE_BYTES: Final = 256 * 1024
 
 
 def events_stream_config(settings: NatsSettings) -> StreamConfig:
@@ -221,13 +228,30 @@ async def ensure_consumer(
 
 async def ensure_kv(js: JetStreamContext, settings: NatsSettings) -> KeyValue:
     """The bridge's key-value bucket (created if missing, bounded), one revision per key."""
+    description = "Bellows bridge: last resourceVersion seen per watch"
+    return await _bucket(js, settings.kv_bucket, description, KV_MAX_BYTES, KV_MAX_VALUE_BYTES)
+
+
+async def ensure_learned_kv(js: JetStreamContext, settings: NatsSettings) -> KeyValue:
+    """The controller's key-value bucket of learned state (created if missing, bounded),
+    one revision per job (:mod:`bellows.service.memory`)."""
+    description = "Bellows controller: what it learned of each job, for the next leader"
+    name = settings.learned_bucket
+    return await _bucket(js, name, description, LEARNED_MAX_BYTES, LEARNED_MAX_VALUE_BYTES)
+
+
+async def _bucket(
+    js: JetStreamContext, name: str, description: str, max_bytes: int, max_value: int
+) -> KeyValue:
+    """Bucket ``name``, created file-backed with one revision per key if missing."""
     try:
-        return await js.key_value(settings.kv_bucket)
+        return await js.key_value(name)
     except NotFoundError:
         return await js.create_key_value(
-            bucket=settings.kv_bucket,
-            description="Bellows bridge: last resourceVersion seen per watch",
+            bucket=name,
+            description=description,
             history=1,
-            max_bytes=KV_MAX_BYTES,
-            max_value_size=KV_MAX_VALUE_BYTES,
+            max_bytes=max_bytes,
+            max_value_size=max_value,
+            storage=StorageType.FILE,
         )

@@ -61,6 +61,7 @@ __all__ = [
     "Held",
     "Refused",
     "ReportChecks",
+    "RunMark",
     "Stale",
     "Verdict",
 ]
@@ -106,6 +107,20 @@ Verdict = Accepted | Held | Stale | Refused
 
 
 @dataclass(frozen=True)
+class RunMark:
+    """Where a job's current run stands in its checks (:meth:`ReportChecks.mark`): its
+    first and newest report and when each came (clock seconds), the seconds of stepping
+    its reports claim since the first, and whether the first was agreed with."""
+
+    start: ProgressReport
+    start_at: float
+    last: ProgressReport
+    last_at: float
+    stepping: float
+    confirmed: bool
+
+
+@dataclass(frozen=True)
 class _Seen:
     report: ProgressReport
     at: float
@@ -146,6 +161,24 @@ class ReportChecks:
     samples: float = 0.0  # the newest samples seen that held together
     _run: _Run | None = None  # the current run's reports that held together (or its first)
     _confirmed: bool = False  # whether the first report of the run was agreed with
+
+    def mark(self) -> RunMark | None:
+        """The current run (``None``: none since the last start), to :meth:`resume` from."""
+        run = self._run
+        if run is None:
+            return None
+        return RunMark(
+            run.start.report, run.start.at, run.last.report, run.last.at, run.stepping,
+            self._confirmed,
+        )  # fmt: skip
+
+    def resume(self, samples: float, run: RunMark | None) -> None:
+        """Go on from what :meth:`mark` gave (and ``samples``, the newest that held)."""
+        self.samples = samples
+        self._run, self._confirmed = None, False
+        if run is not None:
+            start, last = _Seen(run.start, run.start_at), _Seen(run.last, run.last_at)
+            self._run, self._confirmed = _Run(start, last, run.stepping), run.confirmed
 
     def restart(self, samples: float) -> Refused | None:
         """A start (``job.started``) with ``samples`` seen: a new run begins."""

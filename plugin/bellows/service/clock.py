@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 __all__ = ["ServiceClock"]
 
@@ -39,6 +39,10 @@ class ServiceClock:
     def at(self, when: datetime) -> float:
         """The clock reading at wall time ``when`` (events carry wall times)."""
         return (when - self._wall0).total_seconds() * self.speedup
+
+    def wall(self, reading: float) -> datetime:
+        """The wall time at clock ``reading`` (the inverse of :meth:`at`)."""
+        return self._wall0 + timedelta(seconds=reading / self.speedup)
 
     async def sleep_until(self, reading: float) -> None:
         """Wait (really) until the clock reads ``reading``."""

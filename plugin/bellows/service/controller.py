@@ -50,6 +50,7 @@ from bellows.jobs import JobSpec
 from bellows.kube import Actuator, JobReader, KubeApi
 from bellows.scaling import EfficiencyProfile
 from bellows.service.intake import Intake
+from bellows.service.memory import Memory
 from bellows.service.observing import ControllerObserver
 from bellows.service.parts import Parts
 from bellows.service.queues import QueueIndex
@@ -93,10 +94,12 @@ class Controller:
         timer: Callable[[], float] | None = None,
         pool: str | None = None,
         queues: QueueIndex | None = None,
+        memory: Memory | None = None,
     ) -> None:
         """``pool`` and ``queues``: with a :class:`QueueIndex` (Kueue cooperation on), this
         controller takes only the jobs that ``queues`` routes to ``pool`` (a ClusterQueue's
-        name; ``None``: the default pool); without one, every job."""
+        name; ``None``: the default pool); without one, every job. ``memory``: what an
+        earlier leader learned of the jobs, recalled as the rebuild takes them."""
         self._auto = autoscaler
         self._now = now
         observer = observer or ControllerObserver()
@@ -104,7 +107,7 @@ class Controller:
         self._timer = timer or now
         self._reports = Reports(actuator, observer)
         self._roster = Roster(autoscaler, reports=self._reports, observer=observer, pool=pool)
-        parts = Parts(api, reader, actuator, self._roster, self._reports, observer)
+        parts = Parts(api, reader, actuator, self._roster, self._reports, observer, memory)
         self._scope = Scope(parts, namespaces=namespaces, queues=queues)
         self._settler = Settler(parts, now=now, timer=self._timer)
         self._intake = Intake(
@@ -255,6 +258,10 @@ class Controller:
     async def notify(self, job: str, reason: str, message: str) -> None:
         """A warning Event on ``job`` (best effort, nothing else written)."""
         await self._reports.notify(job, reason, message)
+
+    def uid(self, job: str) -> str | None:
+        """The uid of the object the core's ``job`` is (``None``: not this pool's)."""
+        return self._roster.uids.get(job)
 
     async def set_capacity(self, gpus: int) -> None:
         """The cluster's GPUs changed (nodes lost or added). When the running jobs no longer

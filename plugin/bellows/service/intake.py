@@ -32,6 +32,7 @@ from bellows.kube import (
 from bellows.kube.journal import Journal, Phase
 from bellows.kube.kinds import KindAdapter, finished_state, running_since
 from bellows.kube.readback import checked_journal
+from bellows.service.memory import Revision
 from bellows.service.parts import Part, Parts
 from bellows.service.scoping import Scope, object_key
 from bellows.service.settling import Settler
@@ -190,6 +191,18 @@ class Intake(Part):
         except KeyError:
             self._auto.charge(seen.spec.name, seen.efficiency)
 
+    def recalled(self, seen: Arrived) -> tuple[Arrived, Revision | None]:
+        """``seen`` as an earlier leader's learning revised it (its profile refitted, its
+        restart measured, its efficiency learned: :class:`~bellows.service.memory.Memory`),
+        and that revision; ``seen`` itself when nothing was kept of this object."""
+        if self._memory is None:
+            return seen, None
+        revised = self._memory.recall(seen.spec, seen.view.uid, goodput=self._auto.goodput)
+        if revised is None:
+            return seen, None
+        efficiency = seen.efficiency if revised.efficiency is None else revised.efficiency
+        return dataclasses.replace(seen, spec=revised.spec, efficiency=efficiency), revised
+
     async def _take_admitted(self, seen: Arrived, now: float, arrived_at: float) -> bool:
         """Take a Kueue job that Kueue admitted and resumed at its owner's size before Bellows
         could hold it (Kueue admits within milliseconds of a job's creation) as running at
@@ -279,11 +292,19 @@ class Intake(Part):
             seen = dataclasses.replace(seen, running=None)
         return seen
 
-    def progress(self, seen: Arrived, now: float) -> tuple[float, float | None]:
+    def progress(
+        self, seen: Arrived, now: float, recalled: Revision | None = None
+    ) -> tuple[float, float | None]:
         """What the journal and the cluster know of a running job's progress: the samples it
         had done when it last resumed, and when that was (on this clock). Without a journal
         entry (a job Bellows started before it kept one), the cluster's ``Running``
-        condition says since when it runs, with the samples before unknown (0)."""
+        condition says since when it runs, with the samples before unknown (0). A job
+        ``recalled`` with samples reported since it resumed is at those samples."""
         journal = Journal.read(seen.view.annotations)
         samples, at = journal.progress or (0.0, running_since(seen.view.raw))
-        return samples, None if at is None else min(self._at(at), now)
+        since = None if at is None else min(self._at(at), now)
+        if recalled is None or recalled.done is None or recalled.since is None:
+            return samples, since
+        if since is not None and recalled.since < since:  # reported before it resumed
+            return samples, since
+        return recalled.done, min(recalled.since, now)

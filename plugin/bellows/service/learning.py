@@ -38,7 +38,8 @@ from bellows.scaling import ClusterProfile, JobProfile
 from bellows.scaling.consistency import Accepted, Refused, ReportChecks
 from bellows.scaling.efficiency import EfficiencyProfile
 from bellows.scaling.noise import MIN_NOISE_POINTS, NoiseLog, NoisePoint, refit_efficiency
-from bellows.scaling.online import OnlineFit, ProgressLog, ProgressReport, refit_log
+from bellows.scaling.online import WINDOW, OnlineFit, ProgressLog, ProgressReport, refit_log
+from bellows.service.learned_state import JobLearning
 
 __all__ = ["DEFAULT_STALL_AFTER_S", "MIN_NOISE_POINTS", "RESTARTS_KEPT", "ProgressLearner"]
 
@@ -235,6 +236,49 @@ class ProgressLearner:
             and state.last_report is not None
             and now - state.last_report > self._stall_after_s
         )
+
+    def snapshot(self, job: str) -> JobLearning | None:
+        """What was learned of ``job``, whole (``None``: nothing yet), to put back with
+        :meth:`restore` in another process (:mod:`bellows.service.memory`), the checks'
+        current run with it."""
+        state = self._jobs.get(job)
+        if state is None:
+            return None
+        return JobLearning(
+            steps={key: tuple(times) for key, times in state.log.by_config.items()},
+            samples=state.log.samples,
+            reports=state.log.reports,
+            checked_samples=state.checks.samples,
+            run=state.checks.mark(),
+            restarts=tuple(state.restarts),
+            noise=tuple(state.noise.points),
+            segments=tuple(state.noise.segments),
+            noise_samples=state.noise.samples,
+            prior=state.prior,
+            efficiency=state.efficiency,
+            efficiency_due=state.efficiency_due,
+            samples_at=state.samples_at,
+            last_report=state.last_report,
+        )
+
+    def restore(self, job: str, learning: JobLearning) -> None:
+        """Put back what :meth:`snapshot` took of ``job`` (replacing whatever is known):
+        the fits, the efficiency and the samples this learner gives are then those the
+        snapshot's learner gave."""
+        state = _Job()
+        for key, times in learning.steps.items():
+            state.log.by_config[key] = deque(times, maxlen=WINDOW)
+        state.log.samples, state.log.reports = learning.samples, learning.reports
+        state.checks.resume(learning.checked_samples, learning.run)
+        state.restarts.extend(learning.restarts)
+        state.noise.points.extend(learning.noise)
+        state.noise.segments.extend(learning.segments)
+        state.noise.samples = learning.noise_samples
+        state.prior = learning.prior
+        state.efficiency = learning.efficiency
+        state.efficiency_due = learning.efficiency_due
+        state.samples_at, state.last_report = learning.samples_at, learning.last_report
+        self._jobs[job] = state
 
     def forget(self, job: str) -> None:
         """Drop what was learned about ``job`` (it finished or was deleted)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bellows.kube import Actuator, JobReader, KubeApi
+from bellows.service.memory import Memory
 from bellows.service.observing import ControllerObserver
 from bellows.service.reports import Reports
 from bellows.service.roster import Roster
@@ -27,6 +28,7 @@ class Parts:
     roster: Roster
     reports: Reports
     observer: ControllerObserver
+    memory: Memory | None = None  # what an earlier leader learned (the rebuild recalls it)
 
 
 class Part:
@@ -40,3 +42,4 @@ class Part:
         self._auto = parts.roster.core  # the core (an Autoscaler)
         self._reports = parts.reports
         self._observer = parts.observer
+        self._memory = parts.memory

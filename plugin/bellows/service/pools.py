@@ -42,6 +42,7 @@ from bellows.kube import Actuator, JobReader, KubeApi, Outcome
 from bellows.kube.kueue import ClusterQueueView
 from bellows.scaling import ClusterProfile, EfficiencyProfile
 from bellows.service.controller import Controller, EventsNotTakenError
+from bellows.service.memory import Memory
 from bellows.service.observing import ControllerObserver
 from bellows.service.queues import QueueChange, QueueIndex
 
@@ -206,8 +207,10 @@ class Pools:
         timer: Callable[[], float] | None = None,
         queues: QueueIndex | None = None,
         engines: Engines | None = None,
+        memory: Memory | None = None,
     ) -> None:
         self._api = api
+        self._memory = memory  # what the last leader learned, recalled as pools rebuild
         self._engines = Engines() if engines is None else engines  # shared by every pool
         self._core = core
         self._cluster = cluster
@@ -372,6 +375,13 @@ class Pools:
         """A warning Event on ``job`` (best effort, nothing else written)."""
         await self._default.notify(job, reason, message)
 
+    def uid(self, job: str) -> str | None:
+        """The uid of the object ``job`` is, in the pool that holds it."""
+        for controller in self.controllers:
+            if (uid := controller.uid(job)) is not None:
+                return uid
+        return None
+
     async def set_capacity(self, gpus: int) -> None:
         """The nodes' GPUs changed: the default pool's capacity (see
         :meth:`Controller.set_capacity`); a ClusterQueue's is its quota."""
@@ -466,4 +476,5 @@ class Pools:
             timer=self._timer,
             pool=pool,
             queues=self._queues,
+            memory=self._memory,
         )

@@ -67,6 +67,10 @@ class Revising(Protocol):
 
     async def notify(self, job: str, reason: str, message: str) -> None: ...
 
+    def uid(self, job: str) -> str | None:
+        """The uid of the object the core's ``job`` is (``None``: not one of its jobs)."""
+        ...
+
 
 class ProgressObserver:
     """Hooks for metrics; the base class ignores everything."""

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Final
@@ -43,7 +42,7 @@ from bellows.bus.streams import ensure_progress_stream, progress_stream_name
 from bellows.inputs import SpecError, brief
 from bellows.jobs import Allocation, JobSpec
 from bellows.kube import KubeApi
-from bellows.scaling import ClusterProfile, EfficiencyProfile, JobProfile
+from bellows.scaling import ClusterProfile, EfficiencyProfile
 from bellows.scaling.noise import efficiency_moved
 from bellows.scaling.online import REVISE_TOLERANCE, Learned, drifted, moved
 from bellows.service.fit_annotation import (
@@ -54,6 +53,7 @@ from bellows.service.fit_annotation import (
     read_fit,
 )
 from bellows.service.learning import ProgressLearner
+from bellows.service.memory import Memory, revision
 from bellows.service.metrics import Metrics
 from bellows.service.progress_interfaces import Core, ProgressObserver, Rejection, Revising
 from bellows.service.progress_limits import NamespaceBuckets, ProgressLimits
@@ -100,8 +100,13 @@ class ProgressLoop:
         wall_to_clock: Callable[[datetime], float] | None = None,
         limits: ProgressLimits | None = None,
         refit_interval_s: float = 0.0,
+        memory: Memory | None = None,
     ) -> None:
-        """``wall_to_clock`` dates each report by its own ``time`` on the ``now`` clock (never
+        """``memory``: what is learned is kept there after each revision (for the next
+        leader), and the loop goes on from what the rebuild recalled; its learner must be
+        ``learner``.
+
+        ``wall_to_clock`` dates each report by its own ``time`` on the ``now`` clock (never
         later than now): the reports a new leader reads again are as old as they are, so the
         samples they carry are not taken for today's. Without it, a report is dated now.
 
@@ -112,6 +117,9 @@ class ProgressLoop:
         self._wall_to_clock = wall_to_clock
         self._annotate = annotate
         self._learner = learner
+        self._memory = memory
+        if memory is not None and memory.learner is not learner:
+            raise ValueError("memory keeps another learner than the loop's")
         self._prefix = prefix
         self._now = now
         self._namespaces = tuple(namespaces)
@@ -154,6 +162,7 @@ class ProgressLoop:
         if len(keys) > 1:
             return self._drop(Rejection.AMBIGUOUS, subject, ", ".join(sorted(keys)))
         key, running = keys[0], allocations[keys[0]]
+        self._take_recalled()
         if (event.world_size, event.global_batch) != (running.gpus, running.batch):
             reason = f"reported ({event.world_size}, {event.global_batch}) but runs at {running}"
             return self._drop(Rejection.STALE, subject, reason)
@@ -220,49 +229,50 @@ class ProgressLoop:
         await self._controller.notify(key, "InconsistentProgress", message)
 
     async def _revise(self, key: str, running: Allocation) -> None:
-        prior = self._priors[key]
-        fit = self._learner.fit(key, JobProfile(weights=prior.weights, step=prior.profile))
-        measured = self._learner.restart_s(key)
         auto = self._controller.autoscaler
-        efficiency = self._learner.efficiency(key, prior.batch_size) if auto.goodput else None
-        learned = Learned(fit.compute, fit.communication, measured)
-        samples = self._learner.samples(key)
-        done, since = (None, None) if samples is None else samples
-        before = self._learned.get(key)
+        revised = revision(self._learner, key, self._priors[key], goodput=auto.goodput)
+        fit, learned, efficiency = revised.fit, revised.learned, revised.efficiency
         new_efficiency = efficiency_moved(
             self._efficiencies.get(key), efficiency, tolerance=REVISE_TOLERANCE
         )
         if (
-            not moved(before, learned)
+            not moved(self._learned.get(key), learned)
             and not new_efficiency
-            and not self._drifted(key, done, since)
+            and not self._drifted(key, revised.done, revised.since)
         ):
             return
-        spec = dataclasses.replace(
-            prior,
-            weights=fit.profile.effective_weights,
-            profile=fit.profile.step,
-            # a measured restart replaces the cluster's default; the owner's figure stays
-            restart_s=prior.restart_s if prior.restart_s is not None else measured,
-        )
+        done, since = revised.done, revised.since
         if efficiency is None:
-            revised = await self._controller.revise(spec, done=done, since=since)
+            taken = await self._controller.revise(revised.spec, done=done, since=since)
         else:
-            revised = await self._controller.revise(
-                spec, done=done, since=since, efficiency=efficiency
+            taken = await self._controller.revise(
+                revised.spec, done=done, since=since, efficiency=efficiency
             )
-        if revised:
+        if taken:
             self._learned[key] = learned
             if efficiency is not None:
                 self._efficiencies[key] = efficiency
+            if self._memory is not None:
+                await self._memory.keep(key, self._controller.uid(key))
             if self._annotate is not None:
-                await self._annotate(key, fit_text(fit, measured, efficiency))
+                await self._annotate(key, fit_text(fit, learned.restart_s, efficiency))
             _log.info(
                 "job.revised", job=key, compute=round(fit.compute, 4),
-                communication=round(fit.communication, 4), restart_s=measured,
+                communication=round(fit.communication, 4), restart_s=learned.restart_s,
                 reports=fit.reports, configurations=fit.configurations, at=str(running),
                 **efficiency_fields(efficiency),
             )  # fmt: skip
+
+    def _take_recalled(self) -> None:
+        """Go on from what the rebuild recalled of each job (:class:`Memory`): the prior
+        its learning starts from and the revision the core has."""
+        if self._memory is None:
+            return
+        for key, (prior, revised) in self._memory.recalled().items():
+            self._priors[key] = prior
+            self._learned[key] = revised.learned
+            if revised.efficiency is not None:
+                self._efficiencies[key] = revised.efficiency
 
     def _drifted(self, key: str, done: float | None, since: float | None) -> bool:
         """Whether the core's estimate of the samples done is off the reported ones by more
@@ -296,6 +306,7 @@ class ProgressLoop:
         """Flag newly stalled jobs (an Event each), forget jobs that left; the stalled jobs."""
         auto = self._controller.autoscaler
         running = list(auto.allocations)
+        self._take_recalled()
         for key in [k for k in self._priors if k not in running and k not in auto.queued]:
             self._priors.pop(key)
             self._learned.pop(key, None)
@@ -303,6 +314,8 @@ class ProgressLoop:
             self._pending.pop(key, None)
             self._refitted.pop(key, None)
             self._learner.forget(key)
+            if self._memory is not None:
+                await self._memory.forget(key)
         for key in [k for k in self._inconsistent if k not in running and k not in auto.queued]:
             self._inconsistent.discard(key)
             self._observer.inconsistent(key, False)
@@ -422,13 +435,19 @@ async def start_progress_loop(
     stop: asyncio.Event,
     limits: ProgressLimits | None = None,
     refit_interval_s: float = 0.0,
+    memory: Memory | None = None,
 ) -> asyncio.Task[None]:
     """Subscribe and run a :class:`ProgressLoop` for ``controller`` until ``stop`` (or the
-    task is cancelled); the subscription goes with it."""
+    task is cancelled); the subscription goes with it. With ``memory``, its learner learns
+    (``stall_after_s`` is then that learner's) and what it learns is kept there."""
     sub = await open_progress_subscription(js, settings)
+    learner = (
+        ProgressLearner(cluster, stall_after_s=stall_after_s) if memory is None else memory.learner
+    )
     loop = ProgressLoop(
         controller=controller,
-        learner=ProgressLearner(cluster, stall_after_s=stall_after_s),
+        learner=learner,
+        memory=memory,
         prefix=settings.subject_prefix,
         now=now,
         namespaces=namespaces,

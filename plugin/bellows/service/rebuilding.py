@@ -130,10 +130,11 @@ class Rebuild(Part):
                 self._roster.held[seen.spec.name] = seen.view.gpus
             else:
                 running = Allocation(gpus, batch)
+        seen, recalled = self._intake.recalled(seen)
         if running is not None:
             self._roster.held[seen.spec.name] = running.gpus
             self._roster.known(seen.spec.name, seen.view.uid)
-            done, since = self._intake.progress(seen, now)
+            done, since = self._intake.progress(seen, now, recalled)
             self._intake.charge(seen)
             adopted = self._auto.adopt(seen.spec, running, now, done=done, since=since)
             if adopted:

@@ -43,6 +43,7 @@ from bellows.service.config import BellowsConfig, CapacitySettings, KubernetesSe
 from bellows.service.health import Health, serving
 from bellows.service.leader import LeaderElector, default_identity
 from bellows.service.logging import configure_logging
+from bellows.service.memory import Memory, open_memory
 from bellows.service.metrics import Metrics, MetricsObserver
 from bellows.service.pools import Pools
 from bellows.service.progress_loop import start_progress_loop
@@ -190,6 +191,7 @@ async def _started_controller(
     stop: asyncio.Event,
     health: Health | None = None,
     engines: Engines | None = None,
+    memory: Memory | None = None,
 ) -> Pools | None:
     """The pools' controllers (one, the default pool, unless ``controller.kueue.enabled``),
     their state rebuilt from the cluster; ``None`` if ``stop`` came first.
@@ -220,7 +222,7 @@ async def _started_controller(
             continue
         pools = _pools(
             config, api=api, clock=clock, cluster=cluster, metrics=metrics, capacity=capacity,
-            engines=engines,
+            engines=engines, memory=memory,
         )  # fmt: skip
         _log.info("controller.leading", capacity=capacity, kueue=config.controller.kueue.enabled)
         try:
@@ -246,6 +248,7 @@ def _pools(
     metrics: Metrics,
     capacity: int,
     engines: Engines | None = None,
+    memory: Memory | None = None,
 ) -> Pools:
     """Fresh controllers for every pool, on ``capacity`` GPUs (not yet rebuilt), their cores
     on ``engines`` (the process's rent rule and compile-ahead worker)."""
@@ -277,6 +280,7 @@ def _pools(
         observer=MetricsObserver(metrics),
         queues=_queue_index(config, api) if kueue else None,
         engines=engines,
+        memory=memory,
     )
 
 
@@ -331,6 +335,14 @@ async def run_controller(
         )
 
 
+async def _memory(
+    config: BellowsConfig, js: JetStreamContext, clock: ServiceClock, cluster: ClusterProfile
+) -> Memory | None:
+    """What earlier leaders learned (``controller.learnProgress``; :func:`open_memory`)."""
+    on, stall_after_s = config.controller.learn_progress, config.controller.stall_after_s
+    return await open_memory(js, config.nats, cluster, stall_after_s, clock) if on else None
+
+
 async def _run_controller(
     config: BellowsConfig,
     *,
@@ -346,12 +358,15 @@ async def _run_controller(
         async def lead(lost: asyncio.Event) -> None:
             either, watcher = _either(stop, lost)
             try:
+                memory = await _memory(config, js, clock, cluster)
                 controller = await _started_controller(
                     config, api_client=api.api_client, api=api, clock=clock, cluster=cluster,
-                    metrics=metrics, stop=either, health=health, engines=engines,
+                    metrics=metrics, stop=either, health=health, engines=engines, memory=memory,
                 )  # fmt: skip
                 if controller is None:
                     return  # stopped (or the lease lost) before the state was rebuilt
+                if memory is not None:  # what was kept of jobs gone while no one led
+                    await memory.prune(controller.autoscaler)
                 consumer = await EventConsumer.open(
                     js, config.nats, namespaces=tuple(config.namespaces), observer=metrics
                 )
@@ -361,7 +376,7 @@ async def _run_controller(
                 )  # fmt: skip
                 helpers = await _helpers(
                     config, js, api=api, controller=controller, clock=clock, cluster=cluster,
-                    metrics=metrics, stop=either,
+                    metrics=metrics, stop=either, memory=memory,
                 )  # fmt: skip
                 try:
                     await pump.run(either)
@@ -410,6 +425,7 @@ async def _helpers(
     cluster: ClusterProfile,
     metrics: Metrics,
     stop: asyncio.Event,
+    memory: Memory | None = None,
 ) -> list[asyncio.Task[None]]:
     """The tasks beside the pump while leading: retries and due rounds, the capacity and
     queue watches, and the progress loop (``controller.learnProgress``)."""
@@ -428,7 +444,7 @@ async def _helpers(
             wall_to_clock=clock.at,
             namespaces=_namespaces(config), metrics=metrics, stop=stop,
             limits=config.controller.progress.limits(),
-            refit_interval_s=config.controller.progress.refit_interval_s,
+            refit_interval_s=config.controller.progress.refit_interval_s, memory=memory,
         )  # fmt: skip
         helpers.append(await learning)
     return helpers
