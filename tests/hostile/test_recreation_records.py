@@ -37,11 +37,11 @@ from bellows.kube.adapters import ALL_KINDS, TRAINJOB
 from bellows.kube.records import DEFAULT_RECORDS_NAMESPACE as RECORDS
 from bellows.kube.records import RECORD_LABEL
 from bellows.scaling import default_cluster
+from bellows.service.assembly import records_namespace
 from bellows.service.clock import ServiceClock
 from bellows.service.config import ConfigError, load_config
 from bellows.service.controller import Controller
 from bellows.service.observing import ControllerObserver
-from bellows.service.runner import records_namespace
 from tests.conftest import delete_as_owner, shared_data_dir
 from tests.kube.test_trainjob import JOB, NAME, CrashError, Dying, example, running_on, submit
 

@@ -10,7 +10,8 @@ stream nor read the other's replies, and nobody else logs in.
 from __future__ import annotations
 
 import asyncio
-import secrets
+import base64
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,17 +37,13 @@ from bellows.bus.streams import ensure_kv, ensure_learned_kv, ensure_streams
 from bellows.service.config import load_config
 from bellows.service.progress_loop import open_progress_subscription
 from tests.bus.conftest import arrived
+from tests.bus.test_progress import _reporter_module
 from tests.conftest import REPO
-from tests.ship.chart import named, render
+from tests.ship.chart import NAMESPACE, by_kind, named, render
 
 VALUES: dict[str, Any] = {"nats": {"bundled": {"enabled": True}}}
 DENIED = (nats.errors.Error, TimeoutError)
 DEADLINE_S = 10.0
-
-
-def _password() -> str:
-    # as the chart makes them: a letter, then letters and digits
-    return "P" + secrets.token_hex(20)
 
 
 @dataclass
@@ -79,11 +76,12 @@ def rendered() -> Rendered:
     return out
 
 
-def render_bundled(values: dict[str, Any]) -> Rendered:
-    """The chart's bundled NATS and components rendered with ``values``, passwords made up."""
-    objs = render(values)
+def render_bundled(values: dict[str, Any], objs: list[dict[str, Any]] | None = None) -> Rendered:
+    """The chart's bundled NATS and components rendered with ``values`` (or the objects it
+    rendered, ``objs``), with the passwords the chart made."""
+    objs = render(values) if objs is None else objs
     secret = named(objs, "Secret", "bellows-nats-auth")
-    passwords = {key: _password() for key in secret["data"]}
+    passwords = {key: base64.b64decode(v).decode() for key, v in secret["data"].items()}
     (nats_container,) = named(objs, "Deployment", "bellows-nats")["spec"]["template"]["spec"][
         "containers"
     ]
@@ -323,9 +321,18 @@ def test_the_security_doc_shows_the_permissions_the_chart_renders(rendered: Rend
 async def test_training_pods_publish_progress_only_on_their_namespace_and_the_controller_reads_it(
     tmp_path: Path,
 ) -> None:
-    values = {"nats": {"bundled": {"enabled": True, "progress": {"namespaces": ["team-a"]}}}}
-    out = render_bundled(values)
-    assert "progress-team-a-password" in out.passwords
+    # by default the namespaces Bellows manages report, each through the endpoint Secret the
+    # chart makes there (what the controller points the jobs' pods at)
+    values = {"watchNamespaces": ["team-a", "team-b"], "nats": {"bundled": {"enabled": True}}}
+    objs = render(values)
+    endpoints = {
+        o["metadata"]["namespace"]: o
+        for o in by_kind(objs, "Secret")
+        if o["metadata"]["name"] == "bellows-progress"
+    }
+    assert set(endpoints) == {"team-a", "team-b"}
+    out = render_bundled(values, objs)
+    assert {"progress-team-a-password", "progress-team-b-password"} <= set(out.passwords)
     auth = tmp_path / "auth.conf"
     auth.write_text(out.auth_conf)
     async with running_nats_server(tmp_path / "nats", include=auth, env=out.server_env) as server:
@@ -336,11 +343,20 @@ async def test_training_pods_publish_progress_only_on_their_namespace_and_the_co
         async def on_error(exc: Exception) -> None:
             errors.append(str(exc))
 
+        # the pod's env, as the endpoint Secret gives it (its password the auth Secret's)
+        data = {k: base64.b64decode(v).decode() for k, v in endpoints["team-a"]["data"].items()}
+        url = urllib.parse.urlsplit(data["url"])
+        assert (url.username, url.hostname, url.port) == (
+            "bellows-progress-team-a",
+            f"bellows-nats.{NAMESPACE}.svc",
+            4222,
+        )
+        assert data["inbox"] == "_INBOX_progress_team-a"
         team_a = await nats.connect(
             servers=[server.url],
-            user="bellows-progress-team-a",
-            password=out.passwords["progress-team-a-password"],
-            inbox_prefix=b"_INBOX_progress_team-a",
+            user=url.username,
+            password=url.password,
+            inbox_prefix=data["inbox"].encode(),
             error_cb=on_error,
         )
         try:
@@ -368,6 +384,26 @@ async def test_training_pods_publish_progress_only_on_their_namespace_and_the_co
             stored = f"bellows.progress.v1.team-a.{progress_partition('resnet')}"
             assert (msg.subject, msg.data) == (stored, b"report")
             await msg.ack()
+            # the example helper, given only the env the controller injects (the Secret's
+            # keys and the job's name), reports through that endpoint
+            reporter = _reporter_module().ProgressReporter.from_env(
+                {
+                    "BELLOWS_PROGRESS_URL": data["url"].replace(
+                        f"{url.hostname}:{url.port}", server.url.removeprefix("nats://")
+                    ),
+                    "BELLOWS_PROGRESS_INBOX": data["inbox"],
+                    "BELLOWS_PROGRESS_PREFIX": "bellows",
+                    "BELLOWS_JOB_NAMESPACE": "team-a",
+                    "BELLOWS_JOB_NAME": "resnet",
+                    "BELLOWS_PROGRESS_EVERY_STEPS": "2",
+                }
+            )
+            for step in range(1, 4):
+                reporter.step(step * 64, 1, 64, 0.1)
+            reported = await sub.fetch(2, timeout=10.0)
+            assert [m.subject for m in reported] == [stored] * 2
+            reporter.close()
+            assert reporter.dropped == 0
             await sub.unsubscribe()
         finally:
             await team_a.close()

@@ -85,6 +85,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "bellows-%s" .component -}}
 {{- end -}}
 
+{{/* The namespaces whose pods report progress to the bundled NATS, as JSON: those listed in
+nats.bundled.progress.namespaces, else the namespaces Bellows manages (watchNamespaces). */}}
+{{- define "bellows.progressNamespaces" -}}
+{{- toJson (.Values.nats.bundled.progress.namespaces | default .Values.watchNamespaces) -}}
+{{- end -}}
+
 {{/* The env var of the bundled NATS that holds the password of one namespace's progress user. */}}
 {{- define "bellows.progressPasswordEnv" -}}
 {{- printf "NATS_PROGRESS_%s_PASSWORD" (upper (replace "-" "_" .)) -}}

@@ -102,7 +102,7 @@ authorization {
         }
       }
     }
-    {{- range $namespace := .Values.nats.bundled.progress.namespaces }},
+    {{- range $namespace := include "bellows.progressNamespaces" . | fromJsonArray }},
     {
       user: "bellows-progress-{{ $namespace }}"
       password: ${{ include "bellows.progressPasswordEnv" $namespace }}

@@ -76,6 +76,7 @@ from bellows.kube.kueue_journal import (
 from bellows.kube.kueue_recreation import plan_kueue_recreate
 from bellows.kube.pacing import backoff, until
 from bellows.kube.placement import HOSTNAME, Placement
+from bellows.kube.progress_env import ProgressEndpoint, TargetEnv
 from bellows.kube.recording import Recorder
 from bellows.kube.records import (
     DEFAULT_RECORDS_NAMESPACE,
@@ -247,6 +248,7 @@ class Actuator:
         topology_key: str = HOSTNAME,
         records_namespace: str = DEFAULT_RECORDS_NAMESPACE,
         max_steps: int = MAX_STEPS,
+        progress: ProgressEndpoint | None = None,
     ) -> None:
         """``kueue``: size the jobs that name a Kueue LocalQueue through their Workloads
         (``controller.kueue.enabled``); when false, such a job is refused with an Event.
@@ -255,8 +257,11 @@ class Actuator:
         :mod:`bellows.kube.placement`), on ``topology_key``. ``records_namespace``: where
         the TrainJobs' re-creation records live (``controller.trainer.recordsNamespace``;
         no tenant writes there, :mod:`bellows.kube.records`). ``max_steps``: the most
-        steps one call takes (a call past it is ``pending``, retried later)."""
+        steps one call takes (a call past it is ``pending``, retried later). ``progress``:
+        where the pods of the jobs it sizes report progress, written with their batch
+        (:mod:`bellows.kube.progress_env`; ``None``: nothing)."""
         self._api = api
+        self._progress = progress
         self._records_namespace = records_namespace
         self._max_steps = max_steps
         self._created: dict[str, str] = {}  # uid of each copy this actuator created: old uid
@@ -507,7 +512,10 @@ class Actuator:
 
         def plan(read: _Read) -> Step | KueueStep | RecreateStep:
             kind, obj, settings = read.kind, read.obj, read.settings
-            env = target_env(settings, *target)
+            endpoint = (
+                None if self._progress is None else self._progress.env(ref.namespace, ref.name)
+            )
+            env = TargetEnv(target_env(settings, *target), endpoint)
             if _record_due(obj, read.record):  # create from the record, or drop the record
                 return plan_recreate(
                     kind, obj, read.record, target=target, env=env, requested=target,

@@ -19,6 +19,7 @@ from bellows import inputs
 from bellows.inputs import check_int, parse_int
 from bellows.jobs import MAX_GPUS, SpecError
 from bellows.kube.placement import Placement
+from bellows.kube.progress_env import defaults_of
 from bellows.refs import JobKind, JobRef
 
 __all__ = [
@@ -204,7 +205,9 @@ def env_values(containers: list[Mapping[str, Any]], name: str, where: str) -> li
 
 
 def with_env(container: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-    """A copy of ``container`` whose env sets each of ``env`` (replaced in place or appended)."""
+    """A copy of ``container`` whose env sets each of ``env`` (replaced in place or
+    appended), and each of its defaults (:class:`~bellows.kube.progress_env.TargetEnv`) that
+    it has no entry of (appended)."""
     out = dict(container)
     entries = [dict(e) for e in container.get("env") or []]
     for name, value in env.items():
@@ -215,6 +218,10 @@ def with_env(container: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, 
                 break
         else:
             entries.append({"name": name, "value": value})
+    present = {entry.get("name") for entry in entries}
+    for name, fields in defaults_of(env).items():
+        if name not in present:
+            entries.append({"name": name, **fields})
     out["env"] = entries
     return out
 

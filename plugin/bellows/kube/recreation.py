@@ -66,6 +66,7 @@ from bellows.kube.journal import (
 )
 from bellows.kube.kinds import KindAdapter, finished_state
 from bellows.kube.placement import HOSTNAME, Placement
+from bellows.kube.progress_env import defaults_of
 from bellows.kube.records import (
     RECORD_LABEL,
     Record,
@@ -216,7 +217,8 @@ def new_record(
     records namespace."""
     token = new_token()
     new = successor(kind, obj, target=target, env=env, token=token, **successor_args)
-    body = record_body(obj, new, target, records_namespace="", token=token, env_names=list(env))
+    names = [*env, *defaults_of(env)]  # what the resize may write: batch, progress endpoint
+    body = record_body(obj, new, target, records_namespace="", token=token, env_names=names)
     return WriteRecord(body, None if record is None else record.resource_version)
 
 

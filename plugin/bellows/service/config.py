@@ -26,6 +26,7 @@ from bellows.service.config_fields import ConfigError, build, json_schema, jsona
 from bellows.service.config_sources import Sources
 from bellows.service.process_settings import (
     DNS_LABEL,
+    DNS_SUBDOMAIN,
     BridgeSettings,
     KubernetesSettings,
     LeaderElectionSettings,
@@ -174,8 +175,19 @@ class TrainerSettings:
 
 @dataclass(frozen=True)
 class ProgressSettings:
-    """Bounds on the jobs' progress reports (docs/security.md, "Progress reports")."""
+    """Where the jobs report progress, and bounds on it (docs/security.md, "Progress")."""
 
+    inject: bool = field(
+        default=True,
+        metadata=doc(
+            "point the pods of the jobs Bellows sizes at the namespace's secretName Secret "
+            "(BELLOWS_PROGRESS_URL, _INBOX; the owner's entries kept; with learnProgress)"
+        ),
+    )
+    secret_name: str = field(
+        default="bellows-progress",
+        metadata=doc("the Secret of each job namespace with keys url and inbox"),
+    )
     refit_interval_s: float = field(
         default=1.0,
         metadata=bounded(
@@ -222,6 +234,7 @@ class ProgressSettings:
 
     def __post_init__(self) -> None:
         check_bounds(self)
+        check_name("secret_name", self.secret_name, DNS_SUBDOMAIN, "a Secret name (DNS-1123)")
 
     def limits(self) -> ProgressLimits:
         """The progress loop's per-namespace buckets."""

@@ -30,13 +30,18 @@ from bellows.bus import (
 )
 from bellows.inputs import brief
 from bellows.jobs import SpecError
-from bellows.kube import Actuator, JobReader, KindAdapter, KubeApi, keys
-from bellows.kube.adapters import ALL_KINDS, KINDS
+from bellows.kube import KubeApi, keys
 from bellows.kube.client import client_from_config
 from bellows.optimizer.solving import RentRule
-from bellows.scaling import ClusterProfile, default_cluster, load_cluster_profile
+from bellows.scaling import ClusterProfile
 from bellows.service import capacity
 from bellows.service.allocator import release_free_heap
+from bellows.service.assembly import (
+    cluster_profile,
+    make_pools,
+    managed_namespaces,
+    served_kinds,
+)
 from bellows.service.capacity import NoGpuNodeError
 from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig, CapacitySettings, KubernetesSettings
@@ -44,7 +49,7 @@ from bellows.service.health import Health, serving
 from bellows.service.leader import LeaderElector, default_identity
 from bellows.service.logging import configure_logging
 from bellows.service.memory import Memory, open_memory
-from bellows.service.metrics import Metrics, MetricsObserver
+from bellows.service.metrics import Metrics
 from bellows.service.pools import Pools
 from bellows.service.progress_loop import start_progress_loop
 from bellows.service.queues import QueueIndex
@@ -88,27 +93,11 @@ def _capacity_watch(
     return [asyncio.create_task(watch, name="capacity-watch")]
 
 
-def _queue_index(config: BellowsConfig, api: KubeApi) -> QueueIndex:
-    """Beside Kueue: the LocalQueues of the managed namespaces and every ClusterQueue, whose
-    quota of ``controller.capacity.resourceName`` is a pool's capacity."""
-    resource = config.controller.capacity.resource_name
-    return QueueIndex(api, namespaces=_namespaces(config), resource=resource)
-
-
 def _queue_watch(queues: QueueIndex | None) -> list[asyncio.Task[None]]:
     """Beside Kueue, the task that keeps the LocalQueues and ClusterQueues (the pools)."""
     if queues is None:
         return []
     return [asyncio.create_task(queues.watch(), name="queue-watch")]
-
-
-def _cluster(config: BellowsConfig) -> ClusterProfile:
-    path = config.controller.cluster_profile_file
-    return load_cluster_profile(path) if path else default_cluster()
-
-
-def _namespaces(config: BellowsConfig) -> tuple[str | None, ...]:
-    return tuple(config.namespaces) or (None,)
 
 
 def _identity() -> str:
@@ -220,7 +209,7 @@ async def _started_controller(
             await _wait(stop, wait)
             wait = min(wait * 2, longest)
             continue
-        pools = _pools(
+        pools = make_pools(
             config, api=api, clock=clock, cluster=cluster, metrics=metrics, capacity=capacity,
             engines=engines, memory=memory,
         )  # fmt: skip
@@ -237,57 +226,6 @@ async def _started_controller(
             health.set_ready("capacity", True)
         return pools
     return None
-
-
-def _pools(
-    config: BellowsConfig,
-    *,
-    api: KubeApi,
-    clock: ServiceClock,
-    cluster: ClusterProfile,
-    metrics: Metrics,
-    capacity: int,
-    engines: Engines | None = None,
-    memory: Memory | None = None,
-) -> Pools:
-    """Fresh controllers for every pool, on ``capacity`` GPUs (not yet rebuilt), their cores
-    on ``engines`` (the process's rent rule and compile-ahead worker)."""
-    namespaces = _namespaces(config)
-    kueue = config.controller.kueue.enabled
-    return Pools(
-        api=api,
-        core=config.controller.autoscaler_config(),
-        cluster=cluster,
-        capacity=capacity,
-        actuator=Actuator(
-            api,
-            halt_timeout_s=config.controller.halt_timeout_s,
-            kueue=kueue,
-            kinds=served_kinds(config),
-            placement=config.controller.placement,
-            topology_key=config.controller.placement_topology_key,
-            records_namespace=records_namespace(config),
-        ),
-        reader=JobReader(
-            api,
-            namespace=namespaces[0] if len(namespaces) == 1 else None,
-            kueue=kueue,
-            kinds=served_kinds(config),
-        ),
-        namespaces=namespaces,
-        now=clock.now,
-        wall_to_clock=clock.at,
-        observer=MetricsObserver(metrics),
-        queues=_queue_index(config, api) if kueue else None,
-        engines=engines,
-        memory=memory,
-    )
-
-
-def records_namespace(config: BellowsConfig) -> str:
-    """Where the TrainJobs' re-creation records live: ``controller.trainer.recordsNamespace``,
-    by default the namespace of the controller's leader-election Lease (the release's)."""
-    return config.controller.trainer.records_namespace or config.leader_election.namespace
 
 
 @contextlib.asynccontextmanager
@@ -353,7 +291,7 @@ async def _run_controller(
 ) -> None:
     async with _component(config, "controller", api_client) as (api, js, metrics, health):
         health.set_ready("nats", True)
-        cluster = _cluster(config)
+        cluster = cluster_profile(config)
 
         async def lead(lost: asyncio.Event) -> None:
             either, watcher = _either(stop, lost)
@@ -442,7 +380,7 @@ async def _helpers(
             js, config.nats, controller=controller, api=api, cluster=cluster,
             stall_after_s=config.controller.stall_after_s, now=clock.now,
             wall_to_clock=clock.at,
-            namespaces=_namespaces(config), metrics=metrics, stop=stop,
+            namespaces=managed_namespaces(config), metrics=metrics, stop=stop,
             limits=config.controller.progress.limits(),
             refit_interval_s=config.controller.progress.refit_interval_s, memory=memory,
         )  # fmt: skip
@@ -476,7 +414,7 @@ async def run_bridge(
                 api,
                 publisher=publisher,
                 store=store,
-                namespaces=_namespaces(config),
+                namespaces=managed_namespaces(config),
                 kinds=served_kinds(config),
             )
             tasks = [asyncio.create_task(b.run(either)) for b in bridges]
@@ -490,9 +428,3 @@ async def run_bridge(
             config, api.api_client, lease=config.leader_election.bridge_lease, lead=lead,
             stop=stop, health=health,
         )  # fmt: skip
-
-
-def served_kinds(config: BellowsConfig) -> tuple[KindAdapter, ...]:
-    """The job kinds the bridge watches and the controller sizes: PyTorchJob and MPIJob,
-    and TrainJob with ``controller.trainer.enabled`` (its CRDs must then be installed)."""
-    return ALL_KINDS if config.controller.trainer.enabled else KINDS

@@ -22,6 +22,7 @@ from bellows.kube.kinds import (
 )
 from bellows.kube.kueue import queue_name
 from bellows.kube.placement import Placement, placed_template
+from bellows.kube.progress_env import defaults_of
 from bellows.refs import JobKind, JobRef
 
 __all__ = ["JOB_NAME_LABEL", "OPERATOR_NAME_LABEL", "ReplicatedKind"]
@@ -148,7 +149,7 @@ class ReplicatedKind:
             entry: dict[str, Any] = {}
             if rtype == self.scaled_type:
                 entry["replicas"] = count
-            if chosen and env:
+            if chosen and (env or defaults_of(env)):
                 # A merge patch replaces lists whole: send every container, edited or not.
                 entry["template"] = {
                     "spec": {

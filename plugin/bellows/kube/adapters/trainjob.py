@@ -35,6 +35,7 @@ from bellows.kube.kinds import (
 )
 from bellows.kube.kueue import queue_name
 from bellows.kube.placement import Placement, placed_template
+from bellows.kube.progress_env import defaults_of
 from bellows.refs import JobKind, JobRef
 
 __all__ = [
@@ -188,7 +189,7 @@ class TrainJobKind:
             raise SpecError("gpus", gpus, f"a positive multiple of {step} (nodes x GPUs each)")
         trainer = copy.deepcopy(dict(_trainer(obj)))
         trainer["numNodes"] = count
-        if env:
+        if env or defaults_of(env):
             trainer["env"] = with_env({"env": trainer.get("env") or []}, env)["env"]
         return trainer
 
