@@ -40,8 +40,14 @@ def test_live_stack_agrees_with_the_simulator(mode: str, shared_data: Path, tmp_
     assert live["jobs_completed_total"] == simulated["jobs_completed_total"] == live["jobs_total"]
     assert live["rescales"] > 0
     assert {b["metric"] for b in report["bounds"]} == {
-        "jobs_completed", "sjs_efficiency", "drop_ratio", "jobs_in_a_different_final_state",
+        "jobs_completed", "sjs_efficiency", "avg_jct_min", "drop_ratio",
+        "jobs_in_a_different_final_state",
     }  # fmt: skip
+    # at goodput (the default): both halves charge the jobs' efficiency, and the live
+    # controller decided every job by goodput (from its profile's model, then its reports)
+    assert live["efficiency_charged"] is simulated["efficiency_charged"] is True
+    if mode != "paper":  # paper mode decides by throughput, as the paper does
+        assert live["jobs_decided_by_goodput"] == live["jobs_total"]
     # Kueue admits an arriving job at its owner's size before Bellows can hold it whenever
     # its quota is free: the count is reported (the job c4-00000 arrives on an idle cluster)
     # the pods ran on nodes of the profile's size, packed as asked (docs/kube.md, "Placement")
@@ -57,8 +63,19 @@ def test_demo_refuses_a_folder_without_crds(tmp_path: Path) -> None:
     assert "no CRD files" in result.output
 
 
-def _summary(sjs: float, **extra: int) -> dict[str, float]:
-    return {"jobs_completed": 10, "sjs_efficiency": sjs, "drop_ratio": 0.0, **extra}
+def _summary(sjs: float, jct: float = 10.0, **extra: int) -> dict[str, float]:
+    return {
+        "jobs_completed": 10, "sjs_efficiency": sjs, "avg_jct_min": jct, "drop_ratio": 0.0,
+        **extra,
+    }  # fmt: skip
+
+
+def test_average_jct_is_held_within_ten_percent() -> None:
+    simulated = _summary(0.90)
+    near = {b.metric: b for b in compare(_summary(0.90, jct=10.9), simulated)}
+    assert near["avg_jct_min"].ok
+    assert near["avg_jct_min"].tolerance == "within 10%"
+    assert not {b.metric: b for b in compare(_summary(0.90, jct=11.1), simulated)}["avg_jct_min"].ok
 
 
 def test_the_bounds_are_the_papers_unless_kueue_admitted_a_job_first() -> None:

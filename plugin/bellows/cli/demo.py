@@ -128,7 +128,14 @@ def _result_table(result: DemoResult) -> Table:
               help="Jobs train at another speed than annotated and report progress; the "
               "simulator replays the true profiles (docs/simulator.md).")  # fmt: skip
 @click.option("--no-learning", is_flag=True,
-              help="With --wrong-priors: the controller keeps the wrong priors.")  # fmt: skip
+              help="The controller does not learn from the jobs' reports (with --wrong-priors: "
+              "it keeps the wrong priors).")  # fmt: skip
+@click.option("--efficiency/--no-efficiency", default=True, show_default=True,
+              help="Jobs train at goodput (their model's statistical efficiency), name their "
+              "model in their profile and report their gradient noise through the endpoint "
+              "the controller writes into their pods; the simulator charges the same. "
+              "--no-efficiency: every job progresses in plain samples, decided by "
+              "throughput.")  # fmt: skip
 @click.option("--kueue", is_flag=True,
               help="Run the emulated Kueue too: every job in a LocalQueue whose ClusterQueue "
               "holds the GPUs as quota, the controller cooperating (docs/kube.md).")  # fmt: skip
@@ -157,8 +164,8 @@ def demo(
     *,
     gpus: int, minutes: float, speedup: float, seed: int, delta_min: float | None,
     paper: bool, policy: str, crds: Path | None, json_out: Path | None,
-    wrong_priors: bool, no_learning: bool, kueue: bool, no_live: bool, verbose: bool,
-    kinds: tuple[str, ...], placement: str, kubeconfig: Path | None,
+    wrong_priors: bool, no_learning: bool, efficiency: bool, kueue: bool, no_live: bool,
+    verbose: bool, kinds: tuple[str, ...], placement: str, kubeconfig: Path | None,
 ) -> None:  # fmt: skip
     """Run nats-server, an emulated Kubeflow cluster, the bridge and the controller on a bursty
     workload, then the simulator on the same trace; exit 1 if they disagree beyond the paper's
@@ -190,7 +197,7 @@ def demo(
     options = DemoOptions(
         crds=files, gpus=gpus, minutes=minutes, speedup=speedup, seed=seed,
         delta_min=delta_min, policy=Policy(policy), paper=paper, wrong_priors=wrong_priors,
-        learn=not no_learning, kueue_crds=kueue_files, kinds=kinds,
+        learn=not no_learning, efficiency=efficiency, kueue_crds=kueue_files, kinds=kinds,
         trainer_crds=trainer_files, placement=Placement(placement), kubeconfig=kubeconfig,
     )  # fmt: skip
     # the count both halves clamp, and the jobs the live view counts from its first frame
@@ -260,6 +267,11 @@ def _report(
             f"wrong priors, the controller {how}: average JCT "
             f"{result.live.get('avg_jct_min')} min live, "
             f"{result.simulated.get('avg_jct_min')} min deciding on the true profiles"
+        )
+    if result.live.get("efficiency_charged"):
+        console.print(
+            f"at goodput: {result.live.get('jobs_decided_by_goodput', 0)} of {result.jobs} jobs "
+            "decided by goodput live (jobs_decided_by_goodput)"
         )
     if json_out is not None:
         payload = {

@@ -59,7 +59,7 @@ from bellows.emulator.trainer import (
 from bellows.kube.kinds import GPU
 from bellows.kube.kueue import CLUSTER_QUEUES, GROUP, LOCAL_QUEUES, VERSION, Strategy
 from bellows.kube.records import DEFAULT_RECORDS_NAMESPACE as RECORDS_NAMESPACE
-from bellows.scaling import ClusterProfile
+from bellows.scaling import ClusterProfile, EfficiencyProfile
 from bellows.scaling.online import SpeedFactors
 
 __all__ = ["DEFAULT_FLAVOR", "EmulatedCluster"]
@@ -82,6 +82,7 @@ class EmulatedCluster:
         namespaces: Sequence[str] = ("default",),
         gpu_nodes: Mapping[str, int] | None = None,
         true_speed: Callable[[str, str], SpeedFactors | None] | None = None,
+        efficiency: Callable[[str, str], EfficiencyProfile | None] | None = None,
         kueue: bool = False,
         trainer: bool = False,
         mutable_trainer: bool = False,
@@ -93,7 +94,8 @@ class EmulatedCluster:
         CRDs must include ``trainer-v2.3.0/``'s, :func:`bellows.emulator.crds.trainer_crd_paths`)
         and serve :data:`~bellows.emulator.trainer.TORCH_DISTRIBUTED`. ``mutable_trainer``:
         serve the TrainJob CRD of a future Trainer whose ``spec.trainer`` may change while
-        suspended (kubeflow/trainer#3995)."""
+        suspended (kubeflow/trainer#3995). ``efficiency(namespace, name)``: the statistical
+        efficiency each job trains with (its work then counts reference samples)."""
 
         def edit(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
             return relax_trainer_rule(schema) if kind == "TrainJob" else schema
@@ -119,6 +121,7 @@ class EmulatedCluster:
                 cluster=cluster,
                 true_speed=true_speed,
                 placer=self.placer,
+                efficiency=efficiency,
             )
             if operator
             else None
@@ -133,6 +136,7 @@ class EmulatedCluster:
                 restart_s=restart_s,
                 cluster=cluster,
                 placer=self.placer,
+                efficiency=efficiency,
             )
             self.add_training_runtime(TORCH_DISTRIBUTED)
         self._trainer_task: asyncio.Task[None] | None = None

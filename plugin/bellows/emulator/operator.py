@@ -44,7 +44,7 @@ from bellows.kube.adapters import KINDS
 from bellows.kube.adapters.replicated import ReplicatedKind
 from bellows.kube.kinds import KindAdapter, conditions, finished_state, foreign_manager, suspend_set
 from bellows.kube.specs import build_spec
-from bellows.scaling import ClusterProfile, JobProfile, default_cluster
+from bellows.scaling import ClusterProfile, EfficiencyProfile, JobProfile, default_cluster
 from bellows.scaling.online import SpeedFactors
 
 __all__ = [
@@ -67,7 +67,9 @@ class Progress:
     """Where one emulated job stands (emulated seconds and samples).
 
     ``step_seconds`` is the job's true step time in its current run (``None`` while
-    stopped): what its training helper would report.
+    stopped): what its training helper would report. ``samples`` are the samples it has
+    processed; ``done``, when it trains at goodput, its progress toward ``work`` in reference
+    samples (:mod:`bellows.emulator.training`; ``None`` otherwise: its samples are).
     """
 
     samples: float
@@ -76,18 +78,20 @@ class Progress:
     batch: int | None
     restarts: int
     step_seconds: float | None = None
+    done: float | None = None
 
 
 def progress_of(state: Training, now: float) -> Progress:
     """Where the training ``state`` stands at emulated time ``now``."""
     seg = state.segment
     return Progress(
-        state.samples(now),
+        state.seen(now),
         state.work,
         seg.gpus if seg else None,
         seg.batch if seg else None,
         state.restarts,
         seg.batch / seg.rate if seg and seg.rate > 0 else None,
+        None if state.efficiency is None else state.samples(now),
     )
 
 
@@ -130,13 +134,17 @@ class EmulatedOperator:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         true_speed: Callable[[str, str], SpeedFactors | None] | None = None,
         placer: Placer | None = None,
+        efficiency: Callable[[str, str], EfficiencyProfile | None] | None = None,
     ) -> None:
         """``true_speed(namespace, name)``, when given, says how a job really runs against
         its annotated profile (``None``: as annotated); the job trains at that speed.
-        ``placer``: where the started jobs' pods are bound (``None``: nowhere)."""
+        ``placer``: where the started jobs' pods are bound (``None``: nowhere).
+        ``efficiency(namespace, name)``: the statistical efficiency a job really trains
+        with (``None``: none, its work counts samples)."""
         self._store = store
         self._placer = placer
         self._true_speed = true_speed
+        self._efficiency = efficiency
         self._compression = compression
         self._restart_s = restart_s
         self._cluster = cluster or default_cluster()
@@ -343,11 +351,17 @@ class EmulatedOperator:
                 f"CUDA out of memory: per-GPU batch {-(-batch // view.gpus)} > "
                 f"{keys.MAX_BATCH_PER_GPU} {settings.m_max}"
             )
-        state = self._training.get(uid) or Training(settings.work, self._restart_s)
+        state = self._training.get(uid) or self._new_training(obj, settings.work)
         self._training[uid] = start(
             state, job, gpus=view.gpus, batch=batch, cluster=self._cluster, now=now
         )
         return None
+
+    def _new_training(self, obj: Mapping[str, Any], work: float) -> Training:
+        """A job's training before its first start, at goodput when its efficiency is known."""
+        meta = obj["metadata"]
+        truth = self._efficiency(meta["namespace"], meta["name"]) if self._efficiency else None
+        return Training(work, self._restart_s, efficiency=truth)
 
     def _profile(
         self, obj: Mapping[str, Any], source: JobProfile | keys.ConfigMapRef

@@ -8,6 +8,7 @@ Event, Lease, ConfigMap, batch Job or Node, without bundling the whole Kubernete
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -127,6 +128,43 @@ def _check_configmap(obj: Mapping[str, Any]) -> list[FieldProblem]:
     return found
 
 
+def _secret_data(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Secret as the API server stores it: ``stringData`` merged into ``data`` (base64),
+    ``type`` ``Opaque`` when unset."""
+    strings = obj.get("stringData")
+    if isinstance(strings, Mapping) and all(isinstance(v, str) for v in strings.values()):
+        data = obj.get("data")
+        merged = dict(data) if isinstance(data, Mapping) else {}
+        merged.update({k: base64.b64encode(v.encode()).decode() for k, v in strings.items()})
+        obj = {k: v for k, v in obj.items() if k != "stringData"} | {"data": merged}
+    return obj if "type" in obj else {**obj, "type": "Opaque"}
+
+
+def _check_secret(obj: Mapping[str, Any]) -> list[FieldProblem]:
+    """ValidateSecret: keys as a ConfigMap's, each value base64, 1 MiB in all."""
+    entries = obj.get("data") or {}
+    if not isinstance(entries, Mapping):
+        return [FieldProblem("data", entries, "a map of string to base64 string")]
+    found: list[FieldProblem] = []
+    size = 0
+    for key, value in entries.items():
+        if len(key) > 253 or key in (".", "..") or not _CONFIG_KEY.fullmatch(key):
+            found.append(FieldProblem(f"data[{key[:60]!r}]", key, "a valid config key"))
+        try:
+            size += len(key) + len(base64.b64decode(value, validate=True))
+        except (TypeError, ValueError):
+            found.append(FieldProblem(f"data[{key[:60]!r}]", value, "a base64 string"))
+    if not isinstance(obj.get("type"), str):
+        found.append(FieldProblem("type", obj.get("type"), "a string"))
+    if size > MAX_CONFIGMAP_BYTES:
+        found.append(
+            FieldProblem(
+                "data", f"{size} bytes", f"Too long: must have at most {MAX_CONFIGMAP_BYTES}"
+            )
+        )
+    return found
+
+
 def _check_event(obj: Mapping[str, Any]) -> list[FieldProblem]:
     found = _need(obj, "involvedObject", dict)
     if not found:
@@ -195,8 +233,8 @@ def _check_pod(obj: Mapping[str, Any]) -> list[FieldProblem]:
 
 
 def builtin_resources() -> list[ResourceType]:
-    """Namespaces, Nodes, ConfigMaps, core Events, Pods, batch Jobs and coordination Leases,
-    with the short names and categories kube-apiserver's discovery gives them. Pods are
+    """Namespaces, Nodes, ConfigMaps, Secrets, core Events, Pods, batch Jobs and coordination
+    Leases, with the short names and categories kube-apiserver's discovery gives them. Pods are
     served for ``kubectl`` (``get pods``, ``describe node`` lists a node's pods): the emulated
     operators keep their jobs' pods to themselves (``scheduling.Placer``), not as objects."""
     return [
@@ -213,6 +251,10 @@ def builtin_resources() -> list[ResourceType]:
         ResourceType(
             "", "v1", "configmaps", "ConfigMap", strategic_merge=True, check=_check_configmap,
             short_names=("cm",),
+        ),
+        ResourceType(
+            "", "v1", "secrets", "Secret", strategic_merge=True, check=_check_secret,
+            normalize=_secret_data,
         ),
         ResourceType(
             "", "v1", "events", "Event", strategic_merge=True, check=_check_event,

@@ -55,7 +55,7 @@ from bellows.kube import keys
 from bellows.kube.adapters.trainjob import NODE_JOB, TrainJobKind, node_pod_template
 from bellows.kube.kinds import MULTIKUEUE, conditions, finished_state
 from bellows.kube.specs import build_spec
-from bellows.scaling import ClusterProfile, JobProfile, default_cluster
+from bellows.scaling import ClusterProfile, EfficiencyProfile, JobProfile, default_cluster
 
 __all__ = [
     "RECREATED_FROM",
@@ -148,8 +148,10 @@ class EmulatedTrainer:
         cluster: ClusterProfile | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         placer: Placer | None = None,
+        efficiency: Callable[[str, str], EfficiencyProfile | None] | None = None,
     ) -> None:
-        """``placer``: where the trainer node pods of a started TrainJob are bound."""
+        """``placer``: where the trainer node pods of a started TrainJob are bound.
+        ``efficiency(namespace, name)``: the statistical efficiency a job trains with."""
         if TRAINJOBS not in store.resources or CLUSTER_RUNTIMES not in store.resources:
             raise ValueError(
                 "the emulated Trainer needs the CRDs of ../shared/data/crds/trainer-v2.3.0/ "
@@ -167,6 +169,7 @@ class EmulatedTrainer:
         self._env: dict[str, dict[str, str]] = {}  # uid -> the node pods' env when started
         self._templates: dict[str, dict[str, Any]] = {}  # uid -> the node pods' template
         self._placer = placer
+        self._efficiency = efficiency
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._warned: set[tuple[str, str]] = set()
         self._dirty: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
@@ -363,12 +366,18 @@ class EmulatedTrainer:
         state = (
             self._training.get(uid)
             or self._checkpoint(obj)
-            or Training(settings.work, self._restart_s)
+            or self._new_training(obj, settings.work)
         )
         self._training[uid] = start(
             state, job, gpus=view.gpus, batch=batch, cluster=self._cluster, now=now
         )
         return None
+
+    def _new_training(self, obj: Mapping[str, Any], work: float) -> Training:
+        """A job's training before its first start, at goodput when its efficiency is known."""
+        meta = obj["metadata"]
+        truth = self._efficiency(meta["namespace"], meta["name"]) if self._efficiency else None
+        return Training(work, self._restart_s, efficiency=truth)
 
     def _place(self, obj: Mapping[str, Any], nodes: int, now: float) -> None:
         """Bind the ``nodes`` trainer pods of the started ``obj`` (with a placer)."""

@@ -5,6 +5,13 @@ time onto it with a compression factor). Each resume after a halt costs ``restar
 no progress (pods start again, the checkpoint loads), as the simulator charges it; the first
 start costs nothing, in both. Then the job processes ``throughput(job, k, b)`` samples per
 second until suspended or done. Progress survives a suspension, as a checkpoint does.
+
+A job with an ``efficiency`` (its model's statistical efficiency) trains at goodput, as the
+simulator charges it (``bellows.sim.engine``): its work counts reference samples, ``n``
+samples at batch ``b`` advance it by ``efficiency.progress_after(b, done, n)``, and it is done
+``samples_between(b, done, work)`` samples after it resumes. :meth:`Training.seen` is then
+the samples it has processed (what its helper reports), :meth:`Training.samples` its
+progress toward the work.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from bellows.jobs import JobSpec
-from bellows.scaling import ClusterProfile, throughput
+from bellows.scaling import ClusterProfile, EfficiencyProfile, throughput
 
 __all__ = ["Segment", "Training", "start", "stop"]
 
@@ -30,26 +37,51 @@ class Segment:
 
 @dataclass(frozen=True)
 class Training:
-    """A job's training state: samples done before the current segment, and that segment."""
+    """A job's training state: progress and samples before the current segment, and that
+    segment."""
 
     work: float
     restart_s: float
-    done_before: float = 0.0
+    done_before: float = 0.0  # progress toward the work (reference samples when efficient)
     segment: Segment | None = None
     restarts: int = 0
+    efficiency: EfficiencyProfile | None = None
+    seen_before: float = 0.0  # samples processed before the segment
+
+    def _busy(self, now: float) -> float:
+        seg = self.segment
+        assert seg is not None
+        return max(0.0, now - seg.started - seg.pause)
 
     def samples(self, now: float) -> float:
-        """Samples processed by emulated time ``now`` (capped at ``work``)."""
+        """Progress by emulated time ``now`` (capped at ``work``): samples processed, or with
+        an efficiency the reference samples they are worth."""
         if self.segment is None:
             return min(self.done_before, self.work)
-        busy = max(0.0, now - self.segment.started - self.segment.pause)
-        return min(self.work, self.done_before + busy * self.segment.rate)
+        processed = self._busy(now) * self.segment.rate
+        if self.efficiency is None:
+            return min(self.work, self.done_before + processed)
+        done = self.efficiency.progress_after(self.segment.batch, self.done_before, processed)
+        return min(self.work, float(done))
+
+    def seen(self, now: float) -> float:
+        """Samples processed by emulated time ``now`` (what the job's helper reports)."""
+        if self.efficiency is None:
+            return self.samples(now)
+        if self.segment is None:
+            return self.seen_before
+        end = self.finish_time()
+        busy = self._busy(now if end is None else min(now, end))
+        return self.seen_before + busy * self.segment.rate
 
     def finish_time(self) -> float | None:
         """Emulated time at which the current segment completes the work (None if stopped)."""
         if self.segment is None or self.segment.rate <= 0:
             return None
         left = max(0.0, self.work - self.done_before)
+        if self.efficiency is not None and left > 0:
+            batch = self.segment.batch
+            left = float(self.efficiency.samples_between(batch, self.done_before, self.work))
         return self.segment.started + self.segment.pause + left / self.segment.rate
 
 
@@ -65,4 +97,4 @@ def start(
 
 def stop(state: Training, now: float) -> Training:
     """``state`` suspended at ``now``: progress so far is kept (the checkpoint)."""
-    return replace(state, done_before=state.samples(now), segment=None)
+    return replace(state, done_before=state.samples(now), seen_before=state.seen(now), segment=None)

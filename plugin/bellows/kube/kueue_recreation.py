@@ -70,8 +70,11 @@ def plan_kueue_recreate(
     """
     gpus, _ = target
     if _spec_matches(kind, obj, gpus, env) or in_place:
+        # sized as it is: spec.trainer stays as it is, the env defaults (the progress
+        # endpoint) included, unless the Trainer takes changes in place
+        kept = env if in_place else dict(env)
         return plan_kueue_scale(
-            kind, obj, workload, target=target, env=env, requested=requested,
+            kind, obj, workload, target=target, env=kept, requested=requested,
             launcher=None, now=now, done=done, reason=reason,
             placement=placement, topology_key=topology_key,
         )  # fmt: skip

@@ -13,7 +13,8 @@ import json
 from collections.abc import Awaitable, Callable
 
 from bellows.inputs import SpecError
-from bellows.kube import KINDS, JobRef, KubeApi, NotFoundError, keys, kind_named
+from bellows.kube import JobRef, KubeApi, NotFoundError, keys, kind_named
+from bellows.kube.adapters import ALL_KINDS
 from bellows.scaling import EfficiencyProfile, JobProfile, job_profile_to_json
 from bellows.scaling.online import OnlineFit
 
@@ -85,4 +86,4 @@ async def read_fit(api: KubeApi, job: str) -> JobProfile | None:
 
 
 def _ref(job: str) -> JobRef:
-    return JobRef.parse(job, [kind.kind for kind in KINDS])
+    return JobRef.parse(job, [kind.kind for kind in ALL_KINDS])

@@ -213,7 +213,10 @@ class ProgressLoop:
             self._refitted[key] = now
             if self._controller.autoscaler.allocations.get(key) != running:
                 continue  # rescaled or gone since: its next reports will tell
-            await self._revise(key, running)
+            try:  # one job's failure (its annotation refused, say) is its own
+                await self._revise(key, running)
+            except Exception as err:
+                _log.warning("progress.refit_failed", job=key, error=brief(err))
 
     async def _mark(self, key: str, reason: str) -> None:
         """Flag a job whose reports do not hold together, once (an Event, a metric)."""

@@ -297,7 +297,8 @@ class _Run:
         ]
         if efficiency:
             for job in self.jobs:
-                told = efficiency.get(job.model)
+                # a job's own profile (by its name) before its model's
+                told = efficiency.get(job.spec.name, efficiency.get(job.model))
                 self.auto.charge(job.spec.name, told)  # Bellows mode: goodput rows
                 real = None if efficiency_truth is None else efficiency_truth.get(job.model)
                 job.charge = told if real is None or told is None else real
@@ -576,8 +577,9 @@ def run(
     progress and (``learn=True``) the core learns it online (:mod:`bellows.sim.learning`);
     ``None`` (default) runs every job as annotated, without reports. ``progress`` is told how
     far the run got (:data:`Progress`). ``efficiency``: charge statistical efficiency to the
-    jobs whose trace model it maps (module docstring); ``None`` (default): charging off, every
-    output as before issue 29.
+    jobs whose trace model it maps, or whose name (which wins: a job's own profile, as the
+    twin charges each job its model's restated at its batch); ``None`` (default): charging
+    off, every output as before issue 29.
     ``nodes``: place jobs on the cluster's nodes and charge each the step time of its
     placement (:mod:`bellows.sim.nodes`); ``False`` (default): every job on the fewest nodes,
     every output as before.

@@ -14,16 +14,27 @@ gradient statistics its helper would measure (payload version 2): ``gradSqr`` 1 
 at each batch weighted by the model's efficiency (reference samples, as the controller counts
 them; the emulated cluster itself still runs a job until its samples reach its work).
 Publishing never stops the loop: a refused or lost report is logged and the next one comes.
+
+With ``through_pods``, a job reports as its pods would, through the endpoint its pod
+template names: ``BELLOWS_PROGRESS_URL`` and ``BELLOWS_PROGRESS_INBOX`` (literal or from the
+namespace's Secret, as the controller injects them: :mod:`bellows.kube.progress_env`),
+``BELLOWS_PROGRESS_PREFIX``, ``BELLOWS_JOB_NAMESPACE`` and ``BELLOWS_JOB_NAME``; a job
+whose pods have no URL reports nothing. A job that trains at goodput (the emulated cluster
+knows its efficiency) reports the noise scale at its progress toward its work.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from typing import Any
 
+import nats
 import structlog
+from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 
 from bellows.bus.progress import (
@@ -34,11 +45,15 @@ from bellows.bus.progress import (
     progress_subject,
 )
 from bellows.emulator import EmulatedCluster, Progress
+from bellows.emulator.store import ApiError, Store
 from bellows.inputs import brief
-from bellows.kube.adapters import KINDS
+from bellows.kube.adapters import KINDS, TRAINJOB
+from bellows.kube.progress_env import PROGRESS_ENV_NAMES
 from bellows.scaling import EfficiencyProfile
 
-__all__ = ["EmulatedReporter"]
+__all__ = ["EmulatedReporter", "pod_env"]
+
+URL, INBOX, PREFIX, JOB_NAMESPACE, JOB_NAME = PROGRESS_ENV_NAMES
 
 _log = structlog.get_logger("bellows.emulator")
 
@@ -49,16 +64,21 @@ class EmulatedReporter:
     def __init__(
         self,
         cluster: EmulatedCluster,
-        js: JetStreamContext,
+        js: JetStreamContext | None,
         *,
         prefix: str,
         restart_s: float,
         interval_s: float = 0.2,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         noise: Callable[[str, str], EfficiencyProfile | None] | None = None,
+        through_pods: bool = False,
     ) -> None:
         if cluster.operator is None:
             raise ValueError("the emulated cluster runs no operator: no job trains")
+        if js is None and not through_pods:
+            raise ValueError("no JetStream context and not through_pods: nowhere to report")
+        self._through_pods = through_pods
+        self._connections: dict[tuple[str, str], Client] = {}
         self._cluster = cluster
         self._operator = cluster.operator
         self._js = js
@@ -68,29 +88,68 @@ class EmulatedReporter:
         self._now = now
         self._noise = noise
         self._starts: dict[str, int] = {}  # uid -> restarts already reported
+        self._resumed: dict[str, tuple[int, int]] = {}  # uid -> a start seen, at what samples
         self._samples: dict[str, int] = {}  # uid -> samples of the last report
         self._progress: dict[str, tuple[int, float]] = {}  # uid -> samples, reference samples
         self.published = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         """Report every ``interval_s`` until ``stop``."""
-        while not stop.is_set():
-            await self.report_once()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self._interval_s)
+        try:
+            while not stop.is_set():
+                await self.report_once()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self._interval_s)
+        finally:
+            for client in self._connections.values():
+                with contextlib.suppress(Exception):
+                    await client.close()
+            self._connections.clear()
 
     async def report_once(self) -> None:
         """One round of reports from every running emulated job."""
         store = self._cluster.store
-        for kind in KINDS:
+        trainer = self._cluster.trainer
+        sources = [(kind, self._operator.progress) for kind in KINDS]
+        if trainer is not None:
+            sources.append((TRAINJOB, trainer.progress))
+        for kind, progress_of in sources:
             resource = store.resources[f"{kind.group}/{kind.version}/{kind.plural}"]
             for obj in store.list_objects(resource, None)[0]:
                 meta = obj["metadata"]
-                progress = self._operator.progress(meta["uid"])
+                progress = progress_of(meta["uid"])
                 if progress is None:
                     continue
-                for event in self._events(meta["namespace"], meta["name"], meta["uid"], progress):
-                    await self._publish(event)
+                where = await self._where(obj)
+                if where is None:
+                    continue
+                js, prefix, namespace, name = where
+                for event in self._events(namespace, name, meta["uid"], progress):
+                    await self._publish(js, prefix, event)
+
+    async def _where(self, obj: dict[str, Any]) -> tuple[JetStreamContext, str, str, str] | None:
+        """Where ``obj``'s helper reports, with the prefix and the job it names (``None``: its
+        pods have no endpoint)."""
+        meta = obj["metadata"]
+        if not self._through_pods:
+            assert self._js is not None
+            return self._js, self._prefix, meta["namespace"], meta["name"]
+        env = pod_env(self._cluster.store, obj)
+        url, namespace, name = (env.get(n) for n in (URL, JOB_NAMESPACE, JOB_NAME))
+        if not url or not namespace or not name:
+            return None
+        inbox = env.get(INBOX) or "_INBOX"
+        client = self._connections.get((url, inbox))
+        if client is None:
+            try:
+                client = self._connections[url, inbox] = await nats.connect(
+                    url, inbox_prefix=inbox.encode(), connect_timeout=2,
+                    max_reconnect_attempts=1,
+                )  # fmt: skip
+            except Exception as err:  # an endpoint down: as a pod, report nothing
+                _log.warning("emulator.progress_not_connected", job=name, error=brief(err))
+                return None
+        return client.jetstream(), env.get(PREFIX) or "bellows", namespace, name
 
     def _events(
         self, namespace: str, name: str, uid: str, progress: Progress
@@ -102,12 +161,22 @@ class EmulatedReporter:
         common = (namespace, name, self._now(), samples, gpus, batch)
         out = []
         if self._starts.get(uid) != progress.restarts:
+            # as the helper does, at the first step it finishes after the start: not while
+            # the restart is still being paid (no sample since it resumed)
+            restarts, resumed = self._resumed.get(uid, (progress.restarts, samples))
+            if restarts != progress.restarts:
+                resumed = samples
+            self._resumed[uid] = (progress.restarts, resumed)
+            self._samples[uid] = samples
+            if samples <= resumed:
+                return []
+            del self._resumed[uid]
             self._starts[uid] = progress.restarts
-            out.append(ProgressEvent(ProgressType.STARTED, *common, restart_s=self._restart_s))
+            return [ProgressEvent(ProgressType.STARTED, *common, restart_s=self._restart_s)]
         last = self._samples.get(uid)
         if last is not None and samples > last:
             steps = max(1, round((samples - last) / batch))
-            sqr, var = self._gradients(namespace, name, uid, batch, samples)
+            sqr, var = self._gradients(namespace, name, uid, batch, samples, at=progress.done)
             out.append(
                 ProgressEvent(
                     ProgressType.PROGRESS,
@@ -122,23 +191,73 @@ class EmulatedReporter:
         return out
 
     def _gradients(
-        self, namespace: str, name: str, uid: str, batch: int, samples: int
+        self, namespace: str, name: str, uid: str, batch: int, samples: int, *, at: float | None
     ) -> tuple[float | None, float | None]:
         """``(gradSqr, gradVar)`` of a job whose model is known, at ``samples`` seen, the
-        samples since the last call trained at ``batch`` (``(None, None)``: no model)."""
+        samples since the last call trained at ``batch``, or at progress ``at`` when the
+        emulated cluster counts it (``(None, None)``: no model)."""
         model = None if self._noise is None else self._noise(namespace, name)
         if model is None:
             return None, None
         seen, done = self._progress.get(uid, (0, 0.0))
         done = float(model.progress_after(batch, done, max(0, samples - seen)))
+        if at is not None:  # it trains at goodput: the cluster's own count
+            done = at
         self._progress[uid] = (samples, done)
         phi = float(model.noise_scale_at(batch, max(done, 1.0)))
         return 1.0, min(phi, MAX_GRAD_STAT)
 
-    async def _publish(self, event: ProgressEvent) -> None:
-        subject = progress_subject(self._prefix, event.namespace, event.name)
+    async def _publish(self, js: JetStreamContext, prefix: str, event: ProgressEvent) -> None:
+        subject = progress_subject(prefix, event.namespace, event.name)
         try:
-            await self._js.publish(subject, encode_progress(event), timeout=2.0)
+            await js.publish(subject, encode_progress(event), timeout=2.0)
             self.published += 1
         except Exception as err:  # a lost report costs the job nothing, as with the helper
             _log.warning("emulator.progress_not_published", job=event.name, error=brief(err))
+
+
+def pod_env(store: Store, obj: Mapping[str, Any]) -> dict[str, str]:
+    """The progress env of ``obj``'s training pods as a pod would see it: the first pod
+    template container (or TrainJob trainer) whose env names ``BELLOWS_PROGRESS_URL``, each
+    entry's value, or the key of the namespace's Secret it refers to (absent when the Secret
+    or key is missing, as an ``optional`` reference)."""
+    namespace = obj["metadata"]["namespace"]
+    for entries in _env_lists(obj.get("spec")):
+        named = {e.get("name"): e for e in entries if isinstance(e, Mapping)}
+        if URL not in named:
+            continue
+        out: dict[str, str] = {}
+        for name in PROGRESS_ENV_NAMES:
+            value = _value(store, namespace, named.get(name))
+            if value is not None:
+                out[name] = value
+        return out
+    return {}
+
+
+def _env_lists(node: Any) -> list[list[Any]]:
+    """Every ``env`` list under ``node``, depth first."""
+    if isinstance(node, Mapping):
+        found = [node["env"]] if isinstance(node.get("env"), list) else []
+        for key, child in node.items():
+            if key != "env":
+                found += _env_lists(child)
+        return found
+    if isinstance(node, list):
+        return [env for child in node for env in _env_lists(child)]
+    return []
+
+
+def _value(store: Store, namespace: str, entry: Mapping[str, Any] | None) -> str | None:
+    if entry is None:
+        return None
+    if "value" in entry:
+        return str(entry["value"])
+    ref = (entry.get("valueFrom") or {}).get("secretKeyRef") or {}
+    try:
+        secret = store.get(store.resources["v1/secrets"], namespace, str(ref.get("name", "")))
+    except ApiError:  # an optional reference to a Secret not there: unset
+        return None
+    data = secret.get("data") or {}
+    encoded = data.get(ref.get("key"))
+    return None if encoded is None else base64.b64decode(encoded).decode()

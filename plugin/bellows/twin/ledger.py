@@ -7,6 +7,7 @@ same ``summary.json``) as a simulated one; that is what ``bellows demo`` compare
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bellows.autoscaler import Decision, Preempt, Reject, Rescale, Start
@@ -39,6 +40,16 @@ class Ledger(ControllerObserver):
         self._cluster = cluster
         self._jobs: dict[str, _Entry] = {}
         self._admitted_first: set[str] = set()
+        # the core's efficiency of a job (set once the controller is made): which jobs a
+        # decision that took effect was made by goodput for
+        self.charged: Callable[[str], object] | None = None
+        self._by_goodput: set[str] = set()
+
+    @property
+    def decided_by_goodput(self) -> int:
+        """How many jobs had a decision take effect while the core decided them by goodput
+        (an efficiency from their profile, or learned from their reports)."""
+        return len(self._by_goodput)
 
     def arrived(self, spec: JobSpec, at: float) -> None:
         self._jobs.setdefault(spec.name, _Entry(spec, at))
@@ -58,6 +69,8 @@ class Ledger(ControllerObserver):
         entry = self._jobs.get(decision.job)
         if entry is None:
             return
+        if self.charged is not None and self.charged(decision.job) is not None:
+            self._by_goodput.add(decision.job)
         if isinstance(decision, Start | Rescale):
             self._release(entry, at)
             if entry.start_s is None:

@@ -16,7 +16,7 @@ from typing import Any
 from bellows.kube import keys as k
 from bellows.kube.kinds import KUEUE_QUEUE
 from bellows.refs import JobKind, JobRef
-from bellows.scaling import JobProfile, job_profile_to_json
+from bellows.scaling import MODEL_EFFICIENCY, JobProfile, job_profile_to_json
 from bellows.sim.workloads import TraceJob
 
 __all__ = ["BATCH_ENV", "DEFAULT_KINDS", "job_manifest", "manifest_name"]
@@ -33,9 +33,12 @@ def manifest_name(job: TraceJob) -> str:
     return _NOT_DNS.sub("-", job.spec.name.lower()).strip("-")[:63] or "job"
 
 
-def _annotations(job: TraceJob) -> dict[str, str]:
+def _annotations(job: TraceJob, *, efficiency: bool = False) -> dict[str, str]:
     spec = job.spec
-    profile = JobProfile(weights=spec.weights, step=spec.profile, source="bellows demo trace")
+    prior = MODEL_EFFICIENCY.get(job.model) if efficiency else None  # {"model": ...}
+    profile = JobProfile(
+        weights=spec.weights, step=spec.profile, source="bellows demo trace", efficiency=prior
+    )
     return {
         k.MIN_BATCH: str(spec.b_min),
         k.MAX_BATCH: str(spec.b_max),
@@ -66,16 +69,18 @@ def job_manifest(
     namespace: str,
     queue: str | None = None,
     kinds: Sequence[str] = DEFAULT_KINDS,
+    efficiency: bool = False,
 ) -> tuple[JobRef, dict[str, Any]]:
     """The object to create for ``job``: of ``kinds[index % len(kinds)]`` (by default even
     indices PyTorchJob, odd ones MPIJob); with ``queue``, in that Kueue LocalQueue (the
-    ``kueue.x-k8s.io/queue-name`` label)."""
+    ``kueue.x-k8s.io/queue-name`` label). ``efficiency``: its profile names its model's
+    statistical efficiency (``{"model": ...}``: goodput from the first round)."""
     spec = job.spec
     name = manifest_name(job)
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
-        "annotations": _annotations(job),
+        "annotations": _annotations(job, efficiency=efficiency),
     }
     if queue is not None:
         metadata["labels"] = {KUEUE_QUEUE: queue}

@@ -24,7 +24,7 @@ from nats.js.client import JetStreamContext
 from bellows.bus.settings import NatsSettings
 from bellows.emulator import EmulatedCluster
 from bellows.kube import KubeApi
-from bellows.scaling import ClusterProfile
+from bellows.scaling import ClusterProfile, EfficiencyProfile
 from bellows.scaling.online import SpeedFactors
 from bellows.service.learning import ProgressLearner
 from bellows.service.progress_loop import (
@@ -79,11 +79,14 @@ async def learning_tasks(
     namespace: str,
     learn: bool,
     stop: asyncio.Event,
+    noise: Callable[[str, str], EfficiencyProfile | None] | None = None,
 ) -> list[asyncio.Task[None]]:
-    """The emulated jobs' reporters and, with ``learn``, the controller's progress loop."""
+    """The emulated jobs' reporters, which report as their pods would, through the endpoint
+    the controller wrote into them (with ``noise``, the gradient noise of each job's
+    efficiency), and, with ``learn``, the controller's progress loop."""
     reporter = EmulatedReporter(
-        kube, js, prefix=settings.subject_prefix, restart_s=restart_s,
-        interval_s=REPORT_S / speedup,
+        kube, None, prefix=settings.subject_prefix, restart_s=restart_s,
+        interval_s=REPORT_S / speedup, noise=noise, through_pods=True,
     )  # fmt: skip
     tasks = [asyncio.create_task(reporter.run(stop), name="emulated-progress")]
     if learn:
