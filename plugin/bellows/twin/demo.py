@@ -461,6 +461,7 @@ def _controller(
         observer=ledger,
         queues=queues,
     )
+
     def charged(name: str) -> EfficiencyProfile | None:
         """The efficiency the pool holding ``name`` decides it by (``None``: by throughput,
         or a job no pool holds any more)."""
