@@ -171,13 +171,22 @@ async def test_a_follower_decides_from_what_the_killed_leader_learned(monkeypatc
     assert follower.job(key) == leader.job(key)  # the speed learned
     assert follower.charged(key) == leader.charged(key)  # the efficiency learned
     assert leader.charged(key) is not None
-    # from that point, the same facts give the same decisions
+    # from that point, the same facts give the same decisions: the job at the samples the
+    # dead leader estimated (the follower estimates from the last report it recalled, and
+    # its next reports revise it), then a job arrives; each core's next round (a new leader
+    # starts its own round grid) decides the same
+    done = leader.estimated_done(key, now)
     late = dataclasses.replace(job.spec, name="pytorchjob/bellows-test/late")
     decided = []
     for core in (leader, follower):
+        assert core.revise(core.job(key), now, done=done, since=now)
         core.arrive(late, now)
-        decided.append((core.step(now), core.allocations))
+        core.step(now)
+        while (due := core.next_round_at()) is not None and due <= now + 2 * core.config.delta_s:
+            core.step(due)
+        decided.append(({n: core.job(n) for n in core.allocations}, core.allocations))
     assert decided[0] == decided[1]
+    assert late.name in decided[0][1]  # the late job runs: the round did something
 
 
 def _after(times: list[float], since: float) -> int:

@@ -97,7 +97,9 @@ def test_no_schedule_of_the_same_work_beats_the_fluid_bound_on_average(
     assert bound <= statistics.fmean(elastic) * (1 + 1e-9)
     assert bound <= statistics.fmean(rigid) * (1 + 1e-9)
     for job, e, r in zip(jobs, elastic, rigid, strict=True):  # no job faster than it can run
-        assert e >= job.gpu_s / job.most_gpus * (1 - 1e-9)
+        # (elastic_srpt calls a job done within 1e-6 of its work: a job arriving 6e-8 s
+        # after another of the same size finished with it, 6e-8 s early)
+        assert e >= job.gpu_s / job.most_gpus * (1 - 1e-6)
         assert r >= job.gpu_s / job.gpus * (1 - 1e-9)
 
 

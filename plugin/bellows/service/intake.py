@@ -292,19 +292,11 @@ class Intake(Part):
             seen = dataclasses.replace(seen, running=None)
         return seen
 
-    def progress(
-        self, seen: Arrived, now: float, recalled: Revision | None = None
-    ) -> tuple[float, float | None]:
+    def progress(self, seen: Arrived, now: float) -> tuple[float, float | None]:
         """What the journal and the cluster know of a running job's progress: the samples it
         had done when it last resumed, and when that was (on this clock). Without a journal
         entry (a job Bellows started before it kept one), the cluster's ``Running``
-        condition says since when it runs, with the samples before unknown (0). A job
-        ``recalled`` with samples reported since it resumed is at those samples."""
+        condition says since when it runs, with the samples before unknown (0)."""
         journal = Journal.read(seen.view.annotations)
         samples, at = journal.progress or (0.0, running_since(seen.view.raw))
-        since = None if at is None else min(self._at(at), now)
-        if recalled is None or recalled.done is None or recalled.since is None:
-            return samples, since
-        if since is not None and recalled.since < since:  # reported before it resumed
-            return samples, since
-        return recalled.done, min(recalled.since, now)
+        return samples, None if at is None else min(self._at(at), now)

@@ -134,9 +134,13 @@ class Rebuild(Part):
         if running is not None:
             self._roster.held[seen.spec.name] = running.gpus
             self._roster.known(seen.spec.name, seen.view.uid)
-            done, since = self._intake.progress(seen, now, recalled)
+            done, since = self._intake.progress(seen, now)
             self._intake.charge(seen)
             adopted = self._auto.adopt(seen.spec, running, now, done=done, since=since)
+            if adopted and recalled is not None and recalled.done is not None:
+                # resumed when the journal says; then at the samples its reports said, as the
+                # last leader's core had them (not a resume then)
+                self._auto.revise(seen.spec, now, done=recalled.done, since=recalled.since)
             if adopted:
                 self._observer.arrived(seen.spec, now)
                 self._observer.took_effect(Start(seen.spec.name, running.gpus, running.batch), now)
