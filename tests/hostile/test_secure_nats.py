@@ -386,29 +386,37 @@ async def test_training_pods_publish_progress_only_on_their_namespace_and_the_co
             await msg.ack()
             # the example helper, given only the env the controller injects (the Secret's
             # keys and the job's name), reports through that endpoint
-            reporter = _reporter_module().ProgressReporter.from_env(
-                {
-                    "BELLOWS_PROGRESS_URL": data["url"].replace(
-                        f"{url.hostname}:{url.port}", server.url.removeprefix("nats://")
-                    ),
-                    "BELLOWS_PROGRESS_INBOX": data["inbox"],
-                    "BELLOWS_PROGRESS_PREFIX": "bellows",
-                    "BELLOWS_JOB_NAMESPACE": "team-a",
-                    "BELLOWS_JOB_NAME": "resnet",
-                    "BELLOWS_PROGRESS_EVERY_STEPS": "2",
-                }
-            )
-            for step in range(1, 4):
-                reporter.step(step * 64, 1, 64, 0.1)
-            reported: list[Any] = []
-            deadline = asyncio.get_running_loop().time() + 10.0
-            while len(reported) < 2:  # a fetch returns what has come, maybe one
-                assert asyncio.get_running_loop().time() < deadline, reported
-                reported += await sub.fetch(2 - len(reported), timeout=10.0)
-            assert [m.subject for m in reported] == [stored] * 2
-            reporter.close()
-            assert reporter.dropped == 0
+            await _the_example_helper_reports(data, url, server, sub, stored)
             await sub.unsubscribe()
         finally:
             await team_a.close()
             await controller.close()
+
+
+async def _the_example_helper_reports(
+    data: dict[str, str], url: Any, server: NatsServer, sub: Any, stored: str
+) -> None:
+    """``ProgressReporter.from_env`` with the env a pod gets from the endpoint Secret
+    ``data`` (its host replaced by the test server's) publishes on ``stored``."""
+    reporter = _reporter_module().ProgressReporter.from_env(
+        {
+            "BELLOWS_PROGRESS_URL": data["url"].replace(
+                f"{url.hostname}:{url.port}", server.url.removeprefix("nats://")
+            ),
+            "BELLOWS_PROGRESS_INBOX": data["inbox"],
+            "BELLOWS_PROGRESS_PREFIX": "bellows",
+            "BELLOWS_JOB_NAMESPACE": "team-a",
+            "BELLOWS_JOB_NAME": "resnet",
+            "BELLOWS_PROGRESS_EVERY_STEPS": "2",
+        }
+    )
+    for step in range(1, 4):
+        reporter.step(step * 64, 1, 64, 0.1)
+    reported: list[Any] = []
+    deadline = asyncio.get_running_loop().time() + 10.0
+    while len(reported) < 2:  # a fetch returns what has come, maybe one
+        assert asyncio.get_running_loop().time() < deadline, reported
+        reported += await sub.fetch(2 - len(reported), timeout=10.0)
+    assert [m.subject for m in reported] == [stored] * 2
+    reporter.close()
+    assert reporter.dropped == 0
