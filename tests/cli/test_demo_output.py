@@ -90,6 +90,7 @@ def _result(tolerance: str) -> DemoResult:
     bounds = (
         Bound("jobs_completed", 1234.0, 1230.0, "within 5%", True),
         Bound("sjs_efficiency", 0.9322222, 0.93411, tolerance, True),
+        Bound("avg_jct_min", 13.537123456, 13.2, "within 10%", True),
         Bound("drop_ratio", 0.0, 0.0, "within 4 points", True),
         Bound("jobs_in_a_different_final_state", 0.0, 0.0, "none", True),
     )

@@ -97,7 +97,7 @@ def _result_table(result: DemoResult) -> Table:
             b.metric, _cell(b.live), _cell(b.simulated), b.tolerance.removeprefix("within "),
             "yes" if b.ok else "NO",
         )  # fmt: skip
-    for key in ("mode", "jobs_total", "avg_jct_min", "rescales", "offered_load"):
+    for key in ("mode", "jobs_total", "rescales", "offered_load"):
         table.add_row(key, _cell(result.live.get(key)), _cell(result.simulated.get(key)), "", "")
     return table
 
@@ -126,7 +126,9 @@ def _result_table(result: DemoResult) -> Table:
               help="Also write both summaries and the bounds as JSON.")  # fmt: skip
 @click.option("--wrong-priors", is_flag=True,
               help="Jobs train at another speed than annotated and report progress; the "
-              "simulator replays the true profiles (docs/simulator.md).")  # fmt: skip
+              "simulator runs the same truth and learns as the controller does, and the "
+              "oracle (deciding on the true profiles) is printed beside "
+              "(docs/simulator.md).")  # fmt: skip
 @click.option("--no-learning", is_flag=True,
               help="The controller does not learn from the jobs' reports (with --wrong-priors: "
               "it keeps the wrong priors).")  # fmt: skip
@@ -266,7 +268,8 @@ def _report(
         console.print(
             f"wrong priors, the controller {how}: average JCT "
             f"{result.live.get('avg_jct_min')} min live, "
-            f"{result.simulated.get('avg_jct_min')} min deciding on the true profiles"
+            f"{result.simulated.get('avg_jct_min')} min simulated ({how} too), "
+            f"{result.simulated.get('oracle_avg_jct_min')} min deciding on the true profiles"
         )
     if result.live.get("efficiency_charged"):
         console.print(

@@ -350,8 +350,8 @@ class ProgressLoop:
         while not stop.is_set():
             try:
                 messages = await sub.fetch(FETCH_BATCH, timeout=1.0)
-            except nats.errors.TimeoutError:
-                messages = []
+            except (nats.errors.TimeoutError, TimeoutError):  # nothing came (nats-py raises
+                messages = []  # either, depending on where its wait ended)
             except Exception as err:  # the server gone a while: try again
                 _log.warning("progress.fetch_failed", error=brief(err))
                 with contextlib.suppress(TimeoutError):

@@ -17,11 +17,13 @@ gradient noise as its pods would, through the endpoint the controller writes int
 (:mod:`bellows.kube.progress_env`; the namespace's ``bellows-progress`` Secret); the
 controller learns from the reports, and the simulator half charges the same efficiency.
 With ``wrong_priors`` the jobs train at another speed than annotated and report progress,
-the controller learns online (or not: ``learn=False``), and the simulator half replays the
-true profiles (:mod:`bellows.twin.wrong_priors`). With ``kueue_crds`` the emulated cluster
-runs the emulated Kueue too, every job is submitted to a LocalQueue whose ClusterQueue holds
-the demo's GPUs as quota, and the controller cooperates with Kueue (docs/kube.md, "Beside
-Kueue"): the same agreement with the simulator, through Kueue's admission.
+the controller learns online (or not: ``learn=False``), and the simulator half runs the same
+truth and learns as the controller does (:mod:`bellows.sim.learning`); the simulator deciding
+on the true profiles from the start is reported beside them (``oracle_*``). With
+``kueue_crds`` the emulated cluster runs the emulated Kueue too, every job is submitted to a
+LocalQueue whose ClusterQueue holds the demo's GPUs as quota, and the controller cooperates
+with Kueue (docs/kube.md, "Beside Kueue"): the same agreement with the simulator, through
+Kueue's admission.
 """
 
 from __future__ import annotations
@@ -68,13 +70,14 @@ from bellows.service.queues import QueueIndex
 from bellows.service.watching import kube_bridges
 from bellows.sim import SimResult
 from bellows.sim import run as simulate
+from bellows.sim.learning import Learning, wrong_priors
 from bellows.sim.metrics import JobRecord, summarize
 from bellows.sim.workloads import TraceJob
 from bellows.sim.workloads.generating import Pattern, WorkloadSpec, generate
 from bellows.sim.workloads.traces import fit_trace
 from bellows.twin.ledger import Ledger
 from bellows.twin.replay import DEFAULT_KINDS, job_manifest, manifest_name, unique_names
-from bellows.twin.wrong_priors import learning_tasks, true_speeds, true_trace
+from bellows.twin.wrong_priors import REPORT_S, learning_tasks, true_speeds, true_trace
 
 __all__ = [
     "Bound",
@@ -389,11 +392,27 @@ async def run_demo(
         spread=spread,
         charged=bool(efficiencies),
     )
-    sim = _simulated(options, trace, cluster, horizon_s, efficiencies)
-    simulated = sim.summary() | {"efficiency_charged": bool(efficiencies)}
-    mismatches = final_state_mismatches(records, sim.jobs, trace)
+    sim_jobs, simulated = _simulated_half(options, trace, cluster, horizon_s, efficiencies)
+    mismatches = final_state_mismatches(records, sim_jobs, trace)
     bounds = (*compare(live, simulated), _exact("jobs_in_a_different_final_state", mismatches))
     return DemoResult(live, simulated, bounds, len(trace), timer() - started, mismatches)
+
+
+def _simulated_half(
+    options: DemoOptions,
+    trace: Sequence[TraceJob],
+    cluster: ClusterProfile,
+    horizon_s: float,
+    efficiencies: Mapping[str, EfficiencyProfile],
+) -> tuple[Sequence[JobRecord], dict[str, Any]]:
+    """The simulator half's jobs and summary; with ``wrong_priors``, the oracle's beside."""
+    sim = _simulated(options, trace, cluster, horizon_s, efficiencies)
+    simulated = sim.summary() | {"efficiency_charged": bool(efficiencies)}
+    if options.wrong_priors:  # what deciding on the truth from the start would give
+        oracle = _simulated(options, trace, cluster, horizon_s, efficiencies, oracle=True)
+        summary = oracle.summary()
+        simulated |= {f"oracle_{k}": summary[k] for k in ("avg_jct_min", "sjs_efficiency")}
+    return sim.jobs, simulated
 
 
 def _simulated(
@@ -402,17 +421,25 @@ def _simulated(
     cluster: ClusterProfile,
     horizon_s: float,
     efficiencies: Mapping[str, EfficiencyProfile],
+    *,
+    oracle: bool = False,
 ) -> SimResult:
-    """The simulator half: the same trace (the true one with ``wrong_priors``: decisions on
-    the truth), the same core settings, the same efficiency charged."""
-    oracle = true_trace(trace) if options.wrong_priors else trace
+    """The simulator half: the same trace, the same core settings, the same efficiency
+    charged. With ``wrong_priors`` the jobs run at their true speed and report, and the core
+    learns from the reports as the controller does (or not: ``learn``); ``oracle``: the
+    true profiles in the trace instead, decisions on the truth from the start."""
+    learning = None
+    if options.wrong_priors and not oracle:
+        learning = Learning(wrong_priors(trace), report_s=REPORT_S, learn=options.learn)
+    jobs = true_trace(trace) if oracle else trace
     return simulate(
-        fit_trace(oracle, options.gpus)[0],  # k_max clamped, as the controller does
+        fit_trace(jobs, options.gpus)[0],  # k_max clamped, as the controller does
         gpus=options.gpus,
         config=options.config(optimizer="dense"),
         cluster=cluster,
         horizon_s=horizon_s,
         efficiency=efficiencies or None,
+        learning=learning,
     )
 
 
