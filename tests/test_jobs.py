@@ -63,3 +63,24 @@ def test_fixed_batch_feasibility_charges_the_slowest_gpu() -> None:
     assert is_feasible(job, Allocation(3, 100), fixed_batch=True)  # ceil(100/3) = 34
     rigid = make_job("r", elastic=False, gpus=2, batch_size=64, profile=LINEAR_PROFILE)
     assert feasible_allocations(rigid) == [Allocation(2, 64)]
+
+
+def test_a_spec_error_survives_pickling() -> None:
+    """A SpecError raised in a worker process (benchmarks/fidelity.py --workers 2) reaches
+    the parent whole: before, unpickling needed its three arguments and broke the pool."""
+    import pickle  # noqa: PLC0415
+
+    from bellows.scaling.measurements import MeasurementError  # noqa: PLC0415
+    from bellows.sim.workloads.traces import TraceError  # noqa: PLC0415
+
+    errors = [
+        SpecError("efficiency.growth", 9.0, "a number in [0, 4]"),
+        TraceError(3, "gpus", -1, "a count >= 1", source="trace.csv"),  # other constructors
+        MeasurementError("placements.csv", 7, "step_time", "x", "seconds > 0"),
+    ]
+    for err in errors:
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err)
+        assert (back.field, back.value, back.valid, str(back)) == (
+            err.field, err.value, err.valid, str(err),
+        )  # fmt: skip

@@ -85,9 +85,22 @@ class SpecError(ValueError):
         self.valid = valid
         super().__init__(f"{field}={shown(value)} is invalid: expected {valid}")
 
+    def __reduce__(self) -> tuple[Any, tuple[type[SpecError], str, dict[str, Any]]]:
+        """Rebuilt with its message and fields, whatever its class's constructor takes (a
+        worker process's error reaches its parent whole, not as a broken pool)."""
+        return _rebuilt_spec_error, (type(self), str(self), dict(self.__dict__))
+
     def within(self, prefix: str) -> SpecError:
         """The same error with ``prefix.`` in front of the field (for nested specs)."""
         return SpecError(f"{prefix}.{self.field}", self.value, self.valid)
+
+
+def _rebuilt_spec_error(cls: type[SpecError], message: str, fields: dict[str, Any]) -> SpecError:
+    """A :class:`SpecError` (or subclass) unpickled: its message and fields as they were."""
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(fields)
+    return err
 
 
 def _range(kind: str, minimum: float, maximum: float, *, open_min: bool = False) -> str:
