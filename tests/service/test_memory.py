@@ -36,6 +36,7 @@ from bellows.service.learned_state import decode, encode
 from bellows.service.learning import ProgressLearner
 from bellows.service.memory import Memory, revision
 from bellows.service.progress_loop import ProgressLoop
+from tests.conftest import REPO, load_script
 from tests.strategies import make_job
 
 CLUSTER = default_cluster()
@@ -352,3 +353,12 @@ def test_any_learning_round_trips(reports: int, restart: float | None, noise: fl
         return
     _, _, back = decode(encode(learning, job=KEY, uid=UID, wall=wall), clock=clock)
     assert back == learning
+
+
+def test_the_recall_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/learned_memory.py end to end on 50 records (docs/jsa.md quotes 10 000)."""
+    module = load_script(REPO / "benchmarks" / "learned_memory.py")
+    assert module.main(["--jobs", "50", "--repeats", "1", "--reports", "8"]) == 0
+    row = capsys.readouterr().out.splitlines()[-1].split(" | ")
+    assert row[0] == "| 50"
+    assert 0 <= float(row[2]) < 60  # seconds to load them (main checks all 50 loaded)
