@@ -42,7 +42,7 @@ from bellows.service.learned_state import JobLearning, decode, encode
 from bellows.service.learning import ProgressLearner
 from bellows.service.progress_interfaces import Core
 
-__all__ = ["LearnedStore", "Memory", "Revision", "open_memory", "revision"]
+__all__ = ["LearnedStore", "Memory", "Revision", "open_memory", "revision", "revision_fields"]
 
 _log = structlog.get_logger("bellows.progress")
 
@@ -87,6 +87,19 @@ def revision(learner: ProgressLearner, job: str, prior: JobSpec, *, goodput: boo
     )
     learned = Learned(fit.compute, fit.communication, measured)
     return Revision(spec, fit, learned, efficiency, done, since)
+
+
+def revision_fields(revised: Revision) -> dict[str, object]:
+    """What a revision used, as log fields (``job.revised``, ``job.recalled``)."""
+    fit, learned = revised.fit, revised.learned
+    return {
+        "compute": round(fit.compute, 4),
+        "communication": round(fit.communication, 4),
+        "restart_s": learned.restart_s,
+        "reports": fit.reports,
+        "configurations": fit.configurations,
+        **efficiency_fields(revised.efficiency),
+    }
 
 
 class Memory:
@@ -144,12 +157,7 @@ class Memory:
         self.learner.restore(prior.name, kept[1])
         revised = revision(self.learner, prior.name, prior, goodput=goodput)
         self._recalled[prior.name] = (prior, revised)
-        _log.info(
-            "job.recalled", job=prior.name, compute=round(revised.learned.compute, 4),
-            communication=round(revised.learned.communication, 4),
-            restart_s=revised.learned.restart_s, reports=revised.fit.reports,
-            **efficiency_fields(revised.efficiency),
-        )  # fmt: skip
+        _log.info("job.recalled", job=prior.name, **revision_fields(revised))
         return revised
 
     def recalled(self) -> dict[str, tuple[JobSpec, Revision]]:

@@ -31,7 +31,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Final
 
-import nats.errors
 import structlog
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
@@ -47,13 +46,12 @@ from bellows.scaling.noise import efficiency_moved
 from bellows.scaling.online import REVISE_TOLERANCE, Learned, drifted, moved
 from bellows.service.fit_annotation import (
     Annotate,
-    efficiency_fields,
     fit_annotator,
     fit_text,
     read_fit,
 )
 from bellows.service.learning import ProgressLearner
-from bellows.service.memory import Memory, revision
+from bellows.service.memory import Memory, revision, revision_fields
 from bellows.service.metrics import Metrics
 from bellows.service.progress_interfaces import Core, ProgressObserver, Rejection, Revising
 from bellows.service.progress_limits import NamespaceBuckets, ProgressLimits
@@ -259,12 +257,7 @@ class ProgressLoop:
                 await self._memory.keep(key, self._controller.uid(key))
             if self._annotate is not None:
                 await self._annotate(key, fit_text(fit, learned.restart_s, efficiency))
-            _log.info(
-                "job.revised", job=key, compute=round(fit.compute, 4),
-                communication=round(fit.communication, 4), restart_s=learned.restart_s,
-                reports=fit.reports, configurations=fit.configurations, at=str(running),
-                **efficiency_fields(efficiency),
-            )  # fmt: skip
+            _log.info("job.revised", job=key, at=str(running), **revision_fields(revised))
 
     def _take_recalled(self) -> None:
         """Go on from what the rebuild recalled of each job (:class:`Memory`): the prior
@@ -350,8 +343,8 @@ class ProgressLoop:
         while not stop.is_set():
             try:
                 messages = await sub.fetch(FETCH_BATCH, timeout=1.0)
-            except (nats.errors.TimeoutError, TimeoutError):  # nothing came (nats-py raises
-                messages = []  # either, depending on where its wait ended)
+            except TimeoutError:  # nats.errors.TimeoutError or a bare one: nothing came
+                messages = []
             except Exception as err:  # the server gone a while: try again
                 _log.warning("progress.fetch_failed", error=brief(err))
                 with contextlib.suppress(TimeoutError):
