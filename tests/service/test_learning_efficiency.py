@@ -13,13 +13,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bellows.autoscaler import Autoscaler, AutoscalerConfig, Mode, Rescale
+from bellows.autoscaler import Mode, Rescale
 from bellows.bus.progress import ProgressEvent, ProgressType, encode_progress, progress_subject
 from bellows.jobs import JobSpec
-from bellows.scaling import EfficiencyProfile, default_cluster
+from bellows.scaling import default_cluster
 from bellows.scaling.timing import step_time
 from bellows.service.learning import ProgressLearner
 from bellows.service.progress_loop import ProgressLoop, Rejection
+from tests.service.core_controller import CoreController
 from tests.strategies import make_job
 
 CLUSTER = default_cluster()
@@ -31,41 +32,11 @@ NOISE = 40.0  # samples: far below the batches the throughput tables pick
 SLOWER = 1.3  # the job steps slower than profiled: its speed is revised either way
 
 
-class Controller:
-    """A real core behind the controller's revise/notify, on a clock the test moves."""
-
-    def __init__(self, job: JobSpec, mode: Mode = Mode.BELLOWS) -> None:
-        self.now = 0.0
-        self.autoscaler = Autoscaler(AutoscalerConfig(mode=mode), capacity=8, cluster=CLUSTER)
-        self.autoscaler.arrive(job, now=0.0)
-        self.autoscaler.step(0.0)
-        self.done: list[float | None] = []
-        self.efficiencies: list[EfficiencyProfile | None] = []
-        self.reported: list[float] = []  # the samples of each report fed
-
-    async def revise(
-        self,
-        spec: JobSpec,
-        *,
-        done: float | None,
-        since: float | None,
-        efficiency: EfficiencyProfile | None = None,
-    ) -> bool:
-        self.done.append(done)
-        self.efficiencies.append(efficiency)
-        if efficiency is not None:
-            self.autoscaler.charge(spec.name, efficiency)
-        return self.autoscaler.revise(spec, self.now, done=done, since=since)
-
-    async def notify(self, job: str, reason: str, message: str) -> None:
-        return None
-
-
 def _job() -> JobSpec:
     return make_job(KEY, b_min=32, b_max=512, batch_size=32, work=5e7)
 
 
-async def _feed(controller: Controller, *, noise: bool, reports: int = 6) -> ProgressLoop:
+async def _feed(controller: CoreController, *, noise: bool, reports: int = 6) -> ProgressLoop:
     controller.reported = []
     """``reports`` reports of the job at its allocation, 30 s apart, its steps as profiled."""
     loop = ProgressLoop(
@@ -93,7 +64,7 @@ async def _feed(controller: Controller, *, noise: bool, reports: int = 6) -> Pro
 
 
 async def test_a_job_reporting_gradient_noise_is_decided_by_goodput() -> None:
-    controller = Controller(_job())
+    controller = CoreController([_job()], capacity=8)
     auto = controller.autoscaler
     before = auto.allocations[KEY]
     assert before.batch > 8 * NOISE  # by throughput: a batch the noise makes wasteful
@@ -125,7 +96,7 @@ async def test_a_job_reporting_gradient_noise_is_decided_by_goodput() -> None:
 
 
 async def test_done_is_in_reference_samples_once_efficiency_is_known() -> None:
-    controller = Controller(_job())
+    controller = CoreController([_job()], capacity=8)
     await _feed(controller, noise=True)
     learned = controller.autoscaler.charged(KEY)
     assert learned is not None
@@ -141,9 +112,9 @@ async def test_done_is_in_reference_samples_once_efficiency_is_known() -> None:
 async def test_without_gradient_noise_or_in_paper_mode_a_job_is_revised_as_before(
     mode: Mode,
 ) -> None:
-    plain = Controller(_job(), mode)
+    plain = CoreController([_job()], capacity=8, mode=mode)
     await _feed(plain, noise=False)
-    noisy = Controller(_job(), mode)
+    noisy = CoreController([_job()], capacity=8, mode=mode)
     await _feed(noisy, noise=mode is Mode.PAPER)  # paper mode: the noise is ignored
     for controller in (plain, noisy):
         assert controller.autoscaler.charged(KEY) is None
@@ -158,7 +129,7 @@ async def test_without_gradient_noise_or_in_paper_mode_a_job_is_revised_as_befor
 
 
 async def test_implausible_gradient_noise_is_refused_as_inconsistent() -> None:
-    controller = Controller(_job())
+    controller = CoreController([_job()], capacity=8)
     loop = await _feed(controller, noise=True, reports=3)
     auto = controller.autoscaler
     alloc = auto.allocations[KEY]
@@ -183,7 +154,7 @@ async def test_a_lie_about_gradient_noise_buys_no_gpus(claimed: float) -> None:
 
     async def share(noise: float | None) -> int:
         liar, other = _job(), make_job("pytorchjob/team-a/other", b_min=32, b_max=512, work=5e7)
-        controller = Controller(liar)
+        controller = CoreController([liar], capacity=8)
         auto = controller.autoscaler
         auto.arrive(other, now=0.0)
         controller.now = 1.0

@@ -37,6 +37,7 @@ from bellows.service.learning import ProgressLearner
 from bellows.service.memory import Memory, revision
 from bellows.service.progress_loop import ProgressLoop
 from tests.conftest import REPO, load_script
+from tests.service.core_controller import CoreController
 from tests.strategies import make_job
 
 CLUSTER = default_cluster()
@@ -57,36 +58,6 @@ def clock(when: datetime) -> float:
     return (when - T0).total_seconds()
 
 
-class Leader:
-    """A real core behind the controller's revise/notify/uid, on a clock the test moves."""
-
-    def __init__(self, jobs: list[JobSpec]) -> None:
-        self.now = 0.0
-        self.autoscaler = Autoscaler(AutoscalerConfig(), capacity=8, cluster=CLUSTER)
-        for job in jobs:
-            self.autoscaler.arrive(job, now=0.0)
-        self.autoscaler.step(0.0)
-        self.uids = {job.name: f"uid-{job.name.rsplit('/', 1)[1]}" for job in jobs}
-
-    async def revise(
-        self,
-        spec: JobSpec,
-        *,
-        done: float | None,
-        since: float | None,
-        efficiency: EfficiencyProfile | None = None,
-    ) -> bool:
-        if efficiency is not None:
-            self.autoscaler.charge(spec.name, efficiency)
-        return self.autoscaler.revise(spec, self.now, done=done, since=since)
-
-    async def notify(self, job: str, reason: str, message: str) -> None:
-        return None
-
-    def uid(self, job: str) -> str | None:
-        return self.uids.get(job)
-
-
 def _jobs() -> list[JobSpec]:
     return [
         make_job(KEY, b_min=32, b_max=512, batch_size=32, work=5e7),
@@ -94,7 +65,7 @@ def _jobs() -> list[JobSpec]:
     ]
 
 
-def _loop(leader: Leader, memory: Memory) -> ProgressLoop:
+def _loop(leader: CoreController, memory: Memory) -> ProgressLoop:
     return ProgressLoop(
         controller=leader, learner=memory.learner, prefix=PREFIX, now=lambda: leader.now,
         wall_to_clock=clock, memory=memory,
@@ -110,7 +81,7 @@ def _report(run: Allocation, i: int, seconds: float) -> ProgressEvent:
     )  # fmt: skip
 
 
-async def _feed(leader: Leader, loop: ProgressLoop, reports: range) -> None:
+async def _feed(leader: CoreController, loop: ProgressLoop, reports: range) -> None:
     """Reports of the job at its allocation, 30 s apart, slower than profiled, with noise."""
     run = leader.autoscaler.allocations[KEY]
     seconds = SLOWER * step_time(_jobs()[0], run.gpus, run.batch, CLUSTER)
@@ -136,7 +107,7 @@ async def store(tmp_path: Path) -> AsyncIterator[KvLearnedStore]:
             await nc.close()
 
 
-def _follower(leader: Leader, memory: Memory) -> Autoscaler:
+def _follower(leader: CoreController, memory: Memory) -> Autoscaler:
     """A new leader's core, its jobs recalled as the rebuild recalls them: each at the spec
     its owner gave (what the cluster says) and the allocation it runs at."""
     core = Autoscaler(AutoscalerConfig(), capacity=8, cluster=CLUSTER)
@@ -152,7 +123,7 @@ def _follower(leader: Leader, memory: Memory) -> Autoscaler:
 
 
 async def test_a_follower_decides_from_what_the_leader_learned(store: KvLearnedStore) -> None:
-    leader = Leader(_jobs())
+    leader = CoreController(_jobs(), capacity=8)
     kept = Memory(ProgressLearner(CLUSTER), store, wall=wall, clock=clock)
     loop = _loop(leader, kept)
     await _feed(leader, loop, range(6))
@@ -171,7 +142,7 @@ async def test_a_follower_decides_from_what_the_leader_learned(store: KvLearnedS
     )
     # the follower's loop goes on learning where the leader's left off: the same next
     # reports teach both the same
-    twin = Leader(_jobs())
+    twin = CoreController(_jobs(), capacity=8)
     twin.autoscaler = core
     follower = _loop(twin, memory)
     run = auto.allocations[KEY]
@@ -205,7 +176,7 @@ async def test_a_follower_decides_from_what_the_leader_learned(store: KvLearnedS
 
 
 async def test_a_record_counts_only_for_its_own_object(store: KvLearnedStore) -> None:
-    leader = Leader(_jobs())
+    leader = CoreController(_jobs(), capacity=8)
     await _feed(
         leader,
         _loop(leader, Memory(ProgressLearner(CLUSTER), store, wall=wall, clock=clock)),
@@ -225,7 +196,7 @@ async def test_a_record_counts_only_for_its_own_object(store: KvLearnedStore) ->
 async def test_a_record_of_a_job_gone_is_pruned_and_one_that_does_not_decode_dropped(
     store: KvLearnedStore,
 ) -> None:
-    leader = Leader(_jobs())
+    leader = CoreController(_jobs(), capacity=8)
     await _feed(
         leader,
         _loop(leader, Memory(ProgressLearner(CLUSTER), store, wall=wall, clock=clock)),
@@ -245,7 +216,7 @@ async def test_a_record_of_a_job_gone_is_pruned_and_one_that_does_not_decode_dro
 
 
 async def test_a_job_that_leaves_takes_its_record_with_it(store: KvLearnedStore) -> None:
-    leader = Leader(_jobs())
+    leader = CoreController(_jobs(), capacity=8)
     memory = Memory(ProgressLearner(CLUSTER), store, wall=wall, clock=clock)
     loop = _loop(leader, memory)
     await _feed(leader, loop, range(6))

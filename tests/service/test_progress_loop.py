@@ -18,7 +18,6 @@ import pytest
 import pytest_asyncio
 from nats.aio.client import Client
 
-from bellows.autoscaler import Autoscaler, AutoscalerConfig
 from bellows.bus import NatsSettings, connect
 from bellows.bus.progress import ProgressEvent, ProgressType, encode_progress, progress_subject
 from bellows.bus.server import running_nats_server
@@ -34,32 +33,13 @@ from bellows.service.progress_loop import (
     Rejection,
     open_progress_subscription,
 )
+from tests.service.core_controller import CoreController
 from tests.strategies import make_job
 
 CLUSTER = default_cluster()
 PREFIX = "bellows"
 T0 = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
 TRUTH = SpeedFactors(compute=0.75, communication=1.4)  # the job is not what its prior says
-
-
-class FakeController:
-    """A real core behind the controller's revise/notify, on a clock the test moves."""
-
-    def __init__(self, jobs: list[JobSpec]) -> None:
-        self.now = 0.0
-        self.autoscaler = Autoscaler(AutoscalerConfig(), capacity=16, cluster=CLUSTER)
-        for job in jobs:
-            self.autoscaler.arrive(job, now=0.0)
-        self.autoscaler.step(0.0)
-        self.revisions: list[JobSpec] = []
-        self.events: list[tuple[str, str]] = []
-
-    async def revise(self, spec: JobSpec, *, done: float | None, since: float | None) -> bool:
-        self.revisions.append(spec)
-        return self.autoscaler.revise(spec, self.now, done=done, since=since)
-
-    async def notify(self, job: str, reason: str, message: str) -> None:
-        self.events.append((job, reason))
 
 
 def truth(job: JobSpec) -> JobSpec:
@@ -96,7 +76,7 @@ async def test_reports_revise_the_job_and_bad_ones_are_dropped_by_reason(
 ) -> None:
     key = "pytorchjob/team-a/resnet"
     prior = make_job(key, work=1e4)  # 1000 samples more than estimated is worth a revision
-    controller = FakeController([prior])
+    controller = CoreController([prior])
     alloc = controller.autoscaler.allocations[key]
     metrics = Metrics()
     loop = ProgressLoop(
@@ -176,7 +156,7 @@ async def test_reports_revise_the_job_and_bad_ones_are_dropped_by_reason(
 
 async def test_a_silent_job_is_flagged_once_and_unflagged_when_it_reports() -> None:
     key = "pytorchjob/team-a/resnet"
-    controller = FakeController([make_job(key, work=1e9)])
+    controller = CoreController([make_job(key, work=1e9)])
     alloc = controller.autoscaler.allocations[key]
     metrics = Metrics()
     learner = ProgressLearner(CLUSTER, stall_after_s=100.0)
@@ -211,7 +191,7 @@ async def test_a_silent_job_is_flagged_once_and_unflagged_when_it_reports() -> N
 
 async def test_a_report_is_dated_by_its_own_time_never_later_than_now() -> None:
     key = "pytorchjob/team-a/resnet"
-    controller = FakeController([make_job(key, work=1e9)])
+    controller = CoreController([make_job(key, work=1e9)])
     alloc = controller.autoscaler.allocations[key]
     learner = ProgressLearner(CLUSTER)
     loop = ProgressLoop(
