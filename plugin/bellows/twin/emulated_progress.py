@@ -79,6 +79,7 @@ class EmulatedReporter:
             raise ValueError("no JetStream context and not through_pods: nowhere to report")
         self._through_pods = through_pods
         self._connections: dict[tuple[str, str], Client] = {}
+        self._envs: dict[tuple[str, int], dict[str, str]] = {}  # (uid, restarts) -> its pods' env
         self._cluster = cluster
         self._operator = cluster.operator
         self._js = js
@@ -120,21 +121,33 @@ class EmulatedReporter:
                 progress = progress_of(meta["uid"])
                 if progress is None:
                     continue
-                where = await self._where(obj)
+                where = await self._where(obj, progress.restarts)
                 if where is None:
                     continue
                 js, prefix, namespace, name = where
                 for event in self._events(namespace, name, meta["uid"], progress):
                     await self._publish(js, prefix, event)
 
-    async def _where(self, obj: dict[str, Any]) -> tuple[JetStreamContext, str, str, str] | None:
-        """Where ``obj``'s helper reports, with the prefix and the job it names (``None``: its
-        pods have no endpoint)."""
+    def _pod_env(self, obj: dict[str, Any], restarts: int) -> dict[str, str]:
+        """:func:`pod_env` of ``obj``'s pods of its ``restarts``-th start, read once: a pod
+        reads its env when it starts (a rescale's new pods, the new env)."""
+        key = (obj["metadata"]["uid"], restarts)
+        env = self._envs.get(key)
+        if env is None:
+            env = self._envs[key] = pod_env(self._cluster.store, obj)
+            self._envs.pop((key[0], restarts - 1), None)
+        return env
+
+    async def _where(
+        self, obj: dict[str, Any], restarts: int
+    ) -> tuple[JetStreamContext, str, str, str] | None:
+        """Where ``obj``'s helper reports in its ``restarts``-th run, with the prefix and the
+        job it names (``None``: its pods have no endpoint)."""
         meta = obj["metadata"]
         if not self._through_pods:
             assert self._js is not None
             return self._js, self._prefix, meta["namespace"], meta["name"]
-        env = pod_env(self._cluster.store, obj)
+        env = self._pod_env(obj, restarts)
         url, namespace, name = (env.get(n) for n in (URL, JOB_NAMESPACE, JOB_NAME))
         if not url or not namespace or not name:
             return None
@@ -199,10 +212,11 @@ class EmulatedReporter:
         model = None if self._noise is None else self._noise(namespace, name)
         if model is None:
             return None, None
-        seen, done = self._progress.get(uid, (0, 0.0))
-        done = float(model.progress_after(batch, done, max(0, samples - seen)))
         if at is not None:  # it trains at goodput: the cluster's own count
             done = at
+        else:
+            seen, done = self._progress.get(uid, (0, 0.0))
+            done = float(model.progress_after(batch, done, max(0, samples - seen)))
         self._progress[uid] = (samples, done)
         phi = float(model.noise_scale_at(batch, max(done, 1.0)))
         return 1.0, min(phi, MAX_GRAD_STAT)
