@@ -39,7 +39,8 @@ from bellows.service.learning import ProgressLearner
 from bellows.service.metrics import Metrics
 from bellows.service.progress_loop import MetricsProgressObserver, ProgressLoop
 from tests.hostile.test_progress_trust import CLUSTER, KEY
-from tests.service.test_progress_loop import PREFIX, T0, FakeController
+from tests.service.core_controller import CoreController
+from tests.service.test_progress_loop import PREFIX, T0
 from tests.strategies import make_job
 
 GPUS, BATCH = 8, 512  # where the core runs the job
@@ -152,7 +153,7 @@ def _event(report: Made) -> ProgressEvent:
 
 async def _feed(made: list[Made], delivered: list[tuple[float, int]]) -> ProgressLearner:
     """Deliver ``made`` as ``delivered`` says to the controller's loop; its learner."""
-    controller = FakeController([make_job(KEY, work=1e12)])
+    controller = CoreController([make_job(KEY, work=1e12)])
     alloc = controller.autoscaler.allocations[KEY]
     assert (alloc.gpus, alloc.batch) == (GPUS, BATCH)
     metrics = Metrics()

@@ -45,7 +45,8 @@ from bellows.service.progress_loop import (
 from bellows.sim import run
 from bellows.sim.comparing import bursty, policies
 from bellows.sim.learning import Learning, Lie
-from tests.service.test_progress_loop import PREFIX, T0, FakeController, nc, settings
+from tests.service.core_controller import CoreController
+from tests.service.test_progress_loop import PREFIX, T0, nc, settings
 from tests.strategies import make_job
 
 __all__ = ["nc", "settings"]  # the real nats-server fixtures
@@ -74,7 +75,7 @@ def _report(samples: float, seconds: float, at_s: float, spec: JobSpec) -> Progr
     )  # fmt: skip
 
 
-def _loop(controller: FakeController, learner: ProgressLearner, metrics: Metrics) -> ProgressLoop:
+def _loop(controller: CoreController, learner: ProgressLearner, metrics: Metrics) -> ProgressLoop:
     return ProgressLoop(
         controller=controller,
         learner=learner,
@@ -92,9 +93,9 @@ def _rejected(metrics: Metrics, reason: Rejection) -> float:
     return value or 0.0
 
 
-def _running() -> tuple[FakeController, JobSpec, float]:
+def _running() -> tuple[CoreController, JobSpec, float]:
     spec = make_job(KEY, work=1e9)
-    controller = FakeController([spec])
+    controller = CoreController([spec])
     alloc = controller.autoscaler.allocations[KEY]
     assert (alloc.gpus, alloc.batch) == (8, 512)
     return controller, spec, step_time(spec, alloc.gpus, alloc.batch, CLUSTER)
