@@ -4,7 +4,8 @@
                                   [--workers 2] [--data DIR] [--restart-s 30] [--alone]
                                   [--physics ours|work|start|pollux|pollux-measured|alone]
                                   [--objective X] [--node-pricing] [--learn] [--slack-share S]
-                                  [--restart-growth G]
+                                  [--restart-growth G] [--measured-rows]
+                                  [--remaining-exponent P] [--delta-s D] [--early-share E]
 
 **The table.** For every Pollux workload (``../shared/data/pollux/workloads/``, 160 jobs on
 64 T4 GPUs on 16 nodes of 4) and policy: the Tiresias reference (``--policy tiresias``,
@@ -19,9 +20,11 @@ workload, within 5 % on the mean, Spearman >= 0.9. Exit status 1 when one is mis
 Below the table, Bellows mode's targets (median workload <= 0.90x the published Pollux,
 every one <= 1.0x) and whether its restarts per job stay at or below the Pollux reference's:
 printed, not part of the exit status. ``--objective``, ``--node-pricing``, ``--learn``,
-``--slack-share`` and ``--restart-growth`` set Bellows mode's rules (:class:`Variant`), as
-issue 36 item 3 re-decides them on the calibrated simulator (``--physics pollux-measured``;
-docs/autoscaler.md).
+``--slack-share``, ``--restart-growth``, ``--remaining-exponent``, ``--delta-s`` and
+``--early-share`` set Bellows mode's rules (:class:`Variant`), as issue 36 item 3 re-decides
+them on the calibrated simulator (``--physics pollux-measured``; docs/autoscaler.md);
+``--measured-rows`` has the core decide with the measured step times the physics charges
+(``run(decide_measured=True)``), as the Pollux reference does.
 
 ``--physics pollux`` runs the simulator with the artifact's physics where ours differs and
 the difference is a setting: the first start costs the restart too, as in the artifact
@@ -95,12 +98,18 @@ class Variant:
     learn: bool = False
     slack_share: float | None = None
     restart_growth: float = 0.0
+    measured_rows: bool = False
+    remaining_exponent: float | None = None
+    delta_s: float | None = None
+    early_share: float | None = None
 
     def config(self, restart_s: float) -> AutoscalerConfig:
         config = policies(restart_s, restart_growth=self.restart_growth)["bellows"]
         if self.objective is not None:
             config = replace(config, objective=self.objective)
-        return replace(config, node_counts=self.node_pricing)
+        if self.delta_s is not None:
+            config = replace(config, delta_s=self.delta_s)
+        return replace(config, node_counts=self.node_pricing, early_share=self.early_share)
 
 
 @dataclass(frozen=True)
@@ -189,6 +198,8 @@ def run_one(
         config = variant.config(restart_s)
         if variant.slack_share is not None:  # a module constant: this process's runs only
             objectives.SLACK_SHARE = variant.slack_share
+        if variant.remaining_exponent is not None:  # the same
+            objectives.REMAINING_EXPONENT = variant.remaining_exponent
         if variant.learn:
             learning = Learning({}, report_s=POLLUX_INTERVAL_S, learn=True)
     else:
@@ -199,7 +210,7 @@ def run_one(
         efficiency=MODEL_EFFICIENCY, nodes=True, pollux=policy == "pollux",
         tiresias=policy == "tiresias", charge_start=physics in STARTS,
         efficiency_truth=truth_of(data, physics), step_seconds=steps_of(data, physics),
-        learning=learning,
+        learning=learning, decide_measured=policy == "bellows" and variant.measured_rows,
     )  # fmt: skip
     wall = time.perf_counter() - started
     ours = {j.name: j.finish_s - j.arrival_s for j in result.jobs if j.finish_s is not None}
@@ -473,11 +484,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=0.0,
         help="Bellows mode: each earlier move adds this many restarts to the price of its next",
     )
+    parser.add_argument(
+        "--measured-rows",
+        action="store_true",
+        help="Bellows mode decides with the measured step times too, each count packed on "
+        "the fewest nodes (run(decide_measured=True)), as the Pollux reference does; "
+        "needs --physics pollux-measured or steps",
+    )
+    parser.add_argument(
+        "--remaining-exponent",
+        type=float,
+        default=None,
+        help="the power of remaining's weights (objectives.REMAINING_EXPONENT; default 0.25)",
+    )
+    parser.add_argument(
+        "--delta-s",
+        type=float,
+        default=None,
+        help="Bellows mode's seconds between rounds (default: the core's, 120)",
+    )
+    parser.add_argument(
+        "--early-share",
+        type=float,
+        default=None,
+        help="Bellows mode: a round starts early once this share of the running jobs "
+        "finished since the last (the paper's hybrid trigger; default: off)",
+    )
     args = parser.parse_args(argv)
     variant = Variant(
         None if args.objective is None else Objective(args.objective), args.node_pricing,
-        args.learn, args.slack_share, args.restart_growth,
+        args.learn, args.slack_share, args.restart_growth, args.measured_rows,
+        args.remaining_exponent, args.delta_s, args.early_share,
     )  # fmt: skip
+    if args.measured_rows and steps_of(Path("."), args.physics) is None:
+        parser.error("--measured-rows: the core decides with the measured step times the "
+                     "physics charges: with --physics pollux-measured or steps")  # fmt: skip
     if args.physics == "alone" and set(args.policies) != {"tiresias"}:
         parser.error("--physics alone scales rigid jobs: with --policies tiresias only")
     data = args.data or data_folder()

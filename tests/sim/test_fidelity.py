@@ -127,3 +127,26 @@ def test_a_variant_sets_bellows_modes_rules() -> None:
     assert config.restart_growth == 1.0
     assert config.restart_s == 30.0
     assert bench.Variant().config(30.0).objective is DEFAULT_OBJECTIVE
+    rounds = bench.Variant(delta_s=30.0, early_share=0.05).config(30.0)
+    assert rounds.delta_s == 30.0
+    assert rounds.early_share == 0.05
+    assert bench.Variant().config(30.0).early_share is None
+
+
+def test_told_the_measured_step_times_bellows_mode_gains_on_workload_1(
+    shared_data: Path,
+) -> None:
+    """``--measured-rows``: the core decides with the step times the calibrated simulator
+    charges (as the Pollux reference does) and gains on workload-1, where the JSA is off at
+    two nodes (docs/autoscaler.md: 1.115 -> 0.955 of the published Pollux)."""
+    bench = _benchmark()
+    jsa = bench.run_one(shared_data, "workload-1", "bellows", 30.0, "pollux-measured")
+    told = bench.run_one(shared_data, "workload-1", "bellows", 30.0, "pollux-measured",
+                         variant=bench.Variant(measured_rows=True))  # fmt: skip
+    assert told.ours_s < 0.9 * jsa.ours_s
+    assert told.ratio < 1.0
+
+
+def test_measured_rows_needs_a_physics_that_measures(shared_data: Path) -> None:
+    with pytest.raises(SystemExit):
+        _benchmark().main(["--data", str(shared_data), "--measured-rows", "--physics", "ours"])

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from bellows.autoscaler import AutoscalerConfig
 from bellows.cli.data import DATA_ENV
 from bellows.cli.main import main
+from bellows.jobs import SpecError
 from bellows.scaling import MODEL_EFFICIENCY, default_cluster
 from bellows.sim import run
 from bellows.sim.measured import measured_efficiency
@@ -110,3 +111,45 @@ def test_simulate_measured_refuses_what_it_cannot_do(shared_data: Path, tmp_path
     ])  # fmt: skip
     assert none.exit_code == 1
     assert "no measured model in" in none.output
+
+
+def test_decide_measured_is_the_core_deciding_with_the_charged_step_times(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    """``simulate --measured --decide-measured`` is ``run(decide_measured=True)``: Bellows
+    mode's core decides with the step times the jobs are charged (each count packed on the
+    fewest nodes), and the run differs from the core deciding with the JSA; refused without
+    ``--measured``, for a reference, and in ``run`` without ``step_seconds``."""
+    trace = _workload(shared_data, tmp_path, 40)
+    runner = CliRunner(env={DATA_ENV: str(shared_data)})
+    base = ["simulate", str(trace), "--gpus", "64", "--measured", "--charge-start",
+            "--restart-cost-s", "30", "--no-plots"]  # fmt: skip
+    told = runner.invoke(main, [*base, "--decide-measured", "--out", str(tmp_path / "t")],
+                         catch_exceptions=False)  # fmt: skip
+    assert told.exit_code == 0, told.output
+    summary = json.loads((tmp_path / "t" / "summary.json").read_text())
+    assert summary["decide_measured"] is True
+    profiles = shared_data / "pollux" / "profiles"
+    jobs = fit_trace(import_pollux(tmp_path / "w.csv", work="validation",
+                                   batches="accumulate"), 64)[0]  # fmt: skip
+    kwargs = {
+        "gpus": 64, "config": AutoscalerConfig(restart_s=30.0), "cluster": default_cluster(),
+        "efficiency": MODEL_EFFICIENCY, "nodes": True, "charge_start": True,
+        "efficiency_truth": measured_efficiency(profiles, POLLUX_EPOCHS),
+        "step_seconds": MeasuredSteps(profiles),
+    }  # fmt: skip
+    direct = run(jobs, decide_measured=True, **kwargs)  # type: ignore[arg-type]
+    assert summary["avg_jct_min"] == pytest.approx(direct.summary()["avg_jct_min"])
+    jsa = run(jobs, **kwargs)  # type: ignore[arg-type]
+    assert [j.segments for j in jsa.jobs] != [j.segments for j in direct.jobs]
+    alone = runner.invoke(main, [*base[:4], "--decide-measured", "--no-plots",
+                                 "--out", str(tmp_path / "a")])  # fmt: skip
+    assert alone.exit_code == 2
+    assert "add --measured" in alone.output
+    pollux = runner.invoke(main, [*base, "--decide-measured", "--policy", "pollux",
+                                  "--out", str(tmp_path / "p")])  # fmt: skip
+    assert pollux.exit_code == 2
+    assert "--decide-measured is for the core" in pollux.output
+    with pytest.raises(SpecError, match="decide_measured"):
+        run(jobs, gpus=64, config=AutoscalerConfig(), cluster=default_cluster(), nodes=True,
+            decide_measured=True)  # fmt: skip

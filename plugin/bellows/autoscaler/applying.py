@@ -11,7 +11,7 @@ controller tells of a job it found running or learned about. Pure: no I/O, no cl
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -26,9 +26,12 @@ from bellows.autoscaler.reasons import (
 )
 from bellows.autoscaler.state import State
 from bellows.jobs import Allocation, JobSpec, SpecError, is_feasible
-from bellows.scaling import ClusterProfile, EfficiencyProfile, throughput
+from bellows.scaling import EfficiencyProfile
 
-__all__ = ["adopted", "apply", "batch_move_pays", "check_adoptable", "kept", "revised"]
+__all__ = ["RateOf", "adopted", "apply", "batch_move_pays", "check_adoptable", "kept", "revised"]
+
+RateOf = Callable[[JobSpec, int, int], float]
+"""Samples per second of a job at ``(gpus, batch)`` (the core's tables: measured or the JSA's)."""
 
 
 def apply(
@@ -201,7 +204,7 @@ def check_adoptable(job: JobSpec, allocation: Allocation) -> None:
 def adopted(
     s: State,
     config: AutoscalerConfig,
-    cluster: ClusterProfile,
+    rate_of: RateOf,
     job: JobSpec,
     allocation: Allocation,
     *,
@@ -212,7 +215,7 @@ def adopted(
     """Job ``job`` (its row in ``s.rows`` already) running at ``allocation`` with ``done``
     samples as of ``since`` (default ``now``): from then at the allocation's rate, after the
     restart a resume costs (none for a job that did nothing yet)."""
-    rate = throughput(job, allocation.gpus, allocation.batch, cluster)
+    rate = rate_of(job, allocation.gpus, allocation.batch)
     done = min(max(done, 0.0), job.work)
     start = now if since is None else min(since, now)
     pause = restart_s(job, config) if done > 0 else 0.0  # a resume, not a start
@@ -223,7 +226,7 @@ def adopted(
 
 def revised(
     s: State,
-    cluster: ClusterProfile,
+    rate_of: RateOf,
     job: JobSpec,
     profile: EfficiencyProfile | None,
     *,
@@ -239,7 +242,7 @@ def revised(
     running = s.running.get(name)
     if running is not None:
         alloc = running.allocation
-        rate = throughput(job, alloc.gpus, alloc.batch, cluster)
+        rate = rate_of(job, alloc.gpus, alloc.batch)
         if profile is not None:  # reference samples per s
             at_done = running.done_at(now) if done is None else min(max(done, 0.0), job.work)
             rate *= float(profile.efficiency(alloc.batch, at_done))

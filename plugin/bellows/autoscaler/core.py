@@ -59,6 +59,7 @@ from bellows.autoscaler.straddle import FreeNodes
 from bellows.autoscaler.valuing import Pricing
 from bellows.jobs import Allocation, JobSpec, SpecError
 from bellows.scaling import ClusterProfile, EfficiencyProfile
+from bellows.scaling.measured_rows import StepTimes
 
 __all__ = ["GOODPUT_STEPS", "TABULATE_BATCH", "Autoscaler", "ClockError", "RoundStats"]
 
@@ -82,16 +83,20 @@ class Autoscaler:
         capacity: int,
         cluster: ClusterProfile,
         engines: Engines | None = None,
+        measured: StepTimes | None = None,
     ) -> None:
         """``engines``: the optimizer's and the JSA's (:class:`Engines`; ``None``: this core's
-        own, a fresh rent rule and no compile-ahead worker)."""
+        own, a fresh rent rule and no compile-ahead worker). ``measured``: step times measured
+        on the placements themselves, which decide the rows of the jobs they know instead of
+        the JSA (:mod:`bellows.scaling.measured_rows`; it must answer alike for jobs of one
+        template, :func:`bellows.autoscaler.rows.template`)."""
         self._config = config
         self._engines = Engines() if engines is None else engines
         self._cluster = cluster
         self._capacity = _check_capacity(capacity)
         self._clock = RoundClock(config.delta_s, config.early_share)
         self._s = State()
-        self._tables = Tables(config, cluster, self._engines)  # TSF and goodput rows
+        self._tables = Tables(config, cluster, self._engines, measured=measured)  # rows
         self._now = float("-inf")  # the latest time a fact or a step carried
         self._preempt_at: float | None = None  # capacity fell below the GPUs in use
         self._fill_at: float | None = None  # GPUs may be free while jobs wait
@@ -192,8 +197,9 @@ class Autoscaler:
         row = self._tables.row(job)
         self._s.jobs[job.name] = job
         self._s.rows[job.name] = row
-        s, config, cluster = self._s, self._config, self._cluster
-        applying.adopted(s, config, cluster, job, allocation, now=now, done=done, since=since)
+        rate_of = self._tables.throughput
+        applying.adopted(self._s, self._config, rate_of, job, allocation, now=now, done=done,
+                         since=since)  # fmt: skip
         self._clock.note_event(now)
         self._check_fit(now)
         return True
@@ -222,7 +228,8 @@ class Autoscaler:
         self._s.jobs[name] = job
         self._s.rows[name] = row
         profile = self._charged.get(name)
-        applying.revised(self._s, self._cluster, job, profile, now=now, done=done, since=since)
+        rate_of = self._tables.throughput
+        applying.revised(self._s, rate_of, job, profile, now=now, done=done, since=since)
         self._clock.note_event(now)
         return True
 

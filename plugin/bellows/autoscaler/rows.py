@@ -32,6 +32,7 @@ from bellows.scaling import (
     throughput,
     tsf_tables,
 )
+from bellows.scaling.measured_rows import StepTimes, measured_tables
 from bellows.scaling.tables import candidate_count
 
 __all__ = [
@@ -81,6 +82,9 @@ class Tables:
     # learned profile makes keys of one job only, so those of jobs gone are dropped
     goodput_cache: dict[tuple[object, ...], Row] = field(default_factory=dict)
     goodput_bound: int = field(default_factory=lambda: GOODPUT_ROWS_KEPT)  # read when made
+    # measured step times, where a job has them, decide its rows instead of the JSA
+    # (bellows.scaling.measured_rows; None: the JSA's everywhere)
+    measured: StepTimes | None = None
 
     def fork(self) -> Tables:
         """Independent caches holding the same (immutable) rows."""
@@ -189,8 +193,17 @@ class Tables:
         else:
             middle = job.work * (step + 0.5) / GOODPUT_STEPS
             gain = float(profile.efficiency(held.batch, middle))
-            rate = throughput(job, held.gpus, held.batch, self.cluster) * gain
+            rate = self.throughput(job, held.gpus, held.batch) * gain
         return RunningJob(held, rate, run.done_at(now), now, run.paused_until)
+
+    def throughput(self, job: JobSpec, gpus: int, batch: int) -> float:
+        """Samples per second at ``(gpus, batch)``: measured where :attr:`measured` has the
+        job, else the JSA's."""
+        if self.measured is not None:
+            seconds = self.measured(job, gpus, batch)
+            if seconds is not None and np.isfinite(seconds) and seconds > 0:
+                return batch / seconds
+        return throughput(job, gpus, batch, self.cluster)
 
     def compute(
         self,
@@ -209,6 +222,9 @@ class Tables:
             jobs, self.cluster, fixed_batch=fixed, width=width,
             efficiency=profiles, progress=progress, compiled=self.engines.compiled_weighing,
         )  # fmt: skip
+        x1s: Sequence[float | None] = [None] * len(jobs)
+        if self.measured is not None and not fixed:
+            tables, x1s = measured_tables(tables, jobs, self.measured, profiles, progress)
         table = tables.values.astype(np.float64)
         if self.config.node_counts:  # counts that tile nodes only (bellows.autoscaler.shapes)
             shape_rows(table, self.cluster.gpus_per_node)
@@ -220,6 +236,7 @@ class Tables:
             if goodput is not None and tables.efficiency is not None:
                 gain = float(goodput[j][0].efficiency(job.x1_batch, goodput[j][1]))
                 rate = rate * tables.efficiency[j, : job.k_max + 1]
+            x1 = x1s[j]
             values = table[j, : job.k_max + 1].copy()
             finite = np.flatnonzero(np.isfinite(values[1:]))
             rows.append(
@@ -228,7 +245,7 @@ class Tables:
                     batch=tuple(tables.batch[j, : job.k_max + 1].tolist()),
                     rate=rate,
                     min_gpus=int(finite[0]) + 1 if finite.size else job.k_max + 1,
-                    x1=single_gpu_throughput(job, self.cluster) * gain,
+                    x1=single_gpu_throughput(job, self.cluster) * gain if x1 is None else x1,
                     grid=grids[j, : job.k_max + 1].copy(),
                 )
             )

@@ -117,9 +117,20 @@ def _refuse_unused(
         )
 
 
-def _measured_truth(placement: str | None) -> dict[str, Any]:
+def _measured_truth(
+    placement: str | None, measured: bool, *, decide: bool, policy: str
+) -> dict[str, Any]:
     """``run``'s keywords for ``--measured``: the measured step times and efficiency of the
-    models in the data folder's ``pollux/profiles``."""
+    models in the data folder's ``pollux/profiles`` (none without it); with
+    ``--decide-measured`` the core decides with those step times too."""
+    if decide and not measured:
+        raise click.UsageError("--decide-measured decides with the step times --measured "
+                               "charges: add --measured")  # fmt: skip
+    if decide and policy in REFERENCES:
+        raise click.UsageError(f"--decide-measured is for the core: --policy {policy} "
+                               "decides with its own rows; drop one of the two")  # fmt: skip
+    if not measured:
+        return {}
     from bellows.cli.data import data_folder, no_data_folder
     from bellows.sim.measured import measured_efficiency
     from bellows.sim.measured_steps import MeasuredSteps
@@ -138,7 +149,9 @@ def _measured_truth(placement: str | None) -> dict[str, Any]:
         raise click.ClickException(f"cannot read the measurements in {profiles}: {error}") from None
     if not truth:
         raise click.ClickException(f"no measured model in {profiles} (pollux/profiles/<model>)")
-    return {"efficiency_truth": truth, "step_seconds": MeasuredSteps(profiles)}
+    return {"efficiency_truth": truth, "step_seconds": MeasuredSteps(profiles)} | (
+        {"decide_measured": True} if decide else {}
+    )
 
 
 @click.command("simulate")
@@ -254,6 +267,10 @@ def _measured_truth(placement: str | None) -> dict[str, Any]:
               "--efficiency and --placement nodes. With a Pollux workload imported with "
               "--work validation --batches accumulate and --charge-start, the calibrated "
               "simulator of issue 36 (docs/simulator.md).")  # fmt: skip
+@click.option("--decide-measured", is_flag=True,
+              help="With --measured: the core decides with the measured step times too, each "
+              "GPU count packed on the fewest nodes, as the Pollux reference does. [default: "
+              "it decides with the JSA, as the live controller does]")  # fmt: skip
 def simulate(
     *,
     trace: Path,
@@ -280,6 +297,7 @@ def simulate(
     efficiency: bool,
     charge_start: bool,
     measured: bool,
+    decide_measured: bool,
 ) -> None:
     """Simulate TRACE; write summary.json, jobs.csv and plots into OUT.
 
@@ -339,7 +357,7 @@ def simulate(
                 from bellows.sim import learning as online
 
                 learning = online.Learning(online.wrong_priors(jobs), learn=not no_learning)
-            truth = _measured_truth(placement) if measured else {}
+            truth = _measured_truth(placement, measured, decide=decide_measured, policy=policy)
             result = run(
                 jobs, gpus=gpus, config=config, cluster=_cluster(cluster), horizon_s=horizon,
                 learning=learning, charge_start=charge_start,
@@ -350,8 +368,10 @@ def simulate(
                 ),
             )  # fmt: skip
             # with --measured the jobs were charged the measured truth: the summary says so
-            summary = run_summary(result.summary(), config, policy) | (
-                {"measured": True} if measured else {}
+            summary = (
+                run_summary(result.summary(), config, policy)
+                | ({"measured": True} if measured else {})
+                | ({"decide_measured": True} if decide_measured else {})
             )
             with output_errors(out):
                 out.mkdir(parents=True, exist_ok=True)

@@ -61,6 +61,7 @@ from bellows.sim.learning import Learning, OnlineLearner, Revision, true_spec
 from bellows.sim.measured import MeasuredEfficiency
 from bellows.sim.metrics import JobRecord, Segment, spread_share, summarize, template
 from bellows.sim.nodes import Nodes, Placement
+from bellows.sim.packed_steps import PackedSteps
 from bellows.sim.pollux import PolluxPolicy, Retune
 from bellows.sim.pollux.speedups import STEPS, StepSeconds, progress_step
 from bellows.sim.tiresias import TiresiasPolicy
@@ -266,6 +267,7 @@ class _Run:
         charge_start: bool = False,
         efficiency_truth: Mapping[str, MeasuredEfficiency] | None = None,
         step_seconds: StepSeconds | None = None,
+        decide_measured: bool = False,
     ) -> None:
         self.config = config
         self.step_seconds = step_seconds
@@ -279,7 +281,8 @@ class _Run:
             PolluxPolicy(config, capacity=gpus, cluster=cluster, retune=pollux_retune,
                          measured=step_seconds) if pollux
             else TiresiasPolicy(config, capacity=gpus, cluster=cluster) if tiresias
-            else Autoscaler(config, capacity=gpus, cluster=cluster, engines=engines)
+            else Autoscaler(config, capacity=gpus, cluster=cluster, engines=engines,
+                            measured=_packed(step_seconds, trace, cluster, decide_measured))
         )  # fmt: skip
         self.capacity = gpus
         self.heap = EventHeap()
@@ -546,6 +549,15 @@ class _Run:
             self.schedule_report(job, job.resume_at + self.learning.report_s)
 
 
+def _packed(
+    steps: StepSeconds | None, trace: Sequence[TraceJob], cluster: ClusterProfile, on: bool
+) -> PackedSteps | None:
+    """The measured truth as the core's step times, by each job's trace model (``on``)."""
+    if not on or steps is None:
+        return None
+    return PackedSteps(steps, {job.spec.name: job.model for job in trace}, cluster.gpus_per_node)
+
+
 def run(
     trace: Sequence[TraceJob],
     *,
@@ -567,6 +579,7 @@ def run(
     charge_start: bool = False,
     efficiency_truth: Mapping[str, MeasuredEfficiency] | None = None,
     step_seconds: StepSeconds | None = None,
+    decide_measured: bool = False,
 ) -> SimResult:
     """Simulate ``trace`` on ``gpus`` GPUs under ``config`` until every event is processed.
 
@@ -597,7 +610,10 @@ def run(
     ``step_seconds``: on nodes, a job's step time is that measured truth on its placement
     (:data:`StepSeconds`; ``benchmarks/fidelity.py`` gives the artifact's); the Pollux
     reference decides with it too (its goodput rows), the core and Tiresias as before
-    (default: the JSA's is the truth).
+    (default: the JSA's is the truth). ``decide_measured``: Bellows mode's core decides
+    with ``step_seconds`` too, on each count packed on the fewest nodes
+    (:class:`~bellows.sim.measured_steps.PackedSteps`), as the Pollux reference does
+    (default: with the JSA, as the live controller does).
     ``engines``: the core's (:class:`~bellows.autoscaler.Engines`; ``None``: the run's own);
     the same outputs whichever.
     """
@@ -605,6 +621,8 @@ def run(
         raise SpecError("tiresias", True, "one reference policy: pollux or tiresias")
     if step_seconds is not None and not nodes:
         raise SpecError("step_seconds", "without nodes", "node placement (nodes=True)")
+    if decide_measured and step_seconds is None:
+        raise SpecError("decide_measured", True, "measured step times (step_seconds=...)")
     if (pollux or tiresias) and (not nodes or capacity_changes or learning is not None):
         missing = ("fewest-nodes placement" if not nodes else "capacity changes"
                    if capacity_changes else "a learning setup")  # fmt: skip
@@ -619,6 +637,7 @@ def run(
         efficiency=efficiency, nodes=nodes, pollux=pollux, engines=engines,
         pollux_retune=pollux_retune, tiresias=tiresias, charge_start=charge_start,
         efficiency_truth=efficiency_truth, step_seconds=step_seconds,
+        decide_measured=decide_measured,
     )  # fmt: skip
     state.loop(progress)
     wall = timer() - started
