@@ -6,6 +6,7 @@
                                   [--objective X] [--node-pricing] [--learn] [--slack-share S]
                                   [--restart-growth G] [--measured-rows]
                                   [--remaining-exponent P] [--delta-s D] [--early-share E]
+                                  [--learn-placements]
 
 **The table.** For every Pollux workload (``../shared/data/pollux/workloads/``, 160 jobs on
 64 T4 GPUs on 16 nodes of 4) and policy: the Tiresias reference (``--policy tiresias``,
@@ -24,7 +25,8 @@ printed, not part of the exit status. ``--objective``, ``--node-pricing``, ``--l
 ``--early-share`` set Bellows mode's rules (:class:`Variant`), as issue 36 item 3 re-decides
 them on the calibrated simulator (``--physics pollux-measured``; docs/autoscaler.md);
 ``--measured-rows`` has the core decide with the measured step times the physics charges
-(``run(decide_measured=True)``), as the Pollux reference does.
+(``run(decide_measured=True)``), as the Pollux reference does; ``--learn-placements`` has it
+learn them from the jobs' progress reports instead (``run(learn_placements=True)``).
 
 ``--physics pollux`` runs the simulator with the artifact's physics where ours differs and
 the difference is a setting: the first start costs the restart too, as in the artifact
@@ -102,6 +104,7 @@ class Variant:
     remaining_exponent: float | None = None
     delta_s: float | None = None
     early_share: float | None = None
+    learn_placements: bool = False
 
     def config(self, restart_s: float) -> AutoscalerConfig:
         config = policies(restart_s, restart_growth=self.restart_growth)["bellows"]
@@ -200,8 +203,8 @@ def run_one(
             objectives.SLACK_SHARE = variant.slack_share
         if variant.remaining_exponent is not None:  # the same
             objectives.REMAINING_EXPONENT = variant.remaining_exponent
-        if variant.learn:
-            learning = Learning({}, report_s=POLLUX_INTERVAL_S, learn=True)
+        if variant.learn or variant.learn_placements:
+            learning = Learning({}, report_s=POLLUX_INTERVAL_S, learn=variant.learn)
     else:
         config = AutoscalerConfig(restart_s=restart_s, delta_s=POLLUX_INTERVAL_S)
     started = time.perf_counter()
@@ -211,6 +214,7 @@ def run_one(
         tiresias=policy == "tiresias", charge_start=physics in STARTS,
         efficiency_truth=truth_of(data, physics), step_seconds=steps_of(data, physics),
         learning=learning, decide_measured=policy == "bellows" and variant.measured_rows,
+        learn_placements=policy == "bellows" and variant.learn_placements,
     )  # fmt: skip
     wall = time.perf_counter() - started
     ours = {j.name: j.finish_s - j.arrival_s for j in result.jobs if j.finish_s is not None}
@@ -510,11 +514,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="Bellows mode: a round starts early once this share of the running jobs "
         "finished since the last (the paper's hybrid trigger; default: off)",
     )
+    parser.add_argument(
+        "--learn-placements",
+        action="store_true",
+        help="Bellows mode learns, from progress reports (60 s), the step time each job "
+        "measured on its GPUs, for every job of its class (run(learn_placements=True))",
+    )
     args = parser.parse_args(argv)
+    if args.learn_placements and args.measured_rows:
+        parser.error("--learn-placements learns what --measured-rows is told: one of the two")
     variant = Variant(
         None if args.objective is None else Objective(args.objective), args.node_pricing,
         args.learn, args.slack_share, args.restart_growth, args.measured_rows,
-        args.remaining_exponent, args.delta_s, args.early_share,
+        args.remaining_exponent, args.delta_s, args.early_share, args.learn_placements,
     )  # fmt: skip
     if args.measured_rows and steps_of(Path("."), args.physics) is None:
         parser.error("--measured-rows: the core decides with the measured step times the "

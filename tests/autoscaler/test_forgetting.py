@@ -240,7 +240,7 @@ def test_goodput_rows_of_revised_jobs_gone_are_dropped(monkeypatch: pytest.Monke
         sizes_seen.append(len(auto._tables.goodput_cache))
         t += 3.0
     assert max(sizes_seen) <= 2 * 8 + 2 * core.GOODPUT_STEPS  # not one row per job revised
-    key = (*rows.template(stays), profile)
+    key = (*auto._tables.kind(stays), profile)
     assert any(k[:-1] == key for k in auto._tables.goodput_cache)  # the running job's rows stay
     fresh = Autoscaler(AutoscalerConfig(delta_s=0.0), capacity=8, cluster=CLUSTER)
     fresh.charge("stays", profile)

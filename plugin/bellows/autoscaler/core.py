@@ -60,6 +60,7 @@ from bellows.autoscaler.valuing import Pricing
 from bellows.jobs import Allocation, JobSpec, SpecError
 from bellows.scaling import ClusterProfile, EfficiencyProfile
 from bellows.scaling.measured_rows import StepTimes
+from bellows.scaling.placement_memory import ObservedStep
 
 __all__ = ["GOODPUT_STEPS", "TABULATE_BATCH", "Autoscaler", "ClockError", "RoundStats"]
 
@@ -86,10 +87,9 @@ class Autoscaler:
         measured: StepTimes | None = None,
     ) -> None:
         """``engines``: the optimizer's and the JSA's (:class:`Engines`; ``None``: this core's
-        own, a fresh rent rule and no compile-ahead worker). ``measured``: step times measured
-        on the placements themselves, which decide the rows of the jobs they know instead of
-        the JSA (:mod:`bellows.scaling.measured_rows`; it must answer alike for jobs of one
-        template, :func:`bellows.autoscaler.rows.template`)."""
+        own). ``measured``: step times measured where jobs run, deciding the rows of the jobs
+        they know instead of the JSA (:mod:`bellows.scaling.measured_rows`; alike for jobs of
+        one template); a ``PlacementMemory`` learns from :meth:`observe_step`."""
         self._config = config
         self._engines = Engines() if engines is None else engines
         self._cluster = cluster
@@ -232,6 +232,12 @@ class Autoscaler:
         applying.revised(self._s, rate_of, job, profile, now=now, done=done, since=since)
         self._clock.note_event(now)
         return True
+
+    def observe_step(self, name: str, now: float, step: ObservedStep) -> bool:
+        """A step of job ``name`` measured where it ran, for the jobs of its class when the core
+        has a placement memory (``measured``): whether their rows changed (next round's)."""
+        self._advance(now)
+        return self._tables.observe(self._s, self._charged, name, step, now)
 
     def finish(self, name: str, now: float) -> bool:
         """Job ``name`` completed (or failed, or was deleted) at ``now``.

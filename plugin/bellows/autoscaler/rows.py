@@ -13,7 +13,7 @@ no clock; the values depend on the jobs, the cluster and the configuration only.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +33,7 @@ from bellows.scaling import (
     tsf_tables,
 )
 from bellows.scaling.measured_rows import StepTimes, measured_tables
+from bellows.scaling.placement_memory import ObservedStep, PlacementMemory, job_class
 from bellows.scaling.tables import candidate_count
 
 __all__ = [
@@ -85,17 +86,69 @@ class Tables:
     # measured step times, where a job has them, decide its rows instead of the JSA
     # (bellows.scaling.measured_rows; None: the JSA's everywhere)
     measured: StepTimes | None = None
+    # what the measured source knows of a job changed: its rows are cached under the new
+    # version (bellows.scaling.placement_memory.PlacementMemory.version; None: never)
+    measured_version: Callable[[JobSpec], int] | None = None
 
     def fork(self) -> Tables:
         """Independent caches holding the same (immutable) rows."""
         twin = copy.copy(self)
         twin.row_cache = dict(self.row_cache)
         twin.goodput_cache = dict(self.goodput_cache)
+        if isinstance(self.measured, PlacementMemory):  # what one learns, the other does not
+            twin.measured = self.measured.copy()
+            twin.measured_version = twin.measured.version
         return twin
+
+    def __post_init__(self) -> None:
+        if isinstance(self.measured, PlacementMemory) and self.measured_version is None:
+            self.measured_version = self.measured.version
+
+    def observe(
+        self,
+        s: State,
+        charged: Mapping[str, EfficiencyProfile],
+        name: str,
+        step: ObservedStep,
+        now: float,
+    ) -> bool:
+        """Job ``name``'s measured step, into the placement memory (when :attr:`measured` is
+        one); its class's rows refreshed when it changed what is known."""
+        memory, job = self.measured, s.jobs.get(name)
+        if not isinstance(memory, PlacementMemory) or job is None:
+            return False
+        if not memory.observe(job, step):
+            return False
+        self.refresh(s, charged, job_class(job), now)
+        return True
+
+    def refresh(
+        self, s: State, charged: Mapping[str, EfficiencyProfile], kind: object, now: float
+    ) -> None:
+        """What the measured source knows of the jobs of class ``kind``
+        (:func:`~bellows.scaling.placement_memory.job_class`) changed: each takes its row of
+        the new version, a running one goes on at its allocation's new rate. A job decided by
+        goodput takes its new row at the next step (:meth:`goodput_rows`, keyed on the
+        version too)."""
+        for name, job in s.jobs.items():
+            if name in charged or job_class(job) != kind:
+                continue
+            s.rows[name] = self.row(job)
+            run = s.running.get(name)
+            if run is not None:
+                held = run.allocation
+                rate = self.throughput(job, held.gpus, held.batch)
+                s.running[name] = RunningJob(held, rate, run.done_at(now), now, run.paused_until)
+
+    def kind(self, job: JobSpec) -> tuple[object, ...]:
+        """What the job's rows are cached under: its template, and the version of what the
+        measured source knows of it."""
+        version = 0 if self.measured_version is None else self.measured_version(job)
+        return (*template(job), version)
 
     def row(self, job: JobSpec) -> Row:
         """The job's row, from the template cache or computed now."""
-        key = template(job)
+        key = self.kind(job)
         row = self.row_cache.get(key)
         if row is None:
             row = self.row_cache[key] = self.compute([job])[0]
@@ -108,7 +161,7 @@ class Tables:
         many new rows this computed."""
         fresh: dict[tuple[object, ...], JobSpec] = {}
         for job in jobs:
-            key = template(job)
+            key = self.kind(job)
             if key not in self.row_cache:
                 fresh.setdefault(key, job)
         todo = sorted(fresh.items(), key=lambda item: candidate_count(item[1]))
@@ -136,7 +189,7 @@ class Tables:
             job, run = s.jobs[name], s.running.get(name)
             done = run.done_at(now) if run is not None else s.carried.get(name, 0.0)
             step = min(GOODPUT_STEPS - 1, int(GOODPUT_STEPS * max(done, 0.0) / job.work))
-            key = keys[name] = (*template(job), profile, step)
+            key = keys[name] = (*self.kind(job), profile, step)
             steps[name] = step
             if key not in self.goodput_cache:  # E at the step's middle: its rate's mean
                 todo.setdefault(key, (job, profile, job.work * (step + 0.5) / GOODPUT_STEPS))
@@ -164,7 +217,7 @@ class Tables:
         makes rows no other job uses: without this the cache grew with every job the
         controller ever revised. A row dropped and needed again is computed again, the
         same (a row does not depend on the jobs it was computed beside)."""
-        live = {(*template(s.jobs[n]), p)
+        live = {(*self.kind(s.jobs[n]), p)
                 for n in s.jobs if (p := charged.get(n)) is not None}  # fmt: skip
         cache = self.goodput_cache
         self.goodput_cache = {key: row for key, row in cache.items() if key[:-1] in live}

@@ -56,6 +56,7 @@ from bellows.scaling import (
     throughput,
 )
 from bellows.scaling.online import ProgressReport
+from bellows.scaling.placement_memory import ObservedStep, PlacementMemory
 from bellows.sim.events import EventHeap, Kind
 from bellows.sim.learning import Learning, OnlineLearner, Revision, true_spec
 from bellows.sim.measured import MeasuredEfficiency
@@ -268,8 +269,10 @@ class _Run:
         efficiency_truth: Mapping[str, MeasuredEfficiency] | None = None,
         step_seconds: StepSeconds | None = None,
         decide_measured: bool = False,
+        learn_placements: bool = False,
     ) -> None:
         self.config = config
+        self.learn_placements = learn_placements
         self.step_seconds = step_seconds
         self.charge_start = charge_start
         self.nodes = Nodes(gpus, cluster.gpus_per_node) if nodes else None
@@ -282,7 +285,8 @@ class _Run:
                          measured=step_seconds) if pollux
             else TiresiasPolicy(config, capacity=gpus, cluster=cluster) if tiresias
             else Autoscaler(config, capacity=gpus, cluster=cluster, engines=engines,
-                            measured=_packed(step_seconds, trace, cluster, decide_measured))
+                            measured=PlacementMemory(cluster) if learn_placements
+                            else _packed(step_seconds, trace, cluster, decide_measured))
         )  # fmt: skip
         self.capacity = gpus
         self.heap = EventHeap()
@@ -387,6 +391,10 @@ class _Run:
             seconds = self.step_seconds(job.model, job.spec, job.held, job.batch)
         else:
             seconds = step_time(job.spec, job.gpus, job.batch, self.cluster, nodes=spread)
+        if self.learn_placements:  # the core learns its class's step time on these GPUs
+            assert isinstance(self.auto, Autoscaler)
+            step = ObservedStep(job.gpus, job.batch, seconds, len(job.held) or None)
+            self.auto.observe_step(job.spec.name, now, step)
         if self.learner is not None:
             report = ProgressReport(job.gpus, job.batch, seconds, done)
             lie = self.learning.lies.get(job.spec.name)
@@ -580,6 +588,7 @@ def run(
     efficiency_truth: Mapping[str, MeasuredEfficiency] | None = None,
     step_seconds: StepSeconds | None = None,
     decide_measured: bool = False,
+    learn_placements: bool = False,
 ) -> SimResult:
     """Simulate ``trace`` on ``gpus`` GPUs under ``config`` until every event is processed.
 
@@ -613,7 +622,10 @@ def run(
     (default: the JSA's is the truth). ``decide_measured``: Bellows mode's core decides
     with ``step_seconds`` too, on each count packed on the fewest nodes
     (:class:`~bellows.sim.measured_steps.PackedSteps`), as the Pollux reference does
-    (default: with the JSA, as the live controller does).
+    (default: with the JSA, as the live controller does). ``learn_placements``: with a
+    ``learning`` setup, the core learns from each report the step time the job measured on
+    its GPUs, for every job of its class (``Autoscaler.observe_step``,
+    :class:`~bellows.scaling.placement_memory.PlacementMemory`), as a live controller can.
     ``engines``: the core's (:class:`~bellows.autoscaler.Engines`; ``None``: the run's own);
     the same outputs whichever.
     """
@@ -623,6 +635,9 @@ def run(
         raise SpecError("step_seconds", "without nodes", "node placement (nodes=True)")
     if decide_measured and step_seconds is None:
         raise SpecError("decide_measured", True, "measured step times (step_seconds=...)")
+    if learn_placements and (learning is None or decide_measured or pollux or tiresias):
+        raise SpecError("learn_placements", True, "a learning setup (reports), the core "
+                        "deciding (no reference) and not decide_measured")  # fmt: skip
     if (pollux or tiresias) and (not nodes or capacity_changes or learning is not None):
         missing = ("fewest-nodes placement" if not nodes else "capacity changes"
                    if capacity_changes else "a learning setup")  # fmt: skip
@@ -637,7 +652,7 @@ def run(
         efficiency=efficiency, nodes=nodes, pollux=pollux, engines=engines,
         pollux_retune=pollux_retune, tiresias=tiresias, charge_start=charge_start,
         efficiency_truth=efficiency_truth, step_seconds=step_seconds,
-        decide_measured=decide_measured,
+        decide_measured=decide_measured, learn_placements=learn_placements,
     )  # fmt: skip
     state.loop(progress)
     wall = timer() - started
