@@ -94,9 +94,11 @@ def workload(n: int, seed: int) -> list[Any]:
 
 # ----------------------------------------------------------------------------- the cluster
 def _serve_cluster(
-    conn: Connection, crds: Sequence[Path], n_jobs: int, n_trace: int, seed: int, *, running: int
-) -> None:
-    asyncio.run(_cluster_main(conn, crds, n_jobs, n_trace, seed, running=running))
+    conn: Connection, crds: Sequence[Path], n_jobs: int, n_trace: int, seed: int, *,
+    running: int, efficiency: bool = False,
+) -> None:  # fmt: skip
+    asyncio.run(_cluster_main(conn, crds, n_jobs, n_trace, seed, running=running,
+                              efficiency=efficiency))  # fmt: skip
 
 
 def _as_running(body: dict[str, Any], batch: int) -> None:
@@ -113,14 +115,15 @@ def _as_running(body: dict[str, Any], batch: int) -> None:
 
 
 async def _cluster_main(
-    conn: Connection, crds: Sequence[Path], n_jobs: int, n_trace: int, seed: int, *, running: int
-) -> None:
+    conn: Connection, crds: Sequence[Path], n_jobs: int, n_trace: int, seed: int, *,
+    running: int, efficiency: bool = False,
+) -> None:  # fmt: skip
 
     configure_logging(LoggingSettings(level=LogLevel.ERROR))
     async with EmulatedCluster(crds=crds, compression=1.0, restart_s=0.0) as kube:
         store = kube.store
         for i, job in enumerate(workload(n_trace, seed)[:n_jobs]):
-            _, body = job_manifest(job, i, namespace=NS)
+            _, body = job_manifest(job, i, namespace=NS, efficiency=efficiency)
             if i < running:
                 _as_running(body, job.spec.batch_size)
             plural = body["kind"].lower() + "s"
@@ -135,7 +138,9 @@ class ClusterProcess:
     suspended and opted in (the first ``running`` of them started by Bellows), in a child
     process."""
 
-    def __init__(self, n_jobs: int, n_trace: int, seed: int, *, running: int = 0) -> None:
+    def __init__(
+        self, n_jobs: int, n_trace: int, seed: int, *, running: int = 0, efficiency: bool = False
+    ) -> None:
         try:  # $BELLOWS_CRDS, else crds/ of the data folder, else the pinned ones (downloaded)
             crds = crd_files(None)
         except click.ClickException as error:  # a script's error: one line, exit status 1
@@ -145,7 +150,7 @@ class ClusterProcess:
         self._process = ctx.Process(
             target=_serve_cluster,
             args=(child, crds, n_jobs, n_trace, seed),
-            kwargs={"running": running},
+            kwargs={"running": running, "efficiency": efficiency},
             daemon=True,
         )
 
@@ -191,8 +196,9 @@ def _config(mode: Mode, optimizer: Method) -> AutoscalerConfig:
 
 
 async def _latency(
-    running: int, events: int, seed: int, mode: Mode, optimizer: Method, *, rent: RentRule
-) -> tuple[list[Sample], Sample, float]:
+    running: int, events: int, seed: int, mode: Mode, optimizer: Method, *, rent: RentRule,
+    efficiency: bool = False,
+) -> tuple[list[Sample], Sample, float]:  # fmt: skip
     trace = workload(running + events, seed)
     # capacity: every running job at its least, plus a quarter more to share elastically
     rigid = sum(1 for j in trace[:running] if not j.spec.elastic)
@@ -203,7 +209,7 @@ async def _latency(
         def round_done(self, seconds: float, decisions: Sequence[Decision], **_: Any) -> None:
             rounds.append((seconds, len(decisions)))
 
-    with ClusterProcess(running, running + events, seed) as url:
+    with ClusterProcess(running, running + events, seed, efficiency=efficiency) as url:
         async with running_nats_server() as nats_server:
             settings = NatsSettings(servers=(nats_server.url,), ack_wait_s=30.0)
             nc = await connect(settings)
@@ -253,7 +259,7 @@ async def _latency(
             try:
                 for i in range(events):
                     before = len(applied)
-                    kind = await _make_event(custom, trace, running, i)
+                    kind = await _make_event(custom, trace, running, i, efficiency=efficiency)
                     deadline = time.perf_counter() + 30
                     while len(applied) == before:
                         assert time.perf_counter() < deadline, f"event {i} was never applied"
@@ -324,10 +330,12 @@ async def _start_loop(
     return tasks, consumer
 
 
-async def _make_event(custom: Any, trace: Sequence[Any], running: int, i: int) -> str:
+async def _make_event(
+    custom: Any, trace: Sequence[Any], running: int, i: int, *, efficiency: bool = False
+) -> str:
     """Event ``i``: an arrival (a new job) when even, else a completion (a deletion)."""
     index = running + i if i % 2 == 0 else i // 2  # the oldest running jobs leave first
-    _, body = job_manifest(trace[index], index, namespace=NS)
+    _, body = job_manifest(trace[index], index, namespace=NS, efficiency=efficiency)
     group, version = body["apiVersion"].split("/")
     plural = body["kind"].lower() + "s"
     if i % 2 == 0:
@@ -354,6 +362,9 @@ def main() -> None:
     parser.add_argument("--mode", default="bellows,paper", help="modes, comma-separated")
     parser.add_argument("--optimizer", default="numpy,auto", help="paths, comma-separated")
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--efficiency", action="store_true",
+                        help="every job's profile names its model: decided by goodput from "
+                        "its first round (issue 37)")  # fmt: skip
     args = parser.parse_args()
     paths = [p for p in args.optimizer.split(",") if p]
     bad = [p for p in paths if p not in METHODS]
@@ -374,7 +385,15 @@ def main() -> None:
             with rent.in_background():
                 method = cast(Method, path)
                 runs[f"{mode.value}/{path}"] = asyncio.run(
-                    _latency(args.running, args.events, args.seed, mode, method, rent=rent)
+                    _latency(
+                        args.running,
+                        args.events,
+                        args.seed,
+                        mode,
+                        method,
+                        rent=rent,
+                        efficiency=args.efficiency,
+                    )
                 )
             print(f"kernels compiled in this process: {len(rent.ready - before)} more in this "
                   f"run ({len(rent.ready)} in all), {len(rent.pending)} compiling, "

@@ -111,3 +111,19 @@ def test_the_simulator_learns_placements_only_from_reports() -> None:
     with pytest.raises(SpecError, match="learn_placements"):
         run([TraceJob(0.0, _job("a"), "x")], gpus=8, config=AutoscalerConfig(),
             cluster=CLUSTER, learn_placements=True)  # fmt: skip
+
+
+def test_a_job_refitted_online_stays_in_the_class_it_arrived_in() -> None:
+    """The memory keeps measured times, not ratios to a JSA: a job whose profile the online
+    refit changed is still valued by its class's measurement, moved to another batch by
+    its own (refitted) JSA."""
+    memory = PlacementMemory(CLUSTER)
+    a, b = _job("a"), _job("b")
+    assert memory.version(b) == 0  # b seen first with its arrival profile
+    assert memory.observe(a, ObservedStep(8, 256, 3 * _jsa(a, 8, 256), nodes=2))
+    refit = _job("b", profile=StepProfile((8, 32, 64, 128), (0.01, 0.03, 0.05, 0.09)))
+    assert memory(refit, 8, 256) == pytest.approx(3 * _jsa(a, 8, 256))
+    moved = 3 * _jsa(a, 8, 256) * _jsa(refit, 8, 512) / _jsa(refit, 8, 256)
+    assert memory(refit, 8, 512) == pytest.approx(moved)
+    stranger = _job("z", profile=refit.profile)  # arrived with that profile: another class
+    assert memory(stranger, 8, 256) is None

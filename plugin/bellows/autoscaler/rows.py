@@ -13,7 +13,7 @@ no clock; the values depend on the jobs, the cluster and the configuration only.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,7 +33,7 @@ from bellows.scaling import (
     tsf_tables,
 )
 from bellows.scaling.measured_rows import StepTimes, measured_tables
-from bellows.scaling.placement_memory import ObservedStep, PlacementMemory, job_class
+from bellows.scaling.placement_memory import ObservedStep, PlacementMemory
 from bellows.scaling.tables import candidate_count
 
 __all__ = [
@@ -88,7 +88,7 @@ class Tables:
     measured: StepTimes | None = None
     # what the measured source knows of a job changed: its rows are cached under the new
     # version (bellows.scaling.placement_memory.PlacementMemory.version; None: never)
-    measured_version: Callable[[JobSpec], int] | None = None
+    measured_version: Callable[[JobSpec], Hashable] | None = None
 
     def fork(self) -> Tables:
         """Independent caches holding the same (immutable) rows."""
@@ -97,12 +97,12 @@ class Tables:
         twin.goodput_cache = dict(self.goodput_cache)
         if isinstance(self.measured, PlacementMemory):  # what one learns, the other does not
             twin.measured = self.measured.copy()
-            twin.measured_version = twin.measured.version
+            twin.measured_version = twin.measured.stamp
         return twin
 
     def __post_init__(self) -> None:
         if isinstance(self.measured, PlacementMemory) and self.measured_version is None:
-            self.measured_version = self.measured.version
+            self.measured_version = self.measured.stamp
 
     def observe(
         self,
@@ -119,19 +119,21 @@ class Tables:
             return False
         if not memory.observe(job, step):
             return False
-        self.refresh(s, charged, job_class(job), now)
+        self.refresh(s, charged, memory.class_of(job), now)
         return True
 
     def refresh(
         self, s: State, charged: Mapping[str, EfficiencyProfile], kind: object, now: float
     ) -> None:
-        """What the measured source knows of the jobs of class ``kind``
-        (:func:`~bellows.scaling.placement_memory.job_class`) changed: each takes its row of
-        the new version, a running one goes on at its allocation's new rate. A job decided by
-        goodput takes its new row at the next step (:meth:`goodput_rows`, keyed on the
-        version too)."""
+        """What the placement memory knows of the jobs of class ``kind``
+        (:meth:`~bellows.scaling.placement_memory.PlacementMemory.class_of`) changed: each
+        takes its row of the new version, a running one goes on at its allocation's new rate.
+        A job decided by goodput takes its new row at the next step (:meth:`goodput_rows`,
+        keyed on the version too)."""
+        memory = self.measured
+        assert isinstance(memory, PlacementMemory)
         for name, job in s.jobs.items():
-            if name in charged or job_class(job) != kind:
+            if name in charged or memory.class_of(job) != kind:
                 continue
             s.rows[name] = self.row(job)
             run = s.running.get(name)
@@ -143,8 +145,8 @@ class Tables:
     def kind(self, job: JobSpec) -> tuple[object, ...]:
         """What the job's rows are cached under: its template, and the version of what the
         measured source knows of it."""
-        version = 0 if self.measured_version is None else self.measured_version(job)
-        return (*template(job), version)
+        stamp = None if self.measured_version is None else self.measured_version(job)
+        return (*template(job), stamp)
 
     def row(self, job: JobSpec) -> Row:
         """The job's row, from the template cache or computed now."""
