@@ -1,6 +1,7 @@
 """Lying progress reports in the simulator: what one liar gains, what the others lose.
 
     python benchmarks/liars.py [--seed 2] [--gpus 16] [--minutes 120] [--checked-only]
+                               [--learn-placements]
 
 The 50-job scenario of issue 25: 16 GPUs, a bursty trace of 120 minutes (period 60, seed 2:
 51 jobs), Bellows mode with a queue and a 60 s restart cost, every job reporting its
@@ -54,6 +55,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--checked-only", action="store_true", help="skip the unchecked runs (half the time)"
     )
+    parser.add_argument(
+        "--learn-placements",
+        action="store_true",
+        help="the core also learns each class's step times from the reports (a lie then "
+        "speaks for the liar's class: controller.progress.learnPlacements)",
+    )
     args = parser.parse_args(argv)
     given = sys.argv[1:] if argv is None else list(argv)
     print("$ python " + shlex.join(["benchmarks/liars.py", *given]))
@@ -67,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run(
             trace, gpus=gpus, config=config, cluster=cluster, horizon_s=None,
             learning=Learning({}, lies=lies, checks=checks),
+            learn_placements=args.learn_placements,
         )  # fmt: skip
         out = {
             j.name: (j.finish_s - j.arrival_s) / 60.0 for j in result.jobs if j.finish_s is not None

@@ -29,6 +29,7 @@ from bellows.autoscaler import Autoscaler, AutoscalerConfig
 from bellows.bus.progress import ProgressEvent, ProgressType, encode_progress, progress_subject
 from bellows.jobs import JobSpec
 from bellows.scaling import EfficiencyProfile, default_cluster
+from bellows.scaling.placement_memory import ObservedStep
 from bellows.scaling.timing import step_time
 from bellows.service.learning import ProgressLearner
 from bellows.service.progress_limits import ProgressLimits
@@ -60,6 +61,9 @@ class _Controller:
 
     async def notify(self, job: str, reason: str, message: str) -> None:
         return None
+
+    async def observe_step(self, job: str, step: ObservedStep) -> bool:
+        return self.autoscaler.observe_step(job, self.now, step)
 
 
 async def _flood(coalesced: bool, noise: bool = False) -> float:

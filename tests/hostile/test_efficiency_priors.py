@@ -23,6 +23,7 @@ from bellows.bus.progress import ProgressEvent, ProgressType, encode_progress, p
 from bellows.jobs import JobSpec, SpecError, StepProfile
 from bellows.kube import keys
 from bellows.scaling import MODEL_EFFICIENCY, EfficiencyProfile, default_cluster
+from bellows.scaling.placement_memory import ObservedStep
 from bellows.scaling.priors import PRIOR_NOISE_RANGE, parse_efficiency_prior
 from bellows.scaling.timing import step_time
 from bellows.service.learning import ProgressLearner
@@ -171,6 +172,9 @@ class _Controller:
 
     async def notify(self, job: str, reason: str, message: str) -> None:
         return None
+
+    async def observe_step(self, job: str, step: ObservedStep) -> bool:
+        return self.autoscaler.observe_step(job, self.now, step)
 
 
 async def _report(

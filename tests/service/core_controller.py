@@ -1,7 +1,7 @@
 """A real core behind the progress loop's controller port, for tests without Kubernetes.
 
 :class:`CoreController` is the :class:`~bellows.service.progress_interfaces.Revising` the
-progress loop talks to (``revise``, ``notify``, ``uid``), over a real
+progress loop talks to (``revise``, ``notify``, ``observe_step``, ``uid``), over a real
 :class:`~bellows.autoscaler.Autoscaler` on a clock the test moves (``now``); it records
 what it was told.
 """
@@ -13,18 +13,26 @@ from collections.abc import Sequence
 from bellows.autoscaler import Autoscaler, AutoscalerConfig, Mode
 from bellows.jobs import JobSpec
 from bellows.scaling import EfficiencyProfile, default_cluster
+from bellows.scaling.placement_memory import ObservedStep, PlacementMemory
 
 
 class CoreController:
     """``jobs`` arrived at 0 and a step taken there, on ``capacity`` GPUs in ``mode``."""
 
     def __init__(
-        self, jobs: Sequence[JobSpec], *, capacity: int = 16, mode: Mode = Mode.BELLOWS
+        self,
+        jobs: Sequence[JobSpec],
+        *,
+        capacity: int = 16,
+        mode: Mode = Mode.BELLOWS,
+        placements: bool = False,
     ) -> None:
         self.now = 0.0
+        cluster = default_cluster()
         self.autoscaler = Autoscaler(
-            AutoscalerConfig(mode=mode), capacity=capacity, cluster=default_cluster()
-        )
+            AutoscalerConfig(mode=mode), capacity=capacity, cluster=cluster,
+            measured=PlacementMemory(cluster) if placements else None,
+        )  # fmt: skip
         for job in jobs:
             self.autoscaler.arrive(job, now=0.0)
         self.autoscaler.step(0.0)
@@ -34,6 +42,7 @@ class CoreController:
         self.efficiencies: list[EfficiencyProfile | None] = []
         self.events: list[tuple[str, str]] = []
         self.reported: list[float] = []  # the samples of each report a test fed
+        self.observed: list[tuple[str, ObservedStep]] = []  # steps told to the core
 
     async def revise(
         self,
@@ -52,6 +61,10 @@ class CoreController:
 
     async def notify(self, job: str, reason: str, message: str) -> None:
         self.events.append((job, reason))
+
+    async def observe_step(self, job: str, step: ObservedStep) -> bool:
+        self.observed.append((job, step))
+        return self.autoscaler.observe_step(job, self.now, step)
 
     def uid(self, job: str) -> str | None:
         return self.uids.get(job)

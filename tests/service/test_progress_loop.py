@@ -215,3 +215,38 @@ async def test_a_report_is_dated_by_its_own_time_never_later_than_now() -> None:
     )
     assert await loop.take(subject, encode_progress(later)) is None
     assert learner.samples(key) == (later.samples_seen, 100.0)  # a clock ahead: dated now
+
+
+@pytest.mark.parametrize("placements", [True, False])
+async def test_a_jobs_reports_teach_its_class_what_its_gpus_are_worth(placements: bool) -> None:
+    """Two jobs of one profile run; ``a`` reports steps 3x what the JSA says of its GPUs.
+    With the placement memory (``controller.progress.learnPlacements``, opt in) the
+    loop tells the core its median step there at each flush, and ``b``, which never ran
+    there, is valued by it; without it, ``b``'s row stays the JSA's."""
+    a, b = "pytorchjob/team-a/resnet", "pytorchjob/team-a/other"
+    controller = CoreController(
+        [make_job(a, work=1e12), make_job(b, work=1e12)], capacity=12, placements=placements
+    )
+    alloc = controller.autoscaler.allocations[a]
+    before = controller.autoscaler._s.rows[b].values.copy()
+    loop = ProgressLoop(
+        controller=controller, learner=ProgressLearner(CLUSTER), prefix=PREFIX,
+        now=lambda: controller.now, wall_to_clock=lambda when: (when - T0).total_seconds(),
+        refit_interval_s=0.0,
+    )  # fmt: skip
+    seconds = 3 * step_time(controller.autoscaler.job(a), alloc.gpus, alloc.batch, CLUSTER)
+    subject = progress_subject(PREFIX, "team-a", "resnet")
+    for i in range(3):
+        at = 30.0 * (i + 1)
+        samples = 1000 + round(at * alloc.batch / seconds)
+        event = report("resnet", samples, seconds, alloc.gpus, alloc.batch, at=at)
+        controller.now = at
+        assert await loop.take(subject, encode_progress(event)) is None
+        await loop.flush()
+    after = controller.autoscaler._s.rows[b].values
+    if placements:
+        assert controller.observed
+        assert controller.observed[-1][1].seconds == pytest.approx(seconds)
+        assert after[alloc.gpus] < before[alloc.gpus] / 2
+    else:
+        assert after[alloc.gpus] == before[alloc.gpus]

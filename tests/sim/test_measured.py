@@ -130,9 +130,9 @@ def test_progress_reports_carry_the_measured_step_time(monkeypatch: pytest.Monke
     report = OnlineLearner.report
 
     def listening(self: OnlineLearner, auto: object, told: object, got: ProgressReport,
-                  now: float) -> bool:  # fmt: skip
+                  now: float, *, placements: bool = False) -> bool:  # fmt: skip
         heard.append(got.step_seconds)
-        return report(self, auto, told, got, now)  # type: ignore[arg-type]
+        return report(self, auto, told, got, now, placements=placements)  # type: ignore[arg-type]
 
     monkeypatch.setattr(OnlineLearner, "report", listening)
 

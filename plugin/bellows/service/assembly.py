@@ -9,6 +9,7 @@ from bellows.kube import Actuator, JobReader, KindAdapter, KubeApi
 from bellows.kube.adapters import ALL_KINDS, KINDS
 from bellows.kube.progress_env import ProgressEndpoint
 from bellows.scaling import ClusterProfile, default_cluster, load_cluster_profile
+from bellows.scaling.placement_memory import PlacementMemory
 from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig
 from bellows.service.memory import Memory
@@ -58,7 +59,9 @@ def make_pools(
     on ``engines`` (the process's rent rule and compile-ahead worker)."""
     namespaces = managed_namespaces(config)
     kueue = config.controller.kueue.enabled
+    learn = config.controller.learn_progress and config.controller.progress.learn_placements
     return Pools(
+        placements=PlacementMemory(cluster) if learn else None,
         api=api,
         core=config.controller.autoscaler_config(),
         cluster=cluster,

@@ -26,7 +26,6 @@ from bellows.service.config_fields import ConfigError, build, json_schema, jsona
 from bellows.service.config_sources import Sources
 from bellows.service.process_settings import (
     DNS_LABEL,
-    DNS_SUBDOMAIN,
     BridgeSettings,
     KubernetesSettings,
     LeaderElectionSettings,
@@ -35,7 +34,7 @@ from bellows.service.process_settings import (
     LogLevel,
     MetricsSettings,
 )
-from bellows.service.progress_limits import ProgressLimits
+from bellows.service.progress_settings import ProgressSettings
 
 __all__ = [
     "API_VERSION",
@@ -171,76 +170,6 @@ class TrainerSettings:
                 DNS_LABEL,
                 "a namespace name (DNS-1123 label)",
             )
-
-
-@dataclass(frozen=True)
-class ProgressSettings:
-    """Where the jobs report progress, and bounds on it (docs/security.md, "Progress")."""
-
-    inject: bool = field(
-        default=True,
-        metadata=doc(
-            "point the pods of the jobs Bellows sizes at the namespace's secretName Secret "
-            "(BELLOWS_PROGRESS_URL, _INBOX; the owner's entries kept; with learnProgress)"
-        ),
-    )
-    secret_name: str = field(
-        default="bellows-progress",
-        metadata=doc("the Secret of each job namespace with keys url and inbox"),
-    )
-    refit_interval_s: float = field(
-        default=1.0,
-        metadata=bounded(
-            "seconds between two refits of one job, however many reports it sends (0: once "
-            "per fetched batch)",
-            minimum=0.0,
-            maximum=_DAY,
-        ),
-    )
-    reports_per_second: float = field(
-        default=50.0,
-        metadata=bounded(
-            "progress reports per second one namespace may send (more are dropped, counted "
-            "as rate_limited)",
-            minimum=0.0,
-            maximum=1e6,
-            open_min=True,
-        ),
-    )
-    report_burst: float = field(
-        default=200.0,
-        metadata=bounded(
-            "progress reports one namespace may send at once", minimum=1.0, maximum=1e7
-        ),
-    )
-    bytes_per_second: float = field(
-        default=64.0 * 1024,
-        metadata=bounded(
-            "bytes of progress reports per second one namespace may send (more are dropped, "
-            "counted as bytes_limited)",
-            minimum=0.0,
-            maximum=1e10,
-            open_min=True,
-        ),
-    )
-    byte_burst: float = field(
-        default=256.0 * 1024,
-        metadata=bounded(
-            "bytes of progress reports one namespace may send at once (at least one report: 4 KiB)",
-            minimum=4096.0,
-            maximum=1e11,
-        ),
-    )
-
-    def __post_init__(self) -> None:
-        check_bounds(self)
-        check_name("secret_name", self.secret_name, DNS_SUBDOMAIN, "a Secret name (DNS-1123)")
-
-    def limits(self) -> ProgressLimits:
-        """The progress loop's per-namespace buckets."""
-        return ProgressLimits(
-            self.reports_per_second, self.report_burst, self.bytes_per_second, self.byte_burst
-        )
 
 
 @dataclass(frozen=True)

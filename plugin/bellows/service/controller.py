@@ -49,6 +49,7 @@ from bellows.inputs import brief
 from bellows.jobs import JobSpec
 from bellows.kube import Actuator, JobReader, KubeApi
 from bellows.scaling import EfficiencyProfile
+from bellows.scaling.placement_memory import ObservedStep
 from bellows.service.intake import Intake
 from bellows.service.memory import Memory
 from bellows.service.observing import ControllerObserver
@@ -258,6 +259,11 @@ class Controller:
     async def notify(self, job: str, reason: str, message: str) -> None:
         """A warning Event on ``job`` (best effort, nothing else written)."""
         await self._reports.notify(job, reason, message)
+
+    async def observe_step(self, job: str, step: ObservedStep) -> bool:
+        """A step ``job`` measured, for its class (:meth:`Autoscaler.observe_step`)."""
+        async with self._lock:
+            return self._auto.observe_step(job, self._now(), step)
 
     def uid(self, job: str) -> str | None:
         """The uid of the object the core's ``job`` is (``None``: not this pool's)."""

@@ -227,6 +227,14 @@ class ProgressLearner:
             return state.log.samples, state.samples_at
         return state.noise.progress(state.efficiency, state.log.samples), state.samples_at
 
+    def step_seconds(self, job: str, gpus: int, batch: int) -> float | None:
+        """The median step time ``job`` reported at ``(gpus, batch)`` over its last
+        reports there (``None``: none)."""
+        state = self._jobs.get(job)
+        if state is None:
+            return None
+        return state.log.medians().get((gpus, batch))
+
     def stalled(self, running: Iterable[str], now: float) -> list[str]:
         """Running jobs that reported before but not for more than ``stall_after_s``."""
         return sorted(

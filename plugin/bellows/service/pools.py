@@ -41,6 +41,7 @@ from bellows.jobs import Allocation, JobSpec
 from bellows.kube import Actuator, JobReader, KubeApi, Outcome
 from bellows.kube.kueue import ClusterQueueView
 from bellows.scaling import ClusterProfile, EfficiencyProfile
+from bellows.scaling.placement_memory import ObservedStep, PlacementMemory
 from bellows.service.controller import Controller, EventsNotTakenError
 from bellows.service.memory import Memory
 from bellows.service.observing import ControllerObserver
@@ -208,8 +209,10 @@ class Pools:
         queues: QueueIndex | None = None,
         engines: Engines | None = None,
         memory: Memory | None = None,
+        placements: PlacementMemory | None = None,
     ) -> None:
         self._api = api
+        self._placements = placements  # what jobs measured, per class: every pool's cores'
         self._memory = memory  # what the last leader learned, recalled as pools rebuild
         self._engines = Engines() if engines is None else engines  # shared by every pool
         self._core = core
@@ -375,6 +378,14 @@ class Pools:
         """A warning Event on ``job`` (best effort, nothing else written)."""
         await self._default.notify(job, reason, message)
 
+    async def observe_step(self, job: str, step: ObservedStep) -> bool:
+        """A step ``job`` measured, in the pool that holds it (one placement memory
+        serves every pool: the GPUs are the cluster's)."""
+        for controller in self.controllers:
+            if job in controller.autoscaler.allocations:
+                return await controller.observe_step(job, step)
+        return False
+
     def uid(self, job: str) -> str | None:
         """The uid of the object ``job`` is, in the pool that holds it."""
         for controller in self.controllers:
@@ -465,7 +476,11 @@ class Pools:
         return Controller(
             api=self._api,
             autoscaler=Autoscaler(
-                core, capacity=capacity, cluster=self._cluster, engines=self._engines
+                core,
+                capacity=capacity,
+                cluster=self._cluster,
+                engines=self._engines,
+                measured=self._placements,
             ),
             actuator=self._actuator,
             reader=self._reader,

@@ -10,6 +10,7 @@ from typing import Protocol
 
 from bellows.jobs import Allocation, JobSpec
 from bellows.scaling import EfficiencyProfile
+from bellows.scaling.placement_memory import ObservedStep
 from bellows.service.progress_limits import Limited
 
 __all__ = ["Core", "ProgressObserver", "Rejection", "Revising"]
@@ -66,6 +67,11 @@ class Revising(Protocol):
     ) -> bool: ...
 
     async def notify(self, job: str, reason: str, message: str) -> None: ...
+
+    async def observe_step(self, job: str, step: ObservedStep) -> bool:
+        """A step the job measured where it runs, for its class's placement memory
+        (:meth:`~bellows.autoscaler.Autoscaler.observe_step`); whether it changed it."""
+        ...
 
     def uid(self, job: str) -> str | None:
         """The uid of the object the core's ``job`` is (``None``: not one of its jobs)."""

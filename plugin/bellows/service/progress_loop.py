@@ -44,6 +44,7 @@ from bellows.kube import KubeApi
 from bellows.scaling import ClusterProfile, EfficiencyProfile
 from bellows.scaling.noise import efficiency_moved
 from bellows.scaling.online import REVISE_TOLERANCE, Learned, drifted, moved
+from bellows.scaling.placement_memory import ObservedStep
 from bellows.service.fit_annotation import (
     Annotate,
     fit_annotator,
@@ -212,9 +213,21 @@ class ProgressLoop:
             if self._controller.autoscaler.allocations.get(key) != running:
                 continue  # rescaled or gone since: its next reports will tell
             try:  # one job's failure (its annotation refused, say) is its own
+                await self._observe(key, running)
                 await self._revise(key, running)
             except Exception as err:
                 _log.warning("progress.refit_failed", job=key, error=brief(err))
+
+    async def _observe(self, key: str, running: Allocation) -> None:
+        """The job's median step time where it runs, for its class's placement memory
+        (the core's, where it keeps one: ``controller.progress.learnPlacements``). Its
+        pods' nodes are not known here: taken as the fewest, which the placement asks
+        for (``controller.placement: pack``)."""
+        seconds = self._learner.step_seconds(key, running.gpus, running.batch)
+        if seconds is not None:
+            step = ObservedStep(running.gpus, running.batch, seconds)
+            if await self._controller.observe_step(key, step):
+                _log.info("job.placement_learned", job=key, at=str(running), step_s=seconds)
 
     async def _mark(self, key: str, reason: str) -> None:
         """Flag a job whose reports do not hold together, once (an Event, a metric)."""

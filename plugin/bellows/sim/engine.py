@@ -391,17 +391,20 @@ class _Run:
             seconds = self.step_seconds(job.model, job.spec, job.held, job.batch)
         else:
             seconds = step_time(job.spec, job.gpus, job.batch, self.cluster, nodes=spread)
-        if self.learn_placements:  # the core learns its class's step time on these GPUs
-            assert isinstance(self.auto, Autoscaler)
-            step = ObservedStep(job.gpus, job.batch, seconds, len(job.held) or None)
-            self.auto.observe_step(job.spec.name, now, step)
+        report = ProgressReport(job.gpus, job.batch, seconds, done)
+        lie = self.learning.lies.get(job.spec.name)
+        if lie is not None:
+            report = lie.report(report, job.spec.work)
         if self.learner is not None:
-            report = ProgressReport(job.gpus, job.batch, seconds, done)
-            lie = self.learning.lies.get(job.spec.name)
-            if lie is not None:
-                report = lie.report(report, job.spec.work)
             assert isinstance(self.auto, Autoscaler)  # run() refuses learning with pollux
-            self.revisions += self.learner.report(self.auto, job.told, report, now)
+            placed = self.learn_placements
+            self.revisions += self.learner.report(
+                self.auto, job.told, report, now, placements=placed
+            )
+        elif self.learn_placements:  # no checks, no refit: each report as it comes
+            assert isinstance(self.auto, Autoscaler)
+            step = ObservedStep(report.gpus, report.batch, report.step_seconds)
+            self.auto.observe_step(job.spec.name, now, step)
         self.schedule_report(job, now + self.learning.report_s)
 
     def schedule_report(self, job: _Live, at: float) -> None:

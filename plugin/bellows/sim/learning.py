@@ -53,6 +53,7 @@ from bellows.scaling.online import (
     moved,
     refit_profile,
 )
+from bellows.scaling.placement_memory import ObservedStep
 from bellows.sim.workloads.traces import TraceJob
 
 __all__ = [
@@ -194,9 +195,20 @@ class OnlineLearner:
         self.inconsistent: set[str] = set()  # jobs whose reports did not hold together
         self.refused = 0  # reports refused: backwards or inconsistent
 
-    def report(self, auto: Autoscaler, prior: JobSpec, report: ProgressReport, now: float) -> bool:
+    def report(
+        self,
+        auto: Autoscaler,
+        prior: JobSpec,
+        report: ProgressReport,
+        now: float,
+        *,
+        placements: bool = False,
+    ) -> bool:
         """Learn from ``report`` of the job ``prior`` names (running in ``auto`` at the
-        report's ``(k, b)``); revise it in ``auto`` when worth it. Whether it was revised."""
+        report's ``(k, b)``); revise it in ``auto`` when worth it. Whether it was revised.
+        ``placements``: tell the core, first, the median step time of the reports accepted
+        at that ``(k, b)`` (``Autoscaler.observe_step``, nodes unknown), as the controller's
+        progress loop does."""
         name = prior.name
         state = self._jobs.get(name)
         if state is None:
@@ -217,6 +229,9 @@ class OnlineLearner:
             return False  # the first report of a run: held until the next agrees
         for accepted in verdict.reports:
             state.log.add(accepted)
+        seconds = state.log.medians().get((report.gpus, report.batch))
+        if placements and seconds is not None:
+            auto.observe_step(name, now, ObservedStep(report.gpus, report.batch, seconds))
         medians = tuple(sorted(state.log.medians().items()))
         if state.fit is None or medians != state.fitted:
             state.fit = refit_profile(
