@@ -107,6 +107,25 @@ async def store(tmp_path: Path) -> AsyncIterator[KvLearnedStore]:
             await nc.close()
 
 
+async def test_the_store_loads_every_record_up_to_the_last_revision(
+    store: KvLearnedStore,
+) -> None:
+    """Every live record and none deleted, whether the bucket's last revision is a value or
+    a delete (the load reads to it, not only to nats-py's end-of-replay marker, which may
+    come early: nats-io/nats.py#842); an empty bucket loads nothing."""
+    assert await store.load() == {}
+    for i in range(30):
+        await store.save(f"pytorchjob/team-a/job-{i}", f"record {i}".encode())
+    await store.delete("pytorchjob/team-a/job-3")
+    await store.save("pytorchjob/team-a/job-4", b"again")
+    loaded = await store.load()
+    assert len(loaded) == 29
+    assert "pytorchjob/team-a/job-3" not in loaded
+    assert loaded["pytorchjob/team-a/job-4"] == b"again"
+    await store.delete("pytorchjob/team-a/job-29")  # the last revision: a delete
+    assert len(await store.load()) == 28
+
+
 def _follower(leader: CoreController, memory: Memory) -> Autoscaler:
     """A new leader's core, its jobs recalled as the rebuild recalls them: each at the spec
     its owner gave (what the cluster says) and the allocation it runs at."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -130,9 +131,9 @@ def test_progress_reports_carry_the_measured_step_time(monkeypatch: pytest.Monke
     report = OnlineLearner.report
 
     def listening(self: OnlineLearner, auto: object, told: object, got: ProgressReport,
-                  now: float, *, placements: bool = False) -> bool:  # fmt: skip
+                  now: float, **options: Any) -> bool:  # fmt: skip
         heard.append(got.step_seconds)
-        return report(self, auto, told, got, now, placements=placements)  # type: ignore[arg-type]
+        return report(self, auto, told, got, now, **options)  # type: ignore[arg-type]
 
     monkeypatch.setattr(OnlineLearner, "report", listening)
 
@@ -146,6 +147,38 @@ def test_progress_reports_carry_the_measured_step_time(monkeypatch: pytest.Monke
                  step_seconds=steps, learning=learning)  # fmt: skip
     assert result.stats.reports == len(heard) > 0
     assert heard == pytest.approx([3.0 * jsa] * len(heard))
+
+
+def test_a_charged_job_reports_the_samples_it_processed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Charged with efficiency, a job progresses in reference samples but reports the
+    samples it processed, as a real job does (the controller has its reference samples from
+    its gradient noise): the report checks' pace then reads its true step time, not one
+    inflated by ``1 / E(b)`` (at E 0.2 a fivefold step time, which the fit and the placement
+    memory learned before); the core is revised with its reference samples."""
+    spec = make_job("a", gpus=2, batch_size=512, b_min=512, b_max=512, k_max=2, m_max=256)
+    job = TraceJob(0.0, dataclasses.replace(spec, work=512.0 * 2000), "cifar10")
+    heard: list[tuple[float, float | None]] = []
+    learned: list[dict[tuple[int, int], float]] = []
+    report = OnlineLearner.report
+
+    def listening(self: OnlineLearner, auto: object, told: object, got: ProgressReport,
+                  now: float, **options: Any) -> bool:  # fmt: skip
+        heard.append((got.samples, options.get("reference")))
+        revised = report(self, auto, told, got, now, **options)  # type: ignore[arg-type]
+        learned.append(self._jobs["a"].log.medians())
+        return revised
+
+    monkeypatch.setattr(OnlineLearner, "report", listening)
+    config = AutoscalerConfig(restart_s=0.0, delta_s=60.0)
+    learning = Learning({}, report_s=60.0, learn=True)
+    efficiency = {"cifar10": MODEL_EFFICIENCY["cifar10"]}
+    run([job], gpus=2, config=config, cluster=CLUSTER, learning=learning, efficiency=efficiency)
+    assert len(heard) > 2
+    for seen, reference in heard:
+        assert reference is not None
+        assert seen > 1.2 * reference  # E(512) below 1 for cifar10
+    truth = step_time(spec, 2, 512, CLUSTER)
+    assert learned[-1][2, 512] == pytest.approx(truth, rel=0.05)
 
 
 def test_the_artifacts_batches_keep_the_trace_batch_by_accumulation(tmp_path: Path) -> None:

@@ -25,16 +25,29 @@ class KvLearnedStore:
         self._kv = kv
 
     async def load(self) -> dict[str, bytes]:
-        """Every record, by job (one ordered pass over the bucket; deleted ones skipped)."""
-        watcher = await self._kv.watchall(ignore_deletes=True)
+        """Every record, by job (one ordered pass over the bucket; deleted ones skipped).
+
+        Read up to the bucket's last revision at the start, not only to the watcher's "no
+        more" marker: nats-py can put that marker in too early, before values already on
+        their way (nats-io/nats.py#842), which loaded no record at all now and then on a
+        busy machine. Deletes are read too (they may be the last revision), then dropped."""
+        last = (await self._kv.status()).stream_info.state.last_seq
+        if not last:
+            return {}
+        watcher = await self._kv.watchall()
         records: dict[str, bytes] = {}
+        seen = 0
         try:
-            while True:
+            while seen < last:
                 entry = await watcher.updates(timeout=LOAD_WAIT_S)  # type: ignore[no-untyped-call]
-                if entry is None:  # the values there were at the start are all read
-                    return records
-                if entry.value:
+                if entry is None:  # "the values there were are read": maybe too early
+                    continue
+                seen = max(seen, entry.revision or 0)
+                if entry.operation is None and entry.value:
                     records[entry.key] = entry.value
+                else:  # a delete or a purge
+                    records.pop(entry.key, None)
+            return records
         finally:
             with contextlib.suppress(Exception):
                 await watcher.stop()  # type: ignore[no-untyped-call]

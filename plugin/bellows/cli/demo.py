@@ -132,6 +132,10 @@ def _result_table(result: DemoResult) -> Table:
 @click.option("--no-learning", is_flag=True,
               help="The controller does not learn from the jobs' reports (with --wrong-priors: "
               "it keeps the wrong priors).")  # fmt: skip
+@click.option("--learn-placements", is_flag=True,
+              help="The controller also learns each class of jobs' step times from their "
+              "reports (controller.progress.learnPlacements), and with --wrong-priors the "
+              "simulator half does too (docs/autoscaler.md).")  # fmt: skip
 @click.option("--efficiency/--no-efficiency", default=True, show_default=True,
               help="Jobs train at goodput (their model's statistical efficiency), name their "
               "model in their profile and report their gradient noise through the endpoint "
@@ -166,7 +170,8 @@ def demo(
     *,
     gpus: int, minutes: float, speedup: float, seed: int, delta_min: float | None,
     paper: bool, policy: str, crds: Path | None, json_out: Path | None,
-    wrong_priors: bool, no_learning: bool, efficiency: bool, kueue: bool, no_live: bool,
+    wrong_priors: bool, no_learning: bool, learn_placements: bool, efficiency: bool,
+    kueue: bool, no_live: bool,
     verbose: bool, kinds: tuple[str, ...], placement: str, kubeconfig: Path | None,
 ) -> None:  # fmt: skip
     """Run nats-server, an emulated Kubeflow cluster, the bridge and the controller on a bursty
@@ -199,7 +204,8 @@ def demo(
     options = DemoOptions(
         crds=files, gpus=gpus, minutes=minutes, speedup=speedup, seed=seed,
         delta_min=delta_min, policy=Policy(policy), paper=paper, wrong_priors=wrong_priors,
-        learn=not no_learning, efficiency=efficiency, kueue_crds=kueue_files, kinds=kinds,
+        learn=not no_learning, learn_placements=learn_placements and not no_learning,
+        efficiency=efficiency, kueue_crds=kueue_files, kinds=kinds,
         trainer_crds=trainer_files, placement=Placement(placement), kubeconfig=kubeconfig,
     )  # fmt: skip
     # the count both halves clamp, and the jobs the live view counts from its first frame

@@ -31,8 +31,9 @@ class ProgressSettings:
         default=False,
         metadata=doc(
             "with learnProgress: learn from each job's reports the step time its class of jobs "
-            "(same profile) measures on that many GPUs, and value the class by it (opt in: "
-            "docs/autoscaler.md, 'Deciding with measured step times')"
+            "(same profile) measures on that many GPUs, and value the class by it (opt in: it "
+            "assumes one profile, one speed; docs/autoscaler.md, 'Deciding with measured step "
+            "times')"
         ),
     )
     secret_name: str = field(

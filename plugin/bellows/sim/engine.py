@@ -180,7 +180,9 @@ class _Live:
     gpus: int = 0
     batch: int = 0
     rate: float = 0.0
-    done: float = 0.0  # samples processed up to ``since``
+    done: float = 0.0  # samples processed up to ``since`` (reference samples when charged)
+    seen: float = 0.0  # samples processed up to ``since``, as a job counts them (its reports)
+    seen_bound: float | None = None  # most_seen, once computed
     since: float = 0.0
     resume_at: float = 0.0  # no progress before this (restart after a rescale)
     version: int = 0  # bumps whenever the completion time moves
@@ -196,6 +198,20 @@ class _Live:
     extra_nodes: int = 0  # nodes held beyond the fewest that hold its GPUs
     # (version, progress step at ``since``, when it reaches each next step): step_at's
     steps_seen: tuple[int, int, npt.NDArray[np.float64]] = (-1, 0, _NO_STEPS)
+
+    def most_seen(self) -> float:
+        """The most samples the job may process to finish: its work, or, charged, the samples
+        its largest batch needs for it (the controller's bound on a job's reports)."""
+        if self.charge is None:
+            return self.spec.work
+        if self.seen_bound is None:
+            need = self.charge.samples_between(self.spec.b_max, 0.0, self.spec.work)
+            self.seen_bound = max(self.spec.work, float(need))
+        return self.seen_bound
+
+    def seen_at(self, now: float) -> float:
+        """Samples processed by ``now``, as the job counts them (not reference samples)."""
+        return self.seen + self.rate * max(0.0, now - max(self.since, self.resume_at))
 
     def done_at(self, now: float) -> float:
         samples = self.rate * max(0.0, now - max(self.since, self.resume_at))
@@ -391,16 +407,21 @@ class _Run:
             seconds = self.step_seconds(job.model, job.spec, job.held, job.batch)
         else:
             seconds = step_time(job.spec, job.gpus, job.batch, self.cluster, nodes=spread)
-        report = ProgressReport(job.gpus, job.batch, seconds, done)
+        # a job reports the samples it processed; the core counts a charged job's progress in
+        # reference samples (issue 29), which the controller has from the job's gradient noise
+        seen = done if job.charge is None else job.seen_at(now)
+        report = ProgressReport(job.gpus, job.batch, seconds, seen)
         lie = self.learning.lies.get(job.spec.name)
         if lie is not None:
             report = lie.report(report, job.spec.work)
+            done = report.samples if lie.samples is not None else done
         if self.learner is not None:
             assert isinstance(self.auto, Autoscaler)  # run() refuses learning with pollux
-            placed = self.learn_placements
+            placed, reference = self.learn_placements, done if job.charge is not None else None
             self.revisions += self.learner.report(
-                self.auto, job.told, report, now, placements=placed
-            )
+                self.auto, job.told, report, now, placements=placed, reference=reference,
+                most=job.most_seen(),
+            )  # fmt: skip
         elif self.learn_placements:  # no checks, no refit: each report as it comes
             assert isinstance(self.auto, Autoscaler)
             step = ObservedStep(report.gpus, report.batch, report.step_seconds)
@@ -487,7 +508,7 @@ class _Run:
 
     def retune(self, job: _Live, batch: int, now: float) -> None:
         """A running job changes its batch in place (the Pollux reference: no restart)."""
-        job.done = job.done_at(now)
+        job.seen, job.done = job.seen_at(now), job.done_at(now)
         job.close_segment(now)
         job.batch = batch
         job.rate = self.rate(job, job.gpus, batch)
@@ -497,7 +518,7 @@ class _Run:
 
     def halt(self, job: _Live, now: float) -> None:
         """A rescale's first half: the job stops and gives its GPUs back."""
-        job.done = job.done_at(now)
+        job.seen, job.done = job.seen_at(now), job.done_at(now)
         job.close_segment(now)
         self.unplace(job)
         job.rescales += 1
@@ -516,7 +537,7 @@ class _Run:
                 self.halt(job, now)
             self.place(job, decision.gpus, decision.batch, now, pause=self.restart_s(job))
         elif isinstance(decision, Preempt):
-            job.done = job.done_at(now)
+            job.seen, job.done = job.seen_at(now), job.done_at(now)
             job.close_segment(now)
             job.preemptions += 1
             self.release(job, now)

@@ -203,18 +203,24 @@ class OnlineLearner:
         now: float,
         *,
         placements: bool = False,
+        reference: float | None = None,
+        most: float | None = None,
     ) -> bool:
         """Learn from ``report`` of the job ``prior`` names (running in ``auto`` at the
         report's ``(k, b)``); revise it in ``auto`` when worth it. Whether it was revised.
         ``placements``: tell the core, first, the median step time of the reports accepted
         at that ``(k, b)`` (``Autoscaler.observe_step``, nodes unknown), as the controller's
-        progress loop does."""
+        progress loop does. ``reference``: the job's progress in reference samples, where the
+        core counts it so (a charged job: ``report`` carries the samples it processed, which
+        the checks and the fit read; the revision says this, as the controller learns it from
+        the job's gradient noise); ``None``: the report's samples. ``most``: the most samples
+        it may report while it runs (default: its work)."""
         name = prior.name
         state = self._jobs.get(name)
         if state is None:
             state = self._jobs[name] = _Job(prior)
         verdict = (
-            state.checks.check(report, now, work=prior.work)
+            state.checks.check(report, now, work=prior.work if most is None else most)
             if self._checks
             else Accepted((report,))
             if report.samples >= state.log.samples
@@ -245,20 +251,21 @@ class OnlineLearner:
         fit = state.fit
         learned = Learned(fit.compute, fit.communication)
         estimate = auto.estimated_done(name, now)
+        done = report.samples if reference is None else reference
         work = auto.job(name).work
         if not moved(state.learned, learned, tolerance=self._tolerance) and not drifted(
-            estimate, report.samples, work, tolerance=self._tolerance
+            estimate, done, work, tolerance=self._tolerance
         ):
             return False
         spec = dataclasses.replace(
             state.prior, weights=fit.profile.effective_weights, profile=fit.profile.step
         )
-        if not auto.revise(spec, now, done=report.samples):
+        if not auto.revise(spec, now, done=done):
             return False
         state.learned = learned
         self.revisions.append(
             Revision(
-                name, now, report.samples, fit.compute, fit.communication,
+                name, now, done, fit.compute, fit.communication,
                 state.log.reports, fit.configurations, spec,
             )
         )  # fmt: skip

@@ -64,6 +64,7 @@ from bellows.kube.statuses import JobStatus, read_status
 from bellows.optimizer import Method
 from bellows.scaling import MODEL_EFFICIENCY, ClusterProfile, EfficiencyProfile, default_cluster
 from bellows.scaling.online import SpeedFactors
+from bellows.scaling.placement_memory import PlacementMemory
 from bellows.service.clock import ServiceClock
 from bellows.service.pools import Pools
 from bellows.service.queues import QueueIndex
@@ -115,6 +116,7 @@ class DemoOptions:
     # simulator half then replays the true profiles; learn: the controller learns online
     wrong_priors: bool = False
     learn: bool = True
+    learn_placements: bool = False  # and the step times per class (learnPlacements)
     # jobs train at goodput and report their gradient noise (see the module docstring)
     efficiency: bool = True
     # Kueue's CRDs: with them, every job goes through the emulated Kueue (see the docstring)
@@ -440,6 +442,7 @@ def _simulated(
         horizon_s=horizon_s,
         efficiency=efficiencies or None,
         learning=learning,
+        learn_placements=learning is not None and options.learn_placements,
     )
 
 
@@ -487,6 +490,8 @@ def _controller(
         wall_to_clock=clock.at,
         observer=ledger,
         queues=queues,
+        # what the jobs measure, per class (controller.progress.learnPlacements: opt in)
+        placements=PlacementMemory(cluster) if options.learn_placements else None,
     )
 
     def charged(name: str) -> EfficiencyProfile | None:
