@@ -31,7 +31,7 @@ from bellows.jobs import JobSpec
 from bellows.scaling.efficiency import EfficiencyProfile
 from bellows.scaling.tables import TsfTables
 
-__all__ = ["MEASURED_GRID", "StepTimes", "measured_tables", "measured_x1"]
+__all__ = ["MEASURED_GRID", "StepTimes", "measured_tables", "measured_x1", "per_gpu_grid"]
 
 StepTimes = Callable[[JobSpec, int, int], "float | None"]
 """``(job, gpus, global batch)`` to the measured seconds of one step on ``gpus`` packed on
@@ -58,15 +58,23 @@ def measured_x1(
     return job.x1_batch / seconds * float(_gain(profile, np.array([job.x1_batch]), progress)[0])
 
 
+def per_gpu_grid(job: JobSpec, k: int, steps: int) -> list[int]:
+    """The per-GPU batches ``job`` may run at on ``k`` GPUs, in ``steps`` geometric steps
+    over its bounds and both ends (none when no batch fits ``k``), ascending."""
+    lo, hi = max(1, -(-job.b_min // k)), min(job.m_max, job.b_max // k)
+    if lo > hi:
+        return []
+    return sorted({lo, hi, *(round(lo * (hi / lo) ** (i / steps)) for i in range(steps))})
+
+
 def _candidates(job: JobSpec, k: int, chosen: int) -> list[int]:
     """Global batches weighed on ``k`` GPUs: a rigid job's own; else a geometric grid of
     per-GPU batches over the bounds, and the JSA's choice."""
     if not job.elastic:
         return [job.batch_size] if k == job.gpus else []
-    lo, hi = max(1, -(-job.b_min // k)), min(job.m_max, job.b_max // k)
-    if lo > hi:
+    grid = per_gpu_grid(job, k, MEASURED_GRID)
+    if not grid:
         return []
-    grid = {lo, hi, *(round(lo * (hi / lo) ** (i / MEASURED_GRID)) for i in range(MEASURED_GRID))}
     batches = {k * m for m in grid}
     if chosen > 0:
         batches.add(chosen)

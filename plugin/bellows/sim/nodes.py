@@ -20,10 +20,15 @@ from __future__ import annotations
 
 from bellows.jobs import SpecError
 
-__all__ = ["Nodes", "Placement"]
+__all__ = ["Nodes", "Placement", "packed"]
 
 Placement = tuple[tuple[int, int], ...]
 """``(node, GPUs)`` for each node a job holds GPUs on."""
+
+
+def packed(gpus: int, per_node: int) -> tuple[tuple[int, int], ...]:
+    """``gpus`` on the fewest nodes of ``per_node``: ``(node, GPUs)`` pairs, full first."""
+    return tuple((n, min(per_node, gpus - n * per_node)) for n in range(-(-gpus // per_node)))
 
 
 class Nodes:

@@ -15,14 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from bellows.jobs import JobSpec
+from bellows.sim.nodes import packed
 from bellows.sim.pollux.speedups import StepSeconds
 
-__all__ = ["PackedSteps", "packed"]
-
-
-def packed(gpus: int, per_node: int) -> tuple[tuple[int, int], ...]:
-    """``gpus`` on the fewest nodes of ``per_node``: ``(node, GPUs)`` pairs, full first."""
-    return tuple((n, min(per_node, gpus - n * per_node)) for n in range(-(-gpus // per_node)))
+__all__ = ["PackedSteps"]
 
 
 class PackedSteps:

@@ -20,7 +20,6 @@ whole nodes, spread over two.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -30,7 +29,9 @@ import numpy.typing as npt
 from bellows.autoscaler.core import GOODPUT_STEPS
 from bellows.jobs import JobSpec
 from bellows.scaling import ClusterProfile, EfficiencyProfile, tsf_tables
+from bellows.scaling.measured_rows import per_gpu_grid
 from bellows.sim.metrics import template
+from bellows.sim.nodes import packed
 
 __all__ = ["STEPS", "RowCache", "Rows", "StepSeconds", "progress_step"]
 
@@ -115,15 +116,13 @@ class RowCache:
         rows: list[list[float]] = [[0.0] * (job.k_max + 1), [0.0] * (job.k_max + 1)]
         batches: list[list[int]] = [[0] * (job.k_max + 1), [0] * (job.k_max + 1)]
         for k in range(1, job.k_max + 1):
-            lo, hi = max(1, -(-job.b_min // k)), min(job.m_max, job.b_max // k)
-            if lo > hi:
+            grid = per_gpu_grid(job, k, _GRID)
+            if not grid:
                 continue
-            grid = sorted({lo, hi, *(round(lo * (hi / lo) ** (i / _GRID)) for i in range(_GRID))})
-            packed = tuple((n, min(per_node, k - n * per_node))
-                           for n in range(math.ceil(k / per_node)))  # fmt: skip
+            fewest = packed(k, per_node)
             half = (k + 1) // 2
-            spread = packed if k > per_node or k == 1 else ((0, half), (1, k - half))
-            for row, placement in enumerate((packed, spread)):
+            spread = fewest if k > per_node or k == 1 else ((0, half), (1, k - half))
+            for row, placement in enumerate((fewest, spread)):
                 for m in grid:
                     batch = k * m
                     seconds = self._measured(str(job.category), job, placement, batch)
