@@ -13,7 +13,7 @@ no clock; the values depend on the jobs, the cluster and the configuration only.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,9 +86,6 @@ class Tables:
     # measured step times, where a job has them, decide its rows instead of the JSA
     # (bellows.scaling.measured_rows; None: the JSA's everywhere)
     measured: StepTimes | None = None
-    # what the measured source knows of a job changed: its rows are cached under the new
-    # version (bellows.scaling.placement_memory.PlacementMemory.version; None: never)
-    measured_version: Callable[[JobSpec], Hashable] | None = None
 
     def fork(self) -> Tables:
         """Independent caches holding the same (immutable) rows."""
@@ -97,12 +94,7 @@ class Tables:
         twin.goodput_cache = dict(self.goodput_cache)
         if isinstance(self.measured, PlacementMemory):  # what one learns, the other does not
             twin.measured = self.measured.copy()
-            twin.measured_version = twin.measured.stamp
         return twin
-
-    def __post_init__(self) -> None:
-        if isinstance(self.measured, PlacementMemory) and self.measured_version is None:
-            self.measured_version = self.measured.stamp
 
     def observe(
         self,
@@ -143,10 +135,10 @@ class Tables:
                 s.running[name] = RunningJob(held, rate, run.done_at(now), now, run.paused_until)
 
     def kind(self, job: JobSpec) -> tuple[object, ...]:
-        """What the job's rows are cached under: its template, and the version of what the
-        measured source knows of it."""
-        stamp = None if self.measured_version is None else self.measured_version(job)
-        return (*template(job), stamp)
+        """What the job's rows are cached under: its template, and, with a placement memory,
+        its class and the version of what the memory knows of it (a lesson is a new key)."""
+        memory = self.measured
+        return (*template(job), memory.stamp(job) if isinstance(memory, PlacementMemory) else None)
 
     def row(self, job: JobSpec) -> Row:
         """The job's row, from the template cache or computed now."""

@@ -235,10 +235,11 @@ class OnlineLearner:
             return False  # the first report of a run: held until the next agrees
         for accepted in verdict.reports:
             state.log.add(accepted)
-        seconds = state.log.medians().get((report.gpus, report.batch))
+        by_config = state.log.medians()
+        seconds = by_config.get((report.gpus, report.batch))
         if placements and seconds is not None:
             auto.observe_step(name, now, ObservedStep(report.gpus, report.batch, seconds))
-        medians = tuple(sorted(state.log.medians().items()))
+        medians = tuple(sorted(by_config.items()))
         if state.fit is None or medians != state.fitted:
             state.fit = refit_profile(
                 _profile(state.prior),
