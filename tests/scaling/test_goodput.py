@@ -56,7 +56,16 @@ def test_goodput_rows_match_the_scalar_search(done: float) -> None:
         efficiency=[profile, None], progress=[done, 0.0],
     )  # fmt: skip
     assert tables.efficiency is not None
-    g1 = throughput(job, 1, job.x1_batch, cluster) * float(profile.efficiency(job.x1_batch, done))
+
+    def goodput(k: int, batch: int) -> float:
+        return throughput(job, k, batch, cluster) * float(profile.efficiency(batch, done))
+
+    # relative to the best one GPU does, not to the goodput at x1_batch alone
+    g1 = max(goodput(1, a.batch) for a in feasible_allocations(job) if a.gpus == 1)
+    assert g1 >= goodput(1, job.x1_batch)
+    assert tables.one is not None
+    assert tables.one[0] == pytest.approx(g1, rel=1e-12)
+    assert np.isnan(tables.one[1])
     for k in range(1, 15):
         options = [a for a in feasible_allocations(job) if a.gpus == k]
         if not options:

@@ -57,7 +57,8 @@ def _one_row(
     x1 = job.x1_batch / float(
         processing_seconds_rows(knots, np.array([[float(job.x1_batch)]]))[0, 0]
     )
-    g1 = x1 * float(profile.efficiency(job.x1_batch, done))
+    good = np.where(ok, x * e, -np.inf)
+    g1 = max(x1 * float(profile.efficiency(job.x1_batch, done)), float(good[0].max()))
     ok_k = b_out > 0
     values = np.where(ok_k, x_out * e_out / g1, -np.inf)
     return values, b_out, np.where(ok_k, x_out, 0.0), np.where(ok_k, e_out, 1.0)

@@ -138,12 +138,12 @@ def test_told_the_measured_step_times_bellows_mode_gains_on_workload_1(
 ) -> None:
     """``--measured-rows``: the core decides with the step times the calibrated simulator
     charges (as the Pollux reference does) and gains on workload-1, where the JSA is off at
-    two nodes (docs/autoscaler.md: 1.115 -> 0.955 of the published Pollux)."""
+    two nodes (docs/autoscaler.md: 1.019 -> 0.932 of the published Pollux)."""
     bench = _benchmark()
     jsa = bench.run_one(shared_data, "workload-1", "bellows", 30.0, "pollux-measured")
     told = bench.run_one(shared_data, "workload-1", "bellows", 30.0, "pollux-measured",
                          variant=bench.Variant(measured_rows=True))  # fmt: skip
-    assert told.ours_s < 0.9 * jsa.ours_s
+    assert told.ours_s < 0.95 * jsa.ours_s
     assert told.ratio < 1.0
 
 
@@ -154,7 +154,7 @@ def test_measured_rows_needs_a_physics_that_measures(shared_data: Path) -> None:
 
 def test_learning_the_placements_from_reports_gains_on_workload_1(shared_data: Path) -> None:
     """``--learn-placements``: the core learns, from each job's reports, the step time its
-    class measures on its GPUs, and gains on workload-1 (docs/autoscaler.md: 1.115 -> 0.980
+    class measures on its GPUs, and gains on workload-1 (docs/autoscaler.md: 1.019 -> 0.939
     of the published Pollux); it refuses to be told and to learn at once."""
     bench = _benchmark()
     jsa = bench.run_one(shared_data, "workload-1", "bellows", 30.0, "pollux-measured")

@@ -284,6 +284,8 @@ class Tables:
                 gain = float(goodput[j][0].efficiency(job.x1_batch, goodput[j][1]))
                 rate = rate * tables.efficiency[j, : job.k_max + 1]
             x1 = x1s[j]
+            if x1 is None and tables.one is not None and np.isfinite(tables.one[j]):
+                x1 = float(tables.one[j])  # a goodput row's own reference
             values = table[j, : job.k_max + 1].copy()
             finite = np.flatnonzero(np.isfinite(values[1:]))
             rows.append(

@@ -14,10 +14,10 @@ GPUs packed on the fewest nodes, or ``None`` where it has no measurement of the 
 JSA's row is kept). :func:`measured_tables` replaces, in a :class:`TsfTables`, the row of
 every job the source knows: per count, the batch with the highest goodput (throughput
 times ``E(b)`` at the job's progress) among a geometric grid of per-GPU batches over the
-job's bounds and the JSA's own choice; ``values`` that goodput over the goodput on one GPU
-at ``x1_batch``, as :func:`~bellows.scaling.tables.tsf_tables` does. A count whose every
-batch is unmeasured (``NaN``: outside what was measured) is not offered. Pure: the source is
-called, nothing else; no I/O here.
+job's bounds and the JSA's own choice; ``values`` that goodput over the best goodput on one
+GPU (at ``x1_batch`` or a better batch), as :func:`~bellows.scaling.tables.tsf_tables`
+does. A count whose every batch is unmeasured (``NaN``: outside what was measured) is not
+offered. Pure: the source is called, nothing else; no I/O here.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def measured_tables(
     progress: Sequence[float] | None = None,
 ) -> tuple[TsfTables, list[float | None]]:
     """``tables`` with the row of every job ``steps`` measures rebuilt from its
-    measurements (module docstring), and each job's one-GPU goodput at ``x1_batch`` by them
+    measurements (module docstring), and the one-GPU goodput each row is relative to
     (``None`` for a row kept as the JSA's)."""
     values, batch = np.array(tables.values), np.array(tables.batch)
     rate = np.array(tables.throughput)
@@ -114,10 +114,14 @@ def measured_tables(
             e = _gain(profile, b, done)
             good = b / seconds[ok] * e
             best = int(np.argmax(good))  # the smallest batch of the best goodput
-            values[j, k], batch[j, k] = good[best] / x1, int(b[best])
+            values[j, k], batch[j, k] = good[best], int(b[best])
             rate[j, k], gain[j, k] = b[best] / seconds[ok][best], e[best]
+        if np.isfinite(values[j, 1]):  # relative to the best one GPU does (tables.TsfTables)
+            x1 = max(x1, float(values[j, 1]))
+        x1s[-1] = x1
+        values[j, 1:] /= x1
     out = TsfTables(
         values=values, batch=batch, throughput=rate,
-        efficiency=None if tables.efficiency is None else gain,
+        efficiency=None if tables.efficiency is None else gain, one=tables.one,
     )  # fmt: skip
     return out, x1s

@@ -61,13 +61,17 @@ class TsfTables:
     0); ``batch[j, k]`` the global batch that achieves it (0 where infeasible);
     ``throughput[j, k]`` the samples/s there (0 where infeasible). Arrays are read-only.
     ``efficiency[j, k]``, when the tables were built with efficiency profiles, is ``E(b)`` at
-    the chosen batch (1 for a job without one; ``None`` when no job had one).
+    the chosen batch (1 for a job without one; ``None`` when no job had one). ``one[j]``, where
+    row ``j`` is a goodput row, is the rate its values are relative to: its best goodput on
+    one GPU, in reference samples per second (NaN for other rows, whose values are relative to
+    the one-GPU throughput at ``x1_batch``; ``None`` when no row is a goodput row).
     """
 
     values: F64
     batch: I64
     throughput: F64
     efficiency: F64 | None = None
+    one: F64 | None = None
 
     def __post_init__(self) -> None:
         shape = self.values.shape
@@ -77,7 +81,9 @@ class TsfTables:
         for name in names:
             if getattr(self, name).shape != shape:
                 raise SpecError(name, getattr(self, name).shape, f"shape {shape}")
-        for name in ("values", *names):
+        if self.one is not None and self.one.shape != shape[:1]:
+            raise SpecError("one", self.one.shape, f"shape {shape[:1]}")
+        for name in ("values", *names, *(() if self.one is None else ("one",))):
             getattr(self, name).setflags(write=False)
 
     @property
@@ -191,7 +197,7 @@ def tsf_tables(
 
     ``efficiency[j]`` (with ``progress[j]``, the reference samples job ``j`` has made, 0 when
     not given) makes row ``j`` a goodput row: per k the batch maximising ``X * E(b)`` and
-    ``values`` that goodput over the one-GPU goodput at ``x1_batch``. Rows without a profile,
+    ``values`` that goodput over the job's best one-GPU goodput (``one``). Rows without a profile,
     and every row when ``efficiency`` is ``None`` or all ``None``, are today's, bit for bit.
     ``compiled``: weigh the candidate batches in the compiled loop where it is built
     (``False``: in NumPy chunks, the same bits).
@@ -426,6 +432,7 @@ def _goodput_tables(
     batch = np.zeros((n, width + 1), dtype=np.int64)
     rate = np.zeros((n, width + 1))
     gain = np.ones((n, width + 1))
+    one = np.full(n, np.nan)
     values[rest], batch[rest], rate[rest] = base.values, base.batch, base.throughput
     for j in rest:
         profile = efficiency[j]
@@ -438,8 +445,8 @@ def _goodput_tables(
             [jobs[j] for j in good], cluster, [p for p in profiles if p is not None],
             [done[j] for j in good], width,
         )  # fmt: skip
-        values[good], batch[good], rate[good], gain[good] = rows
-    return TsfTables(values=values, batch=batch, throughput=rate, efficiency=gain)
+        values[good], batch[good], rate[good], gain[good], one[good] = rows
+    return TsfTables(values=values, batch=batch, throughput=rate, efficiency=gain, one=one)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -463,12 +470,17 @@ def _goodput_rows(
     profiles: Sequence[EfficiencyProfile],
     done: Sequence[float],
     width: int,
-) -> tuple[F64, I64, F64, F64]:
-    """Goodput rows ``[len(jobs), width+1]``: values, batch, throughput and efficiency.
+) -> tuple[F64, I64, F64, F64, F64]:
+    """Goodput rows ``[len(jobs), width+1]``: values, batch, throughput and efficiency, and
+    the rate the values are relative to ``[len(jobs)]``.
 
     Per job and k, the feasible ``b = k*m`` with the highest goodput among the candidates
     (:func:`_goodput_candidates`, plus each k's smallest and largest feasible ``m``; the
-    smallest such ``m``); ``values`` that goodput over the one-GPU goodput at ``x1_batch``.
+    smallest such ``m``); ``values`` that goodput over ``one``, the job's best one-GPU
+    goodput (the best feasible, or the goodput at ``x1_batch`` where it is higher or one GPU
+    fits no batch). Not at ``x1_batch`` alone: a prior that finds large batches inefficient
+    would lower that reference below what one GPU does, and so raise every speedup the row
+    states, buying GPUs by pessimism (tests/hostile/test_efficiency_priors.py).
 
     What does not depend on the progress (each candidate's throughput and the batch's factor
     of the noise scale, a :class:`_Block`) is computed for many jobs at once and kept per
@@ -505,12 +517,13 @@ def _goodput_rows(
     batch = np.zeros((n, width + 1), dtype=np.int64)
     rate = np.zeros((n, width + 1))
     gain = np.ones((n, width + 1))
+    one = np.zeros(n)
     for j, key in enumerate(keys):
         found = blocks[key]
         assert found is not None  # every missing block was found above
         row = _choose(found, jobs[j], profiles[j], done[j])
-        values[j, 1:], batch[j, 1:], rate[j, 1:], gain[j, 1:] = row
-    return values, batch, rate, gain
+        values[j, 1:], batch[j, 1:], rate[j, 1:], gain[j, 1:], one[j] = row
+    return values, batch, rate, gain, one
 
 
 @dataclass(frozen=True, eq=False)
@@ -622,8 +635,9 @@ def _blocks(
 
 def _choose(
     block: _Block, job: JobSpec, profile: EfficiencyProfile, done: float
-) -> tuple[F64, I64, F64, F64]:
-    """One goodput row at ``done`` (columns k = 1..width): values, batch, throughput, E."""
+) -> tuple[F64, I64, F64, F64, float]:
+    """One goodput row at ``done`` (columns k = 1..width): values, batch, throughput, E,
+    and the rate the values are relative to (:func:`_goodput_rows`)."""
     phi = np.asarray(
         profile.at_progress(np.asarray(done, dtype=np.float64)) * block.factor, dtype=np.float64
     )
@@ -636,11 +650,11 @@ def _choose(
     x_k = np.where(hit, block.x[rows, at], 0.0)
     b_k = np.where(hit, block.b[rows, at], 0)
     e_k = np.where(hit, e[rows, at], 1.0)
-    g1 = block.x1 * float(profile.efficiency(job.x1_batch, done))
+    g1 = max(block.x1 * float(profile.efficiency(job.x1_batch, done)), float(peak[0, 0]))
     ok_k = b_k > 0
     return (
         np.where(ok_k, x_k * e_k / g1, -np.inf), b_k, np.where(ok_k, x_k, 0.0),
-        np.where(ok_k, e_k, 1.0),
+        np.where(ok_k, e_k, 1.0), g1,
     )  # fmt: skip
 
 
