@@ -1,14 +1,17 @@
 """How well the JSA predicts measured step times, and how fast its tables are.
 
-    python benchmarks/jsa_accuracy.py [--data DIR] [--no-timing]
+    python benchmarks/jsa_accuracy.py [--data DIR] [--no-timing] [--types]
 
 Prints (Markdown) the held-out mean absolute percentage error of every model variant on the
 six Pollux models on the two reviewer splits (<= 4 GPUs -> >= 8 GPUs; placements.csv ->
 scalability.csv; nothing on the held-out side is fitted), then on the profiling-plan protocol
 (leave-one-model-out, see bellows.scaling.accuracy), the same for other
 choices of profiled placements, the fitted reference cluster profiles, and the median time
-of ``tsf_tables`` against the scalar loop it is tested against. ``--data`` defaults to
-``$BELLOWS_DATA`` or ``../shared/data`` beside the checkout.
+of ``tsf_tables`` against the scalar loop it is tested against. ``--types`` prints, instead,
+the JSA per GPU type on Sia's measurements (issue 39): each type's fitted Allreduce model
+beside the one :func:`bellows.scaling.gpu_types.sia_mix` embeds, and per model its largest
+per-GPU batch, one-GPU speed and error over its multi-GPU rows there. ``--data`` defaults
+to ``$BELLOWS_DATA`` or ``../shared/data`` beside the checkout.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from bellows.scaling import (
     cluster_profile_to_json,
     default_cluster,
     fit_step_profile,
+    processing_seconds,
     single_gpu_throughput,
     throughput,
     tsf_tables,
@@ -40,8 +44,13 @@ from bellows.scaling.accuracy import (
     MeasuredModel,
     evaluate,
     evaluate_split,
+    fit_type_cluster,
+    fit_type_sections,
     load_pollux_models,
+    load_sia_models,
+    type_mape,
 )
+from bellows.scaling.gpu_types import SIA_TYPES, sia_mix
 
 TARGET = 0.08  # issue 13: at most 8 % held-out error on every model, both splits
 OTHER_PLANS = (
@@ -165,15 +174,57 @@ def timing(models: list[MeasuredModel]) -> None:
     print(f"| ratio | {scalar / vectorized:.0f}x |")
 
 
+def types(data: Path) -> None:
+    """The JSA per GPU type on Sia's measurements (module docstring)."""
+    mix = sia_mix()
+    print("## GPU types (Sia's measurements)\n")
+    print("| type | fitted intra / inter latency (s), per weight (s) | overlap | embedded |")
+    print("|---|---|---:|---|")
+    fits = {}
+    for gpu in mix.types:
+        models = load_sia_models(data / "sia" / "profiles", SIA_TYPES[gpu.name])
+        fit = fit_type_cluster(models, gpus_per_node=gpu.gpus_per_node)
+        fits[gpu.name] = (models, fit)
+        same = all(
+            abs(a - b) <= 1e-3 * max(abs(b), 1e-12)
+            for a, b in zip(_link_numbers(fit), _link_numbers(gpu.cluster), strict=True)
+        )
+        print(f"| {gpu.name} | {fit.intra_node.latency:.3e} / {fit.inter_node.latency:.3e}, "
+              f"{fit.intra_node.per_weight:.3e} / {fit.inter_node.per_weight:.3e} | "
+              f"{fit.overlap:.3f} | {'same (1e-3)' if same else 'DIFFERS'} |")  # fmt: skip
+    print("\n| model | " + " | ".join(f"{n}: m_max, X1 (samples/s), MAPE" for n in mix.names)
+          + " |")  # fmt: skip
+    print("|---|" + "---|" * len(mix.names))
+    cells: dict[str, list[str]] = {}
+    for name, (models, fit) in fits.items():
+        sections = fit_type_sections(models, fit, name)
+        errors = type_mape(models, fit, name)
+        for model, section in sections.items():
+            x1 = section.m_max / processing_seconds(section.profile, section.m_max)
+            cells.setdefault(model, []).append(f"{section.m_max}, {x1:,.0f}, {errors[model]:.1%}")
+    for model, row in cells.items():
+        print(f"| {model} | " + " | ".join(row) + " |")
+
+
+def _link_numbers(cluster: ClusterProfile) -> tuple[float, ...]:
+    return (cluster.intra_node.latency, cluster.intra_node.per_weight,
+            cluster.inter_node.latency, cluster.inter_node.per_weight, cluster.overlap)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=data_folder(),
                         help=f"folder holding pollux/profiles (default: ${DATA_ENV}, else "
                              "shared/data beside the checkout)")  # fmt: skip
     parser.add_argument("--no-timing", action="store_true", help="skip the speed table")
+    parser.add_argument("--types", action="store_true",
+                        help="the JSA per GPU type on Sia's measurements (issue 39)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.data is None:
         parser.error(no_data_folder())
+    if args.types:
+        types(args.data)
+        return
     models = load_pollux_models(args.data / "pollux" / "profiles")
     splits(models)
     accuracy(models)

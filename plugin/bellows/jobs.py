@@ -31,6 +31,7 @@ __all__ = [
     "JobSpec",
     "SpecError",
     "StepProfile",
+    "TypeSection",
     "check_batch_range",
     "check_names_unique",
     "check_restart_s",
@@ -126,6 +127,30 @@ class StepProfile:
 
 
 @dataclass(frozen=True)
+class TypeSection:
+    """What the JSA knows of a job on one GPU type (issue 39): its one-GPU step times there,
+    its Allreduce weights, and the largest per-GPU batch that type's memory holds.
+    ``imputed``: not measured on the type but scaled from the types the job was measured on
+    (:func:`bellows.scaling.gpu_types.impute`), to be replaced once it has run there."""
+
+    gpu_type: str
+    profile: StepProfile
+    weights: int
+    m_max: int
+    imputed: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.gpu_type, str) or not self.gpu_type:
+            raise SpecError("gpu_type", self.gpu_type, "a non-empty GPU type name")
+        if not isinstance(self.profile, StepProfile):
+            raise SpecError("profile", self.profile, "a StepProfile")
+        check_int("weights", self.weights, minimum=1, maximum=MAX_WEIGHTS)
+        check_int("m_max", self.m_max, minimum=1, maximum=MAX_LOCAL_BATCH)
+        if not isinstance(self.imputed, bool):
+            raise SpecError("imputed", self.imputed, "true or false")
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """What a job's owner allows and what the JSA knows about the job.
 
@@ -140,6 +165,9 @@ class JobSpec:
     * ``min_runtime_s``: seconds after a start or resume during which no round shrinks the
       job to give its GPUs to another (``None``: the cluster's default); at most
       ``MAX_MIN_RUNTIME_S``.
+    * ``types``: on a cluster of several GPU types, what the JSA knows of the job per type
+      (:class:`TypeSection`, one per type name); :meth:`on` is the job on one of them.
+      Empty: one type, ``profile``, ``weights`` and ``m_max`` above.
     """
 
     name: str
@@ -156,6 +184,7 @@ class JobSpec:
     category: str = field(default="", compare=False)
     restart_s: float | None = None
     min_runtime_s: float | None = None
+    types: tuple[TypeSection, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -202,10 +231,41 @@ class JobSpec:
                 f"at most gpus*m_max = {self.gpus * self.m_max} for a rigid job",
             )
 
+        if not isinstance(self.types, tuple) or not all(
+            isinstance(t, TypeSection) for t in self.types
+        ):
+            raise SpecError("types", self.types, "a tuple of TypeSection, one per GPU type")
+        names = [t.gpu_type for t in self.types]
+        if len(set(names)) != len(names):
+            raise SpecError("types", names, "one section per GPU type name")
+
     @property
     def x1_batch(self) -> int:
         """The per-GPU batch at which the job's single-GPU length is measured."""
         return min(self.b_max, self.m_max)
+
+    @property
+    def type_names(self) -> tuple[str, ...]:
+        """The GPU types the job has a section for."""
+        return tuple(t.gpu_type for t in self.types)
+
+    def section(self, gpu_type: str) -> TypeSection | None:
+        """The job's section for ``gpu_type`` (``None``: none)."""
+        return next((t for t in self.types if t.gpu_type == gpu_type), None)
+
+    def on(self, gpu_type: str) -> JobSpec | None:
+        """The job as a one-type job on ``gpu_type``: its section's profile, weights and
+        ``m_max`` (``None`` where it has no section there, or no batch of its range fits the
+        type's memory on ``k_max`` GPUs)."""
+        found = self.section(gpu_type)
+        if found is None:
+            return None
+        try:
+            return replace(
+                self, profile=found.profile, weights=found.weights, m_max=found.m_max, types=()
+            )
+        except SpecError:
+            return None
 
 
 @dataclass(frozen=True)

@@ -92,3 +92,21 @@ def test_measurement_validation() -> None:
         StepMeasurement(nodes=3, gpus=2, local_batch=1, step_time=0.1, sync_time=0.0)
     with pytest.raises(SpecError, match="placement"):
         StepMeasurement(2, 4, 8, 0.1, 0.0, placement="12")
+
+
+def test_columns_in_another_order_read_the_same(tmp_path: Path) -> None:
+    """Sia's per-type files put ``placement`` last; the columns are read by name."""
+    usual, moved = tmp_path / "usual.csv", tmp_path / "moved.csv"
+    usual.write_text("placement,local_bsz,step_time,sync_time\n22,8,0.25,0.05\n1,4,0.1,0\n")
+    moved.write_text("local_bsz,step_time,sync_time,placement\n8,0.25,0.05,22\n4,0.1,0,1\n")
+    strip = [(r.nodes, r.gpus, r.local_batch, r.step_time, r.sync_time) for r in
+             load_placements(usual)]  # fmt: skip
+    assert [(r.nodes, r.gpus, r.local_batch, r.step_time, r.sync_time)
+            for r in load_placements(moved)] == strip  # fmt: skip
+    moved.write_text("local_bsz,step_time,placement\n8,0.25,22\n")
+    with pytest.raises(MeasurementError, match="in any order"):
+        load_placements(moved)
+    moved.write_text("local_bsz,step_time,sync_time,placement\nx,0.25,0.05,22\n")
+    with pytest.raises(MeasurementError) as info:
+        load_placements(moved)
+    assert (info.value.line, info.value.column, info.value.value) == (2, "local_bsz", "x")

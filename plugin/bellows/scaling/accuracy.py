@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bellows.jobs import TypeSection
 from bellows.scaling.fitting import (
     FitSample,
     fit_cluster_profile,
@@ -50,9 +51,13 @@ __all__ = [
     "evaluate",
     "evaluate_split",
     "fit_reference_cluster",
+    "fit_type_cluster",
+    "fit_type_sections",
     "load_pollux_models",
+    "load_sia_models",
     "split_by",
     "split_rows",
+    "type_mape",
 ]
 
 TRAIN_PLACEMENTS = frozenset({"1", "2", "4", "22", "222"})
@@ -209,3 +214,53 @@ def evaluate_split(models: Sequence[MeasuredModel], split: str) -> AccuracyRepor
         raise ValueError(f"unknown split {split!r}; one of {', '.join(SPLITS)}")
     mape, train_rows, test_rows = _held_out(models, lambda rows: split_by(split, rows), strict=True)
     return AccuracyReport(mape, _overall(mape), {}, train_rows, test_rows)
+
+
+def load_sia_models(profiles: Path, suffix: str) -> list[MeasuredModel]:
+    """The six models measured on one GPU type in Sia's data (``shared/data/sia/profiles``;
+    ``placements-<suffix>.csv`` and ``scalability-<suffix>.csv``)."""
+    out = []
+    for name, weights in sorted(MODEL_WEIGHTS.items()):
+        rows = load_placements(profiles / name / f"placements-{suffix}.csv")
+        rows += load_scalability(profiles / name / f"scalability-{suffix}.csv")
+        out.append(MeasuredModel(name, weights, tuple(rows)))
+    return out
+
+
+def fit_type_cluster(
+    models: Sequence[MeasuredModel], *, gpus_per_node: int, source: str = ""
+) -> ClusterProfile:
+    """One GPU type's Allreduce and overlap model, fitted to every multi-GPU row of ``models``
+    measured on it (what :func:`bellows.scaling.gpu_types.sia_mix` embeds)."""
+    return fit_cluster_profile(
+        _samples(models), overlap=True, gpus_per_node=gpus_per_node, source=source
+    )
+
+
+def fit_type_sections(
+    models: Sequence[MeasuredModel], cluster: ClusterProfile, gpu_type: str
+) -> dict[str, TypeSection]:
+    """Each model's section on ``gpu_type``: its one-GPU step times there, the Allreduce
+    weights that best explain its multi-GPU rows under ``cluster``, and its largest measured
+    per-GPU batch as the type's memory limit."""
+    out = {}
+    for m in models:
+        fitted = fit_job_profile(m.rows, weights=m.weights, cluster=cluster)
+        out[m.name] = TypeSection(gpu_type, fitted.step, fitted.effective_weights,
+                                  fitted.step.local_batches[-1])  # fmt: skip
+    return out
+
+
+def type_mape(
+    models: Sequence[MeasuredModel], cluster: ClusterProfile, gpu_type: str
+) -> dict[str, float]:
+    """Per model, the JSA's mean absolute percentage error over its multi-GPU rows on
+    ``gpu_type`` with the type's own fit (in sample: how well one Allreduce model per type
+    carries the type's measurements)."""
+    sections = fit_type_sections(models, cluster, gpu_type)
+    out = {}
+    for m in models:
+        section = sections[m.name]
+        profile = JobProfile(weights=section.weights, step=section.profile)
+        out[m.name] = _mape(profile, cluster, [r for r in m.rows if r.gpus > 1])
+    return out

@@ -170,11 +170,17 @@ def load_measurements(path: str | Path, *, layout: Layout | None = None) -> Meas
         "scalability": SCALABILITY_HEADER,
     }
     wanted = [layout] if layout is not None else list(layouts)
-    found = next((name for name in wanted if layouts[name] == header), None)
+    # the columns in any order (Sia's per-type files put placement last)
+    found = next((name for name in wanted if sorted(layouts[name]) == sorted(header)), None)
     if found is None:
         valid = " or ".join(",".join(layouts[name]) for name in wanted)
-        raise MeasurementError(path, 1, "(header)", ",".join(header), valid)
-    parse = _placement_row if found == "placements" else _scalability_row
+        raise MeasurementError(path, 1, "(header)", ",".join(header), valid + ", in any order")
+    order = [header.index(column) for column in layouts[found]]
+    rows_of = _placement_row if found == "placements" else _scalability_row
+
+    def parse(path: str | Path, line: int, raw: Sequence[str]) -> StepMeasurement:
+        return rows_of(path, line, [raw[i] for i in order])
+
     cells: list[tuple[str, ...]] = []
     rows: list[StepMeasurement] = []
     for number, raw in enumerate(lines[1:], start=2):
