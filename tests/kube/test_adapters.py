@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -315,3 +316,21 @@ def test_planner_refreshes_a_stale_mpi_launcher_and_halts_idempotently(examples)
         ),
         Nothing,
     )
+
+
+def test_a_profile_s_gpu_type_sections_reach_the_spec(examples):
+    """An annotation profile with a section per GPU type (issue 39) gives the job's spec
+    those sections, and the job on a type is its one-type spec there."""
+    obj = placed(examples["PyTorchJob"])
+    document = json.loads(examples["ConfigMap"]["data"]["profile.json"])
+    document["types"] = {"a100": {"weights": 25557032, "maxLocalBatch": 800,
+                                  "step": [{"localBatch": 64, "seconds": 0.07}]}}  # fmt: skip
+    annotations = obj["metadata"]["annotations"]
+    annotations.pop(keys.PROFILE_CONFIGMAP, None)
+    annotations[keys.PROFILE] = json.dumps(document)
+    settings = keys.parse_settings(annotations)
+    spec = build_spec(PyTorchJobKind().view(obj, settings.env_names), settings, settings.profile)
+    assert spec.type_names == ("a100",)
+    on = spec.on("a100")
+    assert on is not None
+    assert (on.m_max, on.profile.local_batches) == (800, (64,))

@@ -223,11 +223,14 @@ def test_calibrate_command_times_gloo_allreduce_and_writes_a_cluster_profile(
             str(output),
             "--measurements",
             str(raw),
+            "--gpu-type",
+            "a100",
         ],
     )
     assert result.exit_code == 0, result.output
     cluster = parse_cluster_profile(json.loads(output.read_text()))
     assert cluster.gpus_per_node == 8
+    assert cluster.gpu_type == "a100"
     assert cluster.inter_node == cluster.intra_node
     assert "copied from intra-node" in cluster.source
     rows = list(csv.DictReader(raw.open()))
@@ -243,3 +246,45 @@ def test_calibrate_refuses_one_process() -> None:
     result = CliRunner().invoke(main, ["calibrate", "--backend", "gloo", "--processes", "1"])
     assert result.exit_code == 2
     assert "item 1 is '1', expected an integer in [2, 1024]" in result.output
+
+
+def _profile_args(models: Path, output: Path, *more: str) -> list[str]:
+    return ["profile", "--model", f"{models}:mlp", "--input-shape", "8", "--classes", "4",
+            "--batches", "4,8", "--iterations", "1", "--warmup", "0", "--threads", "1",
+            "--device", "cpu", "--noise-draws", "0", "-o", str(output), *more]  # fmt: skip
+
+
+def test_profile_on_a_gpu_type_writes_and_adds_its_section(models: Path, tmp_path: Path) -> None:
+    """``--gpu-type`` makes the run the profile's section for that type; ``--add-to`` adds
+    one to an existing profile, keeping the rest (issue 39)."""
+    first, both = tmp_path / "t4.json", tmp_path / "both.json"
+    result = CliRunner().invoke(main, _profile_args(models, first, "--gpu-type", "t4"))
+    assert result.exit_code == 0, result.output
+    t4 = parse_job_profile(json.loads(first.read_text()))
+    assert [t.gpu_type for t in t4.types] == ["t4"]
+    assert t4.types[0].profile == t4.step
+    assert t4.types[0].m_max == 8
+    more = ("--gpu-type", "a100", "--add-to", str(first))
+    result = CliRunner().invoke(main, _profile_args(models, both, *more))
+    assert result.exit_code == 0, result.output
+    merged = parse_job_profile(json.loads(both.read_text()))
+    assert [t.gpu_type for t in merged.types] == ["t4", "a100"]
+    assert merged.step == t4.step  # the default section is the file's
+    assert merged.types[0] == t4.types[0]
+
+
+@pytest.mark.parametrize(
+    ("more", "message"),
+    [
+        (("--add-to", "x.json"), "--add-to needs --gpu-type"),
+        (("--gpu-type", "A100"), "--gpu-type"),
+        (("--gpu-type", "a100", "--add-to", "missing.json"), "missing.json"),
+    ],
+)
+def test_profile_on_a_gpu_type_names_bad_options(
+    models: Path, tmp_path: Path, more: tuple[str, ...], message: str
+) -> None:
+    args = _profile_args(models, tmp_path / "out.json", *more)
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output

@@ -102,6 +102,14 @@ def test_cluster_json_round_trip_and_schema() -> None:
     doc = cluster_profile_to_json(default_cluster())
     jsonschema.validate(doc, schema("cluster-profile.schema.json"))
     assert parse_cluster_profile(doc) == default_cluster()
+    assert "gpuType" not in doc
+    typed = {**doc, "gpuType": "a100"}
+    jsonschema.validate(typed, schema("cluster-profile.schema.json"))
+    assert parse_cluster_profile(typed).gpu_type == "a100"
+    assert cluster_profile_to_json(parse_cluster_profile(typed)) == typed
+    with pytest.raises(SpecError) as err:
+        parse_cluster_profile({**doc, "gpuType": "A100"})
+    assert err.value.field == "gpuType"
     minimal = {k: doc[k] for k in ("apiVersion", "kind", "allreduce")}
     parsed = parse_cluster_profile(minimal)
     assert parsed.overlap == 1.0
@@ -192,3 +200,58 @@ def test_files(tmp_path: Path) -> None:
     assert info.value.field == f"{tmp_path / 'bad.json'}: weights"
     with pytest.raises(SpecError, match="readable"):
         load_cluster_profile(tmp_path / "missing.json")
+
+
+TYPED_DOC = {
+    **JOB_DOC,
+    "types": {
+        "a100": {"weights": 1000, "maxLocalBatch": 800,
+                 "step": [{"localBatch": 32, "seconds": 0.05},
+                          {"localBatch": 800, "seconds": 0.6}]},
+        "t4": {"weights": 25557032, "maxLocalBatch": 200,
+               "step": [{"localBatch": 32, "seconds": 0.2}]},
+    },
+}  # fmt: skip
+
+
+def test_a_profile_s_sections_per_gpu_type_round_trip_and_validate() -> None:
+    profile = parse_job_profile(TYPED_DOC)
+    assert [t.gpu_type for t in profile.types] == ["a100", "t4"]
+    a100 = profile.types[0]
+    assert (a100.weights, a100.m_max, a100.imputed) == (1000, 800, False)
+    assert a100.profile.local_batches == (32, 800)
+    assert job_profile_to_json(profile) == TYPED_DOC
+    jsonschema.validate(TYPED_DOC, schema("job-profile.schema.json"))
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        (("types", "a100", "maxLocalBatch"), 0, "types.a100.maxLocalBatch"),
+        (("types", "a100", "weights"), "many", "types.a100.weights"),
+        (("types", "a100", "step", 1, "seconds"), -1.0, "types.a100.step[1].seconds"),
+        (("types", "a100", "step", 1, "localBatch"), 8, "types.a100.step[1].localBatch"),
+        (("types", "a100", "memory"), 40, "types.a100.memory"),
+        (("types", "a100", "step"), KeyError, "types.a100.step"),
+        (("types", "A100!"), {"weights": 1, "maxLocalBatch": 1,
+                              "step": [{"localBatch": 1, "seconds": 1.0}]}, "types.A100!"),
+        (("types",), [1], "types"),
+    ],
+)  # fmt: skip
+def test_a_bad_type_section_is_refused_by_its_json_path(
+    path: tuple[Any, ...], value: Any, field: str
+) -> None:
+    doc = mutate(TYPED_DOC, path, value)
+    with pytest.raises(SpecError) as err:
+        parse_job_profile(doc)
+    assert err.value.field == field, str(err.value)
+    if not field.endswith("localBatch"):  # order is the parser's to check, not the schema's
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(doc, schema("job-profile.schema.json"))
+
+
+def test_at_most_sixteen_type_sections() -> None:
+    one = TYPED_DOC["types"]["t4"]  # type: ignore[index]
+    doc = {**JOB_DOC, "types": {f"t{i}": one for i in range(17)}}
+    with pytest.raises(SpecError, match="at most 16"):
+        parse_job_profile(doc)

@@ -8,6 +8,7 @@ The profiling code (NumPy, torch) is imported when a command runs, not at ``--he
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import sys
 import time
@@ -27,7 +28,7 @@ from bellows.cli.params import (
     OutputFile,
     output_errors,
 )
-from bellows.jobs import MAX_GPUS, MAX_LOCAL_BATCH, MAX_PROFILE_POINTS, SpecError
+from bellows.jobs import MAX_GPUS, MAX_LOCAL_BATCH, MAX_PROFILE_POINTS, SpecError, TypeSection
 
 __all__ = ["COMMANDS", "calibrate", "profile"]
 
@@ -38,6 +39,10 @@ MAX_PROCESSES = 1_024  # Allreduce ranks on one node
 MAX_BUFFER = 1 << 30  # float32 values in one Allreduce buffer (4 GiB)
 MAX_THREADS = 1_024
 MAX_MODEL_KWARGS = 64 * 1024  # bytes of --model-kwargs JSON
+_GPU_TYPE = Name(
+    r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?",
+    "a GPU type name (lowercase letters, digits and '-', at most 63, as a label value)",
+)
 _CONFIGMAP = Name(
     r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?",
     "a Kubernetes object name (lowercase letters, digits, '-' and '.', at most 253)",
@@ -123,6 +128,18 @@ def _default_device() -> str:
 )
 @click.option("--source", help="Provenance text stored in the profile (default: what ran).")
 @click.option(
+    "--gpu-type",
+    type=_GPU_TYPE,
+    help="The GPU type this runs on (issue 39): the measurement becomes the profile's section "
+    "for that type (types.<name>), the largest batch that fit its memory limit there.",
+)
+@click.option(
+    "--add-to",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --gpu-type: a profile file to add the type's section to (its other sections "
+    "and its default section are kept; one for this type is replaced).",
+)
+@click.option(
     "--noise-draws",
     type=BoundedInt(0, MAX_ITERATIONS),
     default=8,
@@ -146,6 +163,8 @@ def profile(
     output: Path | str,
     configmap: str | None,
     source: str | None,
+    gpu_type: str | None,
+    add_to: Path | None,
     noise_draws: int,
 ) -> None:
     """Time one training iteration of a model at several per-GPU batch sizes.
@@ -165,8 +184,14 @@ def profile(
         parse_shape,
         profile_job,
     )
-    from bellows.scaling import job_profile_to_json
+    from bellows.scaling import job_profile_to_json, load_job_profile
 
+    if add_to is not None and gpu_type is None:
+        raise click.UsageError("--add-to needs --gpu-type: the type whose section to add")
+    try:
+        base = None if add_to is None else load_job_profile(add_to)
+    except SpecError as error:
+        raise click.UsageError(str(error)) from None
     if threads is not None:
         torch.set_num_threads(threads)
     try:
@@ -199,7 +224,10 @@ def profile(
             )
     except SpecError as error:
         raise click.UsageError(str(error)) from None
-    document = job_profile_to_json(_with_noise(workload, run, noise_draws))
+    measured = _with_noise(workload, run, noise_draws)
+    if gpu_type is not None:
+        measured = _typed(measured, gpu_type, base)
+    document = job_profile_to_json(measured)
     if configmap:
         text = yaml.safe_dump(_config_map(configmap, document), sort_keys=False)
     else:
@@ -219,6 +247,15 @@ def profile(
         )
     if output != "-":
         click.echo(f"wrote {output}", err=True)
+
+
+def _typed(measured: Any, gpu_type: str, base: Any) -> Any:
+    """``measured`` as the section of ``gpu_type`` of ``base`` (``None``: of itself)."""
+    section = TypeSection(gpu_type, measured.step, measured.effective_weights,
+                          measured.step.local_batches[-1])  # fmt: skip
+    into = measured if base is None else base
+    kept = tuple(t for t in into.types if t.gpu_type != gpu_type)
+    return dataclasses.replace(into, types=(*kept, section))
 
 
 def _with_noise(workload: Any, run: Any, draws: int) -> Any:
@@ -315,6 +352,11 @@ def _config_map(name: str, document: dict[str, object]) -> dict[str, Any]:
     type=OutputFile(),
     help="Also write the raw times here as CSV (processes,weights,seconds).",
 )
+@click.option(
+    "--gpu-type",
+    type=_GPU_TYPE,
+    help="The GPU type these nodes carry (issue 39): recorded in the profile (gpuType).",
+)
 def calibrate(
     *,
     processes: list[int] | None,
@@ -327,6 +369,7 @@ def calibrate(
     overlap: float,
     output: Path | str,
     measurements: Path | None,
+    gpu_type: str | None,
 ) -> None:
     """Time Allreduce for several buffer sizes and process counts on this node.
 
@@ -373,6 +416,8 @@ def calibrate(
                 f"median relative error {fit.median_relative_error:.1%}; {where}"
             ),
         )
+        if gpu_type is not None:
+            result = dataclasses.replace(result, gpu_type=gpu_type)
     except SpecError as error:
         raise click.UsageError(str(error)) from None
     _write(output, json.dumps(cluster_profile_to_json(result), indent=2) + "\n")

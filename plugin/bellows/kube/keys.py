@@ -116,7 +116,7 @@ Lease's mode): never an owner's to set (the Pipelines component refuses them).""
 
 DEFAULT_PROFILE_KEY = "profile.json"
 PROFILE_MAX_BYTES = 64 * 1024  # a profile is a few hundred bytes; annotations hold 256 KiB
-PROFILE_MAX_DEPTH = 4
+PROFILE_MAX_DEPTH = 5  # {"types": {"a100": {"step": [{...}]}}}
 SHARED_PROFILES = 64  # profile texts whose parsed profile is kept and shared
 SHARED_PROFILE_BYTES = 4096  # the longest text kept so: at most 256 KiB of texts in all
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")

@@ -97,6 +97,7 @@ def build_spec(view: JobView, settings: keys.Settings, profile: JobProfile) -> J
             gpus=gpus,
             restart_s=settings.restart_s,
             min_runtime_s=settings.min_runtime_s,
+            types=profile.types,
         )
     except SpecError as err:
         if err.field == "batch_size":

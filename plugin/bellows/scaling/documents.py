@@ -5,7 +5,9 @@ Compact by design (the Kubernetes adapter carries a job profile inline in an ann
     {"apiVersion": "bellows.io/v1alpha1", "kind": "JobProfile", "weights": 25557032,
      "step": [{"localBatch": 32, "seconds": 0.21}, ...], "source": "free text",
      "commWeights": 31000000,                       # optional, fitted
-     "efficiency": {"model": "imagenet"}}           # optional (bellows.scaling.priors)
+     "efficiency": {"model": "imagenet"},           # optional (bellows.scaling.priors)
+     "types": {"a100": {"weights": 25557032, "maxLocalBatch": 800,   # optional, per GPU
+                        "step": [{"localBatch": 32, "seconds": 0.05}, ...]}}}  # type
 
     {"apiVersion": "bellows.io/v1alpha1", "kind": "ClusterProfile", "gpusPerNode": 4,
      "overlap": 1.6, "allreduce": {"intraNode": {"latency": 0.002, "secondsPerWeight": 1e-9},
@@ -21,11 +23,19 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from bellows.inputs import check_float, check_int, parse_json
-from bellows.jobs import MAX_LOCAL_BATCH, MAX_STEP_SECONDS, MAX_WEIGHTS, SpecError, StepProfile
+from bellows.jobs import (
+    MAX_LOCAL_BATCH,
+    MAX_STEP_SECONDS,
+    MAX_WEIGHTS,
+    SpecError,
+    StepProfile,
+    TypeSection,
+)
 from bellows.scaling.priors import check_keys, efficiency_prior_to_json, parse_efficiency_prior
 from bellows.scaling.profiles import MAX_OVERLAP, ClusterProfile, JobProfile, LinkCost
 
@@ -71,13 +81,13 @@ def _string(path: str, value: object) -> str:
     return value
 
 
-def _step(value: object) -> StepProfile:
+def _step(value: object, path: str = "step") -> StepProfile:
     if not isinstance(value, list) or not value:
-        raise SpecError("step", value, "a non-empty list of {localBatch, seconds} points")
+        raise SpecError(path, value, "a non-empty list of {localBatch, seconds} points")
     batches: list[int] = []
     seconds: list[float] = []
     for i, item in enumerate(value):
-        here = f"step[{i}]"
+        here = f"{path}[{i}]"
         point = _mapping(here, item)
         check_keys(here, point, {"localBatch", "seconds"}, set())
         m = _int(f"{here}.localBatch", point["localBatch"], minimum=1, maximum=MAX_LOCAL_BATCH)
@@ -98,11 +108,12 @@ def _step(value: object) -> StepProfile:
 def parse_job_profile(obj: Mapping[str, object]) -> JobProfile:
     """A :class:`JobProfile` from its JSON object; :class:`SpecError` names the JSON field."""
     obj = _mapping("", obj)
-    optional = {"source", "commWeights", "efficiency"}
+    optional = {"source", "commWeights", "efficiency", "types"}
     check_keys("", obj, {"apiVersion", "kind", "weights", "step"}, optional)
     _header(obj, "JobProfile")
     comm, efficiency = obj.get("commWeights"), obj.get("efficiency")
     return JobProfile(
+        types=_types(obj.get("types", {})),
         weights=_int("weights", obj["weights"], minimum=1, maximum=MAX_WEIGHTS),
         step=_step(obj["step"]),
         source=_string("source", obj.get("source", "")),
@@ -115,23 +126,55 @@ def parse_job_profile(obj: Mapping[str, object]) -> JobProfile:
     )
 
 
+MAX_TYPES = 16  # GPU type sections in one profile
+_TYPE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _types(value: object) -> tuple[TypeSection, ...]:
+    """The ``types`` section: per GPU type name, ``weights``, ``maxLocalBatch``, ``step``."""
+    sections = _mapping("types", value)
+    if len(sections) > MAX_TYPES:
+        raise SpecError("types", f"{len(sections)} types", f"at most {MAX_TYPES}")
+    out = []
+    for name, item in sections.items():
+        here = f"types.{name}"
+        if not _type_name(here, name):
+            raise SpecError(here, name, "a GPU type name, not empty")
+        section = _mapping(here, item)
+        check_keys(here, section, {"weights", "maxLocalBatch", "step"}, set())
+        out.append(TypeSection(
+            name, _step(section["step"], f"{here}.step"),
+            _int(f"{here}.weights", section["weights"], minimum=1, maximum=MAX_WEIGHTS),
+            _int(f"{here}.maxLocalBatch", section["maxLocalBatch"], minimum=1,
+                 maximum=MAX_LOCAL_BATCH),
+        ))  # fmt: skip
+    return tuple(out)
+
+
 def job_profile_to_json(profile: JobProfile) -> dict[str, object]:
     """The JSON object of ``profile`` (round-trips through :func:`parse_job_profile`)."""
     out: dict[str, object] = {
         "apiVersion": API_VERSION,
         "kind": "JobProfile",
         "weights": profile.weights,
-        "step": [
-            {"localBatch": m, "seconds": s}
-            for m, s in zip(profile.step.local_batches, profile.step.seconds, strict=True)
-        ],
+        "step": _points(profile.step),
         "source": profile.source,
     }
     if profile.comm_weights is not None:
         out["commWeights"] = profile.comm_weights
     if profile.efficiency is not None:
         out["efficiency"] = efficiency_prior_to_json(profile.efficiency)
+    if profile.types:
+        out["types"] = {
+            t.gpu_type: {"weights": t.weights, "maxLocalBatch": t.m_max, "step": _points(t.profile)}
+            for t in profile.types
+        }
     return out
+
+
+def _points(step: StepProfile) -> list[dict[str, object]]:
+    return [{"localBatch": m, "seconds": s}
+            for m, s in zip(step.local_batches, step.seconds, strict=True)]  # fmt: skip
 
 
 # Far beyond any network (a ring step of 1 ms, a weight per ns are slow ones), and small
@@ -157,7 +200,8 @@ def _link(path: str, value: object) -> LinkCost:
 def parse_cluster_profile(obj: Mapping[str, object]) -> ClusterProfile:
     """A :class:`ClusterProfile` from its JSON object; :class:`SpecError` names the JSON field."""
     obj = _mapping("", obj)
-    check_keys("", obj, {"apiVersion", "kind", "allreduce"}, {"gpusPerNode", "overlap", "source"})
+    optional = {"gpusPerNode", "overlap", "source", "gpuType"}
+    check_keys("", obj, {"apiVersion", "kind", "allreduce"}, optional)
     _header(obj, "ClusterProfile")
     allreduce = _mapping("allreduce", obj["allreduce"])
     check_keys("allreduce", allreduce, {"intraNode", "interNode"}, set())
@@ -167,7 +211,17 @@ def parse_cluster_profile(obj: Mapping[str, object]) -> ClusterProfile:
         overlap=_number("overlap", obj.get("overlap", 1.0), minimum=1.0, maximum=MAX_OVERLAP),
         gpus_per_node=_int("gpusPerNode", obj.get("gpusPerNode", 4), minimum=1),
         source=_string("source", obj.get("source", "")),
+        gpu_type=_type_name("gpuType", obj.get("gpuType", "")),
     )
+
+
+def _type_name(path: str, value: object) -> str:
+    """A GPU type name (``""``: none), as a Kubernetes label value."""
+    name = _string(path, value)
+    if name and not _TYPE_NAME.fullmatch(name):
+        raise SpecError(path, name, "a GPU type name: lowercase letters, digits and '-', "
+                        "at most 63, as a Kubernetes label value")  # fmt: skip
+    return name
 
 
 def cluster_profile_to_json(profile: ClusterProfile) -> dict[str, object]:
@@ -176,7 +230,7 @@ def cluster_profile_to_json(profile: ClusterProfile) -> dict[str, object]:
     def link(cost: LinkCost) -> dict[str, object]:
         return {"latency": cost.latency, "secondsPerWeight": cost.per_weight}
 
-    return {
+    out: dict[str, object] = {
         "apiVersion": API_VERSION,
         "kind": "ClusterProfile",
         "gpusPerNode": profile.gpus_per_node,
@@ -184,10 +238,13 @@ def cluster_profile_to_json(profile: ClusterProfile) -> dict[str, object]:
         "allreduce": {"intraNode": link(profile.intra_node), "interNode": link(profile.inter_node)},
         "source": profile.source,
     }
+    if profile.gpu_type:
+        out["gpuType"] = profile.gpu_type
+    return out
 
 
 MAX_DOCUMENT_BYTES = 1 << 20  # a 256-point job profile takes about 15 KiB
-_DOCUMENT_DEPTH = 4  # {"allreduce": {"intraNode": {...}}}, {"step": [{...}]}, and one spare
+_DOCUMENT_DEPTH = 5  # {"types": {"a100": {"step": [{...}]}}}
 
 
 def _read(path: str | Path) -> Mapping[str, object]:

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bellows.jobs import SpecError, StepProfile
+from bellows.jobs import SpecError, StepProfile, TypeSection
 
 if TYPE_CHECKING:
     from bellows.scaling.efficiency import EfficiencyProfile
@@ -82,6 +82,7 @@ class ClusterProfile:
     overlap: float = 1.0
     gpus_per_node: int = 4
     source: str = ""
+    gpu_type: str = ""  # the GPU type it was measured on (bellows calibrate --gpu-type); "": one
 
     def __post_init__(self) -> None:
         for name in ("intra_node", "inter_node"):
@@ -92,6 +93,8 @@ class ClusterProfile:
         _positive_int("gpus_per_node", self.gpus_per_node)
         if not isinstance(self.source, str):
             raise SpecError("source", self.source, "a string")
+        if not isinstance(self.gpu_type, str):
+            raise SpecError("gpu_type", self.gpu_type, "a GPU type name, or '' for none")
 
     def nodes(self, gpus: int) -> int:
         """Nodes a job on ``gpus`` GPUs spans when packed onto as few nodes as possible."""
@@ -130,6 +133,10 @@ class JobProfile:
     document's ``efficiency`` section, :mod:`bellows.scaling.priors`): measured by
     ``bellows profile``, or its model class's fit to validation runs. The controller decides
     such a job by goodput from its first round.
+
+    ``types``, on a cluster of several GPU types (issue 39): what was measured of the job on
+    each type (the document's ``types`` section; ``bellows profile --gpu-type``), carried to
+    :attr:`bellows.jobs.JobSpec.types`.
     """
 
     weights: int
@@ -137,6 +144,7 @@ class JobProfile:
     source: str = ""
     comm_weights: int | None = None
     efficiency: EfficiencyProfile | None = None
+    types: tuple[TypeSection, ...] = ()
 
     def __post_init__(self) -> None:
         _positive_int("weights", self.weights)
@@ -151,6 +159,13 @@ class JobProfile:
 
             if not isinstance(self.efficiency, EfficiencyProfile):
                 raise SpecError("efficiency", self.efficiency, "an EfficiencyProfile")
+        if not isinstance(self.types, tuple) or not all(
+            isinstance(t, TypeSection) for t in self.types
+        ):
+            raise SpecError("types", self.types, "a tuple of TypeSection")
+        names = [t.gpu_type for t in self.types]
+        if len(set(names)) != len(names):
+            raise SpecError("types", names, "one section per GPU type name")
 
     @property
     def effective_weights(self) -> int:
