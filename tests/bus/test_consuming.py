@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import nats.errors
+import pytest
 from nats.js.api import ConsumerConfig
 
 from bellows.bus import EventConsumer, EventPublisher, JobArrived, JobRef, connect
@@ -178,3 +180,36 @@ async def test_an_event_whose_subject_names_another_job_is_dead_lettered(client,
     assert letters[0].headers[SUBJECT_HEADER] == "bellows.events.v1.team-a.pytorchjob.x.arrived"
     assert await consumer.fetch(timeout_s=1.2) == []
     assert await consumer.pending() == 0
+
+
+async def test_opening_rides_out_a_server_restart(client, settings, nats_server):
+    """The consumer is opened while the server is down: the open waits for it, as a
+    controller that took its lead during a nats-server restart must (it died of the timeout
+    before)."""
+    await nats_server.stop(graceful=False)
+
+    async def back() -> None:
+        await asyncio.sleep(1.5)
+        await nats_server.start()
+
+    restarting = asyncio.create_task(back())
+    consumer = await EventConsumer.open(client.jetstream(), settings, retry_s=60.0)
+    await restarting
+    publisher = publisher_for(client, settings)
+    await publisher.publish(arrived("after-restart"))
+    got = await collect(consumer, 1)
+    assert [d.event.job.name for d in got] == ["after-restart"]
+
+
+async def test_opening_gives_up_after_its_retry_time(client, settings, nats_server):
+    await nats_server.stop(graceful=False)
+    try:
+        with pytest.raises(nats.errors.Error):
+            await EventConsumer.open(client.jetstream(), settings, retry_s=0.0)
+    finally:
+        await nats_server.start()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20.0
+        while not client.is_connected:  # reconnected before the fixture closes it
+            assert loop.time() < deadline, "the client did not reconnect"
+            await asyncio.sleep(0.05)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import nats.errors
+import nats.js.errors
 import structlog
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -42,6 +43,16 @@ SEQUENCE_HEADER = "Bellows-Original-Sequence"
 DELIVERIES_HEADER = "Bellows-Deliveries"
 
 _log = structlog.get_logger("bellows.bus")
+
+OPEN_RETRY_S = 60.0
+"""How long :meth:`EventConsumer.open` rides out a server that does not answer (a restart:
+JetStream recovering its streams answers nothing for seconds) before it gives up."""
+_TRANSIENT = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionReconnectingError,
+    nats.js.errors.ServiceUnavailableError,
+)
 
 
 def _utcnow() -> datetime:
@@ -104,13 +115,25 @@ class EventConsumer:
         namespaces: tuple[str, ...] = (),
         observer: BusObserver | None = None,
         wall_clock: Callable[[], datetime] = _utcnow,
+        retry_s: float = OPEN_RETRY_S,
     ) -> EventConsumer:
-        """Provision the durable consumer (if needed) and bind to it."""
-        await ensure_consumer(js, settings, namespaces)
-        subscription = await js.pull_subscribe_bind(
-            durable=settings.durable, stream=settings.stream
-        )
-        return cls(js, subscription, settings, observer=observer, wall_clock=wall_clock)
+        """Provision the durable consumer (if needed) and bind to it; a server that does not
+        answer (restarting, JetStream recovering) is asked again every half second for up to
+        ``retry_s`` (a controller that died of it would lose its lead for nothing)."""
+        deadline = asyncio.get_running_loop().time() + retry_s
+        while True:
+            try:
+                await ensure_consumer(js, settings, namespaces)
+                subscription = await js.pull_subscribe_bind(
+                    durable=settings.durable, stream=settings.stream
+                )
+                return cls(js, subscription, settings, observer=observer, wall_clock=wall_clock)
+            except _TRANSIENT as exc:
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise
+                _log.warning("consumer.open_retry", error=str(exc) or type(exc).__name__,
+                             error_type=type(exc).__name__)  # fmt: skip
+                await asyncio.sleep(0.5)
 
     async def fetch(self, *, timeout_s: float = 1.0) -> list[Delivery]:
         """Up to ``fetch_batch`` decoded deliveries; ``[]`` when none came within the time.
