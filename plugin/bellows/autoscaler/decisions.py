@@ -17,17 +17,20 @@ __all__ = ["Decision", "Keep", "Preempt", "Reject", "Rescale", "Start"]
 
 @dataclass(frozen=True)
 class Start:
-    """Start an arrived job on ``gpus`` GPUs with global batch ``batch``."""
+    """Start an arrived job on ``gpus`` GPUs with global batch ``batch`` (of GPU type
+    ``gpu_type`` on a cluster of several types; ``""``: the one type)."""
 
     job: str
     gpus: int
     batch: int
     reason: str = field(default="", compare=False)
+    gpu_type: str = ""
 
 
 @dataclass(frozen=True)
 class Rescale:
-    """Halt a running job (checkpoint) and resume it at ``(gpus, batch)``."""
+    """Halt a running job (checkpoint) and resume it at ``(gpus, batch)`` (on its GPU type,
+    ``gpu_type``, on a cluster of several; a change of type is a preemption and a start)."""
 
     job: str
     gpus_from: int
@@ -35,6 +38,7 @@ class Rescale:
     gpus: int
     batch: int
     reason: str = field(default="", compare=False)
+    gpu_type: str = ""
 
 
 @dataclass(frozen=True)

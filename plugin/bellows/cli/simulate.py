@@ -33,11 +33,52 @@ if TYPE_CHECKING:
 
 __all__ = ["describe_run", "fit_note", "simulate"]
 
+MIXES = ("sia-mix",)  # built-in clusters of several GPU types (bellows.scaling.gpu_types)
+
+
+class _ClusterOrMix(click.ParamType[Any]):
+    """A cluster profile JSON file, or the name of a built-in mixed cluster."""
+
+    name = "FILE|sia-mix"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value in MIXES:
+            return value
+        return ClusterFile().convert(value, param, ctx)
+
 
 def _cluster(profile: ClusterProfile | None) -> ClusterProfile:
     from bellows.scaling import default_cluster  # lazy, see the docstring
 
     return default_cluster() if profile is None else profile
+
+
+def _typed(
+    cluster: ClusterProfile | str | None,
+    one_pool: bool,
+    jobs: tuple[TraceJob, ...],
+    gpus: int,
+    refused: bool,
+) -> tuple[dict[str, Any], tuple[TraceJob, ...]]:
+    """``run``'s cluster arguments, and the jobs with their sections on a mixed cluster."""
+    if not isinstance(cluster, str):
+        if one_pool:
+            raise click.UsageError("--one-pool needs --cluster sia-mix")
+        return {"cluster": _cluster(cluster)}, jobs
+    from bellows.cli.data import data_folder, no_data_folder
+    from bellows.scaling.gpu_types import sia_mix
+    from bellows.sim.workloads.gpu_types import sia_sections, with_sections
+
+    mix = sia_mix()
+    if gpus != mix.total:
+        raise click.UsageError(f"--gpus {gpus}: --cluster {cluster} has {mix.total} GPUs")
+    if refused:
+        raise click.UsageError(f"--cluster {cluster} takes no --measured, --wrong-priors")
+    data = data_folder()
+    if data is None:
+        raise click.UsageError(no_data_folder("$BELLOWS_DATA"))
+    typed = with_sections(jobs, sia_sections(data, mix))
+    return {"cluster": mix.types[0].cluster, "typed": mix, "blind": one_pool}, typed
 
 
 def fit_note(trace: tuple[TraceJob, ...], gpus: int, *, source: str = "") -> tuple[TraceJob, ...]:
@@ -242,7 +283,14 @@ def _measured_truth(
 )
 @click.option("--horizon-min", type=FiniteFloat(0, MAX_HORIZON_MIN, open_min=True),
               help="Count jobs completed up to here (default: the whole run).")  # fmt: skip
-@click.option("--cluster", type=ClusterFile(), help="Cluster profile JSON (default: Pollux T4).")
+@click.option("--cluster", type=_ClusterOrMix(),
+              help="Cluster profile JSON (default: Pollux T4), or sia-mix: Sia's 64 GPUs of "
+              "three types (6 x 4 T4, 2 x 8 A100, 3 x 8 RTX 2080 Ti), each job at its model's "
+              "measured speed per type (sia/profiles of $BELLOWS_DATA, or ../shared/data); "
+              "Bellows mode gives each job a type and a count (issue 39).")  # fmt: skip
+@click.option("--one-pool", is_flag=True,
+              help="With --cluster sia-mix: type-blind, jobs go where GPUs are free, as on one "
+              "pool (the comparison for the typed rounds).")  # fmt: skip
 @click.option("--out", type=OutputDir(), default="sim-out", show_default=True)
 @click.option("--plots/--no-plots", default=True)
 @click.option("--wrong-priors", is_flag=True,
@@ -289,7 +337,8 @@ def simulate(
     restart_growth: float | None,
     placement: str | None,
     horizon_min: float | None,
-    cluster: ClusterProfile | None,
+    cluster: ClusterProfile | str | None,
+    one_pool: bool,
     out: Path,
     plots: bool,
     wrong_priors: bool,
@@ -358,8 +407,9 @@ def simulate(
 
                 learning = online.Learning(online.wrong_priors(jobs), learn=not no_learning)
             truth = _measured_truth(placement, measured, decide=decide_measured, policy=policy)
+            typed, jobs = _typed(cluster, one_pool, jobs, gpus, measured or learning is not None)
             result = run(
-                jobs, gpus=gpus, config=config, cluster=_cluster(cluster), horizon_s=horizon,
+                jobs, gpus=gpus, config=config, horizon_s=horizon, **typed,
                 learning=learning, charge_start=charge_start,
                 **simulator_switches(policy, nodes=placement == "nodes" or measured),
                 efficiency=MODEL_EFFICIENCY if efficiency or measured else None, **truth,

@@ -47,6 +47,7 @@ import numpy.typing as npt
 from bellows.autoscaler import Autoscaler, AutoscalerConfig, Engines, Mode
 from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Start
 from bellows.autoscaler.straddle import FreeNodes
+from bellows.autoscaler.typed import TypedAutoscaler
 from bellows.jobs import JobSpec, SpecError
 from bellows.scaling import (
     ClusterProfile,
@@ -55,6 +56,7 @@ from bellows.scaling import (
     step_time,
     throughput,
 )
+from bellows.scaling.gpu_types import TypedCluster
 from bellows.scaling.online import ProgressReport
 from bellows.scaling.placement_memory import ObservedStep, PlacementMemory
 from bellows.sim.events import EventHeap, Kind
@@ -136,6 +138,8 @@ class SimResult:
     charged: int | None = None  # jobs charged statistical efficiency; None: charging off
     nodes: bool = False  # jobs were placed on nodes (else priced on the fewest)
     reference: str | None = None  # "pollux", "tiresias": that reference decided, not the core
+    gpu_types: tuple[str, ...] = ()  # a cluster of several GPU types (issue 39)
+    type_moves: int = 0  # changes of type the typed rounds made
 
     def summary(self) -> dict[str, Any]:
         """The ``summary.json`` of the run (DESIGN.md §5 keys and more)."""
@@ -154,6 +158,13 @@ class SimResult:
             out["efficiency_charged_jobs"] = self.charged
         if self.nodes:
             out["spread_job_time_share"] = spread_share(self.jobs)
+        if self.gpu_types:
+            hours = dict.fromkeys(self.gpu_types, 0.0)
+            for job in self.jobs:
+                for seg in job.segments:
+                    hours[seg.gpu_type] += seg.gpus * (seg.end_s - seg.start_s) / 3600.0
+            out["gpu_hours_by_type"] = hours
+            out["type_moves"] = self.type_moves
         if self.learning is not None:
             out["learning"] = {
                 "learn": self.learning.learn,
@@ -195,6 +206,7 @@ class _Live:
     # ``done`` counts reference samples (issue 29); the artifact's measured truth (issue 36)
     charge: EfficiencyProfile | MeasuredEfficiency | None = None
     held: Placement = ()  # (node, GPUs) while placed on nodes
+    gpu_type: str = ""  # the GPU type it runs on (a typed cluster)
     extra_nodes: int = 0  # nodes held beyond the fewest that hold its GPUs
     # (version, progress step at ``since``, when it reaches each next step): step_at's
     steps_seen: tuple[int, int, npt.NDArray[np.float64]] = (-1, 0, _NO_STEPS)
@@ -244,7 +256,9 @@ class _Live:
 
     def close_segment(self, now: float) -> None:
         if self.gpus:
-            self.segments.append(Segment(self.since, now, self.gpus, self.batch, self.extra_nodes))
+            self.segments.append(
+                Segment(self.since, now, self.gpus, self.batch, self.extra_nodes, self.gpu_type)
+            )
 
     def record(self) -> JobRecord:
         return JobRecord(
@@ -286,18 +300,27 @@ class _Run:
         step_seconds: StepSeconds | None = None,
         decide_measured: bool = False,
         learn_placements: bool = False,
+        typed: TypedCluster | None = None,
+        blind: bool = False,
     ) -> None:
         self.config = config
+        self.typed = typed
+        self.type_nodes = (
+            {} if typed is None or not nodes
+            else {t.name: Nodes(t.gpus, t.gpus_per_node) for t in typed.types}
+        )  # fmt: skip
         self.learn_placements = learn_placements
         self.step_seconds = step_seconds
         self.charge_start = charge_start
-        self.nodes = Nodes(gpus, cluster.gpus_per_node) if nodes else None
+        self.nodes = Nodes(gpus, cluster.gpus_per_node) if nodes and typed is None else None
         self.placed: dict[str, Placement] = {}  # running job -> its GPUs per node (on nodes)
         self.spread: set[str] = set()  # the placed jobs on more than one node
         self.cluster = cluster
         self.timer = timer
-        self.auto: Autoscaler | PolluxPolicy | TiresiasPolicy = (
-            PolluxPolicy(config, capacity=gpus, cluster=cluster, retune=pollux_retune,
+        self.auto: Autoscaler | PolluxPolicy | TiresiasPolicy | TypedAutoscaler = (
+            TypedAutoscaler(config, cluster=typed, engines=engines, blind=blind)
+            if typed is not None
+            else PolluxPolicy(config, capacity=gpus, cluster=cluster, retune=pollux_retune,
                          measured=step_seconds) if pollux
             else TiresiasPolicy(config, capacity=gpus, cluster=cluster) if tiresias
             else Autoscaler(config, capacity=gpus, cluster=cluster, engines=engines,
@@ -434,6 +457,11 @@ class _Run:
 
     def unplace(self, job: _Live) -> None:
         self.in_use -= job.gpus
+        if self.type_nodes and job.held:
+            self.type_nodes[job.gpu_type].release(job.held)
+            job.held, job.extra_nodes = (), 0
+            self.placed.pop(job.spec.name, None)
+            self.spread.discard(job.spec.name)
         if self.nodes is not None:
             self.nodes.release(job.held)
             job.held, job.extra_nodes = (), 0
@@ -456,6 +484,9 @@ class _Run:
             decisions = [d for d in chosen if not isinstance(d, Retune)]
         elif isinstance(self.auto, TiresiasPolicy):
             decisions = self.auto.step(now)
+        elif isinstance(self.auto, TypedAutoscaler):
+            self.auto.see_nodes(self.typed_views())
+            decisions = self.auto.step(now)
         else:
             if self.nodes is not None:  # Bellows mode prices counts that would straddle
                 seen = FreeNodes(tuple(self.nodes.free), dict(self.placed), frozenset(self.spread))
@@ -466,7 +497,7 @@ class _Run:
         again = self.auto.next_round_at()
         if again is not None and again <= now:
             raise SimulationError(f"t={now}: a round ran but the core says one is still due")
-        if self.nodes is None:
+        if self.nodes is None and not self.type_nodes:
             for decision in decisions:
                 self.apply(decision, now)
         else:  # every halt frees its GPUs first, then the largest placements go first
@@ -531,11 +562,13 @@ class _Run:
             first = job.start_s is None and not self.charge_start
             pause = 0.0 if first else self.restart_s(job)
             job.start_s = now if job.start_s is None else job.start_s
-            self.place(job, decision.gpus, decision.batch, now, pause=pause)
+            self.place(job, decision.gpus, decision.batch, now, pause=pause,
+                       gpu_type=decision.gpu_type)  # fmt: skip
         elif isinstance(decision, Rescale):
             if not halted:
                 self.halt(job, now)
-            self.place(job, decision.gpus, decision.batch, now, pause=self.restart_s(job))
+            self.place(job, decision.gpus, decision.batch, now, pause=self.restart_s(job),
+                       gpu_type=decision.gpu_type)  # fmt: skip
         elif isinstance(decision, Preempt):
             job.seen, job.done = job.seen_at(now), job.done_at(now)
             job.close_segment(now)
@@ -556,9 +589,48 @@ class _Run:
             return batch / self.step_seconds(job.model, job.spec, job.held, batch)
         return throughput(job.spec, gpus, batch, self.cluster, nodes=len(job.held))
 
-    def place(self, job: _Live, gpus: int, batch: int, now: float, *, pause: float) -> None:
+    def typed_views(self) -> dict[str, FreeNodes]:
+        """Per GPU type, where its GPUs sit (what Bellows mode prices straddles by)."""
+        out = {}
+        for name, nodes in self.type_nodes.items():
+            placed = {n: held for n, held in self.placed.items()
+                      if self.jobs[self.index[n]].gpu_type == name}  # fmt: skip
+            spread = frozenset(n for n in self.spread if n in placed)
+            out[name] = FreeNodes(tuple(nodes.free), placed, spread)
+        return out
+
+    def typed_rate(self, job: _Live, gpus: int, batch: int) -> float:
+        """Samples per second of a job on its GPU type: the JSA of its section there (its
+        one spec where it has no sections), on that type's Allreduce model."""
+        assert self.typed is not None
+        gpu = self.typed.type(job.gpu_type)
+        spec = job.spec.on(job.gpu_type) if job.spec.types else job.spec
+        if spec is None:
+            raise SimulationError(f"{job.spec.name}: on {job.gpu_type}, where no batch fits")
+        spread = len(job.held) if job.held else None
+        return throughput(spec, gpus, batch, gpu.cluster, nodes=spread)
+
+    def place_typed(self, job: _Live, gpus: int, batch: int, now: float, gpu_type: str) -> None:
+        job.gpu_type = gpu_type
+        if self.type_nodes:
+            nodes = self.type_nodes[gpu_type]
+            try:
+                job.held = nodes.place(gpus)
+            except SpecError as error:
+                raise SimulationError(f"t={now}: {job.spec.name} on {gpu_type}: {error}") from None
+            job.extra_nodes = len(job.held) - nodes.fewest(gpus)
+            self.placed[job.spec.name] = job.held
+            if len(job.held) > 1:
+                self.spread.add(job.spec.name)
+        job.rate = self.typed_rate(job, gpus, batch)
+
+    def place(
+        self, job: _Live, gpus: int, batch: int, now: float, *, pause: float, gpu_type: str = ""
+    ) -> None:
         job.gpus, job.batch = gpus, batch
-        if self.nodes is None:
+        if self.typed is not None:
+            self.place_typed(job, gpus, batch, now, gpu_type)
+        elif self.nodes is None:
             job.rate = throughput(job.spec, gpus, batch, self.cluster)
         else:
             try:
@@ -613,6 +685,8 @@ def run(
     step_seconds: StepSeconds | None = None,
     decide_measured: bool = False,
     learn_placements: bool = False,
+    typed: TypedCluster | None = None,
+    blind: bool = False,
 ) -> SimResult:
     """Simulate ``trace`` on ``gpus`` GPUs under ``config`` until every event is processed.
 
@@ -652,7 +726,15 @@ def run(
     :class:`~bellows.scaling.placement_memory.PlacementMemory`), as a live controller can.
     ``engines``: the core's (:class:`~bellows.autoscaler.Engines`; ``None``: the run's own);
     the same outputs whichever.
+    ``typed``: a cluster of several GPU types (issue 39; ``gpus`` must be its total): Bellows
+    mode decides by :class:`~bellows.autoscaler.typed.TypedAutoscaler` (``blind``: its
+    type-blind comparison), each job runs at the JSA of its section on its type, on that
+    type's nodes with ``nodes``; the summary adds GPU-hours per type. It takes no reference,
+    learning, measured step times or capacity changes.
     """
+    if typed is not None:
+        _check_typed(typed, gpus, config, pollux=pollux, tiresias=tiresias, learning=learning,
+                     step_seconds=step_seconds, changes=capacity_changes)  # fmt: skip
     if pollux and tiresias:
         raise SpecError("tiresias", True, "one reference policy: pollux or tiresias")
     if step_seconds is not None and not nodes:
@@ -676,7 +758,8 @@ def run(
         efficiency=efficiency, nodes=nodes, pollux=pollux, engines=engines,
         pollux_retune=pollux_retune, tiresias=tiresias, charge_start=charge_start,
         efficiency_truth=efficiency_truth, step_seconds=step_seconds,
-        decide_measured=decide_measured, learn_placements=learn_placements,
+        decide_measured=decide_measured, learn_placements=learn_placements, typed=typed,
+        blind=blind,
     )  # fmt: skip
     state.loop(progress)
     wall = timer() - started
@@ -710,4 +793,28 @@ def run(
         charged=None if efficiency is None else state.charged,
         nodes=nodes,
         reference="pollux" if pollux else "tiresias" if tiresias else None,
+        gpu_types=() if typed is None else typed.names,
+        type_moves=state.auto.moves if isinstance(state.auto, TypedAutoscaler) else 0,
     )
+
+
+def _check_typed(
+    typed: TypedCluster,
+    gpus: int,
+    config: AutoscalerConfig,
+    *,
+    pollux: bool,
+    tiresias: bool,
+    learning: Learning | None,
+    step_seconds: StepSeconds | None,
+    changes: Sequence[CapacityChange],
+) -> None:
+    """What a typed run refuses (``run``'s docstring)."""
+    if gpus != typed.total:
+        raise SpecError("gpus", gpus, f"the typed cluster's {typed.total} GPUs")
+    if config.mode is not Mode.BELLOWS:
+        raise SpecError("mode", config.mode.value, "bellows on a cluster of several GPU types "
+                        "(paper mode keeps one pool: give it the GPUs as one)")  # fmt: skip
+    if pollux or tiresias or learning is not None or step_seconds is not None or changes:
+        raise SpecError("typed", typed.names, "no reference policy, learning, measured "
+                        "step times or capacity changes (not modelled on types)")  # fmt: skip

@@ -52,6 +52,7 @@ class Segment:
     gpus: int
     batch: int
     extra_nodes: int = 0
+    gpu_type: str = ""  # on a cluster of several GPU types (issue 39)
 
 
 @dataclass(frozen=True)
