@@ -198,7 +198,7 @@ def types(data: Path) -> None:
     cells: dict[str, list[str]] = {}
     for name, (models, fit) in fits.items():
         sections = fit_type_sections(models, fit, name)
-        errors = type_mape(models, fit, name)
+        errors = type_mape(models, fit, sections)
         for model, section in sections.items():
             x1 = section.m_max / processing_seconds(section.profile, section.m_max)
             cells.setdefault(model, []).append(f"{section.m_max}, {x1:,.0f}, {errors[model]:.1%}")

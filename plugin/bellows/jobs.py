@@ -35,9 +35,12 @@ __all__ = [
     "check_batch_range",
     "check_names_unique",
     "check_restart_s",
+    "check_type_sections",
     "feasible_allocations",
     "fit_to_cluster",
     "is_feasible",
+    "least_gpus",
+    "per_gpu_batches",
 ]
 
 
@@ -217,7 +220,7 @@ class JobSpec:
         if self.gpus > self.k_max:
             raise SpecError("gpus", self.gpus, f"<= k_max ({self.k_max})")
         if self.elastic:
-            if not _has_feasible_batch(self):
+            if least_gpus(self) is None:
                 raise SpecError(
                     "b_min",
                     self.b_min,
@@ -230,14 +233,7 @@ class JobSpec:
                 self.batch_size,
                 f"at most gpus*m_max = {self.gpus * self.m_max} for a rigid job",
             )
-
-        if not isinstance(self.types, tuple) or not all(
-            isinstance(t, TypeSection) for t in self.types
-        ):
-            raise SpecError("types", self.types, "a tuple of TypeSection, one per GPU type")
-        names = [t.gpu_type for t in self.types]
-        if len(set(names)) != len(names):
-            raise SpecError("types", names, "one section per GPU type name")
+        check_type_sections(self.types)
 
     @property
     def x1_batch(self) -> int:
@@ -295,23 +291,36 @@ def feasible_allocations(job: JobSpec) -> list[Allocation]:
         return [Allocation(job.gpus, job.batch_size)]
     out: list[Allocation] = []
     for k in range(1, job.k_max + 1):
-        m_lo, m_hi = _batch_range(job, k)
+        m_lo, m_hi = per_gpu_batches(job, k)
         out.extend(Allocation(k, k * m) for m in range(m_lo, m_hi + 1))
     return out
 
 
-def _batch_range(job: JobSpec, k: int) -> tuple[int, int]:
+def per_gpu_batches(job: JobSpec, k: int) -> tuple[int, int]:
     """Per-GPU batches ``m`` allowed on ``k`` GPUs: ``[lo, hi]`` (empty when ``lo > hi``)."""
     return max(1, -(-job.b_min // k)), min(job.m_max, job.b_max // k)
 
 
-def _has_feasible_batch(job: JobSpec) -> bool:
-    """Whether some ``b = k*m`` is allowed: O(k_max), without listing the allocations."""
+def least_gpus(job: JobSpec) -> int | None:
+    """The fewest GPUs ``job`` may run on (a rigid job: its own), ``None`` where no
+    ``b = k*m`` is allowed: O(k_max), without listing the allocations."""
+    if not job.elastic:
+        return job.gpus
     for k in range(1, job.k_max + 1):
-        lo, hi = _batch_range(job, k)
+        lo, hi = per_gpu_batches(job, k)
         if lo <= hi:
-            return True
-    return False
+            return k
+    return None
+
+
+def check_type_sections(types: object) -> None:
+    """``types`` as a job's or a profile's sections per GPU type: a tuple of
+    :class:`TypeSection`, one per type name; else SpecError naming ``types``."""
+    if not isinstance(types, tuple) or not all(isinstance(t, TypeSection) for t in types):
+        raise SpecError("types", types, "a tuple of TypeSection, one per GPU type")
+    names = [t.gpu_type for t in types]
+    if len(set(names)) != len(names):
+        raise SpecError("types", names, "one section per GPU type name")
 
 
 def is_feasible(job: JobSpec, allocation: Allocation, *, fixed_batch: bool = False) -> bool:
@@ -327,7 +336,7 @@ def is_feasible(job: JobSpec, allocation: Allocation, *, fixed_batch: bool = Fal
     k, b = allocation.gpus, allocation.batch
     if not 1 <= k <= job.k_max or b % k:
         return False
-    lo, hi = _batch_range(job, k)
+    lo, hi = per_gpu_batches(job, k)
     return lo <= b // k <= hi
 
 

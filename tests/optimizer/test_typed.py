@@ -136,6 +136,11 @@ def test_the_bound_and_the_fixing_are_exact_where_they_run(monkeypatch: pytest.M
     """Small instances go straight to the search; with that shortcut off, the bound, the
     split and the fixing give brute force's best too."""
     monkeypatch.setattr(typed, "DIRECT_BELOW", 0)
+    nothing = np.full((2, 2, 3), -np.inf)
+    nothing[:, :, 0] = 0.0  # no job has a count it may run on: every job gets none
+    got = allocate_typed(nothing, [4, 4])
+    assert got.types.tolist() == [-1, -1]
+    assert got.objective == 0.0
     rng = np.random.default_rng(11)
     for _ in range(60):
         values = _random(int(rng.integers(1 << 30)), jobs=4, types=3, k_max=3)

@@ -49,7 +49,7 @@ from bellows.autoscaler.objectives import objective_values
 from bellows.autoscaler.pricing import priced
 from bellows.autoscaler.rows import Tables
 from bellows.autoscaler.straddle import FreeNodes
-from bellows.jobs import Allocation, JobSpec, SpecError
+from bellows.jobs import Allocation, JobSpec, SpecError, least_gpus
 from bellows.optimizer.typed import allocate_typed
 from bellows.scaling import EfficiencyProfile
 from bellows.scaling.gpu_types import TypedCluster
@@ -82,6 +82,7 @@ class TypedAutoscaler:
         }
         self._tables = {t.name: Tables(config, t.cluster, engines) for t in cluster.types}
         self._specs: dict[str, JobSpec] = {}  # every job as it arrived (all its sections)
+        self._fit: dict[str, dict[str, JobSpec]] = {}  # job -> its one-type spec per type
         self._home: dict[str, str] = {}  # job -> the type whose core holds it
         self._done: dict[str, float] = {}  # work a job did before it last changed type
         self._charged: dict[str, EfficiencyProfile] = {}
@@ -89,7 +90,6 @@ class TypedAutoscaler:
         self._nodes: dict[str, FreeNodes] = {}  # per type, for the next step (see_nodes)
         self._rejects: list[Reject] = []  # jobs no type holds, said at the next step
         self.moves = 0  # running jobs the typed rounds moved to another type (restarts)
-        self.rehomed = 0  # waiting jobs sent to wait on another type (free)
 
     # ------------------------------------------------------------------ facts in
     def charge(self, name: str, profile: EfficiencyProfile | None) -> None:
@@ -119,6 +119,7 @@ class TypedAutoscaler:
             return True
         home = self._blind_home(fits) if self._blind else self._fastest(job, fits)
         self._specs[job.name] = job
+        self._fit[job.name] = fits
         self._home[job.name] = home
         self._done[job.name] = 0.0
         self._cores[home].arrive(fits[home], now)
@@ -133,6 +134,7 @@ class TypedAutoscaler:
         if self._next_round is None:
             self._next_round = now + self._config.delta_s
         self._specs.pop(name, None)
+        self._fit.pop(name, None)
         self._done.pop(name, None)
         self._charged.pop(name, None)
         return self._cores[home].finish(name, now)
@@ -154,10 +156,6 @@ class TypedAutoscaler:
 
     def restart_s(self, name: str) -> float:
         return restart_s(self._specs[name], self._config)
-
-    def home(self, name: str) -> str:
-        """The GPU type job ``name`` is on (or waits for)."""
-        return self._home[name]
 
     @property
     def allocations(self) -> Mapping[str, Allocation]:
@@ -189,7 +187,8 @@ class TypedAutoscaler:
         out = {}
         for gpu in self._cluster.types:
             on = job.on(gpu.name) if job.types else job
-            if on is not None and self._least(on) <= gpu.gpus:
+            least = None if on is None else least_gpus(on)
+            if on is not None and least is not None and least <= gpu.gpus:
                 out[gpu.name] = on
         return out
 
@@ -224,7 +223,8 @@ class TypedAutoscaler:
 
     def _route(self, now: float) -> list[Decision]:
         """The typed round: every job's type by goodput, exactly; moves applied."""
-        names = sorted(self._specs, key=lambda n: (n not in self.allocations, n))
+        held = self.allocations
+        names = sorted(self._specs, key=lambda n: (n not in held, n))
         if not names:
             return []
         types = self._cluster.names
@@ -233,7 +233,7 @@ class TypedAutoscaler:
         allowed = np.zeros(rates.shape, dtype=bool)
         done = {n: self._done_at(n, now) for n in names}
         for t, type_name in enumerate(types):
-            fitting = [(i, self._fits(self._specs[n]).get(type_name)) for i, n in enumerate(names)]
+            fitting = [(i, self._fit[n].get(type_name)) for i, n in enumerate(names)]
             here = [(i, s) for i, s in fitting if s is not None]
             if not here:
                 continue
@@ -241,9 +241,9 @@ class TypedAutoscaler:
             for (i, _), rate in zip(here, rows, strict=True):
                 rates[i, t, : rate.size] = rate
                 allowed[i, t, 1 : rate.size] = rate[1:] > 0
-        values = self._values(names, rates, allowed, done, now)
+        values = self._values(names, rates, allowed, done, held)
         solved = allocate_typed(values, list(self._cluster.capacities))
-        return self._rehome(names, solved.types, done, now)
+        return self._rehome(names, solved.types, done, held, now)
 
     def _values(
         self,
@@ -251,7 +251,7 @@ class TypedAutoscaler:
         rates: np.ndarray,
         allowed: np.ndarray,
         done: Mapping[str, float],
-        now: float,
+        held: Mapping[str, Allocation],
     ) -> np.ndarray:
         """``[jobs, types, width+1]``: each (type, count) as the objective's term of its
         speedup over the job's best one-GPU rate, moves priced as restarts."""
@@ -260,7 +260,6 @@ class TypedAutoscaler:
         best_one = np.maximum(per_gpu.max(axis=(1, 2)), 1e-12)  # the best one GPU does
         left = np.array([max(self._specs[m].work - done[m], _LEAST_WORK) for m in names])
         speed = np.where(allowed, rates / best_one[:, None, None], -np.inf)
-        held = self.allocations
         restart = np.array([restart_s(self._specs[m], self._config) for m in names])
         out = np.empty_like(speed)
         for t, type_name in enumerate(self._cluster.names):
@@ -280,11 +279,15 @@ class TypedAutoscaler:
         return out
 
     def _rehome(
-        self, names: list[str], types: np.ndarray, done: Mapping[str, float], now: float
+        self,
+        names: list[str],
+        types: np.ndarray,
+        done: Mapping[str, float],
+        held: Mapping[str, Allocation],
+        now: float,
     ) -> list[Decision]:
         """Move each job the typed round put on another type; the moves as decisions."""
         decisions: list[Decision] = []
-        held = self.allocations
         for name, t in zip(names, types.tolist(), strict=True):
             if t < 0:
                 continue  # a waiting job the round left waiting: it waits where it is
@@ -295,8 +298,6 @@ class TypedAutoscaler:
             if name in held:
                 decisions.append(Preempt(name, f"moved from {source} to {target} GPUs"))
                 self.moves += 1
-            else:
-                self.rehomed += 1
             self._move(name, target, done[name], now)
         return decisions
 
@@ -306,23 +307,16 @@ class TypedAutoscaler:
         free = {n: c.capacity - c.in_use for n, c in self._cores.items()}
         waiting = [n for n in self._specs if n not in held]
         for name in waiting:
-            fits = self._fits(self._specs[name])
+            fits = self._fit[name]
             target = max(fits, key=lambda n: free[n])
-            free[target] -= max(1, self._least(fits[target]))
+            free[target] -= least_gpus(fits[target]) or 1
             if target != self._home[name]:
                 self._move(name, target, 0.0, now)
         return []
 
-    @staticmethod
-    def _least(spec: JobSpec) -> int:
-        """The fewest GPUs a job may start on."""
-        if not spec.elastic:
-            return spec.gpus
-        return max(1, -(-spec.b_min // spec.m_max))
-
     def _move(self, name: str, target: str, done: float, now: float) -> None:
         """Job ``name`` leaves its core for ``target``'s with the work it has left."""
-        spec = self._fits(self._specs[name])[target]
+        spec = self._fit[name][target]
         self._done[name] = done
         self._cores[self._home[name]].finish(name, now)
         left = max(spec.work - done, _LEAST_WORK)

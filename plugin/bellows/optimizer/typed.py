@@ -191,16 +191,17 @@ class _Choices:
         np.minimum.at(out, self.job, self.k)
         return np.where(np.isfinite(self.none), 0, out)
 
-    def best(self, lam: F64) -> tuple[F64, I64]:
-        """Per job the best priced value (``none`` included) and the choice that takes it
-        (``-1``: none)."""
+    def best(self, lam: F64, *, none: bool = True) -> tuple[F64, I64]:
+        """Per job the best priced value and the choice that takes it (``-1``: none), no
+        GPU counted as a choice unless ``none`` is false."""
         priced = self.value - lam[self.type] * self.k
-        best = self.none.copy()
+        best = self.none.copy() if none else np.full(self.jobs, -np.inf)
         np.maximum.at(best, self.job, priced)
         at = np.full(self.jobs, -1, dtype=np.int64)
         hit = np.flatnonzero(priced >= best[self.job])
         at[self.job[hit[::-1]]] = hit[::-1]  # the first choice of each job's best
-        at[np.isfinite(self.none) & (self.none >= best)] = -1
+        if none:
+            at[np.isfinite(self.none) & (self.none >= best)] = -1
         return best, at
 
     def within(self, lam: F64, slack: float) -> npt.NDArray[np.bool_]:
@@ -264,12 +265,9 @@ def _split(choices: _Choices, caps: I64, lam: F64) -> TypedAllocation | None:
     """Each job on the type of its best priced choice of a GPU or more, each type's jobs
     allocated by the one-type DP; ``None`` where a type cannot hold the jobs it was given
     that must be placed."""
-    priced = choices.value - lam[choices.type] * choices.k
-    best = np.full(choices.jobs, -np.inf)
-    np.maximum.at(best, choices.job, priced)
+    _, at = choices.best(lam, none=False)
     home = np.full(choices.jobs, -1, dtype=np.int64)
-    hit = np.flatnonzero(priced >= best[choices.job])
-    home[choices.job[hit[::-1]]] = choices.type[hit[::-1]]
+    home[at >= 0] = choices.type[at[at >= 0]]
     types = np.full(choices.jobs, -1, dtype=np.int64)
     gpus = np.zeros(choices.jobs, dtype=np.int64)
     for t in range(caps.size):

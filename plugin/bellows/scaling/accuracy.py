@@ -252,12 +252,11 @@ def fit_type_sections(
 
 
 def type_mape(
-    models: Sequence[MeasuredModel], cluster: ClusterProfile, gpu_type: str
+    models: Sequence[MeasuredModel], cluster: ClusterProfile, sections: Mapping[str, TypeSection]
 ) -> dict[str, float]:
-    """Per model, the JSA's mean absolute percentage error over its multi-GPU rows on
-    ``gpu_type`` with the type's own fit (in sample: how well one Allreduce model per type
-    carries the type's measurements)."""
-    sections = fit_type_sections(models, cluster, gpu_type)
+    """Per model, the JSA's mean absolute percentage error over its multi-GPU rows on a type
+    with its section there (:func:`fit_type_sections`; in sample: how well one Allreduce
+    model per type carries the type's measurements)."""
     out = {}
     for m in models:
         section = sections[m.name]

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from bellows.jobs import JobSpec
+from bellows.jobs import JobSpec, per_gpu_batches
 from bellows.scaling.efficiency import EfficiencyProfile
 from bellows.scaling.tables import TsfTables
 
@@ -61,7 +61,7 @@ def measured_x1(
 def per_gpu_grid(job: JobSpec, k: int, steps: int) -> list[int]:
     """The per-GPU batches ``job`` may run at on ``k`` GPUs, in ``steps`` geometric steps
     over its bounds and both ends (none when no batch fits ``k``), ascending."""
-    lo, hi = max(1, -(-job.b_min // k)), min(job.m_max, job.b_max // k)
+    lo, hi = per_gpu_batches(job, k)
     if lo > hi:
         return []
     return sorted({lo, hi, *(round(lo * (hi / lo) ** (i / steps)) for i in range(steps))})

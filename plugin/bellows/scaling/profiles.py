@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bellows.jobs import SpecError, StepProfile, TypeSection
+from bellows.jobs import SpecError, StepProfile, TypeSection, check_type_sections
 
 if TYPE_CHECKING:
     from bellows.scaling.efficiency import EfficiencyProfile
@@ -159,13 +159,7 @@ class JobProfile:
 
             if not isinstance(self.efficiency, EfficiencyProfile):
                 raise SpecError("efficiency", self.efficiency, "an EfficiencyProfile")
-        if not isinstance(self.types, tuple) or not all(
-            isinstance(t, TypeSection) for t in self.types
-        ):
-            raise SpecError("types", self.types, "a tuple of TypeSection")
-        names = [t.gpu_type for t in self.types]
-        if len(set(names)) != len(names):
-            raise SpecError("types", names, "one section per GPU type name")
+        check_type_sections(self.types)
 
     @property
     def effective_weights(self) -> int:
