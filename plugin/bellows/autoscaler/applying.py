@@ -17,7 +17,7 @@ import numpy as np
 
 from bellows.autoscaler.config import AutoscalerConfig, restart_s
 from bellows.autoscaler.decisions import Decision, Keep, Rescale, Start
-from bellows.autoscaler.progress import RunningJob
+from bellows.autoscaler.progress import RunningJob, work_left
 from bellows.autoscaler.reasons import (
     batch_keep_reason,
     keep_reason,
@@ -180,7 +180,7 @@ def batch_move_pays(
     the row's batch: a job adopted at another batch (found running, admitted by Kueue at
     its owner's size) or whose row a revision changed would otherwise be restarted for a
     batch change that gains nothing, its restart unpriced."""
-    left = max(s.jobs[name].work - running.done_at(now), 0.0)
+    left = float(work_left(s.jobs[name].work, running.done_at(now)))
     if running.rate <= 0.0:
         return True
     if rate <= 0.0:

@@ -47,6 +47,7 @@ from bellows.autoscaler.decisions import Decision, Preempt, Reject, Rescale, Sta
 from bellows.autoscaler.engines import Engines
 from bellows.autoscaler.objectives import objective_values
 from bellows.autoscaler.pricing import priced
+from bellows.autoscaler.progress import work_left
 from bellows.autoscaler.rows import Tables
 from bellows.autoscaler.straddle import FreeNodes
 from bellows.jobs import Allocation, JobSpec, SpecError, least_gpus
@@ -55,9 +56,6 @@ from bellows.scaling import EfficiencyProfile
 from bellows.scaling.gpu_types import TypedCluster
 
 __all__ = ["TypedAutoscaler"]
-
-_LEAST_WORK = 1.0  # samples: a moved job's work left is never below this
-
 
 class TypedAutoscaler:
     """One core per GPU type and the typed round (module docstring)."""
@@ -258,7 +256,7 @@ class TypedAutoscaler:
         width = rates.shape[2]
         per_gpu = rates[:, :, 1:] / np.arange(1, width, dtype=np.float64)
         best_one = np.maximum(per_gpu.max(axis=(1, 2)), 1e-12)  # the best one GPU does
-        left = np.array([max(self._specs[m].work - done[m], _LEAST_WORK) for m in names])
+        left = work_left([self._specs[m].work for m in names], [done[m] for m in names])
         speed = np.where(allowed, rates / best_one[:, None, None], -np.inf)
         restart = np.array([restart_s(self._specs[m], self._config) for m in names])
         out = np.empty_like(speed)
@@ -319,7 +317,7 @@ class TypedAutoscaler:
         spec = self._fit[name][target]
         self._done[name] = done
         self._cores[self._home[name]].finish(name, now)
-        left = max(spec.work - done, _LEAST_WORK)
+        left = float(work_left(spec.work, done))
         self._cores[target].arrive(dataclasses.replace(spec, work=left), now)
         self._home[name] = target
 

@@ -20,7 +20,7 @@ import numpy as np
 from bellows.autoscaler.config import AutoscalerConfig, restart_s, restart_s_each
 from bellows.autoscaler.objectives import Objective, objective_values, shared_remaining, slack
 from bellows.autoscaler.pricing import exact, kept, priced
-from bellows.autoscaler.progress import RunningJob, done_at_all
+from bellows.autoscaler.progress import RunningJob, done_at_all, work_left
 from bellows.autoscaler.rows import stacked, template
 from bellows.autoscaler.state import State
 from bellows.autoscaler.straddle import (
@@ -85,7 +85,7 @@ class Pricing:
         moving = penalty > 0
         if moving.any():
             work = np.array([s.jobs[names[i]].work for i in held])
-            left = np.maximum(work - done_at_all(running, now), 0.0)
+            left = work_left(work, done_at_all(running, now))
             priced_at = at[moving]
             moved = [rows[i] for i in priced_at.tolist()]
             values[priced_at] = priced(
@@ -167,7 +167,7 @@ class Pricing:
             k = run.allocation.gpus
             if k > g or not (fill or name in gpus):
                 continue
-            left = max(s.jobs[name].work - run.done_at(now), 0.0)
+            left = float(work_left(s.jobs[name].work, run.done_at(now)))
             rate = float(s.rows[name].rate[k])
             slower = left / (rate * float(self.ratio(name)[k])) - left / rate
             if slower > restart_s(s.jobs[name], self.config) * hold:
@@ -222,7 +222,7 @@ class Pricing:
                     for n, r in zip(names, runs, strict=True)]  # fmt: skip
             work = np.array([s.jobs[n].work for n in names])
             rate = np.array([s.rows[n].x1 for n in names])
-            remaining = np.maximum(work - np.array(done), 0.0) / rate
+            remaining = work_left(work, done) / rate
             kinds: dict[tuple[object, ...], int] = {}  # running jobs of a template: one weight
             groups = np.full(len(names), -1, dtype=np.int64)
             for i, (name, run) in enumerate(zip(names, runs, strict=True)):
