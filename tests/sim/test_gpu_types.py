@@ -1,5 +1,6 @@
 """Bellows mode on a cluster of several GPU types (issue 39 items 2-3): the typed rounds in the
-simulator, their type-blind comparison, and what a typed run refuses."""
+simulator, their type-blind comparison, the type-blind Pollux and Gavel-like references, and
+what a typed run refuses."""
 
 from __future__ import annotations
 
@@ -114,7 +115,8 @@ def test_what_a_typed_run_refuses() -> None:
     trace = (TraceJob(0.0, _job("a", 1e6, fast=2.0), "m"),)
     for kwargs, field in (
         ({"gpus": 9}, "gpus"),
-        ({"pollux": True}, "typed"),
+        ({"tiresias": True}, "typed"),
+        ({"gavel": True, "blind": True}, "gavel"),
         ({"config": dataclasses.replace(CONFIG, mode=Mode.PAPER)}, "mode"),
     ):
         args = {"gpus": 8, "config": CONFIG, "nodes": True} | kwargs
@@ -133,14 +135,19 @@ def test_what_a_typed_run_refuses() -> None:
     assert auto.next_round_at() is None
 
 
-def test_simulate_on_sia_mix_from_the_command_line(shared_data: Path, tmp_path: Path) -> None:
+def _imported(shared_data: Path, tmp_path: Path, jobs: int) -> tuple[CliRunner, Path]:
+    """A runner with the data folder, and workload-6's first ``jobs`` imported as a trace."""
     trace = tmp_path / "w.jsonl"
     runner = CliRunner(env={"BELLOWS_DATA": str(shared_data)})
     csv = shared_data / "pollux" / "workloads" / "workload-6.csv"
     result = runner.invoke(main, ["workload", "import", "pollux", str(csv), "--out", str(trace)])
     assert result.exit_code == 0, result.output
-    lines = trace.read_text().splitlines()[:40]
-    trace.write_text("\n".join(lines) + "\n")
+    trace.write_text("\n".join(trace.read_text().splitlines()[:jobs]) + "\n")
+    return runner, trace
+
+
+def test_simulate_on_sia_mix_from_the_command_line(shared_data: Path, tmp_path: Path) -> None:
+    runner, trace = _imported(shared_data, tmp_path, 40)
     summaries = {}
     for flag in ("", "--one-pool"):
         out = tmp_path / f"out{flag}"
@@ -182,7 +189,74 @@ def test_the_benchmark_prints_every_policy_and_the_targets(shared_data: Path) ->
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     out = result.stdout
-    for policy in ("typed", "one pool", "gavel"):
+    for policy in ("typed", "one pool", "pollux", "gavel"):
         assert f"| workload-3 | {policy} |" in out, out + result.stderr
-    assert "typed / one pool avg JCT: median" in out
-    assert "typed / gavel-like avg JCT: median" in out
+        if policy != "typed":
+            assert f"typed / {policy} avg JCT: median" in out
+
+
+def test_the_type_blind_pollux_reference_runs_each_job_on_its_primary_type(
+    shared_data: Path,
+) -> None:
+    """``pollux=True`` on sia-mix: Pollux over 16 virtual nodes of 4 GPUs; each job runs on
+    the type it holds most of, the rest held idle; no type ever runs more than it has, and
+    the typed rounds beat it."""
+    mix = sia_mix()
+    trace = with_sections(_pollux(shared_data, 60), sia_sections(shared_data, mix))
+    common = {"gpus": 64, "config": CONFIG, "cluster": mix.types[0].cluster,
+              "efficiency": MODEL_EFFICIENCY, "nodes": True, "typed": mix}  # fmt: skip
+    pollux = run(trace, pollux=True, **common)  # type: ignore[arg-type]
+    summary = pollux.summary()
+    assert summary["mode"] == "pollux"
+    assert summary["jobs_completed"] == 60
+    span_h = max(j.finish_s for j in pollux.jobs) / 3600.0
+    for gpu in mix.types:
+        assert summary["gpu_hours_by_type"][gpu.name] <= gpu.gpus * span_h + 1e-6
+    for job in pollux.jobs:
+        for seg in job.segments:
+            assert seg.gpu_type in mix.names
+            assert 0 <= seg.idle_gpus < seg.gpus
+    held = sum(s.gpus * (s.end_s - s.start_s) for j in pollux.jobs for s in j.segments) / 3600
+    ran = sum(summary["gpu_hours_by_type"].values())
+    assert ran + summary.get("idle_gpu_hours", 0.0) == pytest.approx(held)
+    typed = run(trace, **common)  # type: ignore[arg-type]
+    assert typed.summary()["avg_jct_min"] < summary["avg_jct_min"]
+
+
+def test_the_gavel_reference_keeps_every_job_rigid(shared_data: Path) -> None:
+    mix = sia_mix()
+    trace = with_sections(_pollux(shared_data, 40), sia_sections(shared_data, mix))
+    result = run(trace, gpus=64, config=CONFIG, cluster=mix.types[0].cluster,
+                 efficiency=MODEL_EFFICIENCY, nodes=True, typed=mix, gavel=True)  # fmt: skip
+    assert result.summary()["mode"] == "gavel"
+    asked = {job.spec.name: job.spec for job in trace}
+    for job in result.jobs:
+        spec = asked[job.name]
+        for seg in job.segments:  # its trace's GPUs (at most 24: a type's most) and batch
+            assert seg.gpus == min(spec.gpus, 24)
+        assert job.rescales == 0
+    with pytest.raises(SpecError) as err:
+        run(trace, gpus=64, config=CONFIG, cluster=default_cluster(), nodes=True, gavel=True)
+    assert err.value.field == "gavel"
+
+
+def test_the_references_on_sia_mix_from_the_command_line(shared_data: Path, tmp_path: Path) -> None:
+    runner, trace = _imported(shared_data, tmp_path, 30)
+    base = ["simulate", str(trace), "--gpus", "64", "--efficiency", "--no-plots"]
+    for policy in ("pollux", "gavel"):
+        out = tmp_path / policy
+        args = [*base, "--cluster", "sia-mix", "--policy", policy, "--out", str(out)]
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, result.output
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["policy"] == policy
+        assert set(summary["gpu_hours_by_type"]) == set(sia_mix().names)
+    for extra, words in (
+        (["--policy", "gavel"], "--policy gavel needs --cluster sia-mix"),
+        (["--cluster", "sia-mix", "--policy", "pollux", "--one-pool"], "drop --one-pool"),
+        (["--cluster", "sia-mix", "--policy", "tiresias"], "runs on one GPU type"),
+        (["--cluster", "sia-mix", "--policy", "gavel", "--objective", "fair"], "'speedup'"),
+    ):
+        bad = runner.invoke(main, [*base, *extra, "--out", str(tmp_path / "x")])
+        assert bad.exit_code != 0
+        assert words in bad.output, bad.output

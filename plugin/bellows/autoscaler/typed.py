@@ -57,6 +57,7 @@ from bellows.scaling.gpu_types import TypedCluster
 
 __all__ = ["TypedAutoscaler"]
 
+
 class TypedAutoscaler:
     """One core per GPU type and the typed round (module docstring)."""
 

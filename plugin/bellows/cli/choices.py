@@ -14,7 +14,7 @@ from typing import Final
 # bellows.autoscaler.Policy
 POLICIES: Final = ("elastic", "baseline")
 # bellows.sim.grids.REFERENCES (simulate --policy, a GRID's policy)
-REFERENCES: Final = ("pollux", "tiresias")
+REFERENCES: Final = ("pollux", "tiresias", "gavel")
 # bellows.sim.workloads.generating: Pattern, BatchChoice, MAX_MINUTES, MAX_LOAD_HIGH,
 # DEFAULT_LOAD_HIGH; len(bellows.sim.workloads.categories.CATEGORIES)
 PATTERNS: Final = ("low", "high", "bursty")

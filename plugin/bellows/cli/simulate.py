@@ -55,16 +55,26 @@ def _cluster(profile: ClusterProfile | None) -> ClusterProfile:
 
 def _typed(
     cluster: ClusterProfile | str | None,
-    one_pool: bool,
     jobs: tuple[TraceJob, ...],
     gpus: int,
+    *,
+    one_pool: bool,
     refused: bool,
+    policy: str,
 ) -> tuple[dict[str, Any], tuple[TraceJob, ...]]:
     """``run``'s cluster arguments, and the jobs with their sections on a mixed cluster."""
     if not isinstance(cluster, str):
-        if one_pool:
-            raise click.UsageError("--one-pool needs --cluster sia-mix")
+        if one_pool or policy == "gavel":
+            what = "--one-pool" if one_pool else "--policy gavel"
+            raise click.UsageError(f"{what} needs --cluster sia-mix (several GPU types)")
         return {"cluster": _cluster(cluster)}, jobs
+    if policy == "tiresias":
+        raise click.UsageError(f"--policy tiresias runs on one GPU type, not --cluster {cluster}")
+    if one_pool and policy in ("pollux", "gavel"):
+        raise click.UsageError(
+            f"--one-pool is Bellows mode's type-blind comparison: --policy {policy} has its "
+            "own view of the types; drop --one-pool"
+        )
     from bellows.cli.data import data_folder, no_data_folder
     from bellows.scaling.gpu_types import sia_mix
     from bellows.sim.workloads.gpu_types import sia_sections, with_sections
@@ -207,7 +217,10 @@ def _measured_truth(
     "Pollux reference (our reimplementation of Pollux's published policy, OSDI'21, to "
     "compare with: every --delta-min, default 1, per-node placement; docs/simulator.md); "
     "tiresias: the Tiresias reference (rigid at the trace's GPUs and batch, two-queue "
-    "least-attained-service, as the Pollux artifact runs it; same settings).",
+    "least-attained-service, as the Pollux artifact runs it; same settings); on --cluster "
+    "sia-mix pollux is type-blind, as Sia's paper compares it. gavel (--cluster sia-mix "
+    "only): a Gavel-like reference, every job rigid at its trace's GPUs and batch, each "
+    "given its GPU type by the sum of throughputs normalised by its best type.",
 )
 @click.option(
     "--paper",
@@ -407,7 +420,10 @@ def simulate(
 
                 learning = online.Learning(online.wrong_priors(jobs), learn=not no_learning)
             truth = _measured_truth(placement, measured, decide=decide_measured, policy=policy)
-            typed, jobs = _typed(cluster, one_pool, jobs, gpus, measured or learning is not None)
+            typed, jobs = _typed(
+                cluster, jobs, gpus, one_pool=one_pool,
+                refused=measured or learning is not None, policy=policy,
+            )  # fmt: skip
             result = run(
                 jobs, gpus=gpus, config=config, horizon_s=horizon, **typed,
                 learning=learning, charge_start=charge_start,

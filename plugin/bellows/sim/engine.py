@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import numpy as np
@@ -59,7 +59,9 @@ from bellows.scaling import (
 from bellows.scaling.gpu_types import TypedCluster
 from bellows.scaling.online import ProgressReport
 from bellows.scaling.placement_memory import ObservedStep, PlacementMemory
+from bellows.sim.blind import VirtualNodes, blind_run
 from bellows.sim.events import EventHeap, Kind
+from bellows.sim.gavel import gavel_config, gavel_jobs
 from bellows.sim.learning import Learning, OnlineLearner, Revision, true_spec
 from bellows.sim.measured import MeasuredEfficiency
 from bellows.sim.metrics import JobRecord, Segment, spread_share, summarize, template
@@ -137,7 +139,7 @@ class SimResult:
     inconsistent: tuple[str, ...] = ()  # jobs whose reports did not hold together
     charged: int | None = None  # jobs charged statistical efficiency; None: charging off
     nodes: bool = False  # jobs were placed on nodes (else priced on the fewest)
-    reference: str | None = None  # "pollux", "tiresias": that reference decided, not the core
+    reference: str | None = None  # "pollux", "tiresias", "gavel": it decided, not the core
     gpu_types: tuple[str, ...] = ()  # a cluster of several GPU types (issue 39)
     type_moves: int = 0  # changes of type the typed rounds made
 
@@ -160,10 +162,15 @@ class SimResult:
             out["spread_job_time_share"] = spread_share(self.jobs)
         if self.gpu_types:
             hours = dict.fromkeys(self.gpu_types, 0.0)
+            idle = 0.0
             for job in self.jobs:
                 for seg in job.segments:
-                    hours[seg.gpu_type] += seg.gpus * (seg.end_s - seg.start_s) / 3600.0
-            out["gpu_hours_by_type"] = hours
+                    span_h = (seg.end_s - seg.start_s) / 3600.0
+                    hours[seg.gpu_type] += (seg.gpus - seg.idle_gpus) * span_h
+                    idle += seg.idle_gpus * span_h
+            out["gpu_hours_by_type"] = hours  # the GPUs jobs ran on, per type
+            if idle:  # a type-blind policy's GPUs held on other types, doing nothing
+                out["idle_gpu_hours"] = idle
             out["type_moves"] = self.type_moves
         if self.learning is not None:
             out["learning"] = {
@@ -207,6 +214,7 @@ class _Live:
     charge: EfficiencyProfile | MeasuredEfficiency | None = None
     held: Placement = ()  # (node, GPUs) while placed on nodes
     gpu_type: str = ""  # the GPU type it runs on (a typed cluster)
+    idle_gpus: int = 0  # held on other types than ``gpu_type``: the type-blind Pollux's waste
     extra_nodes: int = 0  # nodes held beyond the fewest that hold its GPUs
     # (version, progress step at ``since``, when it reaches each next step): step_at's
     steps_seen: tuple[int, int, npt.NDArray[np.float64]] = (-1, 0, _NO_STEPS)
@@ -257,7 +265,15 @@ class _Live:
     def close_segment(self, now: float) -> None:
         if self.gpus:
             self.segments.append(
-                Segment(self.since, now, self.gpus, self.batch, self.extra_nodes, self.gpu_type)
+                Segment(
+                    self.since,
+                    now,
+                    self.gpus,
+                    self.batch,
+                    self.extra_nodes,
+                    self.gpu_type,
+                    self.idle_gpus,
+                )
             )
 
     def record(self) -> JobRecord:
@@ -305,21 +321,32 @@ class _Run:
     ) -> None:
         self.config = config
         self.typed = typed
+        # the Pollux reference on types: type-blind, over virtual nodes (bellows.sim.blind)
+        self.virtual = VirtualNodes.of(typed) if typed is not None and pollux else None
         self.type_nodes = (
-            {} if typed is None or not nodes
+            {} if typed is None or not nodes or self.virtual is not None
             else {t.name: Nodes(t.gpus, t.gpus_per_node) for t in typed.types}
         )  # fmt: skip
+        self.blind_moves = 0  # changes of type of the type-blind Pollux reference's jobs
         self.learn_placements = learn_placements
         self.step_seconds = step_seconds
         self.charge_start = charge_start
-        self.nodes = Nodes(gpus, cluster.gpus_per_node) if nodes and typed is None else None
+        self.nodes = (
+            Nodes(gpus, cluster.gpus_per_node) if nodes and typed is None
+            else Nodes(gpus, self.virtual.size) if self.virtual is not None
+            else None
+        )  # fmt: skip
         self.placed: dict[str, Placement] = {}  # running job -> its GPUs per node (on nodes)
         self.spread: set[str] = set()  # the placed jobs on more than one node
         self.cluster = cluster
         self.timer = timer
         self.auto: Autoscaler | PolluxPolicy | TiresiasPolicy | TypedAutoscaler = (
             TypedAutoscaler(config, cluster=typed, engines=engines, blind=blind)
-            if typed is not None
+            if typed is not None and self.virtual is None
+            else PolluxPolicy(config, capacity=gpus, retune=pollux_retune,
+                              cluster=replace(typed.types[0].cluster,
+                                              gpus_per_node=self.virtual.size))
+            if typed is not None and self.virtual is not None
             else PolluxPolicy(config, capacity=gpus, cluster=cluster, retune=pollux_retune,
                          measured=step_seconds) if pollux
             else TiresiasPolicy(config, capacity=gpus, cluster=cluster) if tiresias
@@ -542,7 +569,10 @@ class _Run:
         job.seen, job.done = job.seen_at(now), job.done_at(now)
         job.close_segment(now)
         job.batch = batch
-        job.rate = self.rate(job, job.gpus, batch)
+        if self.virtual is not None:
+            self.run_blind(job, batch)
+        else:
+            job.rate = self.rate(job, job.gpus, batch)
         job.since, job.resume_at = now, max(job.resume_at, now)  # a pause still running goes on
         job.version += 1
         self.heap.push(job.completion_at(), Kind.COMPLETION, self.index[job.spec.name], job.version)
@@ -624,11 +654,43 @@ class _Run:
                 self.spread.add(job.spec.name)
         job.rate = self.typed_rate(job, gpus, batch)
 
+    def place_blind(self, job: _Live, now: float) -> None:
+        """The type-blind Pollux reference's job on the virtual nodes it was given, run on
+        its primary type (:mod:`bellows.sim.blind`)."""
+        assert self.nodes is not None
+        assert isinstance(self.auto, PolluxPolicy)
+        try:
+            job.held = self.nodes.take(self.auto.placement(job.spec.name))
+        except SpecError as error:
+            raise SimulationError(f"t={now}: {job.spec.name}: {error}") from None
+        before = job.gpu_type
+        self.run_blind(job, job.batch)
+        self.blind_moves += bool(before) and before != job.gpu_type
+        self.placed[job.spec.name] = job.held
+        if len(job.held) > 1:
+            self.spread.add(job.spec.name)
+
+    def run_blind(self, job: _Live, batch: int) -> None:
+        """Type, batch and rate of a type-blind job at ``batch`` on the GPUs it holds: the
+        GPUs it holds on other types than the one it runs on do nothing."""
+        assert self.typed is not None
+        assert self.virtual is not None
+        try:
+            run = blind_run(job.spec, job.held, batch, self.virtual, self.typed)
+        except SpecError as error:
+            raise SimulationError(f"{job.spec.name}: {error}") from None
+        gpu = self.typed.type(run.gpu_type)
+        job.gpu_type, job.batch, job.idle_gpus = run.gpu_type, run.batch, job.gpus - run.gpus
+        job.extra_nodes = run.nodes - -(-run.gpus // gpu.gpus_per_node)
+        job.rate = throughput(run.spec, run.gpus, run.batch, gpu.cluster, nodes=run.nodes)
+
     def place(
         self, job: _Live, gpus: int, batch: int, now: float, *, pause: float, gpu_type: str = ""
     ) -> None:
         job.gpus, job.batch = gpus, batch
-        if self.typed is not None:
+        if self.virtual is not None:
+            self.place_blind(job, now)
+        elif self.typed is not None:
             self.place_typed(job, gpus, batch, now, gpu_type)
         elif self.nodes is None:
             job.rate = throughput(job.spec, gpus, batch, self.cluster)
@@ -687,6 +749,7 @@ def run(
     learn_placements: bool = False,
     typed: TypedCluster | None = None,
     blind: bool = False,
+    gavel: bool = False,
 ) -> SimResult:
     """Simulate ``trace`` on ``gpus`` GPUs under ``config`` until every event is processed.
 
@@ -729,9 +792,20 @@ def run(
     ``typed``: a cluster of several GPU types (issue 39; ``gpus`` must be its total): Bellows
     mode decides by :class:`~bellows.autoscaler.typed.TypedAutoscaler` (``blind``: its
     type-blind comparison), each job runs at the JSA of its section on its type, on that
-    type's nodes with ``nodes``; the summary adds GPU-hours per type. It takes no reference,
-    learning, measured step times or capacity changes.
+    type's nodes with ``nodes``; the summary adds GPU-hours per type. With ``pollux`` the
+    Pollux reference decides instead, type-blind, as Sia's paper compares it: over the
+    cluster cut into equal virtual nodes, each job run on the type it holds most GPUs of
+    (:mod:`bellows.sim.blind`; the GPUs it holds on other types are the summary's
+    ``idle_gpu_hours``). With ``gavel`` a Gavel-like reference decides
+    (:mod:`bellows.sim.gavel`: every job rigid, the typed rounds maximising the sum of
+    normalised throughputs). It takes no Tiresias reference, learning, measured step times
+    or capacity changes.
     """
+    if gavel:
+        if typed is None or pollux or tiresias or blind:
+            raise SpecError("gavel", True, "a cluster of several GPU types (typed=...), and "
+                            "no other reference nor blind")  # fmt: skip
+        trace, config = gavel_jobs(trace, typed), gavel_config(config)
     if typed is not None:
         _check_typed(typed, gpus, config, pollux=pollux, tiresias=tiresias, learning=learning,
                      step_seconds=step_seconds, changes=capacity_changes)  # fmt: skip
@@ -792,9 +866,11 @@ def run(
         inconsistent=() if state.learner is None else tuple(sorted(state.learner.inconsistent)),
         charged=None if efficiency is None else state.charged,
         nodes=nodes,
-        reference="pollux" if pollux else "tiresias" if tiresias else None,
+        reference=("pollux" if pollux else "tiresias" if tiresias else "gavel" if gavel else None),
         gpu_types=() if typed is None else typed.names,
-        type_moves=state.auto.moves if isinstance(state.auto, TypedAutoscaler) else 0,
+        type_moves=(
+            state.auto.moves if isinstance(state.auto, TypedAutoscaler) else state.blind_moves
+        ),
     )
 
 
@@ -815,6 +891,8 @@ def _check_typed(
     if config.mode is not Mode.BELLOWS:
         raise SpecError("mode", config.mode.value, "bellows on a cluster of several GPU types "
                         "(paper mode keeps one pool: give it the GPUs as one)")  # fmt: skip
-    if pollux or tiresias or learning is not None or step_seconds is not None or changes:
-        raise SpecError("typed", typed.names, "no reference policy, learning, measured "
+    if tiresias or learning is not None or step_seconds is not None or changes:
+        raise SpecError("typed", typed.names, "no Tiresias reference, learning, measured "
                         "step times or capacity changes (not modelled on types)")  # fmt: skip
+    if pollux:
+        VirtualNodes.of(typed)  # the type-blind Pollux reference needs equal virtual nodes

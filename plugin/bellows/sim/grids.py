@@ -52,6 +52,7 @@ __all__ = [
     "REFERENCES",
     "REFERENCE_DELTA_MIN",
     "SETTING_KEYS",
+    "SWEPT_REFERENCES",
     "Cell",
     "ClusterChoice",
     "Grid",
@@ -75,10 +76,14 @@ SETTING_KEYS: Final = (
 """Autoscaler settings a GRID sets for every policy, or a policy for itself (and
 ``efficiency``: the simulator charges statistical efficiency, :func:`bellows.sim.run`)."""
 
-REFERENCES: Final = ("pollux", "tiresias")
+SWEPT_REFERENCES: Final = ("pollux", "tiresias")
+"""The references a GRID's policy may name (its clusters have one GPU type; the schema's)."""
+
+REFERENCES: Final = (*SWEPT_REFERENCES, "gavel")
 """The ``policy`` values that name a reference to compare with, as ``bellows simulate
---policy pollux|tiresias`` does: the simulator's reimplementation of that scheduler decides,
-on the cluster's nodes, every ``delta_min`` (default :data:`REFERENCE_DELTA_MIN`)."""
+--policy pollux|tiresias|gavel`` does: the simulator's reimplementation of that scheduler
+decides, on the cluster's nodes, every ``delta_min`` (default :data:`REFERENCE_DELTA_MIN`);
+``gavel`` needs a cluster of several GPU types (:mod:`bellows.sim.gavel`)."""
 
 REFERENCE_DELTA_MIN: Final = 1.0
 """Minutes between a reference's rounds when ``delta_min`` is not given (its 60 s)."""
@@ -219,6 +224,9 @@ def _check_reference(reference: str, settings: Mapping[str, Any]) -> None:
         "and efficiency (mode 'bellows', queue true, early_share null), nothing else"
     )
     for key, value in settings.items():
+        if key == "objective" and reference == "gavel" and value != "speedup":
+            raise SpecError(key, value, "'speedup' or none with policy gavel (Gavel maximises "
+                            "the sum of normalised throughputs)")  # fmt: skip
         if key in _REFERENCE_TAKES:
             continue
         if key in _REFERENCE_ONLY:
@@ -237,6 +245,7 @@ class Switches(TypedDict):
     nodes: bool
     pollux: bool
     tiresias: bool
+    gavel: bool
 
 
 def simulator_switches(policy: str, *, nodes: bool = False) -> Switches:
@@ -245,7 +254,7 @@ def simulator_switches(policy: str, *, nodes: bool = False) -> Switches:
     nodes only when ``nodes`` (``simulate --placement nodes``)."""
     reference = policy if policy in REFERENCES else None
     return Switches(nodes=nodes or reference is not None, pollux=reference == "pollux",
-                    tiresias=reference == "tiresias")  # fmt: skip
+                    tiresias=reference == "tiresias", gavel=reference == "gavel")  # fmt: skip
 
 
 def run_summary(

@@ -53,6 +53,7 @@ class Segment:
     batch: int
     extra_nodes: int = 0
     gpu_type: str = ""  # on a cluster of several GPU types (issue 39)
+    idle_gpus: int = 0  # of ``gpus``, held on other types and doing nothing (a type-blind policy)
 
 
 @dataclass(frozen=True)
