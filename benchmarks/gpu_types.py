@@ -1,7 +1,7 @@
 """Bellows mode on Sia's 64-GPU mix against its type-blind self, the type-blind Pollux
 reference and a Gavel-like policy (issue 39 items 2-3).
 
-    python benchmarks/gpu_types.py [--workers N] [--workloads 1 2 ...] [--data DIR]
+    python benchmarks/gpu_types.py [--workers N] [--workloads 1 2 ...] [--data DIR] [--measured]
 
 Per Pollux workload (``<data>/pollux/workloads``, as ``bellows workload import pollux``
 imports them, every job's model given its sections on the three types fitted from Sia's
@@ -16,7 +16,10 @@ maximises the sum of throughputs normalised by its best type, by the same typed 
 :mod:`bellows.sim.gavel`), with avg and p99 JCT, makespan, GPU-hours per type (and the
 GPU-hours the type-blind Pollux holds idle on other types), changes of type, restarts per
 job and the ratio of the typed avg JCT to each. Jobs run at the JSA of their section on
-their type (docs/jsa.md gives its error per type). Issue 39's targets checked: never above
+their type (docs/jsa.md gives its error per type), or with ``--measured`` at the step times
+Sia measured on their type and placement (``bellows simulate --measured``,
+:class:`bellows.sim.measured_steps.TypedMeasuredSteps`; every policy still decides with the
+JSA). Issue 39's targets checked: never above
 the type-blind Bellows mode, at most 0.75x the type-blind Pollux reference and 0.6x the
 Gavel-like policy on the median workload.
 """
@@ -34,8 +37,9 @@ from typing import Any
 from bellows.autoscaler import AutoscalerConfig
 from bellows.cli.data import data_folder, no_data_folder
 from bellows.scaling import MODEL_EFFICIENCY
-from bellows.scaling.gpu_types import sia_mix
+from bellows.scaling.gpu_types import SIA_TYPES, sia_mix
 from bellows.sim.engine import run
+from bellows.sim.measured_steps import TypedMeasuredSteps
 from bellows.sim.workloads.gpu_types import sia_sections, with_sections
 from bellows.sim.workloads.importing import import_pollux
 from bellows.sim.workloads.traces import fit_trace
@@ -45,7 +49,7 @@ POLICIES = ("typed", "one pool", "pollux", "gavel")
 TARGETS = {"one pool": ("worst", 1.0), "pollux": ("median", 0.75), "gavel": ("median", 0.6)}
 
 
-def run_one(data: Path, workload: int, policy: str) -> dict[str, Any]:
+def run_one(data: Path, workload: int, policy: str, measured: bool = False) -> dict[str, Any]:
     """One workload under one of :data:`POLICIES`: the figures of its line."""
     mix = sia_mix()
     path = data / "pollux" / "workloads" / f"workload-{workload}.csv"
@@ -54,7 +58,8 @@ def run_one(data: Path, workload: int, policy: str) -> dict[str, Any]:
     result = run(trace, gpus=mix.total, config=CONFIG, cluster=mix.types[0].cluster,
                  efficiency=MODEL_EFFICIENCY, nodes=True, typed=mix,
                  blind=policy == "one pool", pollux=policy == "pollux",
-                 gavel=policy == "gavel")  # fmt: skip
+                 gavel=policy == "gavel",
+                 type_steps=_truth(data) if measured else None)  # fmt: skip
     summary = result.summary()
     restarts = sum(j.rescales + j.preemptions for j in result.jobs) / len(result.jobs)
     return {
@@ -66,7 +71,11 @@ def run_one(data: Path, workload: int, policy: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _task(args: tuple[Path, int, str]) -> dict[str, Any]:
+def _truth(data: Path) -> TypedMeasuredSteps:
+    return TypedMeasuredSteps(data / "sia" / "profiles", data / "pollux" / "profiles", SIA_TYPES)
+
+
+def _task(args: tuple[Path, int, str, bool]) -> dict[str, Any]:
     return run_one(*args)
 
 
@@ -75,10 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--workloads", type=int, nargs="+", default=list(range(1, 9)))
     parser.add_argument("--data", type=Path, default=data_folder())
+    parser.add_argument("--measured", action="store_true",
+                        help="jobs run at Sia's measured step times of their type")  # fmt: skip
     args = parser.parse_args(argv)
     if args.data is None:
         parser.error(no_data_folder())
-    tasks = [(args.data, w, policy) for w in args.workloads for policy in POLICIES]
+    tasks = [(args.data, w, p, args.measured) for w in args.workloads for p in POLICIES]
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
         rows = list(pool.map(_task, tasks))
     names = sia_mix().names

@@ -61,13 +61,16 @@ def _typed(
     one_pool: bool,
     refused: bool,
     policy: str,
+    truth: dict[str, Any],
 ) -> tuple[dict[str, Any], tuple[TraceJob, ...]]:
-    """``run``'s cluster arguments, and the jobs with their sections on a mixed cluster."""
+    """``run``'s cluster arguments and ``truth`` (:func:`_measured_truth`'s), and the jobs
+    with their sections on a mixed cluster (``truth`` given: each type's measured step times
+    as the truth, Sia's measurements, in place of the T4's)."""
     if not isinstance(cluster, str):
         if one_pool or policy == "gavel":
             what = "--one-pool" if one_pool else "--policy gavel"
             raise click.UsageError(f"{what} needs --cluster sia-mix (several GPU types)")
-        return {"cluster": _cluster(cluster)}, jobs
+        return {"cluster": _cluster(cluster), **truth}, jobs
     if policy == "tiresias":
         raise click.UsageError(f"--policy tiresias runs on one GPU type, not --cluster {cluster}")
     if one_pool and policy in ("pollux", "gavel"):
@@ -83,12 +86,21 @@ def _typed(
     if gpus != mix.total:
         raise click.UsageError(f"--gpus {gpus}: --cluster {cluster} has {mix.total} GPUs")
     if refused:
-        raise click.UsageError(f"--cluster {cluster} takes no --measured, --wrong-priors")
+        raise click.UsageError(f"--cluster {cluster} takes no --wrong-priors, --decide-measured")
     data = data_folder()
     if data is None:
         raise click.UsageError(no_data_folder("$BELLOWS_DATA"))
     typed = with_sections(jobs, sia_sections(data, mix))
-    return {"cluster": mix.types[0].cluster, "typed": mix, "blind": one_pool}, typed
+    out: dict[str, Any] = {"cluster": mix.types[0].cluster, "typed": mix, "blind": one_pool}
+    if truth:
+        out["efficiency_truth"] = truth["efficiency_truth"]
+        from bellows.scaling.gpu_types import SIA_TYPES
+        from bellows.sim.measured_steps import TypedMeasuredSteps
+
+        out["type_steps"] = TypedMeasuredSteps(
+            data / "sia" / "profiles", data / "pollux" / "profiles", SIA_TYPES
+        )
+    return out, typed
 
 
 def fit_note(trace: tuple[TraceJob, ...], gpus: int, *, source: str = "") -> tuple[TraceJob, ...]:
@@ -327,7 +339,8 @@ def _measured_truth(
               "epoch (pollux/profiles of $BELLOWS_DATA, or ../shared/data); implies "
               "--efficiency and --placement nodes. With a Pollux workload imported with "
               "--work validation --batches accumulate and --charge-start, the calibrated "
-              "simulator of issue 36 (docs/simulator.md).")  # fmt: skip
+              "simulator of issue 36 (docs/simulator.md). On --cluster sia-mix: each type's "
+              "step times as Sia measured them (sia/profiles).")  # fmt: skip
 @click.option("--decide-measured", is_flag=True,
               help="With --measured: the core decides with the measured step times too, each "
               "GPU count packed on the fewest nodes, as the Pollux reference does. [default: "
@@ -421,14 +434,14 @@ def simulate(
                 learning = online.Learning(online.wrong_priors(jobs), learn=not no_learning)
             truth = _measured_truth(placement, measured, decide=decide_measured, policy=policy)
             typed, jobs = _typed(
-                cluster, jobs, gpus, one_pool=one_pool,
-                refused=measured or learning is not None, policy=policy,
+                cluster, jobs, gpus, one_pool=one_pool, truth=truth,
+                refused=decide_measured or learning is not None, policy=policy,
             )  # fmt: skip
             result = run(
                 jobs, gpus=gpus, config=config, horizon_s=horizon, **typed,
                 learning=learning, charge_start=charge_start,
                 **simulator_switches(policy, nodes=placement == "nodes" or measured),
-                efficiency=MODEL_EFFICIENCY if efficiency or measured else None, **truth,
+                efficiency=MODEL_EFFICIENCY if efficiency or measured else None,
                 progress=lambda at, events: show(
                     f"{what}: {at / 60:,.0f} min simulated, {events:,} events"
                 ),

@@ -36,6 +36,7 @@ models, and every job without ``efficiency``, progress at ``X(b, k)`` as before.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -64,6 +65,7 @@ from bellows.sim.events import EventHeap, Kind
 from bellows.sim.gavel import gavel_config, gavel_jobs
 from bellows.sim.learning import Learning, OnlineLearner, Revision, true_spec
 from bellows.sim.measured import MeasuredEfficiency
+from bellows.sim.measured_steps import TypedMeasuredSteps
 from bellows.sim.metrics import JobRecord, Segment, spread_share, summarize, template
 from bellows.sim.nodes import Nodes, Placement
 from bellows.sim.packed_steps import PackedSteps
@@ -318,9 +320,11 @@ class _Run:
         learn_placements: bool = False,
         typed: TypedCluster | None = None,
         blind: bool = False,
+        type_steps: TypedMeasuredSteps | None = None,
     ) -> None:
         self.config = config
         self.typed = typed
+        self.type_steps = type_steps  # the measured truth per type, else each type's JSA
         # the Pollux reference on types: type-blind, over virtual nodes (bellows.sim.blind)
         self.virtual = VirtualNodes.of(typed) if typed is not None and pollux else None
         self.type_nodes = (
@@ -637,8 +641,21 @@ class _Run:
         spec = job.spec.on(job.gpu_type) if job.spec.types else job.spec
         if spec is None:
             raise SimulationError(f"{job.spec.name}: on {job.gpu_type}, where no batch fits")
-        spread = len(job.held) if job.held else None
-        return throughput(spec, gpus, batch, gpu.cluster, nodes=spread)
+        return self.type_rate(job, gpu.name, spec, job.held, gpus=gpus, batch=batch)
+
+    def type_rate(
+        self, job: _Live, gpu_type: str, spec: JobSpec, held: Placement, *, gpus: int, batch: int
+    ) -> float:
+        """Samples per second of ``job`` as ``spec`` on ``held`` GPUs of ``gpu_type``: the
+        measured truth there (``type_steps``), else (or where it measured nothing near) the
+        JSA on the type's Allreduce model."""
+        assert self.typed is not None
+        if self.type_steps is not None and held:
+            seconds = self.type_steps(job.model, gpu_type, spec, held, batch)
+            if seconds is not None and math.isfinite(seconds) and seconds > 0:
+                return batch / seconds
+        cluster = self.typed.type(gpu_type).cluster
+        return throughput(spec, gpus, batch, cluster, nodes=len(held) if held else None)
 
     def place_typed(self, job: _Live, gpus: int, batch: int, now: float, gpu_type: str) -> None:
         job.gpu_type = gpu_type
@@ -682,7 +699,8 @@ class _Run:
         gpu = self.typed.type(run.gpu_type)
         job.gpu_type, job.batch, job.idle_gpus = run.gpu_type, run.batch, job.gpus - run.gpus
         job.extra_nodes = run.nodes - -(-run.gpus // gpu.gpus_per_node)
-        job.rate = throughput(run.spec, run.gpus, run.batch, gpu.cluster, nodes=run.nodes)
+        on = tuple(sorted(self.virtual.by_type(job.held)[run.gpu_type].items()))
+        job.rate = self.type_rate(job, run.gpu_type, run.spec, on, gpus=run.gpus, batch=run.batch)
 
     def place(
         self, job: _Live, gpus: int, batch: int, now: float, *, pause: float, gpu_type: str = ""
@@ -750,6 +768,7 @@ def run(
     typed: TypedCluster | None = None,
     blind: bool = False,
     gavel: bool = False,
+    type_steps: TypedMeasuredSteps | None = None,
 ) -> SimResult:
     """Simulate ``trace`` on ``gpus`` GPUs under ``config`` until every event is processed.
 
@@ -798,9 +817,13 @@ def run(
     (:mod:`bellows.sim.blind`; the GPUs it holds on other types are the summary's
     ``idle_gpu_hours``). With ``gavel`` a Gavel-like reference decides
     (:mod:`bellows.sim.gavel`: every job rigid, the typed rounds maximising the sum of
-    normalised throughputs). It takes no Tiresias reference, learning, measured step times
-    or capacity changes.
+    normalised throughputs). ``type_steps``: on a typed cluster, a job's step time is the
+    measured truth of its type on its placement (:class:`~bellows.sim.measured_steps.
+    TypedMeasuredSteps`; the JSA of its section where it has none). It takes no Tiresias
+    reference, learning, one-type measured step times or capacity changes.
     """
+    if type_steps is not None and (typed is None or not nodes):
+        raise SpecError("type_steps", "without typed nodes", "a typed cluster on nodes")
     if gavel:
         if typed is None or pollux or tiresias or blind:
             raise SpecError("gavel", True, "a cluster of several GPU types (typed=...), and "
@@ -833,7 +856,7 @@ def run(
         pollux_retune=pollux_retune, tiresias=tiresias, charge_start=charge_start,
         efficiency_truth=efficiency_truth, step_seconds=step_seconds,
         decide_measured=decide_measured, learn_placements=learn_placements, typed=typed,
-        blind=blind,
+        blind=blind, type_steps=type_steps,
     )  # fmt: skip
     state.loop(progress)
     wall = timer() - started

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -38,24 +38,27 @@ from bellows.scaling.validation import load_validation_runs
 from bellows.sim.workloads.importing import POLLUX_LOCAL_LIMIT
 from bellows.sim.workloads.models import model as model_profile
 
-__all__ = ["MeasuredPlacements", "MeasuredSteps"]
+__all__ = ["MeasuredPlacements", "MeasuredSteps", "TypedMeasuredSteps", "accumulated"]
 
 _COLUMNS = ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")
 MAX_NODES = 16  # the artifact interpolates no further: more nodes count as 16
 
 
 class MeasuredPlacements:
-    """One model's measured step times (module docstring), from its profile folder."""
+    """One model's measured step times (module docstring), from its profile folder
+    (``suffix``: of one GPU type, ``placements-<suffix>.csv`` as Sia's files are named)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, suffix: str = "") -> None:
         self.folder = folder
+        tail = f"-{suffix}" if suffix else ""
+        names = (f"placements{tail}.csv", f"scalability{tail}.csv")
         try:
-            with (folder / "placements.csv").open(newline="") as handle:
+            with (folder / names[0]).open(newline="") as handle:
                 rows = list(csv.DictReader(handle))
-            with (folder / "scalability.csv").open(newline="") as handle:
+            with (folder / names[1]).open(newline="") as handle:
                 spread = list(csv.DictReader(handle))
         except OSError as error:
-            raise SpecError("profile", str(folder), f"placements.csv and scalability.csv "
+            raise SpecError("profile", str(folder), f"{names[0]} and {names[1]} "
                             f"({error.strerror})") from None  # fmt: skip
         self.exact: dict[str, list[tuple[float, float, float]]] = {}
         grouped: dict[tuple[int, int, float], list[tuple[float, float]]] = {}
@@ -112,16 +115,63 @@ class MeasuredSteps:
             folder = self.profiles / model
             measured = self._models[model] = MeasuredPlacements(folder)
             self._smallest[model] = min(run.batch for run in load_validation_runs(folder))
-        counts = tuple(gpus for _, gpus in placement)
-        gpus = sum(counts)
-        local = math.ceil(batch / gpus - 1e-8)
-        passes = math.ceil(local / self.local_limit(model) - 1e-8)
-        if gpus == 1 and batch > self._smallest[model]:
-            passes = max(2, passes)
-        step, sync = measured.step(counts, math.ceil(local / passes - 1e-8))
-        return step + (passes - 1) * (step - sync)
+        return accumulated(measured, placement, batch, self.local_limit(model),
+                           self._smallest[model])  # fmt: skip
 
     @staticmethod
     def local_limit(model: str) -> int:
         """The largest per-GPU batch a pass takes: the measured one, or the artifact's."""
         return POLLUX_LOCAL_LIMIT.get(model, model_profile(model).m_max)
+
+
+def accumulated(
+    measured: MeasuredPlacements,
+    placement: Sequence[tuple[int, int]],
+    batch: int,
+    limit: int,
+    smallest: int,
+) -> float:
+    """Seconds of one step of global ``batch`` on ``placement`` where a pass takes at most
+    ``limit`` a GPU (module docstring: gradient accumulation; ``smallest``, the model's
+    smallest validation batch, above which one GPU takes two passes)."""
+    counts = tuple(gpus for _, gpus in placement)
+    gpus = sum(counts)
+    local = math.ceil(batch / gpus - 1e-8)
+    passes = math.ceil(local / limit - 1e-8)
+    if gpus == 1 and batch > smallest:
+        passes = max(2, passes)
+    step, sync = measured.step(counts, math.ceil(local / passes - 1e-8))
+    return step + (passes - 1) * (step - sync)
+
+
+class TypedMeasuredSteps:
+    """The measured truth on a cluster of several GPU types (issue 39): ``(model, gpu_type,
+    spec, placement, batch)`` to the seconds of one step on ``placement`` of that type, from
+    Sia's measurements of the type (``<sia>/<model>/placements-<suffix>.csv``, ``suffixes``
+    by type name; :data:`bellows.scaling.gpu_types.SIA_TYPES`). A pass takes at most the
+    per-GPU batch ``spec`` (the job's section on the type) holds, the type's measured memory
+    limit; the smallest validation batch is the model's (``validation``, Pollux's folders).
+    ``None`` for a model or type not measured: the job then runs at its JSA there."""
+
+    def __init__(self, sia: Path, validation: Path, suffixes: Mapping[str, str]) -> None:
+        self.sia, self.validation, self.suffixes = sia, validation, dict(suffixes)
+        self._models: dict[tuple[str, str], MeasuredPlacements | None] = {}
+        self._smallest: dict[str, int] = {}
+
+    def __call__(
+        self, model: str, gpu_type: str, spec: JobSpec, placement: Sequence[tuple[int, int]],
+        batch: int,
+    ) -> float | None:  # fmt: skip
+        key = (model, gpu_type)
+        if key not in self._models:
+            suffix = self.suffixes.get(gpu_type, "")
+            folder = self.sia / model
+            found = bool(suffix) and (folder / f"placements-{suffix}.csv").is_file()
+            self._models[key] = MeasuredPlacements(folder, suffix) if found else None
+        measured = self._models[key]
+        if measured is None:
+            return None
+        if model not in self._smallest:
+            runs = load_validation_runs(self.validation / model)
+            self._smallest[model] = min(run.batch for run in runs)
+        return accumulated(measured, placement, batch, spec.m_max, self._smallest[model])
