@@ -28,6 +28,7 @@ from bellows.bus.publishing import MSG_ID_HEADER
 from bellows.bus.settings import NatsSettings
 from bellows.bus.streams import ensure_consumer
 from bellows.bus.subjects import dead_letter_subject, subject_mismatch
+from bellows.bus.transient import RIDE_OUT_S, ride_out
 
 __all__ = [
     "CODE_HEADER",
@@ -43,16 +44,6 @@ SEQUENCE_HEADER = "Bellows-Original-Sequence"
 DELIVERIES_HEADER = "Bellows-Deliveries"
 
 _log = structlog.get_logger("bellows.bus")
-
-OPEN_RETRY_S = 60.0
-"""How long :meth:`EventConsumer.open` rides out a server that does not answer (a restart:
-JetStream recovering its streams answers nothing for seconds) before it gives up."""
-_TRANSIENT = (
-    nats.errors.TimeoutError,
-    nats.errors.NoRespondersError,
-    nats.errors.ConnectionReconnectingError,
-    nats.js.errors.ServiceUnavailableError,
-)
 
 
 def _utcnow() -> datetime:
@@ -115,25 +106,18 @@ class EventConsumer:
         namespaces: tuple[str, ...] = (),
         observer: BusObserver | None = None,
         wall_clock: Callable[[], datetime] = _utcnow,
-        retry_s: float = OPEN_RETRY_S,
+        retry_s: float = RIDE_OUT_S,
     ) -> EventConsumer:
         """Provision the durable consumer (if needed) and bind to it; a server that does not
         answer (restarting, JetStream recovering) is asked again every half second for up to
         ``retry_s`` (a controller that died of it would lose its lead for nothing)."""
-        deadline = asyncio.get_running_loop().time() + retry_s
-        while True:
-            try:
-                await ensure_consumer(js, settings, namespaces)
-                subscription = await js.pull_subscribe_bind(
-                    durable=settings.durable, stream=settings.stream
-                )
-                return cls(js, subscription, settings, observer=observer, wall_clock=wall_clock)
-            except _TRANSIENT as exc:
-                if asyncio.get_running_loop().time() >= deadline:
-                    raise
-                _log.warning("consumer.open_retry", error=str(exc) or type(exc).__name__,
-                             error_type=type(exc).__name__)  # fmt: skip
-                await asyncio.sleep(0.5)
+
+        async def bind() -> JetStreamContext.PullSubscription:
+            await ensure_consumer(js, settings, namespaces)
+            return await js.pull_subscribe_bind(durable=settings.durable, stream=settings.stream)
+
+        subscription = await ride_out(bind, what="consumer.open", retry_s=retry_s)
+        return cls(js, subscription, settings, observer=observer, wall_clock=wall_clock)
 
     async def fetch(self, *, timeout_s: float = 1.0) -> list[Delivery]:
         """Up to ``fetch_batch`` decoded deliveries; ``[]`` when none came within the time.

@@ -33,6 +33,7 @@ from nats.js import JetStreamContext
 from bellows.bus.learned import KvLearnedStore
 from bellows.bus.settings import NatsSettings
 from bellows.bus.streams import ensure_learned_kv
+from bellows.bus.transient import ride_out
 from bellows.inputs import SpecError, brief
 from bellows.jobs import JobSpec
 from bellows.scaling import ClusterProfile, EfficiencyProfile, JobProfile
@@ -220,16 +221,19 @@ async def open_memory(
     """A learner (on ``cluster``, flagging jobs silent past ``stall_after_s``) and its
     memory in the controller's bucket (``nats.learnedBucket``), loaded. A
     bucket that cannot be opened or read (the NATS user not allowed, the server away) is
-    logged: the controller then learns afresh, as before there was one, and keeps nothing."""
+    logged: the controller then learns afresh, as before there was one, and keeps nothing. A
+    server that does not answer (a restart) is asked again for a minute first
+    (:func:`bellows.bus.transient.ride_out`): what earlier leaders learned is worth the wait."""
     store: LearnedStore | None = None
     try:
-        store = KvLearnedStore(await ensure_learned_kv(js, settings))
+        bucket = await ride_out(lambda: ensure_learned_kv(js, settings), what="memory.open")
+        store = KvLearnedStore(bucket)
     except Exception as err:
         _log.warning("memory.unavailable", bucket=settings.learned_bucket, error=brief(err))
     learner = ProgressLearner(cluster, stall_after_s=stall_after_s)
     memory = Memory(learner, store, wall=clock.wall, clock=clock.at)
     try:
-        await memory.load()
+        await ride_out(memory.load, what="memory.load")
     except Exception as err:
         _log.warning("memory.load_failed", bucket=settings.learned_bucket, error=brief(err))
     return memory

@@ -38,6 +38,7 @@ from nats.js.client import JetStreamContext
 from bellows.bus.progress import decode_progress, progress_wildcard
 from bellows.bus.settings import NatsSettings
 from bellows.bus.streams import ensure_progress_stream, progress_stream_name
+from bellows.bus.transient import ride_out
 from bellows.inputs import SpecError, brief
 from bellows.jobs import Allocation, JobSpec
 from bellows.kube import KubeApi
@@ -388,8 +389,16 @@ async def open_progress_subscription(
     """An ephemeral pull consumer of the progress stream, from its oldest report.
 
     Ephemeral: a new leader reads the (bounded) reports of the last hour again, which is how
-    a restarted controller learns the samples and speed of the jobs it adopts.
+    a restarted controller learns the samples and speed of the jobs it adopts. A server that
+    does not answer (a restart) is asked again for a minute (:func:`bellows.bus.transient.
+    ride_out`).
     """
+    return await ride_out(lambda: _subscribe(js, settings), what="progress.subscribe")
+
+
+async def _subscribe(
+    js: JetStreamContext, settings: NatsSettings
+) -> JetStreamContext.PullSubscription:
     await ensure_progress_stream(js, settings)
     config = ConsumerConfig(
         ack_policy=AckPolicy.EXPLICIT,

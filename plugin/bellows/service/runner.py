@@ -28,6 +28,7 @@ from bellows.bus import (
     ensure_kv,
     ensure_streams,
 )
+from bellows.bus.transient import ride_out
 from bellows.inputs import brief
 from bellows.jobs import SpecError
 from bellows.kube import KubeApi, keys
@@ -243,7 +244,7 @@ async def _component(
         nc = await connect(config.nats)
         try:
             js = nc.jetstream()
-            await ensure_streams(js, config.nats)
+            await ride_out(lambda: ensure_streams(js, config.nats), what="streams.ensure")
             yield api, js, metrics, health
         finally:
             await nc.close()
