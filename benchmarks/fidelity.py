@@ -112,6 +112,8 @@ class Variant:
             config = replace(config, objective=self.objective)
         if self.delta_s is not None:
             config = replace(config, delta_s=self.delta_s)
+        if self.remaining_exponent is not None:
+            config = replace(config, remaining_exponent=self.remaining_exponent)
         return replace(config, node_counts=self.node_pricing, early_share=self.early_share)
 
 
@@ -201,8 +203,6 @@ def run_one(
         config = variant.config(restart_s)
         if variant.slack_share is not None:  # a module constant: this process's runs only
             objectives.SLACK_SHARE = variant.slack_share
-        if variant.remaining_exponent is not None:  # the same
-            objectives.REMAINING_EXPONENT = variant.remaining_exponent
         if variant.learn or variant.learn_placements:
             learning = Learning({}, report_s=POLLUX_INTERVAL_S, learn=variant.learn)
     else:
@@ -499,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--remaining-exponent",
         type=float,
         default=None,
-        help="the power of remaining's weights (objectives.REMAINING_EXPONENT; default 0.25)",
+        help="the power of remaining's weights (AutoscalerConfig.remaining_exponent; default 0.25)",
     )
     parser.add_argument(
         "--delta-s",

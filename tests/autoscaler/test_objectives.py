@@ -177,3 +177,34 @@ def test_slack_weighs_remaining_time_on_an_idle_cluster_and_speedups_near_a_back
     busy = _short_and_long(Objective.SLACK, 12)
     assert busy == _short_and_long(Objective.SPEEDUP, 12)
     assert busy != _short_and_long(Objective.REMAINING, 12)
+
+
+def test_the_remaining_weights_power_is_a_setting() -> None:
+    """``AutoscalerConfig.remaining_exponent`` (chart ``controller.remainingExponent``,
+    ``simulate --remaining-exponent``): 0 is the sum of speedups, and a steeper power leans
+    harder to the job nearest its end; out of [0, 1] it is refused by name."""
+    left = np.array([600.0, 30.0])
+    flat = objective_values(ROWS, Objective.REMAINING, left, exponent=0.0)
+    np.testing.assert_array_equal(flat, ROWS)
+    steep = objective_values(ROWS, Objective.REMAINING, left, exponent=0.5)
+    np.testing.assert_allclose(steep[0, 1:], ROWS[0, 1:] * 0.1**0.5)
+    assert AutoscalerConfig().remaining_exponent == REMAINING_EXPONENT
+    for bad in (-0.1, 1.5, float("nan"), True):
+        with pytest.raises(SpecError) as err:
+            AutoscalerConfig(remaining_exponent=bad)
+        assert err.value.field == "remaining_exponent"
+
+
+def test_a_steeper_power_gives_the_job_nearest_its_end_more() -> None:
+    """A short job that scales poorly and a long one that scales well, 3 GPUs: the sum of
+    speedups (power 0) gives the third GPU to the long job, a power above 0 to the short."""
+    gpus: dict[float, dict[str, int]] = {}
+    for power in (0.0, 1.0):
+        config = AutoscalerConfig(delta_s=0.0, remaining_exponent=power)
+        auto = Autoscaler(config, capacity=3, cluster=default_cluster())
+        auto.arrive(make_job("short", work=1e6, weights=200_000_000), now=0.0)
+        auto.arrive(make_job("long", work=1e10, weights=1_000_000), now=0.0)
+        auto.step(0.0)
+        gpus[power] = {n: a.gpus for n, a in auto.allocations.items()}
+    assert gpus[0.0] == {"short": 1, "long": 2}
+    assert gpus[1.0] == {"short": 2, "long": 1}

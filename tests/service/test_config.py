@@ -215,3 +215,14 @@ def test_numbers_are_normalised_and_the_reference_shows_their_range():
     table = config_markdown()
     assert "| `nats.maxDeliver` | integer [1, 10000] |" in table
     assert "| `nats.ackWaitSeconds` | number (0, 86400] |" in table
+
+
+def test_the_remaining_exponent_reaches_the_core_and_is_bounded():
+    """``controller.remainingExponent`` (null: the core's 0.25) sets the power of the
+    remaining objective's weights; out of [0, 1] the key is named."""
+    assert load_config(env={}).controller.autoscaler_config().remaining_exponent == 0.25
+    config = load_config(env={}, overrides=["controller.remainingExponent=0.35"])
+    assert config.controller.autoscaler_config().remaining_exponent == 0.35
+    with pytest.raises(ConfigError) as info:
+        load_config(env={}, overrides=["controller.remainingExponent=2"])
+    assert "remainingExponent" in str(info.value)

@@ -41,6 +41,7 @@ checksum of it so that changing any of these values rolls them. What differs per
   "minRuntimeSeconds" .Values.controller.minRuntimeSeconds
   "maxMinRuntimeSeconds" .Values.controller.maxMinRuntimeSeconds
   "objective" .Values.controller.objective
+  "remainingExponent" .Values.controller.remainingExponent
   "hysteresis" .Values.controller.hysteresis
   "backfill" .Values.controller.backfill
   "haltTimeoutSeconds" .Values.controller.haltTimeoutSeconds

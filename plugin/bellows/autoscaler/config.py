@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from bellows.autoscaler.objectives import Objective
+from bellows.autoscaler.objectives import REMAINING_EXPONENT, Objective
 from bellows.jobs import MAX_MIN_RUNTIME_S, JobSpec, SpecError, check_restart_s
 from bellows.optimizer import Method
 from bellows.optimizer.solving import METHODS
@@ -93,6 +93,11 @@ class AutoscalerConfig:
       default, :data:`DEFAULT_OBJECTIVE`), the same weights with their power scaled by the
       cluster's slack, the sum of speedups (the paper's, paper mode's always), or Pollux's
       ``p = -1`` fairness; see ``docs/autoscaler.md``, "Round objectives".
+    * ``remaining_exponent``: the power of ``remaining``'s (and ``slack``'s) weights, in
+      [0, 1] (0: the sum of speedups; 1: Smith's rule); :data:`~bellows.autoscaler.
+      objectives.REMAINING_EXPONENT` by default. On the calibrated simulator 0.35 with
+      ``early_share`` 0.05 and measured step times meets issue 36's targets; on the
+      uncharged bursty scenario it costs (``docs/autoscaler.md``).
     """
 
     mode: Mode = Mode.BELLOWS
@@ -109,6 +114,7 @@ class AutoscalerConfig:
     node_counts: bool = False
     objective: Objective = DEFAULT_OBJECTIVE
     restart_growth: float = 0.0
+    remaining_exponent: float = REMAINING_EXPONENT
 
     @classmethod
     def paper(cls, **changes: object) -> AutoscalerConfig:
@@ -156,6 +162,9 @@ class AutoscalerConfig:
             raise SpecError("node_counts", self.node_counts, "true or false")
         if not (math.isfinite(self.restart_growth) and 0 <= self.restart_growth <= 100):
             raise SpecError("restart_growth", self.restart_growth, "a number in [0, 100]")
+        power = self.remaining_exponent
+        if isinstance(power, bool) or not isinstance(power, int | float) or not 0 <= power <= 1:
+            raise SpecError("remaining_exponent", power, "a number in [0, 1]")
         if not isinstance(self.objective, Objective):
             try:
                 object.__setattr__(self, "objective", Objective(self.objective))

@@ -105,13 +105,19 @@ def slack(need: int, capacity: int) -> float:
 
 
 def objective_values(
-    values: F64, objective: Objective, remaining_s: F64 | None = None, *, share: float = 1.0
+    values: F64,
+    objective: Objective,
+    remaining_s: F64 | None = None,
+    *,
+    share: float = 1.0,
+    exponent: float = REMAINING_EXPONENT,
 ) -> F64:
     """``values`` (speedups ``[jobs, width+1]``, ``-inf`` where not allowed) as the terms of
     ``objective``; ``remaining_s[j]`` is job ``j``'s remaining one-GPU seconds (needed by
-    :attr:`Objective.REMAINING` and :attr:`Objective.SLACK`); ``share`` scales the weights'
-    power for :attr:`Objective.SLACK` (:func:`slack`; 0: the speedups as they are)."""
-    power = REMAINING_EXPONENT
+    :attr:`Objective.REMAINING` and :attr:`Objective.SLACK`); ``exponent`` is the weights'
+    power (``AutoscalerConfig.remaining_exponent``) and ``share`` scales it for
+    :attr:`Objective.SLACK` (:func:`slack`; 0: the speedups as they are)."""
+    power = exponent
     if objective is Objective.SLACK:
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"share: {share!r}, a number in [0, 1] is needed")

@@ -272,7 +272,8 @@ class TypedAutoscaler:
                 rows[at] = priced(rows[at], rates[at, t, :], current=current[at],
                                   remaining=left[at], restart_s=restart[at],
                                   x1=best_one[at])  # fmt: skip
-            out[:, t, :] = objective_values(rows, self._config.objective, left / best_one)
+            out[:, t, :] = objective_values(rows, self._config.objective, left / best_one,
+                                            exponent=self._config.remaining_exponent)  # fmt: skip
         waiting = np.array([m not in held for m in names])
         out[:, :, 0] = np.where(waiting, 0.0, -np.inf)[:, None]  # running jobs keep a type
         return out

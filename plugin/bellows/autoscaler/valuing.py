@@ -229,7 +229,9 @@ class Pricing:
                 if run is not None:
                     groups[i] = kinds.setdefault(template(s.jobs[name]), len(kinds))
             remaining = shared_remaining(remaining, groups)
-        terms = objective_values(values, objective, remaining, share=share)
+        terms = objective_values(
+            values, objective, remaining, share=share, exponent=self.config.remaining_exponent
+        )
         keep = np.array([-1 if r is None or r.allocation.gpus >= terms.shape[1]
                          else r.allocation.gpus for r in runs], dtype=np.int64)  # fmt: skip
         return terms, exact(terms, keep)

@@ -285,6 +285,12 @@ def _measured_truth(
     "or any count (issue 29, opt in). [default: any]",
 )
 @click.option(
+    "--remaining-exponent",
+    type=FiniteFloat(0, 1),
+    help="The power of the remaining objective's weights (0: the sum of speedups, 1: shortest "
+    "remaining first; docs/autoscaler.md). [default: 0.25]",
+)
+@click.option(
     "--restart-growth",
     type=FiniteFloat(0, 100),
     help="Each rescale a job has made adds this many restart costs to the price of its next "
@@ -361,6 +367,7 @@ def simulate(
     node_counts: bool | None,
     objective: str | None,
     restart_growth: float | None,
+    remaining_exponent: float | None,
     placement: str | None,
     horizon_min: float | None,
     cluster: ClusterProfile | str | None,
@@ -416,7 +423,7 @@ def simulate(
                     "restart_cost_s": restart_cost_s, "hysteresis": hysteresis,
                     "backfill": backfill, "min_runtime_s": min_runtime_s,
                     "node_counts": node_counts, "objective": objective,
-                    "restart_growth": restart_growth,
+                    "restart_growth": restart_growth, "remaining_exponent": remaining_exponent,
                 }  # fmt: skip
                 # the same settings, built the same way, as a sweep's cells (bellows sweep):
                 # a reference's (--policy pollux, tiresias) included

@@ -283,7 +283,7 @@ def settings_config(settings: Mapping[str, Any]) -> AutoscalerConfig:
         given["early_share"] = settings["early_share"]
     keys = (
         "queue", "hysteresis", "backfill", "min_runtime_s", "node_counts", "objective",
-        "restart_growth",
+        "restart_growth", "remaining_exponent",
     )  # fmt: skip
     for key in keys:
         if key in settings:
