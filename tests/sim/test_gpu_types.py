@@ -19,7 +19,7 @@ from bellows.cli.main import main
 from bellows.jobs import JobSpec, SpecError, StepProfile, TypeSection
 from bellows.scaling import MODEL_EFFICIENCY, default_cluster
 from bellows.scaling.gpu_types import GpuType, TypedCluster, sia_mix
-from bellows.sim.engine import run
+from bellows.sim.engine import CapacityChange, run
 from bellows.sim.workloads.gpu_types import sia_sections, with_sections
 from bellows.sim.workloads.importing import import_pollux
 from bellows.sim.workloads.traces import TraceJob, fit_trace
@@ -260,3 +260,30 @@ def test_the_references_on_sia_mix_from_the_command_line(shared_data: Path, tmp_
         bad = runner.invoke(main, [*base, *extra, "--out", str(tmp_path / "x")])
         assert bad.exit_code != 0
         assert words in bad.output, bad.output
+
+
+def test_a_type_that_loses_its_gpus_sends_its_jobs_to_another() -> None:
+    """The fast type's node is lost mid-run: its core halts the job, and the typed rounds
+    move it to the slow type, where it finishes; no type ever holds more than it has."""
+    cluster = _two_types()
+    trace = (TraceJob(0.0, _job("a", 2e6, fast=5.0), "m"),)
+    drop = CapacityChange(200.0, 0, "fast")
+    result = run(trace, gpus=8, config=CONFIG, cluster=default_cluster(), nodes=True,
+                 typed=cluster, capacity_changes=(drop,))  # fmt: skip
+    (job,) = result.jobs
+    assert job.finish_s is not None
+    assert job.segments[0].gpu_type == "fast"
+    assert job.segments[-1].gpu_type == "slow"
+    assert all(s.end_s <= 200.0 for s in job.segments if s.gpu_type == "fast")
+
+
+def test_a_typed_capacity_change_names_its_type() -> None:
+    trace = (TraceJob(0.0, _job("a", 1e6, fast=2.0), "m"),)
+    with pytest.raises(SpecError) as err:
+        run(trace, gpus=8, config=CONFIG, cluster=default_cluster(), nodes=True,
+            typed=_two_types(), capacity_changes=(CapacityChange(10.0, 0),))  # fmt: skip
+    assert err.value.field == "capacity_changes[0].gpu_type"
+    with pytest.raises(SpecError) as err:
+        run(trace, gpus=8, config=CONFIG, cluster=default_cluster(), nodes=True,
+            capacity_changes=(CapacityChange(10.0, 4, "fast"),))  # fmt: skip
+    assert err.value.field == "capacity_changes"

@@ -143,8 +143,15 @@ class TypedAutoscaler:
         :meth:`Autoscaler.see_nodes`, per type)."""
         self._nodes = dict(nodes)
 
-    def set_capacity(self, gpus: int, now: float) -> None:
-        raise SpecError("capacity_changes", gpus, "none on a cluster of several GPU types")
+    def set_capacity(self, gpus: int, now: float, gpu_type: str = "") -> None:
+        """Type ``gpu_type`` now has ``gpus`` GPUs (nodes of it lost or added): its core
+        halts its newest jobs to fit, or fills the GPUs added, as the one-type core does;
+        the typed rounds count the type's GPUs from here on (a job may move off a type that
+        shrank at the next one)."""
+        if gpu_type not in self._cores:
+            raise SpecError("gpu_type", gpu_type, f"one of {', '.join(self._cores)}: whose "
+                            "GPUs changed, on a cluster of several GPU types")  # fmt: skip
+        self._cores[gpu_type].set_capacity(gpus, now)
 
     # ------------------------------------------------------------------ queries
     def next_round_at(self) -> float | None:
@@ -241,7 +248,7 @@ class TypedAutoscaler:
                 rates[i, t, : rate.size] = rate
                 allowed[i, t, 1 : rate.size] = rate[1:] > 0
         values = self._values(names, rates, allowed, done, held)
-        solved = allocate_typed(values, list(self._cluster.capacities))
+        solved = allocate_typed(values, [self._cores[n].capacity for n in self._cluster.names])
         return self._rehome(names, solved.types, done, held, now)
 
     def _values(

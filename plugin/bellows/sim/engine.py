@@ -98,10 +98,12 @@ class SimulationError(RuntimeError):
 
 @dataclass(frozen=True)
 class CapacityChange:
-    """At ``at_s`` the cluster has ``gpus`` GPUs (nodes lost or added)."""
+    """At ``at_s`` the cluster has ``gpus`` GPUs (nodes lost or added); on a cluster of
+    several GPU types, type ``gpu_type`` has."""
 
     at_s: float
     gpus: int
+    gpu_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -332,6 +334,7 @@ class _Run:
             else {t.name: Nodes(t.gpus, t.gpus_per_node) for t in typed.types}
         )  # fmt: skip
         self.blind_moves = 0  # changes of type of the type-blind Pollux reference's jobs
+        self.type_capacity = {} if typed is None else {t.name: t.gpus for t in typed.types}
         self.learn_placements = learn_placements
         self.step_seconds = step_seconds
         self.charge_start = charge_start
@@ -435,11 +438,22 @@ class _Run:
             self.report(self.jobs[event.ref], event.version, now)
         else:
             self.events += 1
-            self.capacity = self.changes[event.ref].gpus
-            self.capacity_log.append((now, self.capacity))
+            self.change_capacity(self.changes[event.ref], now)
+
+    def change_capacity(self, change: CapacityChange, now: float) -> None:
+        """Nodes lost or added: of the cluster, or of one GPU type of a typed one."""
+        if isinstance(self.auto, TypedAutoscaler):
+            self.type_capacity[change.gpu_type] = change.gpus
+            self.capacity = sum(self.type_capacity.values())
+            if self.type_nodes:
+                self.type_nodes[change.gpu_type].resize(change.gpus)
+            self.auto.set_capacity(change.gpus, now, change.gpu_type)
+        else:
+            self.capacity = change.gpus
             if self.nodes is not None:
                 self.nodes.resize(self.capacity)
             self.auto.set_capacity(self.capacity, now)
+        self.capacity_log.append((now, self.capacity))
 
     def complete(self, job: _Live, now: float) -> None:
         job.close_segment(now)
@@ -819,8 +833,9 @@ def run(
     (:mod:`bellows.sim.gavel`: every job rigid, the typed rounds maximising the sum of
     normalised throughputs). ``type_steps``: on a typed cluster, a job's step time is the
     measured truth of its type on its placement (:class:`~bellows.sim.measured_steps.
-    TypedMeasuredSteps`; the JSA of its section where it has none). It takes no Tiresias
-    reference, learning, one-type measured step times or capacity changes.
+    TypedMeasuredSteps`; the JSA of its section where it has none). Its capacity changes
+    name the type whose GPUs change (``CapacityChange.gpu_type``). It takes no Tiresias
+    reference, learning or one-type measured step times.
     """
     if type_steps is not None and (typed is None or not nodes):
         raise SpecError("type_steps", "without typed nodes", "a typed cluster on nodes")
@@ -829,6 +844,8 @@ def run(
             raise SpecError("gavel", True, "a cluster of several GPU types (typed=...), and "
                             "no other reference nor blind")  # fmt: skip
         trace, config = gavel_jobs(trace, typed), gavel_config(config)
+    if typed is None and any(change.gpu_type for change in capacity_changes):
+        raise SpecError("capacity_changes", "with a gpu_type", "a cluster of several GPU types")
     if typed is not None:
         _check_typed(typed, gpus, config, pollux=pollux, tiresias=tiresias, learning=learning,
                      step_seconds=step_seconds, changes=capacity_changes)  # fmt: skip
@@ -914,8 +931,12 @@ def _check_typed(
     if config.mode is not Mode.BELLOWS:
         raise SpecError("mode", config.mode.value, "bellows on a cluster of several GPU types "
                         "(paper mode keeps one pool: give it the GPUs as one)")  # fmt: skip
-    if tiresias or learning is not None or step_seconds is not None or changes:
-        raise SpecError("typed", typed.names, "no Tiresias reference, learning, measured "
-                        "step times or capacity changes (not modelled on types)")  # fmt: skip
+    if tiresias or learning is not None or step_seconds is not None:
+        raise SpecError("typed", typed.names, "no Tiresias reference, learning or one-type "
+                        "measured step times (not modelled on types)")  # fmt: skip
     if pollux:
         VirtualNodes.of(typed)  # the type-blind Pollux reference needs equal virtual nodes
+    for i, change in enumerate(changes):
+        if change.gpu_type not in typed.names:
+            raise SpecError(f"capacity_changes[{i}].gpu_type", change.gpu_type,
+                            f"one of {', '.join(typed.names)}")  # fmt: skip
