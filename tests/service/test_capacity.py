@@ -244,3 +244,71 @@ def test_the_watcher_outlives_api_errors_expired_versions_and_a_failed_update(cr
         await asyncio.to_thread(api.api_client.close)
 
     _on_cluster(crds, scenario, gpu_nodes={"a": 4, "b": 4})
+
+
+PRODUCT = "nvidia.com/gpu.product"
+
+
+def _typed(name: str, gpus: str, product: str | None) -> dict[str, Any]:
+    node = _node(name, gpus)
+    if product is not None:
+        node["metadata"]["labels"][PRODUCT] = product
+    return node
+
+
+def test_the_gpus_are_kept_per_type_from_the_node_label():
+    """Issue 39: each node's type from its product label (named by ``gpu_types``; a value
+    not named is its own type, a node without the label untyped ``""``); a lapsed node's
+    GPUs stay with its type for its grace, then leave it."""
+    clock = [0.0]
+    gpus = NodeGpus(GPU, grace_s=300.0, now=lambda: clock[0], type_label=PRODUCT,
+                    types={"Tesla-T4": "t4", "NVIDIA-A100-SXM4-40GB": "a100"})  # fmt: skip
+    gpus.put(_typed("t4-0", "4", "Tesla-T4"))
+    gpus.put(_typed("t4-1", "4", "Tesla-T4"))
+    gpus.put(_typed("a100-0", "8", "NVIDIA-A100-SXM4-40GB"))
+    gpus.put(_typed("rtx-0", "8", "NVIDIA-GeForce-RTX-2080-Ti"))
+    gpus.put(_typed("plain", "2", None))
+    assert gpus.by_type == {"": 2, "NVIDIA-GeForce-RTX-2080-Ti": 8, "a100": 8, "t4": 8}
+    assert gpus.total == sum(gpus.by_type.values())
+    gpus.remove(_typed("a100-0", "8", "NVIDIA-A100-SXM4-40GB"))  # gone: in its grace
+    assert gpus.by_type["a100"] == 8
+    clock[0] = 301.0
+    gpus.expire()
+    assert "a100" not in gpus.by_type
+    gpus.put(_typed("t4-1", "4", "NVIDIA-A100-SXM4-40GB"))  # relabelled: counted as it is now
+    assert gpus.by_type["t4"] == 4
+    assert gpus.by_type["a100"] == 4
+
+
+def test_the_watcher_tells_the_gpus_per_type_when_they_change(crds):
+    async def scenario(cluster: EmulatedCluster, api: KubeApi) -> None:
+        cluster.add_node("t4-0", 4, labels={PRODUCT: "Tesla-T4"})
+        cluster.add_node("a100-0", 8, labels={PRODUCT: "NVIDIA-A100-SXM4-40GB"})
+        told, kinds = Told(), list[dict[str, int]]()
+        settings = CapacitySettings(node_grace_s=0.0, gpu_types={"Tesla-T4": "t4"})
+        async with watching(api, settings, told, on_types=lambda t: kinds.append(dict(t))):
+            await told.until([12])
+            cluster.add_node("t4-1", 4, labels={PRODUCT: "Tesla-T4"})
+            await told.until([12, 16])
+            cluster.remove_node("a100-0")
+            await told.until([12, 16, 8])
+        assert kinds == [
+            {"NVIDIA-A100-SXM4-40GB": 8, "t4": 4},
+            {"NVIDIA-A100-SXM4-40GB": 8, "t4": 8},
+            {"t4": 8},
+        ]
+
+    _on_cluster(crds, scenario)
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"gpu_type_label": "not a label!"}, "gpu_type_label"),
+        ({"gpu_types": {"Tesla-T4": "T4 GPU"}}, "gpu_types.Tesla-T4"),
+    ],
+)
+def test_a_bad_type_label_or_name_is_refused_by_name(changes, key):
+    with pytest.raises(SpecError) as err:
+        CapacitySettings(**changes)
+    assert err.value.field == key

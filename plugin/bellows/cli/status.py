@@ -149,9 +149,12 @@ def table(
 
 
 def cluster_text(line: ClusterLine) -> str:
-    capacity = "?" if line.capacity is None else str(line.capacity)
+    capacity = ("?" if line.capacity is None else str(line.capacity)) + " GPUs"
+    if line.by_type:  # nodes of several GPU types: each type's, untyped ones as "other"
+        kinds = ", ".join(f"{t or 'other'} {g}" for t, g in line.by_type.items())
+        capacity = f"{capacity} ({kinds})"
     states = ", ".join(f"{n} {s}" for s, n in line.states.items() if n or s in STATES[:3])
-    return f"cluster: {capacity} GPUs, {line.in_use} in use, mode {line.mode}; jobs: {states}"
+    return f"cluster: {capacity}, {line.in_use} in use, mode {line.mode}; jobs: {states}"
 
 
 def _namespace_of_context(kubeconfig: Path | None, context: str | None) -> str:
@@ -166,21 +169,28 @@ def _namespace_of_context(kubeconfig: Path | None, context: str | None) -> str:
         raise click.ClickException(f"cannot read the jobs: {err}") from None
 
 
-async def _capacity(api: Any) -> int | None:
-    """The GPUs of the ready, schedulable nodes (``None``: the nodes cannot be read)."""
-    from bellows.kube.nodes import node_gpus
+GPU_TYPE_LABEL = "nvidia.com/gpu.product"  # the controller's default gpuTypeLabel
 
-    total = 0
+
+async def _capacity(api: Any) -> tuple[int | None, dict[str, int]]:
+    """The GPUs of the ready, schedulable nodes (``None``: the nodes cannot be read), and
+    the same per GPU type where some node carries :data:`GPU_TYPE_LABEL` (its value)."""
+    from bellows.kube.nodes import node_gpus, node_type
+
+    total, by_type = 0, dict[str, int]()
     try:
         async for page, _ in api.list_nodes():
             for node in page:
                 try:
-                    total += node_gpus(node, "nvidia.com/gpu")
+                    gpus = node_gpus(node, "nvidia.com/gpu")
                 except ValueError:
                     continue
+                total += gpus
+                kind = node_type(node, GPU_TYPE_LABEL, {})
+                by_type[kind] = by_type.get(kind, 0) + gpus
     except Exception:  # forbidden (a user without nodes/list), or no API: shown as "?"
-        return None
-    return total
+        return None, {}
+    return total, dict(sorted(by_type.items())) if set(by_type) - {""} else {}
 
 
 async def _mode(api: Any, lease: tuple[str, str]) -> str:
@@ -253,7 +263,8 @@ async def read_with(api: Any, query: Query) -> tuple[ClusterLine, list[JobStatus
         capacity_task.cancel()
         mode_task.cancel()
         raise
-    line = cluster_line(await capacity_task, rows, await mode_task)
+    capacity, by_type = await capacity_task
+    line = cluster_line(capacity, rows, await mode_task, by_type)
     if query.states:
         rows = [r for r in rows if str(r.state) in query.states]
     rows.sort(key=lambda r: (r.kind, r.namespace, r.name))

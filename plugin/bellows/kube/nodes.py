@@ -12,7 +12,7 @@ from typing import Any
 from bellows.inputs import SpecError, parse_quantity, shown
 from bellows.jobs import MAX_GPUS
 
-__all__ = ["node_gpus", "node_name"]
+__all__ = ["node_gpus", "node_name", "node_type"]
 
 
 def node_name(node: Mapping[str, Any]) -> str:
@@ -41,3 +41,14 @@ def node_gpus(node: Mapping[str, Any], resource: str) -> int:
         for c in status.get("conditions") or []
     )
     return int(amount) if ready else 0
+
+
+def node_type(node: Mapping[str, Any], label: str, types: Mapping[str, str]) -> str:
+    """The GPU type of ``node``: its ``label``'s value as ``types`` names it (a value not
+    listed is its own type; no label, or not a string: ``""``, untyped)."""
+    meta = node.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    value = labels.get(label) if isinstance(labels, Mapping) else None
+    if not isinstance(value, str) or not value:
+        return ""
+    return types.get(value, value)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
@@ -161,14 +161,18 @@ class ClusterLine:
     in_use: int
     states: Mapping[str, int]
     mode: str = UNKNOWN
+    by_type: Mapping[str, int] = field(default_factory=dict)  # GPUs per node GPU type
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "capacity": self.capacity,
             "inUse": self.in_use,
             "mode": self.mode,
             "jobs": dict(self.states),
         }
+        if self.by_type:
+            out["capacityByType"] = dict(self.by_type)
+        return out
 
 
 @dataclass(frozen=True)
@@ -362,13 +366,16 @@ def latest_events(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 
 
 def cluster_line(
-    capacity: int | None, jobs: Sequence[JobStatus], mode: str = UNKNOWN
+    capacity: int | None,
+    jobs: Sequence[JobStatus],
+    mode: str = UNKNOWN,
+    by_type: Mapping[str, int] | None = None,
 ) -> ClusterLine:
     states = {str(s): 0 for s in State}
     for job in jobs:
         states[str(job.state)] += 1
     in_use = sum(job.gpus for job in jobs if job.state is State.RUNNING)
-    return ClusterLine(capacity, in_use, states, mode)
+    return ClusterLine(capacity, in_use, states, mode, dict(by_type or {}))
 
 
 def controller_mode(lease: Mapping[str, Any] | None, *, now: datetime) -> str:

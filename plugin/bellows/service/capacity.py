@@ -35,7 +35,7 @@ from kubernetes.client.rest import ApiException
 
 from bellows.inputs import DATA_ERRORS, SpecError, brief
 from bellows.kube import ConflictError, ExpiredError, KubeApi, NotFoundError
-from bellows.kube.nodes import node_gpus, node_name
+from bellows.kube.nodes import node_gpus, node_name, node_type
 from bellows.service.config import MAX_CLUSTER_GPUS, CapacitySettings
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "NodeGpus",
     "list_capacity",
     "node_gpus",
+    "node_gpus_of",
     "node_selector",
     "read_capacity",
     "watch_capacity",
@@ -66,14 +67,24 @@ class NoGpuNodeError(SpecError):
 
 class NodeGpus:
     """GPUs per node, as a list and then watch events show them; :attr:`total` is the sum,
-    a lapsed node's included while its grace lasts (``grace_s`` on the clock ``now``)."""
+    a lapsed node's included while its grace lasts (``grace_s`` on the clock ``now``), and
+    :attr:`by_type` the same per GPU type (each node's ``type_label``, named by ``types``:
+    :func:`bellows.kube.nodes.node_type`)."""
 
     def __init__(
-        self, resource: str, *, grace_s: float = 0.0, now: Callable[[], float] = lambda: 0.0
+        self,
+        resource: str,
+        *,
+        grace_s: float = 0.0,
+        now: Callable[[], float] = lambda: 0.0,
+        type_label: str = "nvidia.com/gpu.product",
+        types: Mapping[str, str] | None = None,
     ) -> None:
         self._resource = resource
         self._grace_s = grace_s
         self._now = now
+        self._type_label, self._types = type_label, dict(types or {})
+        self._type: dict[str, str] = {}  # node -> its GPU type, counted or lapsed
         self._gpus: dict[str, int] = {}
         self._advertised: set[str] = set()  # nodes with the resource at all, ready or not
         self._bad: dict[str, str] = {}  # node -> the problem last logged for it
@@ -84,6 +95,16 @@ class NodeGpus:
         """The GPUs to share, at most ``MAX_CLUSTER_GPUS`` (the bound of a fixed capacity)."""
         kept = sum(gpus for _, gpus in self._lapsed.values())
         return min(sum(self._gpus.values()) + kept, MAX_CLUSTER_GPUS)
+
+    @property
+    def by_type(self) -> dict[str, int]:
+        """:attr:`total` per GPU type (``""``: nodes without the type label), in name order."""
+        out: dict[str, int] = {}
+        counted = [*self._gpus.items(), *((n, g) for n, (_, g) in self._lapsed.items())]
+        for name, gpus in counted:
+            kind = self._type.get(name, "")
+            out[kind] = out.get(kind, 0) + gpus
+        return dict(sorted(out.items()))
 
     @property
     def names(self) -> set[str]:
@@ -100,6 +121,8 @@ class NodeGpus:
         for name, (since, gpus) in sorted(self._lapsed.items()):
             if now - since >= self._grace_s:
                 del self._lapsed[name]
+                if name not in self._gpus:
+                    self._type.pop(name, None)
                 _log.warning("capacity.node_lost", node=name, gpus=gpus, after_s=now - since)
 
     def _lapse(self, name: str, counted: int) -> None:
@@ -118,6 +141,7 @@ class NodeGpus:
     def put(self, node: Mapping[str, Any]) -> None:
         """Count ``node`` as it is now (added or changed)."""
         name = node_name(node)
+        self._type[name] = node_type(node, self._type_label, self._types)
         advertised = False
         try:
             advertised = self._resource in ((node.get("status") or {}).get("allocatable") or {})
@@ -145,8 +169,20 @@ class NodeGpus:
         """``node`` is gone (or no longer matches the selector)."""
         name = node_name(node)
         self._lapse(name, self._gpus.pop(name, 0))
+        if name not in self._lapsed:
+            self._type.pop(name, None)
         self._advertised.discard(name)
         self._bad.pop(name, None)
+
+
+def node_gpus_of(
+    settings: CapacitySettings, *, grace_s: float = 0.0, now: Callable[[], float] = lambda: 0.0
+) -> NodeGpus:
+    """An empty :class:`NodeGpus` counting the nodes as ``settings`` says."""
+    return NodeGpus(
+        settings.resource_name, grace_s=grace_s, now=now,
+        type_label=settings.gpu_type_label, types=settings.gpu_types,
+    )  # fmt: skip
 
 
 def _cordoned(node: Mapping[str, Any]) -> bool:
@@ -158,7 +194,7 @@ async def list_capacity(
 ) -> tuple[NodeGpus, str]:
     """The selected nodes' GPUs, counted from one full list (into ``into``, where a node
     no longer listed lapses as if deleted), and the list's resourceVersion."""
-    gpus = NodeGpus(settings.resource_name) if into is None else into
+    gpus = node_gpus_of(settings) if into is None else into
     version = ""
     seen: set[str] = set()
     async for page, page_version in api.list_nodes(node_selector(settings)):
@@ -204,24 +240,26 @@ async def watch_capacity(
     retry_s: tuple[float, float] = RETRY_S,
     now: Callable[[], float] | None = None,
     speedup: float = 1.0,
+    on_types: Callable[[Mapping[str, int]], None] | None = None,
 ) -> None:
     """Until cancelled: keep the selected nodes' GPUs and call ``on_change(total)`` whenever
     the total differs from the one last told (the first list tells it once, so a change
-    between the controller's start and this watch is not missed). ``now`` is the clock the
+    between the controller's start and this watch is not missed), and ``on_types`` with the
+    GPUs per type (:attr:`NodeGpus.by_type`) whenever those differ. ``now`` is the clock the
     nodes' grace runs on (default: the loop's), ``speedup`` its seconds per real second."""
     selector = node_selector(settings)
     clock = now or asyncio.get_running_loop().time
     wait, longest = retry_s
-    teller = _Teller(on_change)
+    teller = _Teller(on_change, on_types)
     version: str | None = None
-    gpus = NodeGpus(settings.resource_name, grace_s=settings.node_grace_s, now=clock)
+    gpus = node_gpus_of(settings, grace_s=settings.node_grace_s, now=clock)
     expiring = asyncio.create_task(_expire(gpus, teller, clock, speedup))
     try:
         while True:
             try:
                 if version is None:
                     gpus, version = await list_capacity(api, settings, into=gpus)
-                    await teller.tell(gpus.total)
+                    await teller.tell(gpus.total, gpus.by_type)
                     wait = retry_s[0]  # the API server answers again
                 async for event, node in api.watch_nodes(selector, version, timeout_s=timeout_s):
                     version = str((node.get("metadata") or {}).get("resourceVersion") or version)
@@ -229,7 +267,7 @@ async def watch_capacity(
                         gpus.remove(node)
                     else:
                         gpus.put(node)
-                    await teller.tell(gpus.total)
+                    await teller.tell(gpus.total, gpus.by_type)
                     wait = retry_s[0]  # the watch works again
             except ExpiredError:
                 version = None  # too old: list again
@@ -262,22 +300,34 @@ async def _expire(
         if due is not None and clock() >= due:
             gpus.expire()
             try:
-                await teller.tell(gpus.total)
+                await teller.tell(gpus.total, gpus.by_type)
             except Exception:  # on_change failed: the watch's next event tells it again
                 _log.exception("capacity.update_failed", retry_s=POLL_S)
                 teller.told = None
 
 
 class _Teller:
-    """Tells ``on_change`` a total that differs from the one last told, one at a time."""
+    """Tells ``on_change`` a total that differs from the one last told, one at a time, and
+    ``on_types`` the GPUs per type when they differ."""
 
-    def __init__(self, on_change: Callable[[int], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        on_change: Callable[[int], Awaitable[None]],
+        on_types: Callable[[Mapping[str, int]], None] | None = None,
+    ) -> None:
         self._on_change = on_change
+        self._on_types = on_types
         self._lock = asyncio.Lock()
         self.told: int | None = None
+        self.types: dict[str, int] | None = None
 
-    async def tell(self, total: int) -> None:
+    async def tell(self, total: int, by_type: Mapping[str, int] | None = None) -> None:
         async with self._lock:
+            if by_type is not None and dict(by_type) != self.types:
+                _log.info("capacity.by_type", gpus=dict(by_type), was=self.types)
+                self.types = dict(by_type)
+                if self._on_types is not None:
+                    self._on_types(self.types)
             if total == self.told:
                 return
             _log.info("capacity.nodes", gpus=total, was=self.told)

@@ -69,6 +69,7 @@ _LABEL_KEY = re.compile(
     r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 )
+_GPU_TYPE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DAY = 86_400.0
 # Kubernetes evicts the pods of a NotReady or unreachable node after 300 s (the
 # DefaultTolerationSeconds admission plugin's not-ready and unreachable tolerations, the
@@ -116,6 +117,21 @@ class CapacitySettings:
             maximum=_DAY,
         ),
     )
+    gpu_type_label: str = field(
+        default="nvidia.com/gpu.product",
+        metadata=doc(
+            "node label naming a node's GPU type (NVIDIA's GPU feature discovery sets "
+            "nvidia.com/gpu.product); the capacity is kept per type (issue 39)"
+        ),
+    )
+    gpu_types: Mapping[str, str] = field(
+        default_factory=dict,
+        hash=False,
+        metadata=doc(
+            "the label's values as profile GPU types (Tesla-T4=t4,...); a value not listed "
+            "is its own type, a node without the label of type '' (untyped)"
+        ),
+    )
 
     def __post_init__(self) -> None:
         check_bounds(self)
@@ -125,6 +141,14 @@ class CapacitySettings:
             _RESOURCE_NAME,
             "an extended resource name like nvidia.com/gpu",
         )
+        check_name(
+            "gpu_type_label", self.gpu_type_label, _LABEL_KEY,
+            "a node label key like nvidia.com/gpu.product",
+        )  # fmt: skip
+        for product, name in self.gpu_types.items():
+            if not isinstance(name, str) or not _GPU_TYPE.fullmatch(name):
+                raise SpecError(f"gpu_types.{product[:63]}", name, "a GPU type name like "
+                                "a100 (lower-case letters, digits and -, at most 63)")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ publisher, the consumer and the pump report into it without importing this layer
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -82,6 +82,13 @@ class Metrics:
         for reason in (MANAGED_BY, QUEUE_UNKNOWN):
             self.jobs_skipped.labels(reason=reason).set(0)
         self.gpus_capacity = Gauge("bellows_gpus_capacity", "GPUs Bellows may hand out", registry=r)
+        self.gpus_by_type = Gauge(
+            "bellows_gpus_capacity_by_type",
+            "The counted nodes' GPUs by GPU type (controller.capacity.gpuTypeLabel, named by "
+            "gpuTypes; '' for nodes without the label), with capacity.gpus 0",
+            ["gpu_type"],
+            registry=r,
+        )
         self.startup_seconds = Gauge(
             "bellows_startup_seconds",
             "Seconds of each step of the controller's last start (of a pool's, with Kueue): "
@@ -96,6 +103,12 @@ class Metrics:
             buckets=_OPTIMIZER_BUCKETS,
             registry=r,
         )
+
+    def capacity_by_type(self, gpus: Mapping[str, int]) -> None:
+        """The GPUs per type the capacity watch counts now (a type gone reads no more)."""
+        self.gpus_by_type.clear()
+        for name, count in gpus.items():
+            self.gpus_by_type.labels(gpu_type=name).set(count)
 
     def _trouble_metrics(self, r: CollectorRegistry) -> None:
         """What the cluster refused, and what Bellows would not take of what it read."""

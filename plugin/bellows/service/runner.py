@@ -80,7 +80,7 @@ async def read_capacity(api_client: k8s.ApiClient, settings: CapacitySettings) -
 
 
 def _capacity_watch(
-    config: BellowsConfig, api: KubeApi, pools: Pools, clock: ServiceClock
+    config: BellowsConfig, api: KubeApi, pools: Pools, clock: ServiceClock, metrics: Metrics
 ) -> list[asyncio.Task[None]]:
     """With ``capacity.gpus`` 0, the task that keeps the default pool's capacity to the
     nodes' (nodes lost, added, cordoned, not ready past their grace); none with a fixed
@@ -89,8 +89,9 @@ def _capacity_watch(
     if settings.gpus:
         return []
     watch = capacity.watch_capacity(
-        api, settings, pools.set_capacity, now=clock.now, speedup=clock.speedup
-    )
+        api, settings, pools.set_capacity, now=clock.now, speedup=clock.speedup,
+        on_types=metrics.capacity_by_type,
+    )  # fmt: skip
     return [asyncio.create_task(watch, name="capacity-watch")]
 
 
@@ -373,7 +374,7 @@ async def _helpers(
     )
     helpers = [
         retrier,
-        *_capacity_watch(config, api, controller, clock),
+        *_capacity_watch(config, api, controller, clock, metrics),
         *_queue_watch(controller.queues),
     ]
     if config.controller.learn_progress:
