@@ -36,7 +36,6 @@ models, and every job without ``efficiency``, progress at ``X(b, k)`` as before.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -60,7 +59,7 @@ from bellows.scaling import (
 from bellows.scaling.gpu_types import TypedCluster
 from bellows.scaling.online import ProgressReport
 from bellows.scaling.placement_memory import ObservedStep, PlacementMemory
-from bellows.sim.blind import VirtualNodes, blind_run
+from bellows.sim.blind import VirtualNodes
 from bellows.sim.events import EventHeap, Kind
 from bellows.sim.gavel import gavel_config, gavel_jobs
 from bellows.sim.learning import Learning, OnlineLearner, Revision, true_spec
@@ -72,6 +71,7 @@ from bellows.sim.packed_steps import PackedSteps
 from bellows.sim.pollux import PolluxPolicy, Retune
 from bellows.sim.pollux.speedups import STEPS, StepSeconds, progress_step
 from bellows.sim.tiresias import TiresiasPolicy
+from bellows.sim.typed_placement import TypedPlacement
 from bellows.sim.workloads.traces import TraceJob
 
 __all__ = [
@@ -325,22 +325,19 @@ class _Run:
         type_steps: TypedMeasuredSteps | None = None,
     ) -> None:
         self.config = config
-        self.typed = typed
-        self.type_steps = type_steps  # the measured truth per type, else each type's JSA
-        # the Pollux reference on types: type-blind, over virtual nodes (bellows.sim.blind)
-        self.virtual = VirtualNodes.of(typed) if typed is not None and pollux else None
-        self.type_nodes = (
-            {} if typed is None or not nodes or self.virtual is not None
-            else {t.name: Nodes(t.gpus, t.gpus_per_node) for t in typed.types}
+        # a typed cluster's types (the Pollux reference on them: type-blind, over virtual
+        # nodes; bellows.sim.blind)
+        self.types = None if typed is None else TypedPlacement(
+            typed, nodes=nodes, blind=pollux, type_steps=type_steps
         )  # fmt: skip
+        virtual = None if self.types is None else self.types.virtual
         self.blind_moves = 0  # changes of type of the type-blind Pollux reference's jobs
-        self.type_capacity = {} if typed is None else {t.name: t.gpus for t in typed.types}
         self.learn_placements = learn_placements
         self.step_seconds = step_seconds
         self.charge_start = charge_start
         self.nodes = (
             Nodes(gpus, cluster.gpus_per_node) if nodes and typed is None
-            else Nodes(gpus, self.virtual.size) if self.virtual is not None
+            else Nodes(gpus, virtual.size) if virtual is not None
             else None
         )  # fmt: skip
         self.placed: dict[str, Placement] = {}  # running job -> its GPUs per node (on nodes)
@@ -349,11 +346,11 @@ class _Run:
         self.timer = timer
         self.auto: Autoscaler | PolluxPolicy | TiresiasPolicy | TypedAutoscaler = (
             TypedAutoscaler(config, cluster=typed, engines=engines, blind=blind)
-            if typed is not None and self.virtual is None
+            if typed is not None and virtual is None
             else PolluxPolicy(config, capacity=gpus, retune=pollux_retune,
                               cluster=replace(typed.types[0].cluster,
-                                              gpus_per_node=self.virtual.size))
-            if typed is not None and self.virtual is not None
+                                              gpus_per_node=virtual.size))
+            if typed is not None and virtual is not None
             else PolluxPolicy(config, capacity=gpus, cluster=cluster, retune=pollux_retune,
                          measured=step_seconds) if pollux
             else TiresiasPolicy(config, capacity=gpus, cluster=cluster) if tiresias
@@ -443,10 +440,8 @@ class _Run:
     def change_capacity(self, change: CapacityChange, now: float) -> None:
         """Nodes lost or added: of the cluster, or of one GPU type of a typed one."""
         if isinstance(self.auto, TypedAutoscaler):
-            self.type_capacity[change.gpu_type] = change.gpus
-            self.capacity = sum(self.type_capacity.values())
-            if self.type_nodes:
-                self.type_nodes[change.gpu_type].resize(change.gpus)
+            assert self.types is not None
+            self.capacity = self.types.resize(change.gpu_type, change.gpus)
             self.auto.set_capacity(change.gpus, now, change.gpu_type)
         else:
             self.capacity = change.gpus
@@ -502,8 +497,8 @@ class _Run:
 
     def unplace(self, job: _Live) -> None:
         self.in_use -= job.gpus
-        if self.type_nodes and job.held:
-            self.type_nodes[job.gpu_type].release(job.held)
+        if self.types is not None and self.types.nodes and job.held:
+            self.types.release(job.gpu_type, job.held)
             job.held, job.extra_nodes = (), 0
             self.placed.pop(job.spec.name, None)
             self.spread.discard(job.spec.name)
@@ -530,7 +525,8 @@ class _Run:
         elif isinstance(self.auto, TiresiasPolicy):
             decisions = self.auto.step(now)
         elif isinstance(self.auto, TypedAutoscaler):
-            self.auto.see_nodes(self.typed_views())
+            assert self.types is not None
+            self.auto.see_nodes(self.types.views(self.placed, self.spread, self.type_of))
             decisions = self.auto.step(now)
         else:
             if self.nodes is not None:  # Bellows mode prices counts that would straddle
@@ -542,7 +538,7 @@ class _Run:
         again = self.auto.next_round_at()
         if again is not None and again <= now:
             raise SimulationError(f"t={now}: a round ran but the core says one is still due")
-        if self.nodes is None and not self.type_nodes:
+        if self.nodes is None and not (self.types is not None and self.types.nodes):
             for decision in decisions:
                 self.apply(decision, now)
         else:  # every halt frees its GPUs first, then the largest placements go first
@@ -587,7 +583,7 @@ class _Run:
         job.seen, job.done = job.seen_at(now), job.done_at(now)
         job.close_segment(now)
         job.batch = batch
-        if self.virtual is not None:
+        if self.types is not None and self.types.virtual is not None:
             self.run_blind(job, batch)
         else:
             job.rate = self.rate(job, job.gpus, batch)
@@ -637,53 +633,22 @@ class _Run:
             return batch / self.step_seconds(job.model, job.spec, job.held, batch)
         return throughput(job.spec, gpus, batch, self.cluster, nodes=len(job.held))
 
-    def typed_views(self) -> dict[str, FreeNodes]:
-        """Per GPU type, where its GPUs sit (what Bellows mode prices straddles by)."""
-        out = {}
-        for name, nodes in self.type_nodes.items():
-            placed = {n: held for n, held in self.placed.items()
-                      if self.jobs[self.index[n]].gpu_type == name}  # fmt: skip
-            spread = frozenset(n for n in self.spread if n in placed)
-            out[name] = FreeNodes(tuple(nodes.free), placed, spread)
-        return out
-
-    def typed_rate(self, job: _Live, gpus: int, batch: int) -> float:
-        """Samples per second of a job on its GPU type: the JSA of its section there (its
-        one spec where it has no sections), on that type's Allreduce model."""
-        assert self.typed is not None
-        gpu = self.typed.type(job.gpu_type)
-        spec = job.spec.on(job.gpu_type) if job.spec.types else job.spec
-        if spec is None:
-            raise SimulationError(f"{job.spec.name}: on {job.gpu_type}, where no batch fits")
-        return self.type_rate(job, gpu.name, spec, job.held, gpus=gpus, batch=batch)
-
-    def type_rate(
-        self, job: _Live, gpu_type: str, spec: JobSpec, held: Placement, *, gpus: int, batch: int
-    ) -> float:
-        """Samples per second of ``job`` as ``spec`` on ``held`` GPUs of ``gpu_type``: the
-        measured truth there (``type_steps``), else (or where it measured nothing near) the
-        JSA on the type's Allreduce model."""
-        assert self.typed is not None
-        if self.type_steps is not None and held:
-            seconds = self.type_steps(job.model, gpu_type, spec, held, batch)
-            if seconds is not None and math.isfinite(seconds) and seconds > 0:
-                return batch / seconds
-        cluster = self.typed.type(gpu_type).cluster
-        return throughput(spec, gpus, batch, cluster, nodes=len(held) if held else None)
+    def type_of(self, name: str) -> str:
+        """The GPU type running job ``name`` is on (a typed cluster)."""
+        return self.jobs[self.index[name]].gpu_type
 
     def place_typed(self, job: _Live, gpus: int, batch: int, now: float, gpu_type: str) -> None:
+        assert self.types is not None
         job.gpu_type = gpu_type
-        if self.type_nodes:
-            nodes = self.type_nodes[gpu_type]
-            try:
-                job.held = nodes.place(gpus)
-            except SpecError as error:
-                raise SimulationError(f"t={now}: {job.spec.name} on {gpu_type}: {error}") from None
-            job.extra_nodes = len(job.held) - nodes.fewest(gpus)
+        try:
+            placed = self.types.place(job.spec, job.model, gpu_type, gpus=gpus, batch=batch)
+        except SpecError as error:
+            raise SimulationError(f"t={now}: {job.spec.name} on {gpu_type}: {error}") from None
+        job.held, job.extra_nodes, job.rate = placed.held, placed.extra_nodes, placed.rate
+        if self.types.nodes:
             self.placed[job.spec.name] = job.held
             if len(job.held) > 1:
                 self.spread.add(job.spec.name)
-        job.rate = self.typed_rate(job, gpus, batch)
 
     def place_blind(self, job: _Live, now: float) -> None:
         """The type-blind Pollux reference's job on the virtual nodes it was given, run on
@@ -704,25 +669,21 @@ class _Run:
     def run_blind(self, job: _Live, batch: int) -> None:
         """Type, batch and rate of a type-blind job at ``batch`` on the GPUs it holds: the
         GPUs it holds on other types than the one it runs on do nothing."""
-        assert self.typed is not None
-        assert self.virtual is not None
+        assert self.types is not None
         try:
-            run = blind_run(job.spec, job.held, batch, self.virtual, self.typed)
+            run = self.types.blind(job.spec, job.model, job.held, gpus=job.gpus, batch=batch)
         except SpecError as error:
             raise SimulationError(f"{job.spec.name}: {error}") from None
-        gpu = self.typed.type(run.gpu_type)
-        job.gpu_type, job.batch, job.idle_gpus = run.gpu_type, run.batch, job.gpus - run.gpus
-        job.extra_nodes = run.nodes - -(-run.gpus // gpu.gpus_per_node)
-        on = tuple(sorted(self.virtual.by_type(job.held)[run.gpu_type].items()))
-        job.rate = self.type_rate(job, run.gpu_type, run.spec, on, gpus=run.gpus, batch=run.batch)
+        job.gpu_type, job.batch, job.idle_gpus = run.gpu_type, run.batch, run.idle_gpus
+        job.extra_nodes, job.rate = run.extra_nodes, run.rate
 
     def place(
         self, job: _Live, gpus: int, batch: int, now: float, *, pause: float, gpu_type: str = ""
     ) -> None:
         job.gpus, job.batch = gpus, batch
-        if self.virtual is not None:
+        if self.types is not None and self.types.virtual is not None:
             self.place_blind(job, now)
-        elif self.typed is not None:
+        elif self.types is not None:
             self.place_typed(job, gpus, batch, now, gpu_type)
         elif self.nodes is None:
             job.rate = throughput(job.spec, gpus, batch, self.cluster)
