@@ -404,7 +404,7 @@ async def run_bridge(
 ) -> None:
     """The bridge process: watch opted-in jobs, publish their facts — while holding its Lease."""
     async with _component(config, "bridge", api_client) as (api, js, metrics, health):
-        store = KvResumeStore(await ensure_kv(js, config.nats))
+        store = KvResumeStore(await ride_out(lambda: ensure_kv(js, config.nats), what="bridge.kv"))
         publisher = EventPublisher(
             js, prefix=config.nats.subject_prefix, stream=config.nats.stream, observer=metrics
         )
