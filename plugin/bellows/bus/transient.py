@@ -4,9 +4,10 @@ its streams after one, a leader election in a NATS cluster).
 The client reconnects by itself, but a call made meanwhile fails: a JetStream API request
 times out or finds no responder. At the controller's start-up and at every lead it wins, such
 a call (ensuring the streams, opening the event consumer, the learned-state bucket, the
-progress subscription, the bridge's resume bucket) is asked again every :data:`PAUSE_S` for up to :data:`RIDE_OUT_S`, and
-logged each time, instead of raising: a controller that died of it lost its lead for
-nothing, and one that gave its learned state up for it learned afresh for a whole term.
+progress subscription, the bridge's resume bucket) is asked again every :data:`PAUSE_S` for
+up to :data:`RIDE_OUT_S`, and logged each time, instead of raising: a controller that died
+of it lost its lead for nothing, and one that gave its learned state up for it learned
+afresh for a whole term.
 Errors that say something else (no permission, a bad configuration) raise at once.
 """
 
