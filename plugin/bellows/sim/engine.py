@@ -59,7 +59,6 @@ from bellows.scaling import (
 from bellows.scaling.gpu_types import TypedCluster
 from bellows.scaling.online import ProgressReport
 from bellows.scaling.placement_memory import ObservedStep, PlacementMemory
-from bellows.sim.blind import VirtualNodes
 from bellows.sim.events import EventHeap, Kind
 from bellows.sim.gavel import gavel_config, gavel_jobs
 from bellows.sim.learning import Learning, OnlineLearner, Revision, true_spec
@@ -499,14 +498,13 @@ class _Run:
         self.in_use -= job.gpus
         if self.types is not None and self.types.nodes and job.held:
             self.types.release(job.gpu_type, job.held)
-            job.held, job.extra_nodes = (), 0
-            self.placed.pop(job.spec.name, None)
-            self.spread.discard(job.spec.name)
-        if self.nodes is not None:
+        elif self.nodes is not None:
             self.nodes.release(job.held)
-            job.held, job.extra_nodes = (), 0
-            self.placed.pop(job.spec.name, None)
-            self.spread.discard(job.spec.name)
+        else:
+            return
+        job.held, job.extra_nodes = (), 0
+        self.placed.pop(job.spec.name, None)
+        self.spread.discard(job.spec.name)
 
     def release(self, job: _Live, now: float) -> None:
         self.unplace(job)
@@ -646,22 +644,10 @@ class _Run:
             raise SimulationError(f"t={now}: {job.spec.name} on {gpu_type}: {error}") from None
         job.held, job.extra_nodes, job.rate = placed.held, placed.extra_nodes, placed.rate
         if self.types.nodes:
-            self.placed[job.spec.name] = job.held
-            if len(job.held) > 1:
-                self.spread.add(job.spec.name)
+            self.mark_placed(job)
 
-    def place_blind(self, job: _Live, now: float) -> None:
-        """The type-blind Pollux reference's job on the virtual nodes it was given, run on
-        its primary type (:mod:`bellows.sim.blind`)."""
-        assert self.nodes is not None
-        assert isinstance(self.auto, PolluxPolicy)
-        try:
-            job.held = self.nodes.take(self.auto.placement(job.spec.name))
-        except SpecError as error:
-            raise SimulationError(f"t={now}: {job.spec.name}: {error}") from None
-        before = job.gpu_type
-        self.run_blind(job, job.batch)
-        self.blind_moves += bool(before) and before != job.gpu_type
+    def mark_placed(self, job: _Live) -> None:
+        """``job`` holds ``job.held`` on nodes: as the straddle views and spread see it."""
         self.placed[job.spec.name] = job.held
         if len(job.held) > 1:
             self.spread.add(job.spec.name)
@@ -681,9 +667,7 @@ class _Run:
         self, job: _Live, gpus: int, batch: int, now: float, *, pause: float, gpu_type: str = ""
     ) -> None:
         job.gpus, job.batch = gpus, batch
-        if self.types is not None and self.types.virtual is not None:
-            self.place_blind(job, now)
-        elif self.types is not None:
+        if self.types is not None and self.types.virtual is None:
             self.place_typed(job, gpus, batch, now, gpu_type)
         elif self.nodes is None:
             job.rate = throughput(job.spec, gpus, batch, self.cluster)
@@ -695,11 +679,14 @@ class _Run:
                     job.held = self.nodes.place(gpus)
             except SpecError as error:
                 raise SimulationError(f"t={now}: {job.spec.name}: {error}") from None
-            job.extra_nodes = len(job.held) - self.nodes.fewest(gpus)
-            self.placed[job.spec.name] = job.held
-            if len(job.held) > 1:
-                self.spread.add(job.spec.name)
-            job.rate = self.rate(job, gpus, batch)
+            self.mark_placed(job)
+            if self.types is not None:  # the type-blind Pollux reference's virtual nodes
+                before = job.gpu_type
+                self.run_blind(job, batch)
+                self.blind_moves += bool(before) and before != job.gpu_type
+            else:
+                job.extra_nodes = len(job.held) - self.nodes.fewest(gpus)
+                job.rate = self.rate(job, gpus, batch)
         job.since, job.resume_at = now, now + pause
         job.version += 1
         self.in_use += gpus
@@ -895,8 +882,6 @@ def _check_typed(
     if tiresias or learning is not None or step_seconds is not None:
         raise SpecError("typed", typed.names, "no Tiresias reference, learning or one-type "
                         "measured step times (not modelled on types)")  # fmt: skip
-    if pollux:
-        VirtualNodes.of(typed)  # the type-blind Pollux reference needs equal virtual nodes
     for i, change in enumerate(changes):
         if change.gpu_type not in typed.names:
             raise SpecError(f"capacity_changes[{i}].gpu_type", change.gpu_type,
