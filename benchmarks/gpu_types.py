@@ -37,7 +37,7 @@ from typing import Any
 from bellows.autoscaler import AutoscalerConfig
 from bellows.cli.data import data_folder, no_data_folder
 from bellows.scaling import MODEL_EFFICIENCY
-from bellows.scaling.gpu_types import SIA_TYPES, sia_mix
+from bellows.scaling.gpu_types import sia_mix
 from bellows.sim.engine import run
 from bellows.sim.measured_steps import TypedMeasuredSteps
 from bellows.sim.workloads.gpu_types import sia_sections, with_sections
@@ -59,7 +59,7 @@ def run_one(data: Path, workload: int, policy: str, measured: bool = False) -> d
                  efficiency=MODEL_EFFICIENCY, nodes=True, typed=mix,
                  blind=policy == "one pool", pollux=policy == "pollux",
                  gavel=policy == "gavel",
-                 type_steps=_truth(data) if measured else None)  # fmt: skip
+                 type_steps=TypedMeasuredSteps.of_data(data) if measured else None)  # fmt: skip
     summary = result.summary()
     restarts = sum(j.rescales + j.preemptions for j in result.jobs) / len(result.jobs)
     return {
@@ -69,10 +69,6 @@ def run_one(data: Path, workload: int, policy: str, measured: bool = False) -> d
         "idle": summary.get("idle_gpu_hours", 0.0),
         "restarts": restarts, "wall": time.perf_counter() - started,
     }  # fmt: skip
-
-
-def _truth(data: Path) -> TypedMeasuredSteps:
-    return TypedMeasuredSteps(data / "sia" / "profiles", data / "pollux" / "profiles", SIA_TYPES)
 
 
 def _task(args: tuple[Path, int, str, bool]) -> dict[str, Any]:

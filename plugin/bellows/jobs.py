@@ -252,7 +252,9 @@ class JobSpec:
     def on(self, gpu_type: str) -> JobSpec | None:
         """The job as a one-type job on ``gpu_type``: its section's profile, weights and
         ``m_max`` (``None`` where it has no section there, or no batch of its range fits the
-        type's memory on ``k_max`` GPUs)."""
+        type's memory on ``k_max`` GPUs); a job without sections is itself on every type."""
+        if not self.types:
+            return self
         found = self.section(gpu_type)
         if found is None:
             return None

@@ -24,7 +24,7 @@ from bellows.sim.workloads.traces import fit_trace
 
 
 def _truth(data: Path) -> TypedMeasuredSteps:
-    return TypedMeasuredSteps(data / "sia" / "profiles", data / "pollux" / "profiles", SIA_TYPES)
+    return TypedMeasuredSteps.of_data(data)
 
 
 def _row(data: Path, suffix: str, shape: str) -> tuple[int, float]:

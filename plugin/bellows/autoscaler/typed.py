@@ -192,7 +192,7 @@ class TypedAutoscaler:
         type, for a job without sections: the same spec everywhere)."""
         out = {}
         for gpu in self._cluster.types:
-            on = job.on(gpu.name) if job.types else job
+            on = job.on(gpu.name)
             least = None if on is None else least_gpus(on)
             if on is not None and least is not None and least <= gpu.gpus:
                 out[gpu.name] = on

@@ -94,12 +94,9 @@ def _typed(
     out: dict[str, Any] = {"cluster": mix.types[0].cluster, "typed": mix, "blind": one_pool}
     if truth:
         out["efficiency_truth"] = truth["efficiency_truth"]
-        from bellows.scaling.gpu_types import SIA_TYPES
         from bellows.sim.measured_steps import TypedMeasuredSteps
 
-        out["type_steps"] = TypedMeasuredSteps(
-            data / "sia" / "profiles", data / "pollux" / "profiles", SIA_TYPES
-        )
+        out["type_steps"] = TypedMeasuredSteps.of_data(data)
     return out, typed
 
 
@@ -317,8 +314,9 @@ def _measured_truth(
 @click.option("--cluster", type=_ClusterOrMix(),
               help="Cluster profile JSON (default: Pollux T4), or sia-mix: Sia's 64 GPUs of "
               "three types (6 x 4 T4, 2 x 8 A100, 3 x 8 RTX 2080 Ti), each job at its model's "
-              "measured speed per type (sia/profiles of $BELLOWS_DATA, or ../shared/data); "
-              "Bellows mode gives each job a type and a count (issue 39).")  # fmt: skip
+              "speed per type (the JSA fitted to sia/profiles of $BELLOWS_DATA, or "
+              "../shared/data; --measured: the measurements); Bellows mode gives each job a "
+              "type and a count (issue 39).")  # fmt: skip
 @click.option("--one-pool", is_flag=True,
               help="With --cluster sia-mix: type-blind, jobs go where GPUs are free, as on one "
               "pool (the comparison for the typed rounds).")  # fmt: skip

@@ -84,7 +84,7 @@ def blind_run(job: JobSpec, held: Placement, batch: int, virtual: VirtualNodes,
     split = virtual.by_type(held)
     order = {name: i for i, name in enumerate(typed.names)}
     for name in sorted(split, key=lambda n: (-sum(split[n].values()), order[n])):
-        spec = job.on(name) if job.types else job
+        spec = job.on(name)
         gpus = sum(split[name].values())
         if spec is None or spec.b_min > gpus * spec.m_max:
             continue

@@ -34,6 +34,7 @@ import numpy as np
 from scipy.interpolate import LinearNDInterpolator
 
 from bellows.jobs import JobSpec, SpecError
+from bellows.scaling.gpu_types import SIA_TYPES
 from bellows.scaling.validation import load_validation_runs
 from bellows.sim.workloads.importing import POLLUX_LOCAL_LIMIT
 from bellows.sim.workloads.models import model as model_profile
@@ -157,6 +158,12 @@ class TypedMeasuredSteps:
         self.sia, self.validation, self.suffixes = sia, validation, dict(suffixes)
         self._models: dict[tuple[str, str], MeasuredPlacements | None] = {}
         self._smallest: dict[str, int] = {}
+
+    @classmethod
+    def of_data(cls, data: Path) -> TypedMeasuredSteps:
+        """Sia's measurements in the data folder ``data`` (``sia/profiles``, the validation
+        runs in ``pollux/profiles``), by Bellows' names of its types."""
+        return cls(data / "sia" / "profiles", data / "pollux" / "profiles", SIA_TYPES)
 
     def __call__(
         self, model: str, gpu_type: str, spec: JobSpec, placement: Sequence[tuple[int, int]],

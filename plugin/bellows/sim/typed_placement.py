@@ -106,7 +106,7 @@ class TypedPlacement:
     def section(self, spec: JobSpec, gpu_type: str) -> JobSpec:
         """``spec`` as a one-type job on ``gpu_type`` (itself where it has no sections);
         :class:`SpecError` where no batch of it fits there."""
-        on = spec.on(gpu_type) if spec.types else spec
+        on = spec.on(gpu_type)
         if on is None:
             raise SpecError(f"{spec.name}.gpu_type", gpu_type, "a type where a batch fits")
         return on
