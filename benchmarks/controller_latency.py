@@ -95,10 +95,10 @@ def workload(n: int, seed: int) -> list[Any]:
 # ----------------------------------------------------------------------------- the cluster
 def _serve_cluster(
     conn: Connection, crds: Sequence[Path], n_jobs: int, n_trace: int, seed: int, *,
-    running: int, efficiency: bool = False,
+    running: int, efficiency: bool = False, gpu_nodes: dict[str, int] | None = None,
 ) -> None:  # fmt: skip
     asyncio.run(_cluster_main(conn, crds, n_jobs, n_trace, seed, running=running,
-                              efficiency=efficiency))  # fmt: skip
+                              efficiency=efficiency, gpu_nodes=gpu_nodes))  # fmt: skip
 
 
 def _as_running(body: dict[str, Any], batch: int) -> None:
@@ -116,11 +116,13 @@ def _as_running(body: dict[str, Any], batch: int) -> None:
 
 async def _cluster_main(
     conn: Connection, crds: Sequence[Path], n_jobs: int, n_trace: int, seed: int, *,
-    running: int, efficiency: bool = False,
+    running: int, efficiency: bool = False, gpu_nodes: dict[str, int] | None = None,
 ) -> None:  # fmt: skip
 
     configure_logging(LoggingSettings(level=LogLevel.ERROR))
-    async with EmulatedCluster(crds=crds, compression=1.0, restart_s=0.0) as kube:
+    async with EmulatedCluster(
+        crds=crds, compression=1.0, restart_s=0.0, gpu_nodes=gpu_nodes
+    ) as kube:
         store = kube.store
         for i, job in enumerate(workload(n_trace, seed)[:n_jobs]):
             _, body = job_manifest(job, i, namespace=NS, efficiency=efficiency)
@@ -136,11 +138,12 @@ async def _cluster_main(
 class ClusterProcess:
     """An emulated cluster holding the first ``n_jobs`` jobs of ``workload(n_trace, seed)``,
     suspended and opted in (the first ``running`` of them started by Bellows), in a child
-    process."""
+    process; with ``gpu_nodes``, on those nodes (the started jobs' pods bound and stored)."""
 
     def __init__(
-        self, n_jobs: int, n_trace: int, seed: int, *, running: int = 0, efficiency: bool = False
-    ) -> None:
+        self, n_jobs: int, n_trace: int, seed: int, *, running: int = 0, efficiency: bool = False,
+        gpu_nodes: dict[str, int] | None = None,
+    ) -> None:  # fmt: skip
         try:  # $BELLOWS_CRDS, else crds/ of the data folder, else the pinned ones (downloaded)
             crds = crd_files(None)
         except click.ClickException as error:  # a script's error: one line, exit status 1
@@ -150,7 +153,7 @@ class ClusterProcess:
         self._process = ctx.Process(
             target=_serve_cluster,
             args=(child, crds, n_jobs, n_trace, seed),
-            kwargs={"running": running, "efficiency": efficiency},
+            kwargs={"running": running, "efficiency": efficiency, "gpu_nodes": gpu_nodes},
             daemon=True,
         )
 

@@ -15,13 +15,18 @@ pages (shared libraries' code, which the kernel can drop and reload). The contro
 ``bellows_startup_seconds`` give its start-up steps: the rebuild (jobs read), the first
 round (the core's step) and the rehearsal (the optimizer meeting the next rounds' shapes).
 
+``--placement nodes`` runs the controller with its node view (``controller.placement:
+nodes``): the emulated cluster has the capacity on nodes of 8 GPUs, the started jobs' pods
+are stored there, and the controller watches the nodes and every pod (bound issue 37: peak
+<= 450 MiB at 10,000 jobs, pods watched).
+
 Each JAX path runs twice on one compilation cache folder (``BELLOWS_JAX_CACHE``, empty at
 first): cold, then warm, as a restarted pod on the chart's cache volume (target: first round
 and rehearsal <= 2 s warm). ``--no-warm`` runs each once, cold.
 
 Usage: python benchmarks/controller_memory.py [--jobs 10000] [--capacity 64,1250]
                                                [--optimizer numpy,auto] [--events 20]
-                                               [--no-warm]
+                                               [--no-warm] [--placement pack|nodes]
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from bellows.bus.server import running_nats_server
+from bellows.emulator.nodes import uniform_nodes
 from bellows.optimizer.solving import METHODS
 from bellows.service.config import LoggingSettings, LogLevel
 from bellows.service.logging import configure_logging
@@ -151,11 +157,22 @@ def _wait(what: str, ready: Any, process: subprocess.Popen[bytes], log: Path, li
 
 
 async def _measure(  # noqa: PLR0917 - one case's settings, named where they are set
-    jobs: int, capacity: int, optimizer: str, events: int, seed: int, cache: Path, label: str
+    jobs: int,
+    capacity: int,
+    optimizer: str,
+    events: int,
+    seed: int,
+    cache: Path,
+    label: str,
+    placement: str = "pack",
 ) -> Run:
     trace = workload(jobs + events, seed)
     env = {**os.environ, "BELLOWS_JAX_CACHE": str(cache)}
-    with ClusterProcess(jobs, jobs + events, seed) as url, tempfile.TemporaryDirectory() as tmp:
+    nodes = uniform_nodes(-(-capacity // 8), 8) if placement == "nodes" else None
+    with (
+        ClusterProcess(jobs, jobs + events, seed, gpu_nodes=nodes) as url,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         async with running_nats_server() as nats:
             port = _free_port()
             settings = [
@@ -169,6 +186,7 @@ async def _measure(  # noqa: PLR0917 - one case's settings, named where they are
                 f"controller.optimizer={optimizer}",
                 "controller.deltaSeconds=0.25",
                 "controller.queue=true",
+                f"controller.placement={placement}",
             ]
             flags = [arg for s in settings for arg in ("--set", s)]
             bridge = [_bellows(), "bridge", *flags, "--set", f"metrics.port={_free_port()}"]
@@ -236,6 +254,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20)
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--no-warm", action="store_true", help="JAX paths once, cold")
+    parser.add_argument("--placement", choices=["pack", "nodes"], default="pack")
     args = parser.parse_args()
     bad = [o for o in args.optimizer if o not in METHODS]
     if bad:
@@ -251,10 +270,12 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="bellows-jax-") as cache:
                 for label in labels:
                     runs.append(asyncio.run(_measure(
-                        args.jobs, capacity, optimizer, args.events, args.seed, Path(cache), label
+                        args.jobs, capacity, optimizer, args.events, args.seed, Path(cache), label,
+                        args.placement,
                     )))  # fmt: skip
     print(f"\nbellows controller process holding {args.jobs} jobs, after start-up and "
-          f"{args.events} events; MiB; start-up steps in s (bellows_startup_seconds)")  # fmt: skip
+          f"{args.events} events, placement {args.placement}; MiB; start-up steps in s "
+          "(bellows_startup_seconds)")  # fmt: skip
     print("| GPUs | optimizer | cache | running / queued | to first round | rebuild | first round "
           "| rehearsal | kernels | RSS | peak | anon | file | peak / target |")  # fmt: skip
     print("|---" * 14 + "|")

@@ -145,11 +145,18 @@ def test_the_placer_counts_spread_time_and_pending_pods() -> None:
     assert placer.spread_job_time_share(10.0) == 0.5  # 10 s each, b's spread
     assert placer.place("c", [Pod("c", {}, 1)] * 2, 10.0) == {"n1": 1}  # one GPU left
     assert placer.pending("c") == 1  # the other pod fits nowhere: Pending
+    ready: list[str] = []
+    placer.on_ready(ready.append)
+    # c holds its GPU but has not started: its job-time is not counted yet
+    assert placer.spread_job_time_share(20.0) == pytest.approx(20 / 40, abs=1e-6)
     placer.release("b", 20.0)
     assert placer.placement("b") == {}
-    # a 20 s and c 10 s on one node each, b 20 s spread
-    assert placer.spread_job_time_share(20.0) == pytest.approx(20 / 50, abs=1e-6)
-    assert placer.spread_job_time_share(40.0) == pytest.approx(20 / 90, abs=1e-6)
+    # b's GPUs freed: c's pending pod binds (on the other node: c is spread) and c starts
+    assert ready == ["c"]
+    assert placer.pending("c") == 0
+    assert placer.placement("c") == {"n0": 1, "n1": 1}
+    # a 40 s on one node; b 20 s and c 20 s spread
+    assert placer.spread_job_time_share(40.0) == pytest.approx(40 / 80, abs=1e-6)
     assert fewest_nodes(5, [4, 4, 2]) == 2
     assert fewest_nodes(9, [4, 4]) == 2  # more than the nodes hold: every node
     assert Placer(dict).place("a", [Pod("a", {}, 1)], 0.0) == {}  # no nodes: nowhere

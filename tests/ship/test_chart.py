@@ -260,6 +260,32 @@ def test_node_permission_only_when_capacity_is_read_from_nodes() -> None:
     assert "bellows-controller-nodes" not in {o["metadata"]["name"] for o in fixed}
 
 
+@pytest.mark.parametrize("namespaces", [[], ["team-a", "team-b"]])
+def test_pods_are_read_only_with_the_node_view_and_only_where_jobs_are(
+    namespaces: list[str],
+) -> None:
+    def pod_rules(values: dict[str, Any]) -> dict[tuple[str, str], Any]:
+        objs = render({"watchNamespaces": namespaces, **values})
+        return {
+            (role["kind"], role["metadata"].get("namespace", "")): rule
+            for role in [*by_kind(objs, "ClusterRole"), *by_kind(objs, "Role")]
+            for rule in role["rules"]
+            if "pods" in rule["resources"]
+        }
+
+    for placement in ("pack", "kueue-topology", "none"):
+        assert pod_rules({"controller": {"placement": placement}}) == {}
+    for gpus in (0, 16):  # nodes are read for the view with a fixed capacity too
+        values = {"controller": {"placement": "nodes", "capacity": {"gpus": gpus}}}
+        rules = pod_rules(values)
+        where = [("Role", ns) for ns in namespaces] or [("ClusterRole", "")]
+        assert sorted(rules) == sorted(where)
+        for rule in rules.values():
+            assert rule == {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}
+        names = {o["metadata"]["name"] for o in by_kind(render(values), "ClusterRole")}
+        assert "bellows-controller-nodes" in names
+
+
 def _kueue_grants(objs: list[dict[str, Any]]) -> dict[tuple[str, str, str], set[str]]:
     """(kind, namespace, resource) -> verbs of every kueue.x-k8s.io rule, by role, and of
     the namespaces (read beside Kueue only)."""

@@ -134,7 +134,7 @@ nats.bundled.progress.namespaces, else the namespaces Bellows manages (watchName
 
 {{/* Whether the controller counts GPUs on the nodes (and so needs to list them). */}}
 {{- define "bellows.readsNodes" -}}
-{{- if eq (int .Values.controller.capacity.gpus) 0 -}}true{{- end -}}
+{{- if or (eq (int .Values.controller.capacity.gpus) 0) (eq .Values.controller.placement "nodes") -}}true{{- end -}}
 {{- end -}}
 
 {{/* Fail early on combinations the schema cannot express. */}}

@@ -11,6 +11,8 @@ Its re-creation records are ConfigMaps in the release namespace (the controller'
 trainer.recordsNamespace), and only there may it list, create, update and delete
 ConfigMaps: a Role of that namespace (bellows.recordsRbac), never a ClusterRole, so that
 no ConfigMap of a tenant's (or of kube-system) is ever writable by the controller.
+With controller.placement nodes the controller also lists and watches the pods of the
+watched namespaces (its node view: where their pods hold GPUs).
 With kueue.enabled the controller also reads LocalQueues and ClusterQueues (its pools) and
 reads and patches Workloads (spec.active); ClusterQueues are cluster-scoped, so with
 watchNamespaces they come from a ClusterRole of their own (rbac-kueue.yaml).
@@ -39,6 +41,12 @@ watchNamespaces they come from a ClusterRole of their own (rbac-kueue.yaml).
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+{{- if eq .Values.controller.placement "nodes" }}
+# the node view: where the pods of the watched namespaces hold GPUs (read only)
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+{{- end }}
 {{- if .Values.trainer.enabled }}
 - apiGroups: ["trainer.kubeflow.org"]
   resources: ["trainjobs"]

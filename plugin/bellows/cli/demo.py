@@ -156,7 +156,7 @@ def _result_table(result: DemoResult) -> Table:
               callback=lambda _c, _p, v: _kinds(v),
               help="The job kinds the trace's jobs take in turn, comma-separated: pytorchjob, "
               "mpijob, trainjob (Kubeflow Trainer v2, on the emulated Trainer).")  # fmt: skip
-@click.option("--placement", type=click.Choice(["pack", "none"]), default="pack",
+@click.option("--placement", type=click.Choice(["pack", "nodes", "none"]), default="pack",
               show_default=True,
               help="What the controller asks of the scheduler for each job it sizes "
               "(controller.placement): pack its pods on the fewest nodes, or nothing "

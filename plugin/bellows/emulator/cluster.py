@@ -46,6 +46,7 @@ from bellows.emulator.faults import Faults
 from bellows.emulator.kueue import EmulatedKueue
 from bellows.emulator.nodes import gpu_node, ready_condition, schedulable_gpus, schedulable_nodes
 from bellows.emulator.operator import EmulatedOperator
+from bellows.emulator.pods import StorePods
 from bellows.emulator.resources import builtin_resources, crd_resources
 from bellows.emulator.scheduling import Placer
 from bellows.emulator.server import AccessLog, build_app
@@ -107,12 +108,13 @@ class EmulatedCluster:
         for name in dict.fromkeys([*namespaces, *((RECORDS_NAMESPACE,) if trainer else ())]):
             self.store.create_namespace(name)
         self._nodes = self.store.resources["v1/nodes"]
-        for node, gpus in (gpu_nodes or {}).items():
-            self.add_node(node, gpus)
         # where the operators bind their pods: the nodes that take pods now (none: nowhere)
         self.placer = Placer(
-            lambda: schedulable_nodes(self.store.list_objects(self._nodes, None)[0])
+            lambda: schedulable_nodes(self.store.list_objects(self._nodes, None)[0]),
+            StorePods(self.store),
         )
+        for node, gpus in (gpu_nodes or {}).items():
+            self.add_node(node, gpus)
         self.operator: EmulatedOperator | None = (
             EmulatedOperator(
                 self.store,
@@ -206,7 +208,15 @@ class EmulatedCluster:
     ) -> dict[str, Any]:
         """Register a node with ``gpus`` allocatable ``nvidia.com/gpu``, as its kubelet would."""
         body = gpu_node(name, gpus, labels=labels, ready=ready, unschedulable=unschedulable)
-        return self.store.create(self._nodes, None, body)
+        return self._retried(self.store.create(self._nodes, None, body))
+
+    def _retried(self, node: dict[str, Any]) -> dict[str, Any]:
+        """``node`` after a change that may let pending pods bind: the scheduler retries."""
+        if self.placer.waiting():  # only the emulated operators place pods
+            clock = self.operator or self.trainer
+            assert clock is not None
+            self.placer.retry(clock.emulated_now())
+        return node
 
     def remove_node(self, name: str) -> None:
         """Delete the node (it was lost, or scaled away)."""
@@ -222,7 +232,9 @@ class EmulatedCluster:
             status["conditions"] = [*kept, ready_condition(ready)]
             return node
 
-        return self.store.update_with(self._nodes, None, name, change, subresource="status")
+        return self._retried(
+            self.store.update_with(self._nodes, None, name, change, subresource="status")
+        )
 
     def cordon(self, name: str, unschedulable: bool = True) -> dict[str, Any]:
         """Mark the node unschedulable (``kubectl cordon``), or schedulable again."""
@@ -235,7 +247,7 @@ class EmulatedCluster:
                 spec.pop("unschedulable", None)
             return node
 
-        return self.store.update_with(self._nodes, None, name, change)
+        return self._retried(self.store.update_with(self._nodes, None, name, change))
 
     def gpus_available(self) -> int:
         """GPUs new pods could get now: the ready, schedulable nodes' allocatable GPUs."""

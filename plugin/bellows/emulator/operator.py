@@ -17,10 +17,12 @@ that job (or is logged), never the operator.
 Training itself is the twin in ``training.py``: speed from the JSA for the running
 ``(k, b)``, read from the job's ``bellows.io/`` settings and its batch env var (for an
 MPIJob, from the launcher's env, where ``mpirun`` takes it). A per-GPU batch above
-``max-batch-per-gpu`` fails the job as an out-of-memory error would. Pods are not stored
-objects; with a :class:`~bellows.emulator.scheduling.Placer` (a cluster with nodes) a started
-job's GPU pods (one per replica, the operator's labels, its template's preferred pod
-affinity) are bound to nodes as kube-scheduler would, and released when it stops.
+``max-batch-per-gpu`` fails the job as an out-of-memory error would. With a
+:class:`~bellows.emulator.scheduling.Placer` (a cluster with nodes) a started job's GPU pods
+(one per replica, named ``<job>-<replica type>-<index>``, the operator's labels, its
+template's spec: affinity, node selector) are bound to nodes as kube-scheduler would, stored
+as Pods (``pods.py``), and deleted when it stops; the job trains once its last pod is bound
+(a pod no node fits holds it, Pending, until one does).
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ from typing import Any
 
 import structlog
 
+from bellows.emulator.affinity import node_requirement
+from bellows.emulator.pods import REPLICA_INDEX_LABEL, pod_manifest
 from bellows.emulator.scheduling import Placer, Pod, preferred_terms
 from bellows.emulator.store import ApiError, Store, rfc3339
-from bellows.emulator.training import Training, start, stop
+from bellows.emulator.training import Training, pods_waited, start, stop
 from bellows.inputs import DATA_ERRORS, SpecError, parse_int, parse_quantity
 from bellows.kube import keys
 from bellows.kube.adapters import KINDS
@@ -160,7 +164,15 @@ class EmulatedOperator:
         self._timers: dict[str, asyncio.TimerHandle] = {}  # uid -> its completion check
         self._reported: set[tuple[str, str]] = set()  # (MPIJob uid, foreign launcher uid)
         self._dirty: asyncio.Queue[tuple[str, str, str]] = asyncio.Queue()
+        self._names: dict[str, tuple[str, str, str]] = {}  # uid -> its key, ns, name (bound)
         self._origin = 0.0
+        if placer is not None:
+            placer.on_ready(self._ready)
+
+    def _ready(self, uid: str) -> None:
+        """The placer bound ``uid``'s last pending pod: reconcile it (it may train now)."""
+        if uid in self._names:
+            self._dirty.put_nowait(self._names[uid])
 
     def emulated_now(self) -> float:
         """Emulated training seconds since the operator started."""
@@ -267,7 +279,7 @@ class EmulatedOperator:
                 status["replicaStatuses"] = {
                     t: {"active": _count(kind, obj, t)} for t in _replica_types(kind, obj)
                 }
-        state = self._training.get(uid)
+        state = waited(self._training, self._placer, uid, now)
         if state is not None and state.segment is not None:
             finish = state.finish_time()
             if finish is not None and finish <= now:
@@ -297,8 +309,10 @@ class EmulatedOperator:
         """Bind the started job's GPU pods to nodes (with a placer)."""
         if self._placer is None or not isinstance(kind, ReplicatedKind):
             return
+        meta = obj["metadata"]
+        self._names[meta["uid"]] = (self._key(kind), meta["namespace"], meta["name"])
         try:
-            self._placer.place(obj["metadata"]["uid"], replica_pods(kind, obj), now)
+            self._placer.place(meta["uid"], replica_pods(kind, obj), now)
         except DATA_ERRORS:  # a template no check foresaw: its pods left unplaced
             meta = obj["metadata"]
             _log.exception("emulator.placement_failed", job=f"{meta['namespace']}/{meta['name']}")
@@ -306,6 +320,7 @@ class EmulatedOperator:
     def _unbind(self, uid: str, now: float) -> None:
         """The job's pods stopped: not running, released from their nodes."""
         self._running.discard(uid)
+        self._names.pop(uid, None)
         if self._placer is not None:
             self._placer.release(uid, now)
 
@@ -459,6 +474,17 @@ class EmulatedOperator:
             )
 
 
+def waited(
+    training: dict[str, Training], placer: Placer | None, uid: str, now: float
+) -> Training | None:
+    """``uid``'s training in ``training``, held while any of its pods is Pending in
+    ``placer`` (it trains once all are bound)."""
+    if uid in training:
+        pending = bool(placer and placer.pending(uid))
+        training[uid] = pods_waited(training[uid], pending, now)
+    return training.get(uid)
+
+
 def _controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
     """``metav1.IsControlledBy``: ``obj``'s controller reference names ``uid``."""
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
@@ -476,19 +502,26 @@ def pod_gpus(pod_spec: Mapping[str, Any]) -> int:
 
 
 def replica_pods(kind: ReplicatedKind, obj: Mapping[str, Any]) -> list[Pod]:
-    """The GPU pods the operator runs for ``obj``: ``replicas`` of each replica type, with
-    the operator's labels and the preferred pod affinity of the type's template."""
+    """The GPU pods the operator runs for ``obj``: ``replicas`` of each replica type, named
+    and labelled as the operator does, with the type's template's preferred pod affinity
+    and node filter (``nodeSelector``, required node affinity)."""
     selector = kind.pod_selector(obj)
-    uid = obj["metadata"]["uid"]
+    meta = obj["metadata"]
     pods: list[Pod] = []
     for rtype, spec in kind.specs(obj).items():
         template = spec.get("template") or {}
-        gpus = pod_gpus(template.get("spec") or {})
+        pod_spec = template.get("spec") or {}
+        gpus = pod_gpus(pod_spec)
         if gpus < 1:
             continue  # an MPIJob's launcher: no GPUs to place
         labels = {**selector, "training.kubeflow.org/replica-type": rtype.lower()}
         terms = preferred_terms(template)
-        pods += [Pod(uid, labels, gpus, terms) for _ in range(int(spec.get("replicas", 1)))]
+        required = node_requirement(pod_spec)
+        for index in range(int(spec.get("replicas", 1))):
+            name = f"{meta['name']}-{rtype.lower()}-{index}"
+            named = {**labels, REPLICA_INDEX_LABEL: str(index)}
+            manifest = pod_manifest(obj, name, template, named)
+            pods.append(Pod(meta["uid"], named, gpus, terms, required, manifest))
     return pods
 
 

@@ -225,10 +225,31 @@ def _check_batch_job(obj: Mapping[str, Any]) -> list[FieldProblem]:
     return found
 
 
+_NODE_TERMS = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+
+
 def _check_pod(obj: Mapping[str, Any]) -> list[FieldProblem]:
     found = _need(obj, "spec.containers", list)
     if not found and not obj["spec"]["containers"]:
         found.append(FieldProblem("spec.containers", [], "at least one container"))
+    required = ((obj.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    terms = (required.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+        "nodeSelectorTerms"
+    ) or []
+    for i, term in enumerate(terms if isinstance(terms, list) else []):
+        for j, field in enumerate((term or {}).get("matchFields") or []):
+            where = f"{_NODE_TERMS}.nodeSelectorTerms[{i}].matchFields[{j}]"
+            # ValidateNodeFieldSelectorRequirement: metadata.name, In/NotIn, one value
+            if field.get("key") != "metadata.name":
+                found.append(FieldProblem(f"{where}.key", field.get("key"), "metadata.name"))
+            if field.get("operator") not in ("In", "NotIn"):
+                found.append(
+                    FieldProblem(f"{where}.operator", field.get("operator"), "In or NotIn")
+                )
+            if len(field.get("values") or []) != 1:
+                found.append(
+                    FieldProblem(f"{where}.values", field.get("values"), "exactly one value")
+                )
     return found
 
 

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+from bellows.emulator.affinity import ANY_NODE, NodeRequirement
 
 __all__ = [
     "AFFINITY_WEIGHT",
     "FIT_WEIGHT",
     "Placer",
     "Pod",
+    "PodSink",
     "Scheduler",
     "fewest_nodes",
     "preferred_terms",
@@ -47,14 +50,32 @@ class Term:
     topology_key: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Pod:
-    """A pod to place: its job, labels, GPUs and preferred pod-affinity terms."""
+    """A pod to place: its job, labels, GPUs, preferred pod-affinity terms, the nodes it
+    may go to (``nodeSelector`` and required node affinity) and, where the pod is published
+    as an object (:class:`PodSink`), the Pod to create (``manifest``: metadata and spec,
+    without ``nodeName``). Pods are compared by identity: two replicas are two pods."""
 
     job: str
     labels: Mapping[str, str]
     gpus: int
     terms: Sequence[Term] = ()
+    required: NodeRequirement = ANY_NODE
+    manifest: Mapping[str, Any] | None = None
+
+
+class PodSink(Protocol):
+    """Where the placed pods are published (the emulated API server's Pods)."""
+
+    def bound(self, pod: Pod, node: str) -> None:
+        """``pod`` was bound to ``node`` (created there, or its pending object bound)."""
+
+    def pending(self, pod: Pod) -> None:
+        """``pod`` fits no node: created Pending (Unschedulable)."""
+
+    def released(self, pods: Sequence[Pod]) -> None:
+        """``pods`` stopped (their job was suspended, finished or deleted): gone."""
 
 
 def preferred_terms(template: Mapping[str, Any]) -> tuple[Term, ...]:
@@ -114,7 +135,11 @@ class Scheduler:
 
     def scores(self, pod: Pod) -> dict[str, float]:
         """The total score of every node that fits ``pod``."""
-        feasible = {n: node for n, node in self._nodes.items() if node.free >= pod.gpus}
+        feasible = {
+            n: node
+            for n, node in self._nodes.items()
+            if node.free >= pod.gpus and pod.required.allows(n, node.labels)
+        }
         raw = {n: self._affinity(pod, node) for n, node in feasible.items()}
         low, high = min(raw.values(), default=0), max(raw.values(), default=0)
         out = {}
@@ -173,18 +198,33 @@ class Placer:
 
     ``nodes()`` gives the nodes that take new pods now (name -> GPUs, labels); with none
     (a cluster without Node objects) nothing is placed and nothing counted. Jobs are keyed
-    by uid. A pod no node fits stays Pending (:meth:`pending`); the emulated training still
-    runs (the GPU accounting is Bellows'), so a pending pod means the GPUs were over-committed.
+    by uid. A pod no node fits stays Pending (:meth:`pending`) and holds its job's training
+    (the operators start it when the last pod binds); the scheduler tries the pending pods
+    again, oldest job first, whenever pods are released or :meth:`retry` is called (a node
+    came or was uncordoned), and tells :meth:`on_ready`'s listeners which jobs now have all
+    their pods bound. A job's pods bound while others wait keep their GPUs, as on a real
+    cluster. ``sink``: where the pods are published as objects (``None``: in memory only).
     """
 
-    def __init__(self, nodes: Callable[[], Mapping[str, tuple[int, Mapping[str, str]]]]) -> None:
+    def __init__(
+        self,
+        nodes: Callable[[], Mapping[str, tuple[int, Mapping[str, str]]]],
+        sink: PodSink | None = None,
+    ) -> None:
         self._read_nodes = nodes
+        self._sink = sink
         self._scheduler = Scheduler({})
         self._segments: dict[str, _Segment] = {}
-        self._pending: dict[str, int] = {}
+        self._pods: dict[str, list[Pod]] = {}  # job -> all its pods
+        self._waiting: dict[str, list[Pod]] = {}  # job -> its pods not bound, oldest job first
         self._sizes: dict[str, int] = {}
-        self.held_s = 0.0  # job-time with pods bound (emulated seconds)
+        self._listeners: list[Callable[[str], None]] = []
+        self.held_s = 0.0  # job-time with all pods bound (emulated seconds)
         self.spread_s = 0.0  # of it, on more nodes than needed
+
+    def on_ready(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(job)`` when a job's last pending pod is bound."""
+        self._listeners.append(listener)
 
     def place(self, job: str, pods: Sequence[Pod], now: float) -> dict[str, int]:
         """Bind every pod of ``job`` (released first, if bound); its GPUs per node."""
@@ -192,28 +232,71 @@ class Placer:
         nodes = self._read_nodes()
         if not nodes:
             return {}
+        self._sync(nodes)
+        self._pods[job] = list(pods)
+        waiting = self._bind(pods, first=True)
+        if waiting:
+            self._waiting[job] = waiting
+        else:
+            self._begin(job, now)
+        return self.placement(job)
+
+    def _sync(self, nodes: Mapping[str, tuple[int, Mapping[str, str]]]) -> None:
         self._scheduler.sync(nodes)
         self._sizes = {n: g for n, (g, _) in nodes.items()}
-        pending = 0
+
+    def _bind(self, pods: Sequence[Pod], *, first: bool = False) -> list[Pod]:
+        """Bind what fits of ``pods``, publishing each (a pod left Pending is published
+        when it is ``first`` placed); the pods left Pending."""
+        waiting = []
         for pod in pods:
-            if self._scheduler.bind(pod) is None:
-                pending += 1
-        if pending:
-            self._pending[job] = pending
+            node = self._scheduler.bind(pod)
+            if node is None:
+                waiting.append(pod)
+                if first and self._sink is not None:
+                    self._sink.pending(pod)
+            elif self._sink is not None:
+                self._sink.bound(pod, node)
+        return waiting
+
+    def _begin(self, job: str, now: float) -> None:
         placed = self.placement(job)
         if placed:
             gpus = sum(placed.values())
             spread = len(placed) > fewest_nodes(gpus, list(self._sizes.values()))
             self._segments[job] = _Segment(now, spread)
-        return placed
+
+    def retry(self, now: float) -> None:
+        """Try the pending pods again, oldest job first (the nodes may have changed)."""
+        if not self._waiting:
+            return
+        self._sync(self._read_nodes())
+        ready = []
+        for job, waiting in list(self._waiting.items()):
+            left = self._bind(waiting)
+            if left:
+                self._waiting[job] = left
+            else:
+                del self._waiting[job]
+                self._begin(job, now)
+                ready.append(job)
+        for job in ready:
+            for listener in self._listeners:
+                listener(job)
 
     def release(self, job: str, now: float) -> None:
-        """Unbind ``job``'s pods (stopped, finished or deleted), its time counted."""
+        """Unbind ``job``'s pods (stopped, finished or deleted), its time counted, and try
+        the pending pods of other jobs on the GPUs freed."""
         segment = self._segments.pop(job, None)
         if segment is not None:
             self._count(segment, now)
-        self._pending.pop(job, None)
+        self._waiting.pop(job, None)
         self._scheduler.release(job)
+        pods = self._pods.pop(job, [])
+        if pods and self._sink is not None:
+            self._sink.released(pods)
+        if pods:
+            self.retry(now)
 
     def _count(self, segment: _Segment, now: float) -> None:
         span = max(0.0, now - segment.started)
@@ -224,9 +307,13 @@ class Placer:
         """The GPUs ``job``'s bound pods hold on each node."""
         return self._scheduler.placement(job)
 
+    def waiting(self) -> bool:
+        """Whether any pod is Pending."""
+        return bool(self._waiting)
+
     def pending(self, job: str) -> int:
-        """How many of ``job``'s pods no node could take."""
-        return self._pending.get(job, 0)
+        """How many of ``job``'s pods no node could take (yet)."""
+        return len(self._waiting.get(job, ()))
 
     def spread_job_time_share(self, now: float) -> float:
         """The share of the job-time so far (running segments up to ``now``) spent on more

@@ -40,13 +40,16 @@ from typing import Any, Final
 
 import structlog
 
+from bellows.emulator.affinity import node_requirement
 from bellows.emulator.operator import (
     Progress,
     parse_batch,
     pod_gpus,
     progress_of,
+    waited,
     warning_event,
 )
+from bellows.emulator.pods import pod_manifest
 from bellows.emulator.scheduling import Placer, Pod, preferred_terms
 from bellows.emulator.store import ApiError, Store, rfc3339
 from bellows.emulator.training import Training, start, stop
@@ -69,6 +72,7 @@ GROUP: Final = "trainer.kubeflow.org"
 TRAINJOBS: Final = f"{GROUP}/v1alpha1/trainjobs"
 CLUSTER_RUNTIMES: Final = f"{GROUP}/v1alpha1/clustertrainingruntimes"
 RUNTIMES: Final = f"{GROUP}/v1alpha1/trainingruntimes"
+COMPLETION_INDEX_LABEL: Final = "batch.kubernetes.io/job-completion-index"
 _IMAGE: Final = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
 _log = structlog.get_logger("bellows.emulator")
 
@@ -173,8 +177,21 @@ class EmulatedTrainer:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._warned: set[tuple[str, str]] = set()
         self._dirty: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        self._names: dict[str, tuple[str, str]] = {}  # uid -> (ns, name) of jobs with pods
         self._origin = 0.0
+        if placer is not None:
+            placer.on_ready(self._ready)
         self.starts: list[tuple[str, str, int]] = []  # (namespace/name, uid, numNodes) started
+
+    def _ready(self, uid: str) -> None:
+        """The placer bound ``uid``'s last pending pod: reconcile it (it may train now)."""
+        if uid in self._names:
+            self._dirty.put_nowait(self._names[uid])
+
+    def _release(self, uid: str, now: float) -> None:
+        self._names.pop(uid, None)
+        if self._placer is not None:
+            self._placer.release(uid, now)
 
     def emulated_now(self) -> float:
         return (asyncio.get_running_loop().time() - self._origin) * self._compression
@@ -239,8 +256,7 @@ class EmulatedTrainer:
                         state, self.emulated_now()
                     )
                 self._running.discard(uid)
-                if self._placer is not None:
-                    self._placer.release(uid, self.emulated_now())
+                self._release(uid, self.emulated_now())
                 if uid in self._timers:
                     self._timers.pop(uid).cancel()
             elif change.resource == TRAINJOBS:
@@ -290,8 +306,7 @@ class EmulatedTrainer:
                 self._running.discard(uid)
                 if uid in self._training:
                     self._training[uid] = stop(self._training[uid], now)
-                if self._placer is not None:
-                    self._placer.release(uid, now)
+                self._release(uid, now)
             _condition(
                 status, "Suspended", "True", "Suspended", "TrainJob is suspended", now=self._now()
             )
@@ -313,14 +328,13 @@ class EmulatedTrainer:
                 self.starts.append((f"{ns}/{name}", uid, nodes))
                 self._place(obj, nodes, now)
                 status["jobsStatus"] = [_jobs_status(NODE_JOB, active=1, ready=1)]
-        state = self._training.get(uid)
+        state = waited(self._training, self._placer, uid, now)
         if state is not None and state.segment is not None and uid in self._running:
             finish = state.finish_time()
             if finish is not None and finish <= now:
                 self._training[uid] = stop(state, now)
                 self._running.discard(uid)
-                if self._placer is not None:
-                    self._placer.release(uid, now)
+                self._release(uid, now)
                 self._finish(status, "Complete", "JobsCompleted", "TrainJob is completed")
             elif finish is not None:
                 if uid in self._timers:
@@ -380,7 +394,8 @@ class EmulatedTrainer:
         return Training(work, self._restart_s, efficiency=truth)
 
     def _place(self, obj: Mapping[str, Any], nodes: int, now: float) -> None:
-        """Bind the ``nodes`` trainer pods of the started ``obj`` (with a placer)."""
+        """Bind the ``nodes`` trainer pods of the started ``obj`` (with a placer), named as
+        JobSet names them (``<name>-node-0-<index>``, without its random suffix)."""
         if self._placer is None:
             return
         meta = obj["metadata"]
@@ -388,13 +403,21 @@ class EmulatedTrainer:
         try:
             labels = {**((template.get("metadata") or {}).get("labels") or {})}
             labels |= self._kind.pod_selector(obj)
-            gpus = pod_gpus(template.get("spec") or {})
-            pod = Pod(meta["uid"], labels, gpus, preferred_terms(template))
+            pod_spec = template.get("spec") or {}
+            gpus = pod_gpus(pod_spec)
+            terms, required = preferred_terms(template), node_requirement(pod_spec)
+            pods = []
+            for i in range(nodes):
+                named = labels | {COMPLETION_INDEX_LABEL: str(i)}
+                name = f"{meta['name']}-{NODE_JOB}-0-{i}"
+                manifest = pod_manifest(obj, name, template, named)
+                pods.append(Pod(meta["uid"], named, gpus, terms, required, manifest))
         except DATA_ERRORS:  # a template no check foresaw: its pods unplaced
             _log.exception("emulator.placement_failed", job=f"{meta['namespace']}/{meta['name']}")
             return
         if gpus > 0:
-            self._placer.place(meta["uid"], [pod] * nodes, now)
+            self._names[meta["uid"]] = (meta["namespace"], meta["name"])
+            self._placer.place(meta["uid"], pods, now)
 
     def _checkpoint(self, obj: Mapping[str, Any]) -> Training | None:
         """The progress of the TrainJob this one re-creates (its checkpoint), if any."""

@@ -4,7 +4,9 @@ Pure bookkeeping on an emulated clock (seconds of *training* time; the operator 
 time onto it with a compression factor). Each resume after a halt costs ``restart_s`` of
 no progress (pods start again, the checkpoint loads), as the simulator charges it; the first
 start costs nothing, in both. Then the job processes ``throughput(job, k, b)`` samples per
-second until suspended or done. Progress survives a suspension, as a checkpoint does.
+second until suspended or done. Progress survives a suspension, as a checkpoint does. A job
+whose pods are not all bound yet is *held* (:func:`pods_waited`): no progress until the
+moment its last pod binds, from which its restart cost runs.
 
 A job with an ``efficiency`` (its model's statistical efficiency) trains at goodput, as the
 simulator charges it (``bellows.sim.engine``): its work counts reference samples, ``n``
@@ -21,7 +23,7 @@ from dataclasses import dataclass, replace
 from bellows.jobs import JobSpec
 from bellows.scaling import ClusterProfile, EfficiencyProfile, throughput
 
-__all__ = ["Segment", "Training", "start", "stop"]
+__all__ = ["Segment", "Training", "pods_waited", "start", "stop"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Segment:
     rate: float  # samples per emulated second once the restart cost is paid
     started: float
     pause: float = 0.0  # emulated seconds without progress at the start (a resume's restart)
+    held: bool = False  # waiting for pods to bind: no progress yet
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ class Training:
     def _busy(self, now: float) -> float:
         seg = self.segment
         assert seg is not None
-        return max(0.0, now - seg.started - seg.pause)
+        return 0.0 if seg.held else max(0.0, now - seg.started - seg.pause)
 
     def samples(self, now: float) -> float:
         """Progress by emulated time ``now`` (capped at ``work``): samples processed, or with
@@ -76,7 +79,7 @@ class Training:
 
     def finish_time(self) -> float | None:
         """Emulated time at which the current segment completes the work (None if stopped)."""
-        if self.segment is None or self.segment.rate <= 0:
+        if self.segment is None or self.segment.rate <= 0 or self.segment.held:
             return None
         left = max(0.0, self.work - self.done_before)
         if self.efficiency is not None and left > 0:
@@ -98,3 +101,13 @@ def start(
 def stop(state: Training, now: float) -> Training:
     """``state`` suspended at ``now``: progress so far is kept (the checkpoint)."""
     return replace(state, done_before=state.samples(now), seen_before=state.seen(now), segment=None)
+
+
+def pods_waited(state: Training, pending: bool, now: float) -> Training:
+    """``state`` with its segment held while any of its pods is ``pending``, and running
+    from ``now`` once none is (only a job just placed has pending pods: a running job's
+    pods stay bound)."""
+    seg = state.segment
+    if seg is None or seg.held == pending:
+        return state
+    return replace(state, segment=replace(seg, started=now, held=pending))

@@ -28,10 +28,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import structlog
 
@@ -56,7 +56,7 @@ from bellows.kube.journal import (
     plan_scale,
     target_env,
 )
-from bellows.kube.kinds import KindAdapter, finished_state, foreign_manager
+from bellows.kube.kinds import JobView, KindAdapter, finished_state, foreign_manager
 from bellows.kube.kueue import (
     JOB_UID,
     WORKLOADS,
@@ -75,7 +75,7 @@ from bellows.kube.kueue_journal import (
 )
 from bellows.kube.kueue_recreation import plan_kueue_recreate
 from bellows.kube.pacing import backoff, until
-from bellows.kube.placement import HOSTNAME, Placement
+from bellows.kube.placement import HOSTNAME, Ask, Pinned, Placement
 from bellows.kube.progress_env import ProgressEndpoint, TargetEnv
 from bellows.kube.recording import Recorder
 from bellows.kube.records import (
@@ -99,7 +99,7 @@ from bellows.kube.recreation import (
 from bellows.kube.specs import requested_allocation
 from bellows.refs import JobRef
 
-__all__ = ["MAX_ACTIVE", "ActuationError", "Actuator", "Outcome"]
+__all__ = ["MAX_ACTIVE", "ActuationError", "Actuator", "NodePins", "Outcome"]
 
 MAX_ACTIVE = 64  # jobs driven at once by one Actuator (waits for the operator or Kueue aside)
 LAUNCHER_WAIT_S = 5.0  # the longest wait for a launcher deleted to go (halt_timeout_s if less)
@@ -108,6 +108,20 @@ BACKOFF_S = (0.05, 0.5)  # first and longest wait after a step that met a change
 _CREATED_KEPT = 65_536  # the copies this actuator created that it remembers (uid -> old uid)
 _T = TypeVar("_T")
 _log = structlog.get_logger("bellows.actuator")
+
+
+class NodePins(Protocol):
+    """Where the jobs the actuator sizes are pinned (the controller's node view)."""
+
+    def place_round(self, claims: Sequence[tuple[str, int]]) -> None:
+        """Pin the jobs a round starts or resizes, ``(job, GPUs)``, before any is driven."""
+
+    def pin(self, job: str, gpus: int, gpus_per_pod: int) -> Sequence[str] | None:
+        """The nodes ``job`` sized to ``gpus`` is required on (``None``: not pinned)."""
+
+    def release(self, job: str) -> None:
+        """``job`` is not pinned after all: its pods say where it is."""
+
 
 Result = Literal[
     "started",
@@ -249,6 +263,7 @@ class Actuator:
         records_namespace: str = DEFAULT_RECORDS_NAMESPACE,
         max_steps: int = MAX_STEPS,
         progress: ProgressEndpoint | None = None,
+        pins: NodePins | None = None,
     ) -> None:
         """``kueue``: size the jobs that name a Kueue LocalQueue through their Workloads
         (``controller.kueue.enabled``); when false, such a job is refused with an Event.
@@ -259,8 +274,12 @@ class Actuator:
         no tenant writes there, :mod:`bellows.kube.records`). ``max_steps``: the most
         steps one call takes (a call past it is ``pending``, retried later). ``progress``:
         where the pods of the jobs it sizes report progress, written with their batch
-        (:mod:`bellows.kube.progress_env`; ``None``: nothing)."""
+        (:mod:`bellows.kube.progress_env`; ``None``: nothing). ``pins``: where each job it
+        sizes is required (the controller's node view, ``controller.placement: nodes``;
+        ``None``: no view. A job it has no room for is not pinned, a pin from before taken
+        out)."""
         self._api = api
+        self._pins = pins
         self._progress = progress
         self._records_namespace = records_namespace
         self._max_steps = max_steps
@@ -280,6 +299,12 @@ class Actuator:
     def kinds(self) -> tuple[KindAdapter, ...]:
         """The job kinds this actuator drives (and its controller reads)."""
         return tuple(self._kinds.values())
+
+    def place_round(self, claims: Sequence[tuple[str, int]]) -> None:
+        """Before a round's starts and resizes (``(job, GPUs)``) are driven: place them
+        all at once (with a node view; else nothing)."""
+        if self._pins is not None:
+            self._pins.place_round(claims)
 
     def ref(self, job: str) -> JobRef:
         """The job behind a core job name (``<kind>/<namespace>/<name>``)."""
@@ -524,6 +549,9 @@ class Actuator:
             assert obj is not None  # a job not there always has a record due
             view = kind.view(obj, settings.env_names)
             requested = requested_allocation(view, settings)
+            # pinned only while suspended: the patch that sizes it carries the pin (a job
+            # running, already at its target or still to halt, is not placed now)
+            placement = self._ask(ref, target[0], view, kueue=read.kueue)
             if getattr(kind, "recreates", False):
                 common: dict[str, Any] = {
                     "target": target,
@@ -533,7 +561,7 @@ class Actuator:
                     "in_place": in_place[0] if in_place else None,
                     "done": done,
                     "reason": reason,
-                    "placement": self._placement,
+                    "placement": placement,
                     "topology_key": self._topology_key,
                 }
                 if read.kueue:  # held through its Workload, re-created in its queue
@@ -551,7 +579,7 @@ class Actuator:
                     now=self._now(),
                     done=done,
                     reason=reason,
-                    placement=self._placement,
+                    placement=placement,
                     topology_key=self._topology_key,
                 )
             return plan_scale(
@@ -564,7 +592,7 @@ class Actuator:
                 now=self._now(),
                 done=done,
                 reason=reason,
-                placement=self._placement,
+                placement=placement,
                 topology_key=self._topology_key,
             )
 
@@ -578,6 +606,21 @@ class Actuator:
             (verb.capitalize(), False),
             in_place=in_place,
         )
+
+    def _ask(self, ref: JobRef, gpus: int, view: JobView, *, kueue: bool) -> Ask:
+        """What the sizing patch of ``ref`` to ``gpus`` asks of the scheduler: the configured
+        placement, and the nodes the node view pins it to. Pinned only while suspended (the
+        patch that sizes it carries the pin: a job running, at its target or still to halt,
+        is not placed now), and never a job Kueue admits: Kueue starts jobs of its own
+        accord, so a pin could wait on GPUs it gave another job (Kueue's topology request,
+        ``kueue-topology``, is the way there); its pin is given back."""
+        if self._pins is None or not view.suspended:
+            return self._placement
+        if kueue:
+            self._pins.release(ref.key)
+            return self._placement
+        nodes = self._pins.pin(ref.key, gpus, max(1, view.gpu_step))
+        return Pinned(self._placement, tuple(nodes)) if nodes else self._placement
 
     async def _halt(self, ref: JobRef, phase: Phase, message: str, *, wait: bool = True) -> Outcome:
         def plan(read: _Read) -> Step | KueueStep | RecreateStep:

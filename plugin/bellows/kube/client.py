@@ -539,7 +539,7 @@ class KubeApi:
 
     # ----- nodes (the cluster's GPUs) ----------------------------------------------------------
 
-    async def list_nodes(
+    def list_nodes(
         self, selector: str | None = None, *, limit: int = NODE_PAGE
     ) -> AsyncIterator[tuple[list[Obj], str]]:
         """The nodes matching the label ``selector`` (``None``: all), ``limit`` per page, each
@@ -549,28 +549,23 @@ class KubeApi:
         so one node with an odd field would fail the whole list. A continue token the
         server no longer keeps raises :class:`ExpiredError`: list again.
         """
+        options = {"label_selector": selector} if selector else {}
+        return self._pages(self._core.list_node, limit, options)
+
+    async def _pages(
+        self, fn: Callable[..., Any], limit: int, options: Mapping[str, Any]
+    ) -> AsyncIterator[tuple[list[Obj], str]]:
         token: str | None = None
         while True:
-            options: dict[str, Any] = {"limit": limit, "_preload_content": False}
-            if selector:
-                options["label_selector"] = selector
+            kwargs: dict[str, Any] = {**options, "limit": limit}
             if token:
-                options["_continue"] = token
-            listed = await _call(self._list_node_json, **options)
+                kwargs["_continue"] = token
+            listed = await _call(self._list_json, fn, **kwargs)
             meta = listed.get("metadata") or {}
             yield list(listed.get("items") or []), str(meta.get("resourceVersion", ""))
             token = meta.get("continue")
             if not token:
                 return
-
-    def _list_node_json(self, **options: Any) -> Obj:
-        """One page of nodes, read and decoded in the calling (worker) thread."""
-        response = self._core.list_node(**options)
-        try:
-            listed: Obj = json.loads(response.data)
-        finally:
-            response.release_conn()  # back to the pool: nothing preloaded it
-        return listed
 
     async def watch_nodes(
         self, selector: str | None, resource_version: str, *, timeout_s: int = 300
@@ -585,6 +580,43 @@ class KubeApi:
         if selector:
             kwargs["label_selector"] = selector
         async for event in _stream(self._core.list_node, (), kwargs, models=False):
+            yield event
+
+    def list_pods(
+        self, namespace: str | None, field_selector: str | None = None, *, limit: int = NODE_PAGE
+    ) -> AsyncIterator[tuple[list[Obj], str]]:
+        """The pods of ``namespace`` (``None``: every namespace) matching ``field_selector``,
+        ``limit`` per page, each page with the list's resourceVersion, as plain dicts (read
+        as JSON, as nodes are)."""
+        options: dict[str, Any] = {"field_selector": field_selector} if field_selector else {}
+        if namespace is None:
+            return self._pages(self._core.list_pod_for_all_namespaces, limit, options)
+        return self._pages(
+            self._core.list_namespaced_pod, limit, {**options, "namespace": namespace}
+        )
+
+    async def watch_pods(
+        self,
+        namespace: str | None,
+        field_selector: str | None,
+        resource_version: str,
+        *,
+        timeout_s: int = 300,
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        """``(type, pod)`` events of ``namespace`` (``None``: every namespace) after
+        ``resource_version``; raises :class:`ExpiredError` when that version is too old
+        (list again, then watch)."""
+        kwargs: dict[str, Any] = {
+            "resource_version": resource_version,
+            "timeout_seconds": timeout_s,
+        }
+        if field_selector:
+            kwargs["field_selector"] = field_selector
+        fn: Callable[..., Any] = self._core.list_pod_for_all_namespaces
+        args: tuple[str, ...] = ()
+        if namespace is not None:
+            fn, args = self._core.list_namespaced_pod, (namespace,)
+        async for event in _stream(fn, args, kwargs, models=False):
             yield event
 
 

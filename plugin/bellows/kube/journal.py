@@ -34,7 +34,7 @@ from bellows.inputs import shown
 from bellows.jobs import SpecError
 from bellows.kube import keys
 from bellows.kube.kinds import JobView, KindAdapter, parse_time
-from bellows.kube.placement import HOSTNAME, Placement
+from bellows.kube.placement import HOSTNAME, Ask, Placement
 
 __all__ = [
     "AwaitHalt",
@@ -196,7 +196,7 @@ def scaled_spec(
     gpus: int,
     env: Mapping[str, str],
     *,
-    placement: Placement,
+    placement: Ask,
     topology_key: str,
 ) -> dict[str, Any]:
     """The ``spec`` of the patch that sizes a suspended job: replicas and env, and the
@@ -268,7 +268,7 @@ def plan_scale(
     now: datetime,
     done: float | None = None,
     reason: str = "",
-    placement: Placement = Placement.NONE,
+    placement: Ask = Placement.NONE,
     topology_key: str = HOSTNAME,
 ) -> Step:
     """The next step towards running ``obj`` on ``target = (gpus, batch)`` with ``env``.

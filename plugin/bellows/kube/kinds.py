@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from bellows import inputs
 from bellows.inputs import check_int, parse_int
 from bellows.jobs import MAX_GPUS, SpecError
-from bellows.kube.placement import Placement
+from bellows.kube.placement import Ask
 from bellows.kube.progress_env import defaults_of
 from bellows.refs import JobKind, JobRef
 
@@ -103,7 +103,7 @@ class KindAdapter(Protocol):
         ...
 
     def placement_patch(
-        self, obj: Mapping[str, Any], placement: Placement, topology_key: str
+        self, obj: Mapping[str, Any], placement: Ask, topology_key: str
     ) -> dict[str, Any]:
         """The ``spec`` part of a merge patch asking for ``placement`` on every pod template
         of the job (``bellows.kube.placement``); ``{}`` when nothing needs to change."""

@@ -66,7 +66,7 @@ from bellows.kube.journal import (
 )
 from bellows.kube.kinds import JobView, KindAdapter
 from bellows.kube.kueue import WorkloadView
-from bellows.kube.placement import HOSTNAME, Placement
+from bellows.kube.placement import HOSTNAME, Ask, Placement
 
 __all__ = [
     "AwaitEviction",
@@ -184,7 +184,7 @@ def plan_kueue_scale(
     now: datetime,
     done: float | None = None,
     reason: str = "",
-    placement: Placement = Placement.NONE,
+    placement: Ask = Placement.NONE,
     topology_key: str = HOSTNAME,
 ) -> KueueStep:
     """The next step towards running the Kueue job ``obj`` on ``target = (gpus, batch)``.

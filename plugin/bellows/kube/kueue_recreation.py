@@ -37,7 +37,7 @@ from bellows.kube.journal import _body, _spec_matches, reading
 from bellows.kube.kinds import KindAdapter
 from bellows.kube.kueue import WorkloadView
 from bellows.kube.kueue_journal import KueueStep, _announce, _hold, plan_kueue_scale
-from bellows.kube.placement import HOSTNAME, Placement
+from bellows.kube.placement import HOSTNAME, Ask, Placement
 from bellows.kube.records import Record, fingerprint
 from bellows.kube.recreation import DeleteJob, ProbeInPlace, RecreateStep, new_record
 
@@ -57,7 +57,7 @@ def plan_kueue_recreate(
     now: datetime,
     reason: str = "",
     done: float | None = None,
-    placement: Placement = Placement.NONE,
+    placement: Ask = Placement.NONE,
     topology_key: str = HOSTNAME,
 ) -> KueueStep | RecreateStep:
     """The next step towards running the queued TrainJob ``obj`` on ``target``.

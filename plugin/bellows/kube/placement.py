@@ -14,6 +14,15 @@ of two ways (``controller.placement``):
   label (Kueue then picks the fewest domains of that level for the pod set);
 * ``none``: the templates are left as they are.
 
+With a node view (``controller.placement: nodes``: ``pack``'s term, and more), the
+controller also pins the job to the nodes its placement rule picked (:class:`Pinned`,
+``bellows.autoscaler.placing``): a *required* node affinity, one ``nodeSelectorTerms``
+entry per pinned node and term of the owner's (``metadata.name In [node]``, the API
+server's one value per field requirement, ANDed into the owner's term; the terms are
+ORed), and the pod template annotation ``bellows.io/pinned-nodes`` naming the nodes it
+required, so that the next sizing patch replaces exactly those requirements (a pin it no
+longer wants is taken out, the owner's terms stay as they were).
+
 The patch merges, it never clobbers: the owner's affinity terms, annotations and every
 other field stay, Bellows' term is appended once (an equal term already there is not added
 again), and an annotation the owner set is kept as they set it. :func:`placed_template` is a
@@ -24,7 +33,8 @@ templates Bellows can patch (a TrainJob's ``runtimePatches``, later) can use it.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
@@ -32,8 +42,12 @@ __all__ = [
     "HOSTNAME",
     "KUEUE_PREFERRED_TOPOLOGY",
     "PACK_WEIGHT",
+    "PINNED_NODES",
+    "Ask",
+    "Pinned",
     "Placement",
     "pack_term",
+    "pinned_expression",
     "placed_template",
 ]
 
@@ -41,15 +55,37 @@ HOSTNAME: Final = "kubernetes.io/hostname"
 KUEUE_PREFERRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-preferred-topology"
 KUEUE_REQUIRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-required-topology"
 PACK_WEIGHT: Final = 100  # the most a preferred term may weigh (1-100)
+PINNED_NODES: Final = "bellows.io/pinned-nodes"  # template annotation: the nodes required
 _PREFERRED: Final = "preferredDuringSchedulingIgnoredDuringExecution"
+_REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 class Placement(StrEnum):
     """How Bellows asks for its jobs' pods to be placed (``controller.placement``)."""
 
     PACK = "pack"
+    NODES = "nodes"  # pack, and pin each job to the nodes the controller's node view picks
     KUEUE_TOPOLOGY = "kueue-topology"
     NONE = "none"
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """``base``'s placement, and the job's pods required on ``nodes`` (by ``HOSTNAME``)."""
+
+    base: Placement
+    nodes: tuple[str, ...]
+
+
+Ask = Placement | Pinned
+"""What a sizing patch asks of the scheduler."""
+
+
+def pinned_expression(node: str) -> dict[str, Any]:
+    """The node affinity field requirement of one pinned node: by name (``metadata.name``,
+    the one field a node selector may match, with one value, as the DaemonSet controller
+    pins its pods; a node's hostname label need not be its name)."""
+    return {"key": "metadata.name", "operator": "In", "values": [node]}
 
 
 def pack_term(selector: Mapping[str, str], topology_key: str = HOSTNAME) -> dict[str, Any]:
@@ -67,7 +103,7 @@ def placed_template(
     template: Mapping[str, Any],
     *,
     selector: Mapping[str, str],
-    placement: Placement,
+    placement: Ask,
     topology_key: str = HOSTNAME,
 ) -> dict[str, Any]:
     """The part of a merge patch of ``template`` (a PodTemplateSpec) that asks for
@@ -75,11 +111,20 @@ def placed_template(
 
     ``selector``: labels every pod of the job carries and no other pod does (the operator's).
     Lists are replaced whole by a merge patch, so the preferred terms are sent in full: the
-    owner's first, in their order, then Bellows' term.
+    owner's first, in their order, then Bellows' term. A pin Bellows wrote before and
+    ``placement`` no longer asks for is taken out.
     """
-    if placement is Placement.NONE:
+    base = placement.base if isinstance(placement, Pinned) else placement
+    nodes = placement.nodes if isinstance(placement, Pinned) else ()
+    return _merged(_based(template, selector, base, topology_key), _pin(template, nodes))
+
+
+def _based(
+    template: Mapping[str, Any], selector: Mapping[str, str], base: Placement, topology_key: str
+) -> dict[str, Any]:
+    if base is Placement.NONE:
         return {}
-    if placement is Placement.KUEUE_TOPOLOGY:
+    if base is Placement.KUEUE_TOPOLOGY:
         notes = (template.get("metadata") or {}).get("annotations") or {}
         if KUEUE_PREFERRED_TOPOLOGY in notes or KUEUE_REQUIRED_TOPOLOGY in notes:
             return {}  # the owner chose a topology: theirs stands
@@ -91,6 +136,58 @@ def placed_template(
     if any(_same_term(t, ours) for t in terms):
         return {}
     return {"spec": {"affinity": {"podAffinity": {_PREFERRED: [*terms, ours]}}}}
+
+
+def _pin(template: Mapping[str, Any], nodes: Sequence[str]) -> dict[str, Any]:
+    """The patch that requires ``nodes`` (none: no pin) in place of the pin the template's
+    annotation names; ``{}`` when the template already says so."""
+    previous = ((template.get("metadata") or {}).get("annotations") or {}).get(PINNED_NODES)
+    if previous is None and not nodes:
+        return {}
+    node_affinity = ((template.get("spec") or {}).get("affinity") or {}).get("nodeAffinity")
+    required = (node_affinity or {}).get(_REQUIRED) or {}
+    had = [copy.deepcopy(t) for t in required.get("nodeSelectorTerms") or []]
+    owners = had
+    if isinstance(previous, str):  # Bellows' requirements out of every term, as they were
+        old = [pinned_expression(n) for n in previous.split(",") if n]
+        owners = []
+        for term in (_without(t, old) for t in had):
+            if term and term not in owners:
+                owners.append(term)
+    note = ",".join(sorted(nodes)) if nodes else None
+    terms = owners
+    if nodes:  # one term per node and owner's term: (owner's AND this node), ORed
+        terms = [
+            {**t, "matchFields": [*(t.get("matchFields") or []), pinned_expression(n)]}
+            for t in owners or [{}]
+            for n in sorted(nodes)
+        ]
+    if terms == had and note == previous:
+        return {}
+    pinned = {"nodeSelectorTerms": terms} if terms else None
+    return {
+        "metadata": {"annotations": {PINNED_NODES: note}},
+        "spec": {"affinity": {"nodeAffinity": {_REQUIRED: pinned}}},
+    }
+
+
+def _without(term: Mapping[str, Any], ours: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``term`` without the requirements ``ours``; ``{}`` when only they made the term."""
+    kept = [r for r in term.get("matchFields") or [] if r not in ours]
+    out = {k: v for k, v in term.items() if k != "matchFields"}
+    out |= {"matchFields": kept} if kept else {}
+    return out if out.get("matchExpressions") or out.get("matchFields") else {}
+
+
+def _merged(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Two patches in one (objects merged key by key)."""
+    out = dict(a)
+    for key, value in b.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def _same_term(term: Mapping[str, Any], ours: Mapping[str, Any]) -> bool:

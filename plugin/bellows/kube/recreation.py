@@ -65,7 +65,7 @@ from bellows.kube.journal import (
     reading,
 )
 from bellows.kube.kinds import KindAdapter, finished_state
-from bellows.kube.placement import HOSTNAME, Placement
+from bellows.kube.placement import HOSTNAME, Ask, Placement
 from bellows.kube.progress_env import defaults_of
 from bellows.kube.records import (
     RECORD_LABEL,
@@ -155,7 +155,7 @@ def successor(
     journal: Journal,
     reason: str = "",
     suspend: bool = False,
-    placement: Placement = Placement.NONE,
+    placement: Ask = Placement.NONE,
     topology_key: str = HOSTNAME,
     token: str = "",
 ) -> dict[str, Any]:
@@ -234,7 +234,7 @@ def plan_recreate(
     in_place: bool | None,
     done: float | None = None,
     reason: str = "",
-    placement: Placement = Placement.NONE,
+    placement: Ask = Placement.NONE,
     topology_key: str = HOSTNAME,
 ) -> RecreateStep:
     """The next step towards running the TrainJob on ``target = (gpus, batch)``.

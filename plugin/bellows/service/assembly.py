@@ -7,6 +7,7 @@ from __future__ import annotations
 from bellows.autoscaler import Engines
 from bellows.kube import Actuator, JobReader, KindAdapter, KubeApi
 from bellows.kube.adapters import ALL_KINDS, KINDS
+from bellows.kube.placement import Placement
 from bellows.kube.progress_env import ProgressEndpoint
 from bellows.scaling import ClusterProfile, default_cluster, load_cluster_profile
 from bellows.scaling.placement_memory import PlacementMemory
@@ -14,6 +15,7 @@ from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig
 from bellows.service.memory import Memory
 from bellows.service.metrics import Metrics, MetricsObserver
+from bellows.service.node_view import NodeView
 from bellows.service.pools import Pools
 from bellows.service.queues import QueueIndex
 
@@ -54,13 +56,17 @@ def make_pools(
     capacity: int,
     engines: Engines | None = None,
     memory: Memory | None = None,
+    node_view: NodeView | None = None,
 ) -> Pools:
     """Fresh controllers for every pool, on ``capacity`` GPUs (not yet rebuilt), their cores
-    on ``engines`` (the process's rent rule and compile-ahead worker)."""
+    on ``engines`` (the process's rent rule and compile-ahead worker). With
+    ``controller.placement: nodes``, the jobs it sizes are pinned where ``node_view`` places
+    them (the view then follows these pools' jobs)."""
     namespaces = managed_namespaces(config)
     kueue = config.controller.kueue.enabled
     learn = config.controller.learn_progress and config.controller.progress.learn_placements
-    return Pools(
+    view = node_view if config.controller.placement is Placement.NODES else None
+    pools = Pools(
         placements=PlacementMemory(cluster) if learn else None,
         api=api,
         core=config.controller.autoscaler_config(),
@@ -75,6 +81,7 @@ def make_pools(
             topology_key=config.controller.placement_topology_key,
             records_namespace=records_namespace(config),
             progress=progress_endpoint(config),
+            pins=view,
         ),
         reader=JobReader(
             api,
@@ -90,6 +97,9 @@ def make_pools(
         engines=engines,
         memory=memory,
     )
+    if view is not None:
+        view.follow(lambda: pools.held)
+    return pools
 
 
 def progress_endpoint(config: BellowsConfig) -> ProgressEndpoint | None:

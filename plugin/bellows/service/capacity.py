@@ -107,6 +107,12 @@ class NodeGpus:
         return dict(sorted(out.items()))
 
     @property
+    def per_node(self) -> dict[str, int]:
+        """The GPUs of each node that takes new pods now (lapsed nodes not: their grace keeps
+        them in :attr:`total`, but no pod goes there)."""
+        return {name: gpus for name, gpus in sorted(self._gpus.items()) if gpus > 0}
+
+    @property
     def names(self) -> set[str]:
         """The nodes counted or lapsed."""
         return set(self._gpus) | set(self._lapsed)
@@ -241,12 +247,15 @@ async def watch_capacity(
     now: Callable[[], float] | None = None,
     speedup: float = 1.0,
     on_types: Callable[[Mapping[str, int]], None] | None = None,
+    on_nodes: Callable[[Mapping[str, int]], None] | None = None,
 ) -> None:
     """Until cancelled: keep the selected nodes' GPUs and call ``on_change(total)`` whenever
     the total differs from the one last told (the first list tells it once, so a change
-    between the controller's start and this watch is not missed), and ``on_types`` with the
-    GPUs per type (:attr:`NodeGpus.by_type`) whenever those differ. ``now`` is the clock the
-    nodes' grace runs on (default: the loop's), ``speedup`` its seconds per real second."""
+    between the controller's start and this watch is not missed), ``on_types`` with the
+    GPUs per type (:attr:`NodeGpus.by_type`) whenever those differ, and ``on_nodes`` with
+    the GPUs per node (:attr:`NodeGpus.per_node`) after every list and event. ``now`` is the
+    clock the nodes' grace runs on (default: the loop's), ``speedup`` its seconds per real
+    second."""
     selector = node_selector(settings)
     clock = now or asyncio.get_running_loop().time
     wait, longest = retry_s
@@ -259,6 +268,8 @@ async def watch_capacity(
             try:
                 if version is None:
                     gpus, version = await list_capacity(api, settings, into=gpus)
+                    if on_nodes is not None:
+                        on_nodes(gpus.per_node)
                     await teller.tell(gpus.total, gpus.by_type)
                     wait = retry_s[0]  # the API server answers again
                 async for event, node in api.watch_nodes(selector, version, timeout_s=timeout_s):
@@ -267,6 +278,8 @@ async def watch_capacity(
                         gpus.remove(node)
                     else:
                         gpus.put(node)
+                    if on_nodes is not None:
+                        on_nodes(gpus.per_node)
                     await teller.tell(gpus.total, gpus.by_type)
                     wait = retry_s[0]  # the watch works again
             except ExpiredError:

@@ -329,8 +329,10 @@ class ControllerSettings:
         metadata=doc(
             "what Bellows asks of the scheduler when it sizes a job, so that its pods sit on "
             "the fewest nodes its prices assume: pack (a preferred pod affinity on the job's "
-            "own pods by node), kueue-topology (Kueue's podset-preferred-topology annotation, "
-            "where Kueue's topology-aware scheduling is on) or none"
+            "own pods by node), nodes (pack, and the job required on the nodes the controller "
+            "picks from its watch of nodes and pods, as the simulator places it), "
+            "kueue-topology (Kueue's podset-preferred-topology annotation, where Kueue's "
+            "topology-aware scheduling is on) or none"
         ),
     )
     placement_topology_key: str = field(

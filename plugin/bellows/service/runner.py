@@ -33,6 +33,7 @@ from bellows.inputs import brief
 from bellows.jobs import SpecError
 from bellows.kube import KubeApi, keys
 from bellows.kube.client import client_from_config
+from bellows.kube.placement import Placement
 from bellows.optimizer.solving import RentRule
 from bellows.scaling import ClusterProfile
 from bellows.service import capacity
@@ -51,6 +52,7 @@ from bellows.service.leader import LeaderElector, default_identity
 from bellows.service.logging import configure_logging
 from bellows.service.memory import Memory, open_memory
 from bellows.service.metrics import Metrics
+from bellows.service.node_view import NodeView, watch_pods
 from bellows.service.pools import Pools
 from bellows.service.progress_loop import start_progress_loop
 from bellows.service.queues import QueueIndex
@@ -80,19 +82,42 @@ async def read_capacity(api_client: k8s.ApiClient, settings: CapacitySettings) -
 
 
 def _capacity_watch(
-    config: BellowsConfig, api: KubeApi, pools: Pools, clock: ServiceClock, metrics: Metrics
+    config: BellowsConfig,
+    api: KubeApi,
+    pools: Pools,
+    clock: ServiceClock,
+    metrics: Metrics,
+    *,
+    view: NodeView | None = None,
 ) -> list[asyncio.Task[None]]:
     """With ``capacity.gpus`` 0, the task that keeps the default pool's capacity to the
-    nodes' (nodes lost, added, cordoned, not ready past their grace); none with a fixed
-    capacity."""
+    nodes' (nodes lost, added, cordoned, not ready past their grace). With a node ``view``
+    (``placement: nodes``), the nodes' watch keeps the view's nodes too (with a fixed
+    capacity, for the view alone), and a second task its pods."""
     settings = config.controller.capacity
-    if settings.gpus:
+    if settings.gpus and view is None:
         return []
     watch = capacity.watch_capacity(
-        api, settings, pools.set_capacity, now=clock.now, speedup=clock.speedup,
-        on_types=metrics.capacity_by_type,
+        api, settings, _fixed if settings.gpus else pools.set_capacity, now=clock.now,
+        speedup=clock.speedup, on_types=metrics.capacity_by_type,
+        on_nodes=None if view is None else view.set_nodes,
     )  # fmt: skip
-    return [asyncio.create_task(watch, name="capacity-watch")]
+    tasks = [asyncio.create_task(watch, name="capacity-watch")]
+    if view is not None:
+        pods = watch_pods(api, view, managed_namespaces(config))
+        tasks.append(asyncio.create_task(pods, name="pod-watch"))
+    return tasks
+
+
+async def _fixed(_gpus: int) -> None:
+    """A fixed ``capacity.gpus`` stays as configured, whatever the nodes hold."""
+
+
+def _node_view(config: BellowsConfig) -> NodeView | None:
+    """A fresh node view for a term of leading, with ``controller.placement: nodes``."""
+    if config.controller.placement is not Placement.NODES:
+        return None
+    return NodeView(config.controller.capacity.resource_name)
 
 
 def _queue_watch(queues: QueueIndex | None) -> list[asyncio.Task[None]]:
@@ -183,6 +208,7 @@ async def _started_controller(
     health: Health | None = None,
     engines: Engines | None = None,
     memory: Memory | None = None,
+    node_view: NodeView | None = None,
 ) -> Pools | None:
     """The pools' controllers (one, the default pool, unless ``controller.kueue.enabled``),
     their state rebuilt from the cluster; ``None`` if ``stop`` came first.
@@ -213,7 +239,7 @@ async def _started_controller(
             continue
         pools = make_pools(
             config, api=api, clock=clock, cluster=cluster, metrics=metrics, capacity=capacity,
-            engines=engines, memory=memory,
+            engines=engines, memory=memory, node_view=node_view,
         )  # fmt: skip
         _log.info("controller.leading", capacity=capacity, kueue=config.controller.kueue.enabled)
         try:
@@ -299,9 +325,11 @@ async def _run_controller(
             either, watcher = _either(stop, lost)
             try:
                 memory = await _memory(config, js, clock, cluster)
+                view = _node_view(config)
                 controller = await _started_controller(
                     config, api_client=api.api_client, api=api, clock=clock, cluster=cluster,
                     metrics=metrics, stop=either, health=health, engines=engines, memory=memory,
+                    node_view=view,
                 )  # fmt: skip
                 if controller is None:
                     return  # stopped (or the lease lost) before the state was rebuilt
@@ -316,7 +344,7 @@ async def _run_controller(
                 )  # fmt: skip
                 helpers = await _helpers(
                     config, js, api=api, controller=controller, clock=clock, cluster=cluster,
-                    metrics=metrics, stop=either, memory=memory,
+                    metrics=metrics, stop=either, memory=memory, node_view=view,
                 )  # fmt: skip
                 try:
                     await pump.run(either)
@@ -366,15 +394,17 @@ async def _helpers(
     metrics: Metrics,
     stop: asyncio.Event,
     memory: Memory | None = None,
+    node_view: NodeView | None = None,
 ) -> list[asyncio.Task[None]]:
     """The tasks beside the pump while leading: retries and due rounds, the capacity and
-    queue watches, and the progress loop (``controller.learnProgress``)."""
+    queue watches (and the pod watch of ``node_view``), and the progress loop
+    (``controller.learnProgress``)."""
     retrier = asyncio.create_task(
         controller.keep_house(stop, retry_s=RETRY_S, speedup=clock.speedup)
     )
     helpers = [
         retrier,
-        *_capacity_watch(config, api, controller, clock, metrics),
+        *_capacity_watch(config, api, controller, clock, metrics, view=node_view),
         *_queue_watch(controller.queues),
     ]
     if config.controller.learn_progress:

@@ -84,8 +84,12 @@ class Settler(Part):
         # halts and scale-downs free GPUs before scale-ups and starts claim them
         frees = [d for d in pending if _frees(d)]
         await asyncio.gather(*(self.drive(d, now) for d in frees))
-        claims = [d for d in pending if not _frees(d)]
-        await asyncio.gather(*(self.drive(d, now) for d in self._admissible(claims)))
+        claims = self._admissible([d for d in pending if not _frees(d)])
+        # with a node view, placed all at once before any of them halts or resumes
+        self._actuator.place_round(
+            [(d.job, d.gpus) for d in claims if isinstance(d, Start | Rescale)]
+        )
+        await asyncio.gather(*(self.drive(d, now) for d in claims))
         allocations = self._auto.allocations
         self._observer.round_done(
             seconds,

@@ -65,7 +65,10 @@ from bellows.optimizer import Method
 from bellows.scaling import MODEL_EFFICIENCY, ClusterProfile, EfficiencyProfile, default_cluster
 from bellows.scaling.online import SpeedFactors
 from bellows.scaling.placement_memory import PlacementMemory
+from bellows.service.capacity import watch_capacity
 from bellows.service.clock import ServiceClock
+from bellows.service.config import CapacitySettings
+from bellows.service.node_view import NodeView, watch_pods
 from bellows.service.pools import Pools
 from bellows.service.queues import QueueIndex
 from bellows.service.watching import kube_bridges
@@ -332,20 +335,24 @@ async def run_demo(
         settings: NatsSettings = parts["settings"]
         js = parts["js"]
         api = KubeApi(parts["kube"].api_client())
-        kinds = tuple(kind_named(k) for k in options.kinds)
         clock = ServiceClock(speedup=options.speedup)
         ledger = Ledger(cluster)
         queues = QueueIndex(api, namespaces=(NAMESPACE,)) if options.kueue else None
+        view = NodeView() if options.placement is Placement.NODES else None
         controller = _controller(
             options, api=api, cluster=cluster, clock=clock, ledger=ledger, queues=queues,
-            prefix=settings.subject_prefix,
+            prefix=settings.subject_prefix, view=view,
         )  # fmt: skip
         await controller.rebuild()
         stop = asyncio.Event()
         publisher = EventPublisher(js, prefix=settings.subject_prefix, stream=settings.stream)
         store = KvResumeStore(parts["kv"])
         bridges = kube_bridges(
-            api, publisher=publisher, store=store, namespaces=(NAMESPACE,), kinds=kinds
+            api,
+            publisher=publisher,
+            store=store,
+            namespaces=(NAMESPACE,),
+            kinds=tuple(kind_named(k) for k in options.kinds),
         )
         consumer = await EventConsumer.open(js, settings)
         pump = EventPump(
@@ -359,6 +366,7 @@ async def run_demo(
         )
         tasks = [asyncio.create_task(b.run(stop)) for b in bridges]
         tasks += [asyncio.create_task(queues.watch())] if queues is not None else []
+        tasks += _view_tasks(api, view, controller, clock)
         tasks.append(asyncio.create_task(pump.run(stop)))
         tasks.append(
             asyncio.create_task(controller.keep_house(stop, retry_s=0.2, speedup=clock.speedup))
@@ -398,6 +406,21 @@ async def run_demo(
     mismatches = final_state_mismatches(records, sim_jobs, trace)
     bounds = (*compare(live, simulated), _exact("jobs_in_a_different_final_state", mismatches))
     return DemoResult(live, simulated, bounds, len(trace), timer() - started, mismatches)
+
+
+def _view_tasks(
+    api: KubeApi, view: NodeView | None, controller: Pools, clock: ServiceClock
+) -> list[asyncio.Task[None]]:
+    """With a node view (``controller.placement: nodes``), its node and pod watches (the
+    capacity watch keeps the pools' capacity too: the demo's nodes hold its GPUs)."""
+    if view is None:
+        return []
+    nodes = watch_capacity(
+        api, CapacitySettings(), controller.set_capacity, on_nodes=view.set_nodes,
+        now=clock.now, speedup=clock.speedup,
+    )  # fmt: skip
+    pods = watch_pods(api, view, (NAMESPACE,))
+    return [asyncio.create_task(nodes), asyncio.create_task(pods)]
 
 
 def _simulated_half(
@@ -465,9 +488,11 @@ def _controller(
     ledger: Ledger,
     queues: QueueIndex | None,
     prefix: str,
+    view: NodeView | None = None,
 ) -> Pools:
     """The live controller, its decisions noted in ``ledger`` (and, for each, whether it was
-    made by goodput)."""
+    made by goodput); with a node ``view``, the jobs it sizes pinned where the view places
+    them."""
     kinds = tuple(kind_named(k) for k in options.kinds)
     controller = Pools(
         api=api,
@@ -484,6 +509,7 @@ def _controller(
             kinds=kinds,
             placement=options.placement,
             progress=ProgressEndpoint(PROGRESS_SECRET, prefix),
+            pins=view,
         ),
         reader=JobReader(api, namespace=NAMESPACE, kueue=options.kueue, kinds=kinds),
         now=clock.now,
@@ -493,6 +519,8 @@ def _controller(
         # what the jobs measure, per class (controller.progress.learnPlacements: opt in)
         placements=PlacementMemory(cluster) if options.learn_placements else None,
     )
+    if view is not None:
+        view.follow(lambda: controller.held)
 
     def charged(name: str) -> EfficiencyProfile | None:
         """The efficiency the pool holding ``name`` decides it by (``None``: by throughput,

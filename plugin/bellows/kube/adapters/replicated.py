@@ -21,7 +21,7 @@ from bellows.kube.kinds import (
     with_env,
 )
 from bellows.kube.kueue import queue_name
-from bellows.kube.placement import Placement, placed_template
+from bellows.kube.placement import Ask, placed_template
 from bellows.kube.progress_env import defaults_of
 from bellows.refs import JobKind, JobRef
 
@@ -172,7 +172,7 @@ class ReplicatedKind:
         }
 
     def placement_patch(
-        self, obj: Mapping[str, Any], placement: Placement, topology_key: str
+        self, obj: Mapping[str, Any], placement: Ask, topology_key: str
     ) -> dict[str, Any]:
         selector = self.pod_selector(obj)
         patched: dict[str, Any] = {}

@@ -34,7 +34,7 @@ from bellows.kube.kinds import (
     with_env,
 )
 from bellows.kube.kueue import queue_name
-from bellows.kube.placement import Placement, placed_template
+from bellows.kube.placement import Ask, Placement, placed_template
 from bellows.kube.progress_env import defaults_of
 from bellows.refs import JobKind, JobRef
 
@@ -224,7 +224,7 @@ class TrainJobKind:
         return {JOBSET_NAME_LABEL: str((obj.get("metadata") or {}).get("name", ""))}
 
     def placement_patch(
-        self, obj: Mapping[str, Any], placement: Placement, topology_key: str
+        self, obj: Mapping[str, Any], placement: Ask, topology_key: str
     ) -> dict[str, Any]:
         """The ``spec.runtimePatches`` (the whole list: a merge patch replaces it) with
         Bellows' entry (manager :data:`PLACEMENT_MANAGER`) asking ``placement`` of the
@@ -251,8 +251,8 @@ class TrainJobKind:
             pod_spec = dict(placed.get("spec") or {})
             if "affinity" in pod_spec:  # the others' affinity carried on whole, with ours
                 owned = copy.deepcopy((template.get("spec") or {}).get("affinity") or {})
-                ours = pod_spec["affinity"]["podAffinity"]
-                owned["podAffinity"] = {**(owned.get("podAffinity") or {}), **ours}
+                for part, ours in pod_spec["affinity"].items():  # pod and node affinity
+                    owned[part] = {**(owned.get(part) or {}), **ours}
                 pod_spec["affinity"] = owned
             wanted.append(
                 pod_template_patch(

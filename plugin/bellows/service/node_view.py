@@ -1,0 +1,289 @@
+"""Where GPUs are free, node by node, as the controller sees them (``controller.placement:
+nodes``), and the nodes each job it sizes is pinned to.
+
+The controller places a job it sizes as the simulator does (``bellows.autoscaler.placing``:
+the fewest nodes the free GPUs allow, the fullest first) and pins it there with a required
+node affinity (``bellows.kube.placement.Pinned``), so that the placement the core's prices
+assume is the one the job gets. For that it keeps:
+
+* the GPUs of each node that takes new pods, from the capacity watch
+  (``capacity.watch_capacity``'s ``on_nodes``: needs ``controller.capacity.gpus: 0``);
+* every pod that holds GPUs in the namespaces it manages (:func:`watch_pods`: a list, then
+  a watch from it, of their pods not finished: on the nodes it shares, as its capacity
+  already assumes, no one else's pods hold GPUs, so it reads no other namespace), with its
+  node and the job it belongs to: its controller
+  owner (``<kind>/<namespace>/<name>``, as the core names jobs) or, for a TrainJob's pods,
+  the JobSet label (the TrainJob's name);
+* the pin of each job it sized, until the job's pods are seen bound (as many GPUs as the
+  pin: there, unless something else placed them).
+
+A node's free GPUs, for job ``J``: its GPUs, less those held by pods of workloads Bellows
+does not run (another scheduler's, a job that did not opt in), less, for each other job
+Bellows runs now, its pin there if it has one (it is being placed there: its old pods are
+going), else its bound pods. The pods of a job Bellows
+halted, or saw finish, are counted free (they are going: the round places the jobs that
+take their GPUs before the watch tells their pods gone), and ``J``'s own are too (a resize
+places the job afresh). Pending pods hold nothing.
+No room for ``J`` (the view lags, or other workloads took the GPUs): no pin, and the
+scheduler places the job's pods as it would without the view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import structlog
+
+from bellows.autoscaler.placing import best_fit
+from bellows.inputs import DATA_ERRORS, brief, parse_quantity
+from bellows.kube import ExpiredError, KubeApi
+from bellows.refs import job_key
+
+__all__ = ["ACTIVE_PODS", "NodeView", "pod_job", "watch_pods"]
+
+_log = structlog.get_logger("bellows.node_view")
+
+ACTIVE_PODS: Final = "status.phase!=Succeeded,status.phase!=Failed"  # the pods that hold GPUs
+JOBSET_NAME: Final = "jobset.sigs.k8s.io/jobset-name"
+_KINDS: Final = ("PyTorchJob", "MPIJob")
+RETRY_S: Final = (1.0, 30.0)  # first and longest wait after a failed list or watch
+STALE_ROUNDS: Final = 5  # rounds after which a pin its pods never came to is dropped
+
+
+def pod_job(pod: Mapping[str, Any]) -> str:
+    """The core's name of the job ``pod`` belongs to (``""``: none Bellows sizes)."""
+    meta = pod.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller") is True and ref.get("kind") in _KINDS:
+            return job_key(str(ref["kind"]), namespace, str(ref.get("name", "")))
+    jobset = (meta.get("labels") or {}).get(JOBSET_NAME)
+    return job_key("TrainJob", namespace, jobset) if jobset else ""
+
+
+def _pod_gpus(pod: Mapping[str, Any], resource: str) -> int:
+    """The GPUs a pod requests: its containers' limits (requests where no limit is set;
+    extended resources must have them equal), its init containers' largest beside them."""
+    spec = pod.get("spec") or {}
+
+    def of(container: Mapping[str, Any]) -> int:
+        resources = container.get("resources") or {}
+        value = (resources.get("limits") or {}).get(resource)
+        value = (resources.get("requests") or {}).get(resource) if value is None else value
+        return 0 if value is None else int(parse_quantity(resource, str(value)))
+
+    run = sum(of(c) for c in spec.get("containers") or [])
+    return max(run, *(of(c) for c in spec.get("initContainers") or []), 0)
+
+
+class NodeView:
+    """Free GPUs per node and the jobs' pins (see the module docstring).
+
+    ``running()``: the jobs Bellows runs now and the GPUs each may hold (the rosters'
+    ``held``): set with :meth:`follow` once the controllers exist. A job the view saw
+    running and no longer does was halted or finished: its pods are going. (A job Bellows
+    only queues may run all the same: one Kueue admitted first holds its GPUs.)
+    """
+
+    def __init__(self, resource: str = "nvidia.com/gpu") -> None:
+        self._resource = resource
+        self._nodes: dict[str, int] = {}
+        self._pods: dict[str, tuple[str, str, int]] = {}  # pod uid -> (job, node, GPUs)
+        self._namespaces: dict[str, str] = {}  # pod uid -> its namespace
+        self._on: dict[str, dict[str, int]] = {}  # job -> GPUs its bound pods hold per node
+        self._pins: dict[str, dict[str, int]] = {}  # job -> GPUs pinned per node
+        self._ran: set[str] = set()  # jobs seen running: their pods are Bellows' to count
+        self._round = 0  # rounds placed (place_round)
+        self._pinned_at: dict[str, int] = {}  # job -> the round its pin was placed in
+        self._running: Callable[[], Mapping[str, int]] = dict
+
+    def follow(self, running: Callable[[], Mapping[str, int]]) -> None:
+        """Take the running jobs from ``running`` (the controllers')."""
+        self._running = running
+
+    @property
+    def nodes(self) -> dict[str, int]:
+        """The GPUs of each node that takes new pods."""
+        return dict(self._nodes)
+
+    def set_nodes(self, gpus: Mapping[str, int]) -> None:
+        """The nodes that take new pods now, and their GPUs."""
+        self._nodes = {n: g for n, g in gpus.items() if g > 0}
+
+    def put_pod(self, pod: Mapping[str, Any]) -> None:
+        """A pod as it is now (added or changed); one without GPUs, or finished, is dropped."""
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        self._forget(uid)
+        phase = (pod.get("status") or {}).get("phase")
+        try:
+            gpus = _pod_gpus(pod, self._resource)
+        except DATA_ERRORS as err:  # a quantity the API server should never have stored
+            _log.warning("node_view.pod_invalid", pod=meta.get("name"), error=brief(err))
+            gpus = 0
+        if not uid or gpus < 1 or phase in ("Succeeded", "Failed"):
+            return
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        job = pod_job(pod)
+        self._pods[uid] = (job, node, gpus)
+        self._namespaces[uid] = str(meta.get("namespace") or "")
+        if not node:
+            return  # Pending: holds nothing yet
+        on = self._on.setdefault(job, {})
+        on[node] = on.get(node, 0) + gpus
+        pin = self._pins.get(job)
+        if pin is not None and all(on.get(n, 0) >= g for n, g in pin.items()):
+            del self._pins[job]  # its pods are all where it was pinned: they speak for it
+
+    def _forget(self, uid: str) -> None:
+        self._namespaces.pop(uid, None)
+        job, node, gpus = self._pods.pop(uid, ("", "", 0))
+        if not node:
+            return
+        on = self._on[job]
+        on[node] -= gpus
+        if not on[node]:
+            del on[node]
+        if not on:
+            del self._on[job]
+
+    def remove_pod(self, pod: Mapping[str, Any]) -> None:
+        """A pod deleted."""
+        self._forget(str((pod.get("metadata") or {}).get("uid") or ""))
+
+    def replace_pods(self, pods: list[Mapping[str, Any]], namespace: str | None = None) -> None:
+        """Every pod of ``namespace`` (``None``: of every namespace), from a full list (the
+        ones not in it are gone)."""
+        for uid, ns in list(self._namespaces.items()):
+            if namespace is None or ns == namespace:
+                self._forget(uid)
+        for pod in pods:
+            self.put_pod(pod)
+
+    def free(self, job: str, going: frozenset[str] = frozenset()) -> dict[str, int]:
+        """The GPUs of each node free for ``job`` (see the module docstring); the pods of
+        the jobs ``going`` are going too (the round resizes them)."""
+        running = self._running()
+        self._ran.update(running)
+        self._ran &= running.keys() | self._on.keys()  # forgotten once its pods are gone
+        for owner in [o for o in self._pins if o not in running]:
+            del self._pins[owner]  # halted or gone: its pin is spent
+        used: dict[str, int] = {}
+        for owner, on in self._on.items():
+            if owner == job or owner in going or owner in self._pins:
+                continue  # its own; resized this round or pinned: counted where pinned
+            if owner not in running and owner in self._ran:
+                continue  # halted or finished: going
+            for node, gpus in on.items():
+                used[node] = used.get(node, 0) + gpus
+        for owner, pin in self._pins.items():
+            if owner != job:
+                for node, gpus in pin.items():
+                    used[node] = used.get(node, 0) + gpus
+        return {n: max(0, g - used.get(n, 0)) for n, g in self._nodes.items()}
+
+    def place_round(self, claims: Sequence[tuple[str, int]]) -> None:
+        """Pin the jobs a round starts or resizes (``(job, GPUs)``, one GPU a pod), before
+        any of them is driven: all at once, the largest first, each job's pods now counted
+        as going (it halts before it resumes where it is pinned). :meth:`pin` then hands
+        each its pin."""
+        self._round += 1
+        for owner, since in list(self._pinned_at.items()):
+            if owner not in self._pins or self._round - since > STALE_ROUNDS:
+                self._pins.pop(owner, None)  # spent, or no pod ever came: its pods speak
+                del self._pinned_at[owner]
+        going = frozenset(job for job, _ in claims)
+        for job in going:
+            self._pins.pop(job, None)
+        for job, gpus in sorted(claims, key=lambda c: (-c[1], c[0])):
+            self._place(job, gpus, 1, going)
+
+    def pin(self, job: str, gpus: int, gpus_per_pod: int) -> tuple[str, ...] | None:
+        """The nodes ``job``, sized to ``gpus`` in pods of ``gpus_per_pod``, is pinned to:
+        its round's pin when it has one of that size, else one placed now (kept as its pin);
+        ``None`` when the view has no room for it (no pin)."""
+        pin = self._pins.get(job)
+        if pin is not None and sum(pin.values()) == gpus:
+            return tuple(pin)
+        return self._place(job, gpus, gpus_per_pod, frozenset())
+
+    def release(self, job: str) -> None:
+        """``job`` is not pinned after all (a job Kueue admits): its pods say where it is."""
+        self._pins.pop(job, None)
+
+    def _place(
+        self, job: str, gpus: int, gpus_per_pod: int, going: frozenset[str]
+    ) -> tuple[str, ...] | None:
+        if not self._nodes or gpus < 1:
+            return None
+        placed = best_fit(self.free(job, going), -(-gpus // gpus_per_pod), gpus_per_pod)
+        if placed is None:
+            self._pins.pop(job, None)
+            _log.info("node_view.no_room", job=job, gpus=gpus)
+            return None
+        self._pins[job] = placed
+        self._pinned_at[job] = self._round
+        return tuple(placed)
+
+
+async def watch_pods(
+    api: KubeApi,
+    view: NodeView,
+    namespaces: Sequence[str | None] = (None,),
+    *,
+    timeout_s: int = 300,
+    retry_s: tuple[float, float] = RETRY_S,
+) -> None:
+    """Until cancelled: keep ``view``'s pods of ``namespaces`` (``None``: every namespace;
+    the controller's watched namespaces), not finished, through a list and a watch from it
+    per namespace; a 410 lists again, an API error backs off and lists again."""
+    watches = [
+        asyncio.create_task(_watch_namespace(api, view, ns, timeout_s, retry_s))
+        for ns in dict.fromkeys(namespaces)
+    ]
+    try:
+        await asyncio.gather(*watches)
+    finally:
+        for watch in watches:
+            watch.cancel()
+        await asyncio.gather(*watches, return_exceptions=True)
+
+
+async def _watch_namespace(
+    api: KubeApi,
+    view: NodeView,
+    namespace: str | None,
+    timeout_s: int,
+    retry_s: tuple[float, float],
+) -> None:
+    wait, longest = retry_s
+    version: str | None = None
+    while True:
+        try:
+            if version is None:
+                pods: list[Mapping[str, Any]] = []
+                async for page, page_version in api.list_pods(namespace, ACTIVE_PODS):
+                    pods.extend(page)
+                    version = page_version
+                view.replace_pods(pods, namespace)
+                wait = retry_s[0]
+            assert version is not None
+            events = api.watch_pods(namespace, ACTIVE_PODS, version, timeout_s=timeout_s)
+            async for event, pod in events:
+                version = str((pod.get("metadata") or {}).get("resourceVersion") or version)
+                if event == "DELETED":
+                    view.remove_pod(pod)
+                else:
+                    view.put_pod(pod)
+                wait = retry_s[0]
+        except ExpiredError:
+            version = None
+        except Exception as err:  # the API server down or refusing: back off, list again
+            _log.warning(
+                "node_view.watch_failed", namespace=namespace, error=brief(err), retry_s=wait
+            )
+            version = None
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, longest)
