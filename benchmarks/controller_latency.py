@@ -25,6 +25,7 @@ the NumPy engine answering meanwhile.
 
 Usage: python benchmarks/controller_latency.py [--running 1000] [--events 200]
                                                 [--mode bellows,paper] [--optimizer numpy,auto]
+                                                [--placement none|nodes] [--efficiency]
 """
 
 from __future__ import annotations
@@ -60,16 +61,20 @@ from bellows.bus import (
 from bellows.bus.server import running_nats_server
 from bellows.cli.data import crd_files
 from bellows.emulator import EmulatedCluster
+from bellows.emulator.nodes import uniform_nodes
 from bellows.kube import Actuator, JobReader, KubeApi, keys
 from bellows.kube.adapters import kind_named
+from bellows.kube.placement import Placement
 from bellows.optimizer import Method
 from bellows.optimizer.solving import METHODS, RentRule
 from bellows.scaling import default_cluster
+from bellows.service.capacity import watch_capacity
 from bellows.service.clock import ServiceClock
 from bellows.service.compile_cache import enable_compile_cache
-from bellows.service.config import LoggingSettings, LogLevel
+from bellows.service.config import CapacitySettings, LoggingSettings, LogLevel
 from bellows.service.controller import Controller
 from bellows.service.logging import configure_logging
+from bellows.service.node_view import NodeView, watch_pods
 from bellows.service.observing import ControllerObserver
 from bellows.service.watching import kube_bridges
 from bellows.sim.workloads.generating import WorkloadSpec, generate
@@ -200,7 +205,7 @@ def _config(mode: Mode, optimizer: Method) -> AutoscalerConfig:
 
 async def _latency(
     running: int, events: int, seed: int, mode: Mode, optimizer: Method, *, rent: RentRule,
-    efficiency: bool = False,
+    efficiency: bool = False, placement: Placement = Placement.NONE,
 ) -> tuple[list[Sample], Sample, float]:  # fmt: skip
     trace = workload(running + events, seed)
     # capacity: every running job at its least, plus a quarter more to share elastically
@@ -212,7 +217,10 @@ async def _latency(
         def round_done(self, seconds: float, decisions: Sequence[Decision], **_: Any) -> None:
             rounds.append((seconds, len(decisions)))
 
-    with ClusterProcess(running, running + events, seed, efficiency=efficiency) as url:
+    view, gpu_nodes = _node_view(placement, capacity)
+    with ClusterProcess(
+        running, running + events, seed, efficiency=efficiency, gpu_nodes=gpu_nodes
+    ) as url:
         async with running_nats_server() as nats_server:
             settings = NatsSettings(servers=(nats_server.url,), ack_wait_s=30.0)
             nc = await connect(settings)
@@ -228,7 +236,7 @@ async def _latency(
                     cluster=default_cluster(),
                     engines=Engines(rent=rent),
                 ),
-                actuator=Actuator(api),
+                actuator=Actuator(api, placement=placement, pins=view),
                 reader=JobReader(api, namespace=NS),
                 now=clock.now,
                 wall_to_clock=clock.at,
@@ -256,7 +264,10 @@ async def _latency(
             tasks, consumer = await _start_loop(
                 js, settings, api, clock=clock, apply=timed, stop=stop
             )
-            tasks.append(asyncio.create_task(controller.keep_house(stop)))
+            tasks += [
+                asyncio.create_task(controller.keep_house(stop)),
+                *_view_watches(api, view, controller, stop),
+            ]
             await asyncio.sleep(2.0)  # the bridge's first listing, its arrivals, repeats
             custom = k8s.CustomObjectsApi(api.api_client)
             try:
@@ -278,6 +289,42 @@ async def _latency(
                 await nc.close()
                 api.api_client.close()
     return samples, startup, capacity
+
+
+def _node_view(
+    placement: Placement, capacity: int
+) -> tuple[NodeView | None, dict[str, int] | None]:
+    """With ``nodes``: the controller's node view, and the cluster's nodes (the capacity
+    on nodes of the profile's size)."""
+    if placement is not Placement.NODES:
+        return None, None
+    per_node = default_cluster().gpus_per_node
+    nodes = uniform_nodes(-(-capacity // per_node), per_node)
+    return NodeView(gpus_per_node=per_node), nodes
+
+
+def _view_watches(
+    api: KubeApi, view: NodeView | None, controller: Controller, stop: asyncio.Event
+) -> list[asyncio.Task[None]]:
+    """The node view's node and pod watches, as the live controller runs them, until
+    ``stop``."""
+    if view is None:
+        return []
+    view.follow(lambda: controller.held)
+
+    async def watching() -> None:
+        nodes = watch_capacity(api, CapacitySettings(), _fixed, on_nodes=view.set_nodes)
+        watches = [asyncio.create_task(nodes), asyncio.create_task(watch_pods(api, view, (NS,)))]
+        await stop.wait()
+        for watch in watches:
+            watch.cancel()
+        await asyncio.gather(*watches, return_exceptions=True)
+
+    return [asyncio.create_task(watching())]
+
+
+async def _fixed(_gpus: int) -> None:
+    """The capacity stays as set: the nodes are watched for the node view only."""
 
 
 def _timed_steps(controller: Controller, mode: Mode, applied: list[tuple[float, float]]) -> Any:
@@ -365,6 +412,11 @@ def main() -> None:
     parser.add_argument("--mode", default="bellows,paper", help="modes, comma-separated")
     parser.add_argument("--optimizer", default="numpy,auto", help="paths, comma-separated")
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--placement", choices=["none", "nodes"], default="none",
+                        help="nodes: the emulated cluster's capacity on nodes of the "
+                        "profile's size, the pods stored, the controller's node view on "
+                        "(controller.placement: nodes; issue 37's bound with the node and "
+                        "pod watch on)")  # fmt: skip
     parser.add_argument("--efficiency", action="store_true",
                         help="every job's profile names its model: decided by goodput from "
                         "its first round (issue 37)")  # fmt: skip
@@ -396,6 +448,7 @@ def main() -> None:
                         method,
                         rent=rent,
                         efficiency=args.efficiency,
+                        placement=Placement(args.placement),
                     )
                 )
             print(f"kernels compiled in this process: {len(rent.ready - before)} more in this "

@@ -278,3 +278,34 @@ def test_the_server_refuses_a_node_field_requirement_with_two_values() -> None:
     assert pods.problems(pod) == []
     field["key"] = "metadata.labels"
     assert [p.field.rsplit(".", 1)[-1] for p in pods.problems(pod)] == ["key"]
+
+
+async def test_a_node_that_comes_binds_the_pending_pods() -> None:
+    docs = _docs()
+    async with EmulatedCluster(
+        crds=sorted((shared_data_dir() / "crds").glob("*.yaml")),
+        gpu_nodes={"gpu-node-0": 2},
+        compression=60.0,
+    ) as kube:
+        assert kube.operator is not None
+        api = KubeApi(kube.api_client())
+        await _create(api, copy.deepcopy(docs["ConfigMap"]))
+        job = await _create(api, copy.deepcopy(docs["PyTorchJob"]))
+        uid = job["metadata"]["uid"]
+        act = Actuator(api, placement=Placement.NONE, halt_timeout_s=10)
+        ref = f"pytorchjob/default/{job['metadata']['name']}"
+        assert (await act.apply(Start(ref, 4, 256))).result == "started"
+
+        async def waiting() -> bool:
+            return kube.placer.pending(uid) == 2
+
+        await _until("two pods Pending", waiting)
+        kube.add_node("gpu-node-1", 4)  # the scheduler tries the pending pods again
+
+        async def trains() -> bool:
+            progress = kube.operator.progress(uid) if kube.operator else None
+            return kube.placer.pending(uid) == 0 and progress is not None and progress.samples > 0
+
+        await _until("the pods bound and the job training", trains)
+        assert kube.placer.placement(uid) == {"gpu-node-0": 2, "gpu-node-1": 2}
+        await asyncio.to_thread(api.api_client.close)

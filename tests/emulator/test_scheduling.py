@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bellows.emulator.affinity import node_requirement
 from bellows.emulator.scheduling import Pod, Scheduler, preferred_terms
 from bellows.kube.placement import HOSTNAME, Placement, pack_term, placed_template
 
@@ -43,3 +44,29 @@ def test_terms_are_read_from_a_template() -> None:
     (term,) = preferred_terms({"spec": {"affinity": {"podAffinity": {
         "preferredDuringSchedulingIgnoredDuringExecution": [pack_term(LABELS)]}}}})  # fmt: skip
     assert (term.weight, dict(term.labels), term.topology_key) == (100, LABELS, HOSTNAME)
+
+
+def test_preferred_node_affinity_outweighs_spreading() -> None:
+    s = _cluster()
+    spec = {
+        "affinity": {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "preference": {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": ["n2"]}
+                            ]
+                        },
+                    }
+                ]
+            }
+        }
+    }
+    pod = Pod("a", LABELS, 1, (), node_requirement(spec))
+    assert s.bind(pod) == "n2"  # not the emptiest first by name: the preferred node
+    for _ in range(3):
+        s.bind(Pod("a", LABELS, 1, (), node_requirement(spec)))
+    assert s.nodes_of("a") == {"n2"}
+    assert s.bind(Pod("a", LABELS, 1, (), node_requirement(spec))) != "n2"  # full: elsewhere

@@ -146,3 +146,26 @@ def test_a_trainjob_is_pinned_through_bellows_runtime_patch(examples: dict[str, 
     text = str(entry)
     assert "gpu-node-0" in text
     assert "podAffinity" in text
+
+
+def test_a_preferred_pin_scores_the_nodes_and_never_filters_them() -> None:
+    """A job Kueue starts is only preferred on its nodes (a stale pin must not hold it)."""
+    liked = {
+        "weight": 7,
+        "preference": {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]},
+    }
+    template: dict[str, Any] = {"spec": {"affinity": {"nodeAffinity": {PREFERRED: [liked]}}}}
+    ask = Pinned(Placement.NODES, ("n2",), required=False)
+    pinned = merge_patch(template, placed_template(template, selector=SELECTOR, placement=ask))
+    assert _allowed(pinned, NODES) == set(NODES)  # nothing filtered
+    requirement = node_requirement(pinned["spec"])
+    scores = {n: requirement.preference(n, lb) for n, lb in NODES.items()}
+    assert scores == {"n1": 0, "n2": 100, "n3": 7, "n4": 0}
+    # the owner's preference stays first; the pin goes with the next sizing
+    unpinned = _apply(pinned, ())
+    assert unpinned["spec"]["affinity"]["nodeAffinity"][PREFERRED] == [liked]
+    assert PINNED_NODES not in unpinned["metadata"].get("annotations", {})
+    # and a required pin replaces a preferred one
+    required = _apply(pinned, ("n4",))
+    assert _allowed(required, NODES) == {"n4"}
+    assert required["spec"]["affinity"]["nodeAffinity"][PREFERRED] == [liked]

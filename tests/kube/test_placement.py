@@ -186,9 +186,9 @@ def test_the_planner_sends_placement_with_replicas_and_env_only(schemas, example
     assert step.body["spec"] == {"runPolicy": {"suspend": False}}
 
 
-def test_config_placement_defaults_to_pack_and_names_bad_values(tmp_path):
+def test_config_placement_defaults_to_nodes_and_names_bad_values(tmp_path):
     config = load_config(env={})
-    assert config.controller.placement is Placement.PACK
+    assert config.controller.placement is Placement.NODES
     assert config.controller.placement_topology_key == HOSTNAME
     assert (
         load_config(env={"BELLOWS_CONTROLLER_PLACEMENT": "kueue-topology"}).controller.placement

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from bellows.autoscaler.decisions import Preempt, Start
+from bellows.autoscaler.decisions import Preempt, Rescale, Start
 from bellows.emulator import EmulatedCluster
 from bellows.kube import Actuator, KubeApi
 from bellows.kube.placement import Placement
@@ -105,6 +105,20 @@ def _resnet() -> dict[str, dict[str, Any]]:
     return {d["kind"]: d for d in yaml.safe_load_all(text)}
 
 
+async def _submitted(api: KubeApi, docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The example PyTorchJob (suspended) and its profile ConfigMap, created."""
+    core = k8s.CoreV1Api(api.api_client)
+    await asyncio.to_thread(
+        core.create_namespaced_config_map, "default", copy.deepcopy(docs["ConfigMap"])
+    )
+    custom = k8s.CustomObjectsApi(api.api_client)
+    job: dict[str, Any] = await asyncio.to_thread(
+        custom.create_namespaced_custom_object,
+        "kubeflow.org", "v1", "default", "pytorchjobs", copy.deepcopy(docs["PyTorchJob"]),
+    )  # fmt: skip
+    return job
+
+
 async def _until(what: str, check: Any, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -125,14 +139,7 @@ async def test_the_actuator_pins_where_the_view_places_and_the_pods_land_there()
     ) as kube:
         api = KubeApi(kube.api_client())
         core = k8s.CoreV1Api(api.api_client)
-        await asyncio.to_thread(
-            core.create_namespaced_config_map, "default", copy.deepcopy(docs["ConfigMap"])
-        )
-        custom = k8s.CustomObjectsApi(api.api_client)
-        job = await asyncio.to_thread(
-            custom.create_namespaced_custom_object,
-            "kubeflow.org", "v1", "default", "pytorchjobs", copy.deepcopy(docs["PyTorchJob"]),
-        )  # fmt: skip
+        job = await _submitted(api, docs)
         other = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -232,3 +239,74 @@ def test_a_namespaces_list_replaces_that_namespaces_pods_only() -> None:
     assert view.free("j") == {"n1": 2, "n2": 3, "n3": 8}
     view.replace_pods([])  # every namespace's: none left
     assert view.free("j") == {"n1": 4, "n2": 4, "n3": 8}
+
+
+def test_free_nodes_tells_the_core_where_the_gpus_sit() -> None:
+    running = {"pytorchjob/d/a": 2, "pytorchjob/d/b": 3}
+    view = NodeView(gpus_per_node=4)
+    view.set_nodes({"n1": 4, "n2": 4})
+    view.follow(lambda: running)
+    view.put_pod(_pod("a0", "n1", 1, owner="a"))
+    view.put_pod(_pod("a1", "n2", 1, owner="a"))
+    view.put_pod(_pod("x", "n2", 1))  # another workload's
+    assert view.pin("pytorchjob/d/b", 3, 1) == ("n1",)
+    seen = view.free_nodes()
+    assert seen is not None
+    assert seen.free == (0, 2)
+    assert dict(seen.held) == {"pytorchjob/d/a": ((0, 1), (1, 1)), "pytorchjob/d/b": ((0, 3),)}
+    assert seen.spread == frozenset({"pytorchjob/d/a"})
+    view.set_nodes({"n1": 4, "n2": 8})  # a node the core's profile has no price for
+    assert view.free_nodes() is None
+    assert NodeView().free_nodes() is None  # no nodes yet
+
+
+async def test_a_move_at_the_same_size_halts_and_lands_the_job_on_one_node() -> None:
+    """A straddled job the core moves (a Rescale to its own size) is moved: halted, then
+    resumed pinned where the view places it."""
+    docs = _resnet()
+    async with EmulatedCluster(
+        crds=sorted((shared_data_dir() / "crds").glob("*.yaml")),
+        gpu_nodes={"gpu-node-0": 4, "gpu-node-1": 4},
+        compression=1.0,
+    ) as kube:
+        api = KubeApi(kube.api_client())
+        job = await _submitted(api, docs)
+        name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+        ref = f"pytorchjob/default/{name}"
+        # started without a view or packing: the default scoring spreads its two pods
+        spread = Actuator(api, placement=Placement.NONE, halt_timeout_s=10)
+        assert (await spread.apply(Start(ref, 2, 128))).result == "started"
+        await _until("placed", lambda: sum(kube.placer.placement(uid).values()) == 2)
+        assert len(kube.placer.placement(uid)) == 2
+        view = NodeView(gpus_per_node=4)
+        running = {ref: 2}
+        view.follow(lambda: running)
+        view.set_nodes({"gpu-node-0": 4, "gpu-node-1": 4})
+        watcher = asyncio.create_task(watch_pods(api, view, ("default",)))
+        try:
+            await _until(
+                "its pods seen", lambda: view.free("x") == {"gpu-node-0": 3, "gpu-node-1": 3}
+            )
+            act = Actuator(api, placement=Placement.NODES, pins=view, halt_timeout_s=10)
+            view.place_round([(ref, 2)])
+            outcome = await act.apply(Rescale(ref, 2, 128, 2, 128, "moved onto one node"))
+            assert outcome.result == "rescaled"
+            await _until(
+                "moved onto one node",
+                lambda: kube.placer.placement(uid) == {"gpu-node-0": 2},
+            )
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            await asyncio.to_thread(api.api_client.close)
+
+
+def test_a_preferred_pin_gives_way_to_the_pods_wherever_they_land() -> None:
+    running = {"pytorchjob/d/k": 2}
+    view = _view(running)
+    assert view.pin("pytorchjob/d/k", 2, 1, required=False) == ("n1",)
+    view.put_pod(_pod("k0", "n2", 1, owner="k"))
+    assert view.free("pytorchjob/d/z")["n1"] == 2  # half there: the pin still holds
+    view.put_pod(_pod("k1", "n3", 1, owner="k"))  # Kueue's job landed elsewhere
+    assert view.free("pytorchjob/d/z") == {"n1": 4, "n2": 3, "n3": 7}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -86,6 +87,7 @@ ALLOWED_VERBS: dict[tuple[str, str], set[str]] = {
     ("", "configmaps"): {"get"},  # with trainer.enabled also the re-creation records (below)
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
     ("", "nodes"): {"list", "watch"},
+    ("", "pods"): {"list", "watch"},  # the node view (controller.placement: nodes, default)
     # with kueue.enabled only (docs/kube.md, "Beside Kueue")
     ("kueue.x-k8s.io", "localqueues"): {"get", "list", "watch"},
     ("kueue.x-k8s.io", "clusterqueues"): {"get", "list", "watch"},
@@ -236,8 +238,17 @@ def test_leases_are_namespaced_and_limited_to_own_name() -> None:
 
 def test_watch_namespaces_makes_job_rbac_namespaced() -> None:
     objs = render(VARIANTS["production"])  # watches team-a and team-b, fixed GPU count
-    assert by_kind(objs, "ClusterRole") == []
-    assert by_kind(objs, "ClusterRoleBinding") == []
+    # the node view (controller.placement: nodes, the default) reads the nodes: the one
+    # cluster-scoped grant; without it, none
+    (nodes,) = by_kind(objs, "ClusterRole")
+    assert nodes["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}
+    ]
+    production = copy.deepcopy(VARIANTS["production"])
+    production.setdefault("controller", {})["placement"] = "pack"
+    packed = render(production)
+    assert by_kind(packed, "ClusterRole") == []
+    assert by_kind(packed, "ClusterRoleBinding") == []
     job_roles = [
         r for r in by_kind(objs, "Role") if not r["metadata"]["name"].endswith("leader-election")
     ]
@@ -256,7 +267,7 @@ def test_watch_namespaces_makes_job_rbac_namespaced() -> None:
 def test_node_permission_only_when_capacity_is_read_from_nodes() -> None:
     names = {o["metadata"]["name"] for o in by_kind(render(), "ClusterRole")}
     assert "bellows-controller-nodes" in names
-    fixed = render({"controller": {"capacity": {"gpus": 16}}})
+    fixed = render({"controller": {"capacity": {"gpus": 16}, "placement": "pack"}})
     assert "bellows-controller-nodes" not in {o["metadata"]["name"] for o in fixed}
 
 
@@ -653,6 +664,7 @@ def test_the_controller_gets_exactly_the_verbs_it_calls() -> None:
         ("", "configmaps"): {"get", "list", "create", "update", "delete"},  # list…: records
         ("", "events"): {"create"},
         ("", "nodes"): {"list", "watch"},
+        ("", "pods"): {"list", "watch"},  # the node view (NodeView, watch_pods)
         ("coordination.k8s.io", "leases"): {"get", "create", "update"},
         ("trainer.kubeflow.org", "trainjobs"): {
             "get",

@@ -156,12 +156,13 @@ def _result_table(result: DemoResult) -> Table:
               callback=lambda _c, _p, v: _kinds(v),
               help="The job kinds the trace's jobs take in turn, comma-separated: pytorchjob, "
               "mpijob, trainjob (Kubeflow Trainer v2, on the emulated Trainer).")  # fmt: skip
-@click.option("--placement", type=click.Choice(["pack", "nodes", "none"]), default="pack",
+@click.option("--placement", type=click.Choice(["nodes", "pack", "none"]), default="nodes",
               show_default=True,
               help="What the controller asks of the scheduler for each job it sizes "
-              "(controller.placement): pack its pods on the fewest nodes, or nothing "
-              "(kube-scheduler's default scoring spreads them). The live run reports "
-              "spread_job_time_share.")  # fmt: skip
+              "(controller.placement): nodes (required on the nodes its node view picks, "
+              "as the simulator places), pack (its pods on the fewest nodes, preferred), or "
+              "nothing (kube-scheduler's default scoring spreads them). The live run "
+              "reports spread_job_time_share.")  # fmt: skip
 @click.option("--kubeconfig", type=OutputFile(), default=None,
               help="Write a kubeconfig for the emulated cluster here, for kubectl and "
               "bellows status while the demo runs [default: one in a temporary folder, "

@@ -8,7 +8,9 @@ of its ``nodeSelectorTerms`` (each term: all its ``matchExpressions`` hold). Ope
 ``In``, ``NotIn``, ``Exists``, ``DoesNotExist``, ``Gt`` and ``Lt`` (an integer value),
 as the API server defines them. ``matchFields`` (on ``metadata.name`` only) is honoured too.
 A term with neither matches no node, and a required affinity with no terms matches none, as
-in the scheduler. Preferred node affinity does not filter (it only scores, not emulated).
+in the scheduler. Preferred node affinity does not filter: it scores
+(:meth:`NodeRequirement.preference`, the ``NodeAffinity`` score plugin: the weights of the
+preferred terms a node matches).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, Final
 __all__ = ["ANY_NODE", "NodeRequirement", "node_requirement"]
 
 _REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
+_PREFERRED: Final = "preferredDuringSchedulingIgnoredDuringExecution"
 _OPERATORS: Final = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 
 
@@ -71,6 +74,11 @@ class NodeRequirement:
 
     selector: tuple[tuple[str, str], ...] = ()
     terms: tuple[Term, ...] | None = None
+    preferred: tuple[tuple[int, Term], ...] = ()  # (weight, term) of the preferred ones
+
+    def preference(self, name: str, labels: Mapping[str, str]) -> int:
+        """The summed weight of the preferred terms a node of ``name`` and ``labels`` matches."""
+        return sum(weight for weight, term in self.preferred if term.holds(name, labels))
 
     def allows(self, name: str, labels: Mapping[str, str]) -> bool:
         """Whether a node of ``name`` and ``labels`` passes the filter."""
@@ -113,12 +121,18 @@ def node_requirement(pod_spec: Mapping[str, Any]) -> NodeRequirement:
     if required is not None:
         where = f"affinity.nodeAffinity.{_REQUIRED}.nodeSelectorTerms"
         listed = required.get("nodeSelectorTerms") or []
-        terms = tuple(
-            Term(
-                _expressions(t.get("matchExpressions"), f"{where}[{i}].matchExpressions"),
-                _expressions(t.get("matchFields"), f"{where}[{i}].matchFields"),
-            )
-            for i, t in enumerate(listed)
-        )
+        terms = tuple(_term(t, f"{where}[{i}]") for i, t in enumerate(listed))
+    where = f"affinity.nodeAffinity.{_PREFERRED}"
+    preferred = tuple(
+        (int(t.get("weight", 0)), _term(t.get("preference") or {}, f"{where}[{i}].preference"))
+        for i, t in enumerate(affinity.get(_PREFERRED) or [])
+    )
     pairs = tuple(sorted((str(k), str(v)) for k, v in selector.items()))
-    return NodeRequirement(pairs, terms)
+    return NodeRequirement(pairs, terms, preferred)
+
+
+def _term(term: Mapping[str, Any], where: str) -> Term:
+    return Term(
+        _expressions(term.get("matchExpressions"), f"{where}.matchExpressions"),
+        _expressions(term.get("matchFields"), f"{where}.matchFields"),
+    )

@@ -12,7 +12,9 @@ first node by name, where kube-scheduler picks at random among ties):
 * ``InterPodAffinity`` (weight 2): for each preferred pod-affinity term of the incoming pod,
   its weight for every bound pod the term's labels match on a node of the same topology
   value (and symmetrically the bound pods' terms matching the incoming pod), normalised to
-  0-100 over the feasible nodes (``(s - min) / (max - min)``, 0 when all are equal).
+  0-100 over the feasible nodes (``(s - min) / (max - min)``, 0 when all are equal);
+* ``NodeAffinity`` (weight 2): the summed weights of the pod's preferred node affinity terms
+  a node matches, normalised to 0-100 by the highest.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = [
 
 FIT_WEIGHT = 1
 AFFINITY_WEIGHT = 2
+NODE_AFFINITY_WEIGHT = 2
 MAX_SCORE = 100
 _PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
@@ -119,19 +122,22 @@ class Scheduler:
             for n, (g, lb) in sorted(nodes.items())
         }
 
-    def _affinity(self, pod: Pod, node: _Node) -> int:
-        total = 0
+    def _by_topology(self, pod: Pod) -> dict[tuple[str, str], int]:
+        """The affinity weight ``pod`` would meet in each topology domain ``(key, value)``:
+        its terms matching bound pods, and bound pods' terms matching it, each counted in
+        the domain of the bound pod's node (one pass over the bound pods)."""
+        out: dict[tuple[str, str], int] = {}
         for other in self._nodes.values():
             for bound in other.pods:
                 for term in pod.terms:
-                    key = term.topology_key
-                    same = key in node.labels and other.labels.get(key) == node.labels[key]
-                    total += term.weight if same and _matches(term, bound) else 0
+                    if term.topology_key in other.labels and _matches(term, bound):
+                        domain = (term.topology_key, other.labels[term.topology_key])
+                        out[domain] = out.get(domain, 0) + term.weight
                 for term in bound.terms:
-                    key = term.topology_key
-                    same = key in node.labels and other.labels.get(key) == node.labels[key]
-                    total += term.weight if same and _matches(term, pod) else 0
-        return total
+                    if term.topology_key in other.labels and _matches(term, pod):
+                        domain = (term.topology_key, other.labels[term.topology_key])
+                        out[domain] = out.get(domain, 0) + term.weight
+        return out
 
     def scores(self, pod: Pod) -> dict[str, float]:
         """The total score of every node that fits ``pod``."""
@@ -140,13 +146,21 @@ class Scheduler:
             for n, node in self._nodes.items()
             if node.free >= pod.gpus and pod.required.allows(n, node.labels)
         }
-        raw = {n: self._affinity(pod, node) for n, node in feasible.items()}
+        domains = self._by_topology(pod)
+        keys = {key for key, _ in domains}
+        raw = {
+            n: sum(domains.get((k, node.labels[k]), 0) for k in keys if k in node.labels)
+            for n, node in feasible.items()
+        }
         low, high = min(raw.values(), default=0), max(raw.values(), default=0)
+        liked = {n: pod.required.preference(n, node.labels) for n, node in feasible.items()}
+        most = max(liked.values(), default=0)
         out = {}
         for n, node in feasible.items():
             fit = MAX_SCORE * (node.free - pod.gpus) / node.gpus if node.gpus else 0.0
             aff = MAX_SCORE * (raw[n] - low) / (high - low) if high > low else 0.0
-            out[n] = FIT_WEIGHT * fit + AFFINITY_WEIGHT * aff
+            near = MAX_SCORE * liked[n] / most if most else 0.0
+            out[n] = FIT_WEIGHT * fit + AFFINITY_WEIGHT * aff + NODE_AFFINITY_WEIGHT * near
         return out
 
     def bind(self, pod: Pod) -> str | None:

@@ -36,6 +36,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import structlog
 
 from bellows.autoscaler.decisions import Decision, Keep, Preempt, Reject, Rescale, Start
+from bellows.autoscaler.straddle import FreeNodes
 from bellows.inputs import DATA_ERRORS, brief, shown
 from bellows.jobs import SpecError
 from bellows.kube import keys
@@ -116,11 +117,14 @@ class NodePins(Protocol):
     def place_round(self, claims: Sequence[tuple[str, int]]) -> None:
         """Pin the jobs a round starts or resizes, ``(job, GPUs)``, before any is driven."""
 
-    def pin(self, job: str, gpus: int, gpus_per_pod: int) -> Sequence[str] | None:
-        """The nodes ``job`` sized to ``gpus`` is required on (``None``: not pinned)."""
+    def pin(
+        self, job: str, gpus: int, gpus_per_pod: int, *, required: bool = True
+    ) -> Sequence[str] | None:
+        """The nodes ``job`` sized to ``gpus`` is pinned to (``None``: not pinned);
+        ``required=False``: only preferred there (its pods may land elsewhere)."""
 
-    def release(self, job: str) -> None:
-        """``job`` is not pinned after all: its pods say where it is."""
+    def free_nodes(self) -> FreeNodes | None:
+        """Where the GPUs sit now, for the core (``None``: not known)."""
 
 
 Result = Literal[
@@ -306,6 +310,10 @@ class Actuator:
         if self._pins is not None:
             self._pins.place_round(claims)
 
+    def free_nodes(self) -> FreeNodes | None:
+        """Where the GPUs sit now, from the node view (``None``: no view, or not known)."""
+        return None if self._pins is None else self._pins.free_nodes()
+
     def ref(self, job: str) -> JobRef:
         """The job behind a core job name (``<kind>/<namespace>/<name>``)."""
         return JobRef.parse(job, [k.kind for k in self._kinds.values()])
@@ -319,9 +327,16 @@ class Actuator:
         if isinstance(decision, Start | Rescale):
             verb: Result = "started" if isinstance(decision, Start) else "rescaled"
             target = (decision.gpus, decision.batch)
-            return await self._scale(
-                self.ref(decision.job), target, verb, done=done, reason=decision.reason
-            )
+            ref = self.ref(decision.job)
+            if isinstance(decision, Rescale) and target == (
+                decision.gpus_from,
+                decision.batch_from,
+            ):
+                # a move (onto fewer nodes) at the same size: halted first, then placed anew
+                halted = await self._halt(ref, Phase.PREEMPTED, f"moving: {decision.reason}")
+                if halted.result != "preempted":
+                    return halted
+            return await self._scale(ref, target, verb, done=done, reason=decision.reason)
         if isinstance(decision, Reject):
             return await self._halt(
                 self.ref(decision.job), Phase.REJECTED, f"rejected: {decision.reason}"
@@ -611,16 +626,14 @@ class Actuator:
         """What the sizing patch of ``ref`` to ``gpus`` asks of the scheduler: the configured
         placement, and the nodes the node view pins it to. Pinned only while suspended (the
         patch that sizes it carries the pin: a job running, at its target or still to halt,
-        is not placed now), and never a job Kueue admits: Kueue starts jobs of its own
-        accord, so a pin could wait on GPUs it gave another job (Kueue's topology request,
-        ``kueue-topology``, is the way there); its pin is given back."""
+        is not placed now). A job Kueue admits is only *preferred* there: Kueue starts jobs
+        of its own accord, so a required pin could wait on GPUs it gave another job."""
         if self._pins is None or not view.suspended:
             return self._placement
-        if kueue:
-            self._pins.release(ref.key)
+        nodes = self._pins.pin(ref.key, gpus, max(1, view.gpu_step), required=not kueue)
+        if not nodes:
             return self._placement
-        nodes = self._pins.pin(ref.key, gpus, max(1, view.gpu_step))
-        return Pinned(self._placement, tuple(nodes)) if nodes else self._placement
+        return Pinned(self._placement, tuple(nodes), required=not kueue)
 
     async def _halt(self, ref: JobRef, phase: Phase, message: str, *, wait: bool = True) -> Outcome:
         def plan(read: _Read) -> Step | KueueStep | RecreateStep:

@@ -71,10 +71,12 @@ class Placement(StrEnum):
 
 @dataclass(frozen=True)
 class Pinned:
-    """``base``'s placement, and the job's pods required on ``nodes`` (by ``HOSTNAME``)."""
+    """``base``'s placement, and the job's pods on ``nodes``: required, or only preferred
+    (``required=False``: a job Kueue starts, which a stale pin must never hold back)."""
 
     base: Placement
     nodes: tuple[str, ...]
+    required: bool = True
 
 
 Ask = Placement | Pinned
@@ -114,9 +116,10 @@ def placed_template(
     owner's first, in their order, then Bellows' term. A pin Bellows wrote before and
     ``placement`` no longer asks for is taken out.
     """
-    base = placement.base if isinstance(placement, Pinned) else placement
-    nodes = placement.nodes if isinstance(placement, Pinned) else ()
-    return _merged(_based(template, selector, base, topology_key), _pin(template, nodes))
+    if not isinstance(placement, Pinned):
+        return _merged(_based(template, selector, placement, topology_key), _pin(template, ()))
+    based = _based(template, selector, placement.base, topology_key)
+    return _merged(based, _pin(template, placement.nodes, required=placement.required))
 
 
 def _based(
@@ -138,37 +141,54 @@ def _based(
     return {"spec": {"affinity": {"podAffinity": {_PREFERRED: [*terms, ours]}}}}
 
 
-def _pin(template: Mapping[str, Any], nodes: Sequence[str]) -> dict[str, Any]:
-    """The patch that requires ``nodes`` (none: no pin) in place of the pin the template's
-    annotation names; ``{}`` when the template already says so."""
-    previous = ((template.get("metadata") or {}).get("annotations") or {}).get(PINNED_NODES)
+def _pin(
+    template: Mapping[str, Any], nodes: Sequence[str], *, required: bool = True
+) -> dict[str, Any]:
+    """The patch that pins the pods on ``nodes`` (none: no pin; ``required`` or preferred) in
+    place of the pin the template's annotation names; ``{}`` when the template says so."""
+    notes = (template.get("metadata") or {}).get("annotations") or {}
+    previous = notes.get(PINNED_NODES)
     if previous is None and not nodes:
         return {}
     node_affinity = ((template.get("spec") or {}).get("affinity") or {}).get("nodeAffinity")
-    required = (node_affinity or {}).get(_REQUIRED) or {}
-    had = [copy.deepcopy(t) for t in required.get("nodeSelectorTerms") or []]
-    owners = had
-    if isinstance(previous, str):  # Bellows' requirements out of every term, as they were
+    had = [copy.deepcopy(t) for t in ((node_affinity or {}).get(_REQUIRED) or {}).get(
+        "nodeSelectorTerms"
+    ) or []]  # fmt: skip
+    liked = [copy.deepcopy(t) for t in (node_affinity or {}).get(_PREFERRED) or []]
+    owners, owners_liked = had, liked
+    if isinstance(previous, str):  # Bellows' requirements out, as they were written
         old = [pinned_expression(n) for n in previous.split(",") if n]
         owners = []
         for term in (_without(t, old) for t in had):
             if term and term not in owners:
                 owners.append(term)
+        owners_liked = [t for t in liked if t not in [_preferred(e) for e in old]]
     note = ",".join(sorted(nodes)) if nodes else None
-    terms = owners
-    if nodes:  # one term per node and owner's term: (owner's AND this node), ORed
+    terms, prefer = owners, owners_liked
+    if nodes and required:  # one term per node and owner's term: (owner's AND node), ORed
         terms = [
             {**t, "matchFields": [*(t.get("matchFields") or []), pinned_expression(n)]}
             for t in owners or [{}]
             for n in sorted(nodes)
         ]
-    if terms == had and note == previous:
+    elif nodes:
+        prefer = [*owners_liked, *(_preferred(pinned_expression(n)) for n in sorted(nodes))]
+    if terms == had and prefer == liked and note == previous:
         return {}
-    pinned = {"nodeSelectorTerms": terms} if terms else None
+    affinity: dict[str, Any] = {}
+    if terms != had:
+        affinity[_REQUIRED] = {"nodeSelectorTerms": terms} if terms else None
+    if prefer != liked:
+        affinity[_PREFERRED] = prefer or None
     return {
         "metadata": {"annotations": {PINNED_NODES: note}},
-        "spec": {"affinity": {"nodeAffinity": {_REQUIRED: pinned}}},
+        "spec": {"affinity": {"nodeAffinity": affinity}} if affinity else {},
     }
+
+
+def _preferred(requirement: Mapping[str, Any]) -> dict[str, Any]:
+    """The preferred node affinity term of one pinned node's requirement."""
+    return {"weight": PACK_WEIGHT, "preference": {"matchFields": [dict(requirement)]}}
 
 
 def _without(term: Mapping[str, Any], ours: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

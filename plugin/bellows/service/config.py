@@ -325,7 +325,7 @@ class ControllerSettings:
         ),
     )
     placement: Placement = field(
-        default=Placement.PACK,
+        default=Placement.NODES,
         metadata=doc(
             "what Bellows asks of the scheduler when it sizes a job, so that its pods sit on "
             "the fewest nodes its prices assume: pack (a preferred pod affinity on the job's "

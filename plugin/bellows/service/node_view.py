@@ -37,6 +37,7 @@ from typing import Any, Final
 import structlog
 
 from bellows.autoscaler.placing import best_fit
+from bellows.autoscaler.straddle import FreeNodes
 from bellows.inputs import DATA_ERRORS, brief, parse_quantity
 from bellows.kube import ExpiredError, KubeApi
 from bellows.refs import job_key
@@ -81,14 +82,16 @@ def _pod_gpus(pod: Mapping[str, Any], resource: str) -> int:
 class NodeView:
     """Free GPUs per node and the jobs' pins (see the module docstring).
 
+    ``gpus_per_node``: the cluster profile's (what the core prices a node as).
     ``running()``: the jobs Bellows runs now and the GPUs each may hold (the rosters'
     ``held``): set with :meth:`follow` once the controllers exist. A job the view saw
     running and no longer does was halted or finished: its pods are going. (A job Bellows
     only queues may run all the same: one Kueue admitted first holds its GPUs.)
     """
 
-    def __init__(self, resource: str = "nvidia.com/gpu") -> None:
+    def __init__(self, resource: str = "nvidia.com/gpu", *, gpus_per_node: int = 8) -> None:
         self._resource = resource
+        self._gpus_per_node = gpus_per_node  # the cluster profile's node
         self._nodes: dict[str, int] = {}
         self._pods: dict[str, tuple[str, str, int]] = {}  # pod uid -> (job, node, GPUs)
         self._namespaces: dict[str, str] = {}  # pod uid -> its namespace
@@ -96,6 +99,7 @@ class NodeView:
         self._pins: dict[str, dict[str, int]] = {}  # job -> GPUs pinned per node
         self._ran: set[str] = set()  # jobs seen running: their pods are Bellows' to count
         self._round = 0  # rounds placed (place_round)
+        self._soft: set[str] = set()  # jobs pinned by preference only (Kueue's)
         self._pinned_at: dict[str, int] = {}  # job -> the round its pin was placed in
         self._running: Callable[[], Mapping[str, int]] = dict
 
@@ -134,8 +138,12 @@ class NodeView:
         on = self._on.setdefault(job, {})
         on[node] = on.get(node, 0) + gpus
         pin = self._pins.get(job)
-        if pin is not None and all(on.get(n, 0) >= g for n, g in pin.items()):
+        there = pin is not None and all(on.get(n, 0) >= g for n, g in pin.items())
+        if there or (
+            pin is not None and job in self._soft and sum(on.values()) >= sum(pin.values())
+        ):
             del self._pins[job]  # its pods are all where it was pinned: they speak for it
+            self._soft.discard(job)
 
     def _forget(self, uid: str) -> None:
         self._namespaces.pop(uid, None)
@@ -156,11 +164,16 @@ class NodeView:
     def replace_pods(self, pods: list[Mapping[str, Any]], namespace: str | None = None) -> None:
         """Every pod of ``namespace`` (``None``: of every namespace), from a full list (the
         ones not in it are gone)."""
-        for uid, ns in list(self._namespaces.items()):
-            if namespace is None or ns == namespace:
-                self._forget(uid)
         for pod in pods:
             self.put_pod(pod)
+        self.keep_only({str((p.get("metadata") or {}).get("uid") or "") for p in pods}, namespace)
+
+    def keep_only(self, uids: set[str], namespace: str | None = None) -> None:
+        """Forget the pods of ``namespace`` (``None``: every namespace) not in ``uids`` (a
+        full list's: they are gone)."""
+        for uid, ns in list(self._namespaces.items()):
+            if (namespace is None or ns == namespace) and uid not in uids:
+                self._forget(uid)
 
     def free(self, job: str, going: frozenset[str] = frozenset()) -> dict[str, int]:
         """The GPUs of each node free for ``job`` (see the module docstring); the pods of
@@ -170,9 +183,10 @@ class NodeView:
         self._ran &= running.keys() | self._on.keys()  # forgotten once its pods are gone
         for owner in [o for o in self._pins if o not in running]:
             del self._pins[owner]  # halted or gone: its pin is spent
+        self._soft &= running.keys()
         used: dict[str, int] = {}
         for owner, on in self._on.items():
-            if owner == job or owner in going or owner in self._pins:
+            if (job and owner == job) or owner in going or owner in self._pins:
                 continue  # its own; resized this round or pinned: counted where pinned
             if owner not in running and owner in self._ran:
                 continue  # halted or finished: going
@@ -200,18 +214,40 @@ class NodeView:
         for job, gpus in sorted(claims, key=lambda c: (-c[1], c[0])):
             self._place(job, gpus, 1, going)
 
-    def pin(self, job: str, gpus: int, gpus_per_pod: int) -> tuple[str, ...] | None:
+    def pin(
+        self, job: str, gpus: int, gpus_per_pod: int, *, required: bool = True
+    ) -> tuple[str, ...] | None:
         """The nodes ``job``, sized to ``gpus`` in pods of ``gpus_per_pod``, is pinned to:
         its round's pin when it has one of that size, else one placed now (kept as its pin);
-        ``None`` when the view has no room for it (no pin)."""
+        ``None`` when the view has no room for it (no pin). ``required=False`` (a job
+        Kueue starts): only preferred there, so its pods speak for it as soon as they are
+        bound, wherever they landed."""
+        if required:
+            self._soft.discard(job)
+        else:
+            self._soft.add(job)
         pin = self._pins.get(job)
         if pin is not None and sum(pin.values()) == gpus:
             return tuple(pin)
         return self._place(job, gpus, gpus_per_pod, frozenset())
 
-    def release(self, job: str) -> None:
-        """``job`` is not pinned after all (a job Kueue admits): its pods say where it is."""
-        self._pins.pop(job, None)
+    def free_nodes(self) -> FreeNodes | None:
+        """Where the GPUs sit now, as the simulator tells the core before each step
+        (``Autoscaler.see_nodes``): each node's free GPUs (by name order) and each running
+        job's GPUs per node (its pin while it has one, else its bound pods). ``None``
+        without nodes, or with a node of more GPUs than the cluster profile's node (the
+        core's pricing has no such node)."""
+        if not self._nodes or max(self._nodes.values()) > self._gpus_per_node:
+            return None
+        index = {name: i for i, name in enumerate(sorted(self._nodes))}
+        free = self.free("")  # no job's own GPUs counted free
+        held: dict[str, tuple[tuple[int, int], ...]] = {}
+        for job in self._running():
+            on = self._pins.get(job) or self._on.get(job) or {}
+            placed = tuple(sorted((index[n], g) for n, g in on.items() if n in index and g > 0))
+            if placed:
+                held[job] = placed
+        return FreeNodes(tuple(free[n] for n in sorted(self._nodes)), held)
 
     def _place(
         self, job: str, gpus: int, gpus_per_pod: int, going: frozenset[str]
@@ -235,12 +271,23 @@ async def watch_pods(
     *,
     timeout_s: int = 300,
     retry_s: tuple[float, float] = RETRY_S,
+    listed: asyncio.Event | None = None,
 ) -> None:
     """Until cancelled: keep ``view``'s pods of ``namespaces`` (``None``: every namespace;
     the controller's watched namespaces), not finished, through a list and a watch from it
-    per namespace; a 410 lists again, an API error backs off and lists again."""
+    per namespace; a 410 lists again, an API error backs off and lists again. ``listed`` is
+    set once every namespace has been listed."""
+    left = set(dict.fromkeys(namespaces))
+
+    def done(namespace: str | None) -> None:
+        left.discard(namespace)
+        if not left and listed is not None:
+            listed.set()
+
     watches = [
-        asyncio.create_task(_watch_namespace(api, view, ns, timeout_s, retry_s))
+        asyncio.create_task(
+            _watch_namespace(api, view, ns, timeout_s=timeout_s, retry_s=retry_s, listed=done)
+        )
         for ns in dict.fromkeys(namespaces)
     ]
     try:
@@ -255,19 +302,24 @@ async def _watch_namespace(
     api: KubeApi,
     view: NodeView,
     namespace: str | None,
+    *,
     timeout_s: int,
     retry_s: tuple[float, float],
+    listed: Callable[[str | None], None],
 ) -> None:
     wait, longest = retry_s
     version: str | None = None
     while True:
         try:
-            if version is None:
-                pods: list[Mapping[str, Any]] = []
+            if version is None:  # page by page: no list of every pod held at once
+                seen: set[str] = set()
                 async for page, page_version in api.list_pods(namespace, ACTIVE_PODS):
-                    pods.extend(page)
+                    for pod in page:
+                        view.put_pod(pod)
+                        seen.add(str((pod.get("metadata") or {}).get("uid") or ""))
                     version = page_version
-                view.replace_pods(pods, namespace)
+                view.keep_only(seen, namespace)
+                listed(namespace)
                 wait = retry_s[0]
             assert version is not None
             events = api.watch_pods(namespace, ACTIVE_PODS, version, timeout_s=timeout_s)

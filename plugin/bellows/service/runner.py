@@ -102,22 +102,43 @@ def _capacity_watch(
         speedup=clock.speedup, on_types=metrics.capacity_by_type,
         on_nodes=None if view is None else view.set_nodes,
     )  # fmt: skip
-    tasks = [asyncio.create_task(watch, name="capacity-watch")]
-    if view is not None:
-        pods = watch_pods(api, view, managed_namespaces(config))
-        tasks.append(asyncio.create_task(pods, name="pod-watch"))
-    return tasks
+    return [asyncio.create_task(watch, name="capacity-watch")]
+
+
+VIEW_WAIT_S = 30.0  # the longest a new leader waits for its node view's first lists
+
+
+async def _view_started(
+    config: BellowsConfig, api: KubeApi, view: NodeView | None
+) -> list[asyncio.Task[None]]:
+    """With a node view: the nodes listed once and the pod watch started, both before the
+    rebuild, so that its first round already sees where the GPUs sit (waited for at most
+    ``VIEW_WAIT_S``: an API server that does not answer is the watch's to retry)."""
+    if view is None:
+        return []
+    try:
+        nodes, _ = await capacity.list_capacity(api, config.controller.capacity)
+        view.set_nodes(nodes.per_node)
+    except Exception as err:  # the capacity watch lists them again
+        _log.warning("node_view.nodes_unlisted", error=brief(err))
+    listed = asyncio.Event()
+    pods = watch_pods(api, view, managed_namespaces(config), listed=listed)
+    task = asyncio.create_task(pods, name="pod-watch")
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(listed.wait(), VIEW_WAIT_S)
+    return [task]
 
 
 async def _fixed(_gpus: int) -> None:
     """A fixed ``capacity.gpus`` stays as configured, whatever the nodes hold."""
 
 
-def _node_view(config: BellowsConfig) -> NodeView | None:
+def _node_view(config: BellowsConfig, cluster: ClusterProfile) -> NodeView | None:
     """A fresh node view for a term of leading, with ``controller.placement: nodes``."""
     if config.controller.placement is not Placement.NODES:
         return None
-    return NodeView(config.controller.capacity.resource_name)
+    resource = config.controller.capacity.resource_name
+    return NodeView(resource, gpus_per_node=cluster.gpus_per_node)
 
 
 def _queue_watch(queues: QueueIndex | None) -> list[asyncio.Task[None]]:
@@ -323,9 +344,11 @@ async def _run_controller(
 
         async def lead(lost: asyncio.Event) -> None:
             either, watcher = _either(stop, lost)
+            viewing: list[asyncio.Task[None]] = []
             try:
                 memory = await _memory(config, js, clock, cluster)
-                view = _node_view(config)
+                view = _node_view(config, cluster)
+                viewing = await _view_started(config, api, view)
                 controller = await _started_controller(
                     config, api_client=api.api_client, api=api, clock=clock, cluster=cluster,
                     metrics=metrics, stop=either, health=health, engines=engines, memory=memory,
@@ -353,6 +376,7 @@ async def _run_controller(
                     await consumer.close()
             finally:
                 watcher.cancel()
+                await _cancelled(viewing)
 
         await _led(
             config, api.api_client, lease=config.leader_election.controller_lease, lead=lead,

@@ -41,6 +41,9 @@ class Settler(Part):
         """Step the core and drive its decisions; returns the seconds of the step."""
         started = self._timer()
         before = self._auto.last_round
+        # where the GPUs sit (a node view: controller.placement nodes), as the simulator
+        # tells the core on nodes; None: every count priced on the fewest nodes
+        self._auto.see_nodes(self._actuator.free_nodes())
         decisions = self._auto.step(now)
         seconds = self._timer() - started
         ran = self._auto.last_round

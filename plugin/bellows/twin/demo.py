@@ -129,7 +129,7 @@ class DemoOptions:
     trainer_crds: Sequence[Path] = ()
     # what the controller asks of the scheduler for every sizing (controller.placement);
     # the emulated cluster has nodes of the cluster profile's GPUs, where the pods land
-    placement: Placement = Placement.PACK
+    placement: Placement = Placement.NODES
     # where to write a kubeconfig for the emulated cluster once it listens (kubectl, bellows
     # status): http on 127.0.0.1, no credentials (the emulator has no authentication)
     kubeconfig: Path | None = None
@@ -338,7 +338,7 @@ async def run_demo(
         clock = ServiceClock(speedup=options.speedup)
         ledger = Ledger(cluster)
         queues = QueueIndex(api, namespaces=(NAMESPACE,)) if options.kueue else None
-        view = NodeView() if options.placement is Placement.NODES else None
+        view = _node_view(options, cluster)
         controller = _controller(
             options, api=api, cluster=cluster, clock=clock, ledger=ledger, queues=queues,
             prefix=settings.subject_prefix, view=view,
@@ -408,6 +408,13 @@ async def run_demo(
     return DemoResult(live, simulated, bounds, len(trace), timer() - started, mismatches)
 
 
+def _node_view(options: DemoOptions, cluster: ClusterProfile) -> NodeView | None:
+    """The controller's node view, with ``--placement nodes`` (the default)."""
+    if options.placement is not Placement.NODES:
+        return None
+    return NodeView(gpus_per_node=cluster.gpus_per_node)
+
+
 def _view_tasks(
     api: KubeApi, view: NodeView | None, controller: Pools, clock: ServiceClock
 ) -> list[asyncio.Task[None]]:
@@ -450,9 +457,10 @@ def _simulated(
     oracle: bool = False,
 ) -> SimResult:
     """The simulator half: the same trace, the same core settings, the same efficiency
-    charged. With ``wrong_priors`` the jobs run at their true speed and report, and the core
-    learns from the reports as the controller does (or not: ``learn``); ``oracle``: the
-    true profiles in the trace instead, decisions on the truth from the start."""
+    charged, on nodes with ``--placement nodes`` (as the live controller's node view). With
+    ``wrong_priors`` the jobs run at their true speed and report, and the core learns from
+    the reports as the controller does (or not: ``learn``); ``oracle``: the true profiles
+    in the trace instead, decisions on the truth from the start."""
     learning = None
     if options.wrong_priors and not oracle:
         learning = Learning(wrong_priors(trace), report_s=REPORT_S, learn=options.learn)
@@ -466,6 +474,8 @@ def _simulated(
         efficiency=efficiencies or None,
         learning=learning,
         learn_placements=learning is not None and options.learn_placements,
+        # on nodes as the live run is with its node view (the core told where GPUs sit)
+        nodes=options.placement is Placement.NODES,
     )
 
 
