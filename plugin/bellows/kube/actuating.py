@@ -126,6 +126,9 @@ class NodePins(Protocol):
     def free_nodes(self) -> FreeNodes | None:
         """Where the GPUs sit now, for the core (``None``: not known)."""
 
+    def moves(self, job: str, gpus: int) -> bool:
+        """Whether ``job``, kept on ``gpus``, is pinned elsewhere than its pods are."""
+
 
 Result = Literal[
     "started",
@@ -310,6 +313,12 @@ class Actuator:
         if self._pins is not None:
             self._pins.place_round(claims)
 
+    def _moves(self, ref: JobRef, decision: Rescale) -> bool:
+        """Whether ``decision`` keeps ``ref``'s size and the node view pins it elsewhere
+        than its pods are (a move)."""
+        same = (decision.gpus, decision.batch) == (decision.gpus_from, decision.batch_from)
+        return same and self._pins is not None and self._pins.moves(ref.key, decision.gpus)
+
     def free_nodes(self) -> FreeNodes | None:
         """Where the GPUs sit now, from the node view (``None``: no view, or not known)."""
         return None if self._pins is None else self._pins.free_nodes()
@@ -328,10 +337,7 @@ class Actuator:
             verb: Result = "started" if isinstance(decision, Start) else "rescaled"
             target = (decision.gpus, decision.batch)
             ref = self.ref(decision.job)
-            if isinstance(decision, Rescale) and target == (
-                decision.gpus_from,
-                decision.batch_from,
-            ):
+            if isinstance(decision, Rescale) and self._moves(ref, decision):
                 # a move (onto fewer nodes) at the same size: halted first, then placed anew
                 halted = await self._halt(ref, Phase.PREEMPTED, f"moving: {decision.reason}")
                 if halted.result != "preempted":

@@ -249,6 +249,12 @@ class NodeView:
                 held[job] = placed
         return FreeNodes(tuple(free[n] for n in sorted(self._nodes)), held)
 
+    def moves(self, job: str, gpus: int) -> bool:
+        """Whether ``job``, kept on ``gpus`` (a move the core decided), is pinned elsewhere
+        than its bound pods are: then it must halt and resume there."""
+        pin = self._pins.get(job)
+        return pin is not None and sum(pin.values()) == gpus and pin != self._on.get(job, {})
+
     def _place(
         self, job: str, gpus: int, gpus_per_pod: int, going: frozenset[str]
     ) -> tuple[str, ...] | None:
