@@ -457,7 +457,8 @@ def _simulated(
     oracle: bool = False,
 ) -> SimResult:
     """The simulator half: the same trace, the same core settings, the same efficiency
-    charged, on nodes with ``--placement nodes`` (as the live controller's node view). With
+    charged, on nodes with ``--placement nodes`` (as the live controller's node view; not
+    beside Kueue, which starts and places half the jobs itself, unmodelled there). With
     ``wrong_priors`` the jobs run at their true speed and report, and the core learns from
     the reports as the controller does (or not: ``learn``); ``oracle``: the true profiles
     in the trace instead, decisions on the truth from the start."""
@@ -474,8 +475,9 @@ def _simulated(
         efficiency=efficiencies or None,
         learning=learning,
         learn_placements=learning is not None and options.learn_placements,
-        # on nodes as the live run is with its node view (the core told where GPUs sit)
-        nodes=options.placement is Placement.NODES,
+        # on nodes as the live run is with its node view (the core told where GPUs sit);
+        # not beside Kueue, which starts and places jobs itself, as the simulator does not
+        nodes=options.placement is Placement.NODES and not options.kueue,
     )
 
 
