@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from bellows.autoscaler import Decision, Preempt, Reject, Rescale, Start
-from bellows.inputs import brief
+from bellows.autoscaler.straddle import FreeNodes
+from bellows.inputs import DATA_ERRORS, brief
 from bellows.service.parts import Part, Parts
 
 __all__ = ["FAILURES_TOLD", "RETRY_BACKOFF_S", "Settler"]
@@ -41,9 +42,7 @@ class Settler(Part):
         """Step the core and drive its decisions; returns the seconds of the step."""
         started = self._timer()
         before = self._auto.last_round
-        # where the GPUs sit (a node view: controller.placement nodes), as the simulator
-        # tells the core on nodes; None: every count priced on the fewest nodes
-        self._auto.see_nodes(self._actuator.free_nodes())
+        self._auto.see_nodes(self._nodes_seen())
         decisions = self._auto.step(now)
         seconds = self._timer() - started
         ran = self._auto.last_round
@@ -52,6 +51,16 @@ class Settler(Part):
         await self.settle(decisions, now, seconds=seconds)
         await self._note_keeps(decisions)
         return seconds
+
+    def _nodes_seen(self) -> FreeNodes | None:
+        """Where the GPUs sit (a node view: ``controller.placement: nodes``), as the
+        simulator tells the core on nodes; ``None`` (no view, or a view the core cannot
+        take: logged) prices every count on the fewest nodes."""
+        try:
+            return self._actuator.free_nodes()
+        except DATA_ERRORS as err:  # a state no check foresaw: this round without nodes
+            _log.warning("round.nodes_unseen", error=brief(err))
+            return None
 
     async def _note_keeps(self, decisions: Sequence[Decision]) -> None:
         """Write on each job the round kept why (once per reason: the roster remembers
