@@ -84,7 +84,7 @@ class StorePods:
 
     def _status(self, pod: Pod, bound: bool) -> None:
         meta = pod.manifest["metadata"] if pod.manifest else {}
-        message = "0/? nodes are available: no node fits the pod's GPUs and node affinity."
+        message = "no node has room for the pod's GPUs where its node selector and affinity allow"
         now = rfc3339(datetime.now(UTC))
 
         def change(obj: dict[str, Any]) -> dict[str, Any]:
