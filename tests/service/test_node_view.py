@@ -16,6 +16,7 @@ from kubernetes import client as k8s
 from bellows.autoscaler.decisions import Preempt, Rescale, Start
 from bellows.emulator import EmulatedCluster
 from bellows.kube import Actuator, KubeApi
+from bellows.kube.nodes import pod_gpus
 from bellows.kube.placement import Placement
 from bellows.service.node_view import NodeView, pod_job, watch_pods
 from tests.conftest import REPO, shared_data_dir
@@ -310,3 +311,31 @@ def test_a_preferred_pin_gives_way_to_the_pods_wherever_they_land() -> None:
     assert view.free("pytorchjob/d/z")["n1"] == 2  # half there: the pin still holds
     view.put_pod(_pod("k1", "n3", 1, owner="k"))  # Kueue's job landed elsewhere
     assert view.free("pytorchjob/d/z") == {"n1": 4, "n2": 3, "n3": 7}
+
+
+def test_pod_gpus_counts_as_the_scheduler_does() -> None:
+    def c(**resources: Any) -> dict[str, Any]:
+        return {"name": "c", "resources": resources}
+
+    assert pod_gpus({"containers": [c(limits={GPU: 2}), c(requests={GPU: "1"})]}) == 3
+    assert (
+        pod_gpus({"containers": [c(limits={GPU: 1})], "initContainers": [c(limits={GPU: 4})]}) == 4
+    )
+    assert pod_gpus({"containers": [c(limits={"cpu": "2"})]}) == 0
+    with pytest.raises(ValueError, match=GPU):
+        pod_gpus({"containers": [c(limits={GPU: "lots"})]})
+
+
+def test_a_tenants_pod_speaks_only_for_its_own_namespace() -> None:
+    """A tenant may create pods naming any owner: the job they count for is in the pod's
+    own namespace, never another tenant's."""
+    running = {"pytorchjob/team-a/train": 4}
+    view = _view(running)
+    view.put_pod(_pod("t0", "n1", 4, owner="train", ns="team-a"))
+    forged = _pod("f0", "n3", 4, owner="train", ns="team-b")  # names team-a's job's name
+    assert pod_job(forged) == "pytorchjob/team-b/train"
+    view.put_pod(forged)
+    seen = view.free_nodes()
+    assert seen is not None
+    assert dict(seen.held) == {"pytorchjob/team-a/train": ((0, 4),)}  # not moved to n3
+    assert view.free("pytorchjob/team-c/x") == {"n1": 0, "n2": 4, "n3": 4}  # a foreign pod

@@ -42,11 +42,12 @@ from bellows.emulator.pods import REPLICA_INDEX_LABEL, pod_manifest
 from bellows.emulator.scheduling import Placer, Pod, preferred_terms
 from bellows.emulator.store import ApiError, Store, rfc3339
 from bellows.emulator.training import Training, pods_waited, start, stop
-from bellows.inputs import DATA_ERRORS, SpecError, parse_int, parse_quantity
+from bellows.inputs import DATA_ERRORS, SpecError, parse_int
 from bellows.kube import keys
 from bellows.kube.adapters import KINDS
 from bellows.kube.adapters.replicated import ReplicatedKind
 from bellows.kube.kinds import KindAdapter, conditions, finished_state, foreign_manager, suspend_set
+from bellows.kube.nodes import pod_gpus
 from bellows.kube.specs import build_spec
 from bellows.scaling import ClusterProfile, EfficiencyProfile, JobProfile, default_cluster
 from bellows.scaling.online import SpeedFactors
@@ -55,7 +56,6 @@ __all__ = [
     "EmulatedOperator",
     "Progress",
     "parse_batch",
-    "pod_gpus",
     "progress_of",
     "replica_pods",
     "warning_event",
@@ -489,16 +489,6 @@ def _controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
     """``metav1.IsControlledBy``: ``obj``'s controller reference names ``uid``."""
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     return any(r.get("controller") is True and r.get("uid") == uid for r in refs)
-
-
-def pod_gpus(pod_spec: Mapping[str, Any]) -> int:
-    """The GPUs a pod of ``pod_spec`` asks for: its containers' ``nvidia.com/gpu`` limits."""
-    total = 0
-    for container in pod_spec.get("containers") or []:
-        limits = (container.get("resources") or {}).get("limits") or {}
-        value = limits.get("nvidia.com/gpu", 0)
-        total += int(parse_quantity("nvidia.com/gpu", str(value)))
-    return total
 
 
 def replica_pods(kind: ReplicatedKind, obj: Mapping[str, Any]) -> list[Pod]:

@@ -44,7 +44,6 @@ from bellows.emulator.affinity import node_requirement
 from bellows.emulator.operator import (
     Progress,
     parse_batch,
-    pod_gpus,
     progress_of,
     waited,
     warning_event,
@@ -57,6 +56,7 @@ from bellows.inputs import DATA_ERRORS
 from bellows.kube import keys
 from bellows.kube.adapters.trainjob import NODE_JOB, TrainJobKind, node_pod_template
 from bellows.kube.kinds import MULTIKUEUE, conditions, finished_state
+from bellows.kube.nodes import pod_gpus
 from bellows.kube.specs import build_spec
 from bellows.scaling import ClusterProfile, EfficiencyProfile, JobProfile, default_cluster
 

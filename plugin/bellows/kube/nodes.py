@@ -12,7 +12,7 @@ from typing import Any
 from bellows.inputs import SpecError, parse_quantity, shown
 from bellows.jobs import MAX_GPUS
 
-__all__ = ["node_gpus", "node_name", "node_type"]
+__all__ = ["node_gpus", "node_name", "node_type", "pod_gpus"]
 
 
 def node_name(node: Mapping[str, Any]) -> str:
@@ -52,3 +52,19 @@ def node_type(node: Mapping[str, Any], label: str, types: Mapping[str, str]) -> 
     if not isinstance(value, str) or not value:
         return ""
     return types.get(value, value)
+
+
+def pod_gpus(pod_spec: Mapping[str, Any], resource: str = "nvidia.com/gpu") -> int:
+    """The GPUs a pod of ``pod_spec`` asks for: its containers' ``resource`` limits
+    (requests where no limit is set: an extended resource has them equal), or its largest
+    init container's where that is more, as the scheduler counts them. ``ValueError`` (a
+    :class:`SpecError`) names a quantity that is not a number."""
+
+    def of(container: Mapping[str, Any]) -> int:
+        resources = container.get("resources") or {}
+        value = (resources.get("limits") or {}).get(resource)
+        value = (resources.get("requests") or {}).get(resource) if value is None else value
+        return 0 if value is None else int(parse_quantity(resource, str(value)))
+
+    run = sum(of(c) for c in pod_spec.get("containers") or [])
+    return max(run, *(of(c) for c in pod_spec.get("initContainers") or []), 0)

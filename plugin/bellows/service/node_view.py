@@ -32,14 +32,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import structlog
 
 from bellows.autoscaler.placing import best_fit
 from bellows.autoscaler.straddle import FreeNodes
-from bellows.inputs import DATA_ERRORS, brief, parse_quantity
+from bellows.inputs import DATA_ERRORS, brief
 from bellows.kube import ExpiredError, KubeApi
+from bellows.kube.nodes import pod_gpus
 from bellows.refs import job_key
 
 __all__ = ["ACTIVE_PODS", "NodeView", "pod_job", "watch_pods"]
@@ -64,19 +66,30 @@ def pod_job(pod: Mapping[str, Any]) -> str:
     return job_key("TrainJob", namespace, jobset) if jobset else ""
 
 
-def _pod_gpus(pod: Mapping[str, Any], resource: str) -> int:
-    """The GPUs a pod requests: its containers' limits (requests where no limit is set;
-    extended resources must have them equal), its init containers' largest beside them."""
-    spec = pod.get("spec") or {}
+@dataclass(frozen=True)
+class _Pod:
+    """A GPU pod as the view keeps it (``node`` empty while it is Pending)."""
 
-    def of(container: Mapping[str, Any]) -> int:
-        resources = container.get("resources") or {}
-        value = (resources.get("limits") or {}).get(resource)
-        value = (resources.get("requests") or {}).get(resource) if value is None else value
-        return 0 if value is None else int(parse_quantity(resource, str(value)))
+    job: str
+    node: str
+    gpus: int
+    namespace: str
 
-    run = sum(of(c) for c in spec.get("containers") or [])
-    return max(run, *(of(c) for c in spec.get("initContainers") or []), 0)
+
+@dataclass
+class _Pin:
+    """Where a job was pinned (GPUs per node), in which round, and whether only by
+    preference (``soft``: a job Kueue starts, whose pods may land elsewhere)."""
+
+    nodes: dict[str, int]
+    round: int
+    soft: bool = False
+
+    def spoken_for(self, on: Mapping[str, int]) -> bool:
+        """Whether the job's bound pods (``on``) now say where it is: all where it was
+        pinned, or, pinned by preference only, as many GPUs wherever they landed."""
+        there = all(on.get(n, 0) >= g for n, g in self.nodes.items())
+        return there or (self.soft and sum(on.values()) >= sum(self.nodes.values()))
 
 
 class NodeView:
@@ -93,14 +106,11 @@ class NodeView:
         self._resource = resource
         self._gpus_per_node = gpus_per_node  # the cluster profile's node
         self._nodes: dict[str, int] = {}
-        self._pods: dict[str, tuple[str, str, int]] = {}  # pod uid -> (job, node, GPUs)
-        self._namespaces: dict[str, str] = {}  # pod uid -> its namespace
+        self._pods: dict[str, _Pod] = {}  # by pod uid
         self._on: dict[str, dict[str, int]] = {}  # job -> GPUs its bound pods hold per node
-        self._pins: dict[str, dict[str, int]] = {}  # job -> GPUs pinned per node
+        self._pins: dict[str, _Pin] = {}  # by job
         self._ran: set[str] = set()  # jobs seen running: their pods are Bellows' to count
         self._round = 0  # rounds placed (place_round)
-        self._soft: set[str] = set()  # jobs pinned by preference only (Kueue's)
-        self._pinned_at: dict[str, int] = {}  # job -> the round its pin was placed in
         self._running: Callable[[], Mapping[str, int]] = dict
 
     def follow(self, running: Callable[[], Mapping[str, int]]) -> None:
@@ -123,7 +133,7 @@ class NodeView:
         self._forget(uid)
         phase = (pod.get("status") or {}).get("phase")
         try:
-            gpus = _pod_gpus(pod, self._resource)
+            gpus = pod_gpus(pod.get("spec") or {}, self._resource)
         except DATA_ERRORS as err:  # a quantity the API server should never have stored
             _log.warning("node_view.pod_invalid", pod=meta.get("name"), error=brief(err))
             gpus = 0
@@ -131,25 +141,20 @@ class NodeView:
             return
         node = str((pod.get("spec") or {}).get("nodeName") or "")
         job = pod_job(pod)
-        self._pods[uid] = (job, node, gpus)
-        self._namespaces[uid] = str(meta.get("namespace") or "")
+        self._pods[uid] = _Pod(job, node, gpus, str(meta.get("namespace") or ""))
         if not node:
             return  # Pending: holds nothing yet
         on = self._on.setdefault(job, {})
         on[node] = on.get(node, 0) + gpus
         pin = self._pins.get(job)
-        there = pin is not None and all(on.get(n, 0) >= g for n, g in pin.items())
-        if there or (
-            pin is not None and job in self._soft and sum(on.values()) >= sum(pin.values())
-        ):
-            del self._pins[job]  # its pods are all where it was pinned: they speak for it
-            self._soft.discard(job)
+        if pin is not None and pin.spoken_for(on):
+            del self._pins[job]  # its pods are where it was pinned: they speak for it
 
     def _forget(self, uid: str) -> None:
-        self._namespaces.pop(uid, None)
-        job, node, gpus = self._pods.pop(uid, ("", "", 0))
-        if not node:
+        gone = self._pods.pop(uid, None)
+        if gone is None or not gone.node:
             return
+        job, node, gpus = gone.job, gone.node, gone.gpus
         on = self._on[job]
         on[node] -= gpus
         if not on[node]:
@@ -171,8 +176,8 @@ class NodeView:
     def keep_only(self, uids: set[str], namespace: str | None = None) -> None:
         """Forget the pods of ``namespace`` (``None``: every namespace) not in ``uids`` (a
         full list's: they are gone)."""
-        for uid, ns in list(self._namespaces.items()):
-            if (namespace is None or ns == namespace) and uid not in uids:
+        for uid, pod in list(self._pods.items()):
+            if (namespace is None or pod.namespace == namespace) and uid not in uids:
                 self._forget(uid)
 
     def free(self, job: str, going: frozenset[str] = frozenset()) -> dict[str, int]:
@@ -183,7 +188,6 @@ class NodeView:
         self._ran &= running.keys() | self._on.keys()  # forgotten once its pods are gone
         for owner in [o for o in self._pins if o not in running]:
             del self._pins[owner]  # halted or gone: its pin is spent
-        self._soft &= running.keys()
         used: dict[str, int] = {}
         for owner, on in self._on.items():
             if (job and owner == job) or owner in going or owner in self._pins:
@@ -194,7 +198,7 @@ class NodeView:
                 used[node] = used.get(node, 0) + gpus
         for owner, pin in self._pins.items():
             if owner != job:
-                for node, gpus in pin.items():
+                for node, gpus in pin.nodes.items():
                     used[node] = used.get(node, 0) + gpus
         return {n: max(0, g - used.get(n, 0)) for n, g in self._nodes.items()}
 
@@ -204,10 +208,9 @@ class NodeView:
         as going (it halts before it resumes where it is pinned). :meth:`pin` then hands
         each its pin."""
         self._round += 1
-        for owner, since in list(self._pinned_at.items()):
-            if owner not in self._pins or self._round - since > STALE_ROUNDS:
-                self._pins.pop(owner, None)  # spent, or no pod ever came: its pods speak
-                del self._pinned_at[owner]
+        for owner, pin in list(self._pins.items()):
+            if self._round - pin.round > STALE_ROUNDS:
+                del self._pins[owner]  # no pod ever came where it was pinned: its pods speak
         going = frozenset(job for job, _ in claims)
         for job in going:
             self._pins.pop(job, None)
@@ -222,14 +225,11 @@ class NodeView:
         ``None`` when the view has no room for it (no pin). ``required=False`` (a job
         Kueue starts): only preferred there, so its pods speak for it as soon as they are
         bound, wherever they landed."""
-        if required:
-            self._soft.discard(job)
-        else:
-            self._soft.add(job)
         pin = self._pins.get(job)
-        if pin is not None and sum(pin.values()) == gpus:
-            return tuple(pin)
-        return self._place(job, gpus, gpus_per_pod, frozenset())
+        if pin is not None and sum(pin.nodes.values()) == gpus:
+            pin.soft = not required
+            return tuple(pin.nodes)
+        return self._place(job, gpus, gpus_per_pod, frozenset(), soft=not required)
 
     def free_nodes(self) -> FreeNodes | None:
         """Where the GPUs sit now, as the simulator tells the core before each step
@@ -243,7 +243,8 @@ class NodeView:
         free = self.free("")  # no job's own GPUs counted free
         held: dict[str, tuple[tuple[int, int], ...]] = {}
         for job in self._running():
-            on = self._pins.get(job) or self._on.get(job) or {}
+            pin = self._pins.get(job)
+            on = pin.nodes if pin is not None else self._on.get(job) or {}
             placed = tuple(sorted((index[n], g) for n, g in on.items() if n in index and g > 0))
             if placed:
                 held[job] = placed
@@ -253,10 +254,14 @@ class NodeView:
         """Whether ``job``, kept on ``gpus`` (a move the core decided), is pinned elsewhere
         than its bound pods are: then it must halt and resume there."""
         pin = self._pins.get(job)
-        return pin is not None and sum(pin.values()) == gpus and pin != self._on.get(job, {})
+        return (
+            pin is not None
+            and sum(pin.nodes.values()) == gpus
+            and pin.nodes != self._on.get(job, {})
+        )
 
     def _place(
-        self, job: str, gpus: int, gpus_per_pod: int, going: frozenset[str]
+        self, job: str, gpus: int, gpus_per_pod: int, going: frozenset[str], *, soft: bool = False
     ) -> tuple[str, ...] | None:
         if not self._nodes or gpus < 1:
             return None
@@ -265,8 +270,7 @@ class NodeView:
             self._pins.pop(job, None)
             _log.info("node_view.no_room", job=job, gpus=gpus)
             return None
-        self._pins[job] = placed
-        self._pinned_at[job] = self._round
+        self._pins[job] = _Pin(placed, self._round, soft)
         return tuple(placed)
 
 
