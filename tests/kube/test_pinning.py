@@ -169,3 +169,21 @@ def test_a_preferred_pin_scores_the_nodes_and_never_filters_them() -> None:
     required = _apply(pinned, ("n4",))
     assert _allowed(required, NODES) == {"n4"}
     assert required["spec"]["affinity"]["nodeAffinity"][PREFERRED] == [liked]
+
+
+def test_a_pin_annotation_a_tenant_wrote_only_touches_its_own_job() -> None:
+    """``bellows.io/pinned-nodes`` sits where the job's owner writes: forged, it can only
+    make Bellows take out requirements of that one job's template (the owner's own, which
+    they may edit anyway); a value that names no requirement there changes nothing but the
+    note, and the next pin is Bellows' own."""
+    mine = {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["t4"]}]}
+    template: dict[str, Any] = {
+        "metadata": {"annotations": {PINNED_NODES: "n9,,x/../y"}},
+        "spec": {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [mine]}}}},
+    }
+    unpinned = _apply(template, ())
+    assert unpinned["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"] == [mine]
+    assert PINNED_NODES not in unpinned["metadata"]["annotations"]
+    pinned = _apply(template, ("n2",))
+    assert _allowed(pinned, NODES) == {"n2"}
+    assert pinned["metadata"]["annotations"][PINNED_NODES] == "n2"
