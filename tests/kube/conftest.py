@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from bellows.emulator import EmulatedCluster
+from bellows.emulator.crds import kueue_crd_paths
 from bellows.kube import KubeApi
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,3 +87,24 @@ async def wait_for(
 def condition(obj: dict[str, Any] | None, kind: str) -> bool:
     found = ((obj or {}).get("status") or {}).get("conditions") or []
     return any(c["type"] == kind and c["status"] == "True" for c in found)
+
+
+@pytest.fixture
+def on_kueue(crds: list[Path], shared_data: Path) -> Callable[..., None]:
+    """Run ``scenario(cluster, api)`` on a fresh cluster with the emulated Kueue."""
+    files = [*crds, *kueue_crd_paths(shared_data / "crds")]
+
+    def run(
+        scenario: Callable[[EmulatedCluster, KubeApi], Awaitable[None]], **options: Any
+    ) -> None:
+        async def main() -> None:
+            async with EmulatedCluster(crds=files, kueue=True, **options) as cluster:
+                api = KubeApi(cluster.api_client())
+                try:
+                    await asyncio.wait_for(scenario(cluster, api), 60)
+                finally:
+                    await asyncio.to_thread(api.api_client.close)
+
+        asyncio.run(main())
+
+    return run

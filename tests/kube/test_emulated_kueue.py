@@ -13,7 +13,6 @@ import pytest
 from kubernetes import client as k8s
 
 from bellows.emulator import EmulatedCluster
-from bellows.emulator.crds import kueue_crd_paths
 from bellows.kube import KubeApi, MPIJobKind, PyTorchJobKind
 from bellows.kube.kinds import MULTIKUEUE
 from bellows.kube.kueue import (
@@ -33,27 +32,6 @@ NS = "default"
 TORCH = PyTorchJobKind()
 MPI = MPIJobKind()
 LIMIT_S = 10.0  # each wait; the emulated Kueue answers in milliseconds
-
-
-@pytest.fixture
-def on_kueue(crds: list[Path], shared_data: Path) -> Callable[..., None]:
-    """Run ``scenario(cluster, api)`` on a fresh cluster with the emulated Kueue."""
-    files = [*crds, *kueue_crd_paths(shared_data / "crds")]
-
-    def run(
-        scenario: Callable[[EmulatedCluster, KubeApi], Awaitable[None]], **options: Any
-    ) -> None:
-        async def main() -> None:
-            async with EmulatedCluster(crds=files, kueue=True, **options) as cluster:
-                api = KubeApi(cluster.api_client())
-                try:
-                    await asyncio.wait_for(scenario(cluster, api), 60)
-                finally:
-                    await asyncio.to_thread(api.api_client.close)
-
-        asyncio.run(main())
-
-    return run
 
 
 # ----- objects ---------------------------------------------------------------------------------

@@ -30,6 +30,13 @@ from bellows.kube.kueue import (
     owned_workload,
     read_workload,
 )
+from bellows.kube.placement import (
+    HOSTNAME,
+    KUEUE_PREFERRED_TOPOLOGY,
+    PINNED_NODES,
+    TOPOLOGY_REQUEST,
+    Placement,
+)
 from bellows.kube.reading import Arrived, Invalid
 
 from .conftest import condition
@@ -489,5 +496,74 @@ def test_a_job_that_finishes_once_let_in_still_gets_its_event(on_kueue, examples
         outcome = await Actuator(api, kueue=True).apply(Start(TORCH, 4, 256))
         assert (outcome.result, outcome.detail) == ("dropped", "succeeded")
         assert ("Started", "Normal") in await events_of(api, "resnet50-imagenet")
+
+    on_kueue(scenario)
+
+
+# ----- beside Kueue's topology-aware scheduling ---------------------------------------------------
+
+
+class _Pins:
+    """A node view that places every job on ``nodes``."""
+
+    def __init__(self, nodes: tuple[str, ...]) -> None:
+        self.nodes = nodes
+        self.asked: list[tuple[str, int, bool]] = []
+
+    def place_round(self, claims: Any) -> None:
+        return None
+
+    def pin(self, job: str, gpus: int, gpus_per_pod: int, *, required: bool = True) -> Any:
+        self.asked.append((job, gpus, required))
+        return self.nodes
+
+    def free_nodes(self) -> None:
+        return None
+
+    def moves(self, job: str, gpus: int) -> bool:
+        return False
+
+
+def test_on_a_tas_queue_the_sized_job_asks_kueue_for_its_nodes_and_lands_on_one(on_kueue, examples):
+    """The node view placed the job (on a node that no longer holds it): the sizing patch
+    asks Kueue for the fewest nodes (preferred on the hostname level) instead of pinning
+    it; Kueue's BestFit puts it on the one node that holds it, and its pods bind there."""
+
+    async def scenario(cluster, api):
+        labels = {"nvidia.com/gpu.present": "true"}
+        cluster.add_node("node-a", 2, labels=labels)
+        cluster.add_node("node-b", 4, labels=labels)
+        cluster.add_topology("hosts", [HOSTNAME])
+        cluster.add_resource_flavor("tas", node_labels=labels, topology="hosts")
+        cluster.add_cluster_queue("tas-gpus", {"tas": 8}, strategy="StrictFIFO")
+        cluster.add_local_queue("team-t", "tas-gpus")
+        core = k8s.CoreV1Api(api.api_client)
+        custom = k8s.CustomObjectsApi(api.api_client)
+        obj = copy.deepcopy(examples["PyTorchJob"])
+        obj["metadata"]["labels"] = {KUEUE_QUEUE: "team-t"}
+        await asyncio.to_thread(core.create_namespaced_config_map, NS, examples["ConfigMap"])
+        await asyncio.to_thread(
+            custom.create_namespaced_custom_object, "kubeflow.org", "v1", NS, "pytorchjobs", obj
+        )
+        kind, name = PyTorchJobKind(), "resnet50-imagenet"
+        pins = _Pins(("node-a",))  # stale: node-a holds only 2
+        act = Actuator(
+            api, kueue=True, placement=Placement.NODES, pins=pins, topology=lambda job: True
+        )
+        assert (await act.hold(TORCH)).result == "queued"
+        assert (await act.apply(Start(TORCH, 4, 256))).result == "started"
+        assert set(pins.asked) == {(TORCH, 4, False)}  # counted in the view, only preferred
+        job = await api.get_job(kind, NS, name)
+        template = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+        notes = template["metadata"]["annotations"]
+        assert notes[KUEUE_PREFERRED_TOPOLOGY] == HOSTNAME
+        assert notes[TOPOLOGY_REQUEST] == KUEUE_PREFERRED_TOPOLOGY
+        assert PINNED_NODES not in notes  # no node pin written
+        await until(lambda: running_at(api, kind, name, 4), "Kueue to admit 4 on one node")
+        pods = await asyncio.to_thread(
+            core.list_namespaced_pod, NS, label_selector=f"training.kubeflow.org/job-name={name}"
+        )
+        assert {p.spec.node_name for p in pods.items} == {"node-b"}
+        assert {p.spec.node_selector[HOSTNAME] for p in pods.items} == {"node-b"}
 
     on_kueue(scenario)

@@ -91,6 +91,7 @@ ALLOWED_VERBS: dict[tuple[str, str], set[str]] = {
     # with kueue.enabled only (docs/kube.md, "Beside Kueue")
     ("kueue.x-k8s.io", "localqueues"): {"get", "list", "watch"},
     ("kueue.x-k8s.io", "clusterqueues"): {"get", "list", "watch"},
+    ("kueue.x-k8s.io", "resourceflavors"): {"get", "list", "watch"},  # which have a topology
     ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch", "patch"},
     ("", "namespaces"): {"get", "list", "watch"},  # their labels, for namespaceSelector
     # with trainer.enabled only (docs/kube.md, "TrainJob": a resize re-creates the TrainJob)
@@ -329,6 +330,7 @@ def test_kueue_permissions_only_when_kueue_is_enabled() -> None:
     assert _kueue_grants(objs) == {
         ("bellows-controller", "", "localqueues"): read,
         ("bellows-controller", "", "clusterqueues"): read,
+        ("bellows-controller", "", "resourceflavors"): read,
         ("bellows-controller", "", "workloads"): patch,
         ("bellows-controller", "", "namespaces"): read,
     }
@@ -342,6 +344,7 @@ def test_kueue_permissions_only_when_kueue_is_enabled() -> None:
         ("bellows-controller", "team-b", "localqueues"): read,
         ("bellows-controller", "team-b", "workloads"): patch,
         ("bellows-controller-kueue", "", "clusterqueues"): read,
+        ("bellows-controller-kueue", "", "resourceflavors"): read,
         ("bellows-controller-kueue", "", "namespaces"): read,
     }
     (binding,) = [

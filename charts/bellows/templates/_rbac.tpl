@@ -63,6 +63,10 @@ watchNamespaces they come from a ClusterRole of their own (rbac-kueue.yaml).
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["clusterqueues"]
   verbs: ["get", "list", "watch"]
+# which flavors have a topology: Kueue's topology-aware scheduling places those jobs
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["resourceflavors"]
+  verbs: ["get", "list", "watch"]
 # the namespaces' labels: a ClusterQueue admits only those its namespaceSelector matches
 - apiGroups: [""]
   resources: ["namespaces"]

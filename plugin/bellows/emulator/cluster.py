@@ -85,6 +85,7 @@ class EmulatedCluster:
         true_speed: Callable[[str, str], SpeedFactors | None] | None = None,
         efficiency: Callable[[str, str], EfficiencyProfile | None] | None = None,
         kueue: bool = False,
+        node_labels: Mapping[str, str] | None = None,
         trainer: bool = False,
         mutable_trainer: bool = False,
         tokens: Sequence[str] | None = None,
@@ -96,7 +97,9 @@ class EmulatedCluster:
         and serve :data:`~bellows.emulator.trainer.TORCH_DISTRIBUTED`. ``mutable_trainer``:
         serve the TrainJob CRD of a future Trainer whose ``spec.trainer`` may change while
         suspended (kubeflow/trainer#3995). ``efficiency(namespace, name)``: the statistical
-        efficiency each job trains with (its work then counts reference samples)."""
+        efficiency each job trains with (its work then counts reference samples).
+        ``node_labels``: labels of every node of ``gpu_nodes`` beside its hostname (what a
+        ResourceFlavor's ``nodeLabels`` select)."""
 
         def edit(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
             return relax_trainer_rule(schema) if kind == "TrainJob" else schema
@@ -114,7 +117,7 @@ class EmulatedCluster:
             StorePods(self.store),
         )
         for node, gpus in (gpu_nodes or {}).items():
-            self.add_node(node, gpus)
+            self.add_node(node, gpus, labels=node_labels)
         self.operator: EmulatedOperator | None = (
             EmulatedOperator(
                 self.store,
@@ -269,11 +272,26 @@ class EmulatedCluster:
             )
         return self.store.resources[key]
 
+    def add_topology(self, name: str, levels: Sequence[str]) -> None:
+        """Give the emulated Kueue the Topology ``name``: its ``levels``, node label keys
+        highest first (the Topology CRD is not served, ``bellows.emulator.tas``)."""
+        if self.kueue is None:
+            raise ValueError("this cluster runs no Kueue: pass kueue=True")
+        self.kueue.add_topology(name, levels)
+        self.kueue.reconcile()  # a ClusterQueue waiting on it may admit now
+
     def add_resource_flavor(
-        self, name: str, *, node_labels: Mapping[str, str] | None = None
+        self,
+        name: str,
+        *,
+        node_labels: Mapping[str, str] | None = None,
+        topology: str | None = None,
     ) -> dict[str, Any]:
-        """Create a ResourceFlavor (``nodeLabels`` name the nodes it stands for)."""
+        """Create a ResourceFlavor (``nodeLabels`` name the nodes it stands for; a TAS
+        flavor, with ``topology``, needs at least one)."""
         spec: dict[str, Any] = {"nodeLabels": dict(node_labels)} if node_labels else {}
+        if topology is not None:
+            spec["topologyName"] = topology
         body = {"metadata": {"name": name}, "spec": spec}
         return self.store.create(self._kueue_resource("resourceflavors"), None, body)
 

@@ -29,7 +29,11 @@ What it reproduces (section "Kueue" of the design's ``KUBEFLOW.md``; ``docs/kube
   ``ensureOneWorkload`` deletes a Workload that no longer matches);
 * a **finished** job's Workload gets ``Finished=True`` and its quota is free again;
 * **quota lowered** below what is reserved evicts nothing: nothing new is admitted until the
-  reservations fall below it.
+  reservations fall below it;
+* **topology-aware scheduling** on a flavor with ``spec.topologyName`` (``tas.py``,
+  ``topology.py``): a podSet's topology request, the domains Kueue picks from the nodes' free
+  GPUs, the ``topologyAssignment``, and the pods' node selectors; the topologies are
+  configuration (:meth:`EmulatedKueue.add_topology`: the Topology CRD is not served).
 
 Left out: Kueue's ``kueue.x-k8s.io/manager`` runtime patch of a TrainJob (its admission's
 node selectors and tolerations), priorities and preemption, cohorts and borrowing
@@ -44,15 +48,19 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 
+from bellows.emulator import tas
+from bellows.emulator.pods import REPLICA_INDEX_LABEL
 from bellows.emulator.resources import ResourceType
 from bellows.emulator.store import ApiError, Change, Store, rfc3339
+from bellows.emulator.topology import Request, read_request, topology_levels
+from bellows.emulator.trainer import COMPLETION_INDEX_LABEL
 from bellows.inputs import DATA_ERRORS, parse_quantity
 from bellows.kube.adapters import ALL_KINDS
 from bellows.kube.kinds import (
@@ -90,6 +98,7 @@ KUEUE_KINDS = (FLAVORS, CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS)
 _PREFIX = f"{GROUP}/{VERSION}/"
 _TRAINER = "trainer.kubeflow.org"
 NAMESPACES = "v1/namespaces"
+NODES, PODS = "v1/nodes", "v1/pods"  # what TAS counts free capacity from
 _log = structlog.get_logger("bellows.emulator")
 
 
@@ -102,6 +111,13 @@ class _Queue:
     flavors: list[tuple[str, int]]  # (flavor, GPU nominalQuota), in order
     inactive: str | None  # why it admits nothing (a flavor is missing), else None
     namespaces: NamespaceSelector  # the namespaces it admits from
+    tas_flavors: Mapping[str, tas.TasFlavor]  # its flavors with a topology, by name
+
+    @property
+    def tas_only(self) -> bool:
+        """Whether every flavor has a topology (a podSet without a request is then
+        unconstrained: Kueue's implicit default)."""
+        return bool(self.flavors) and all(f in self.tas_flavors for f, _ in self.flavors)
 
 
 @dataclass(frozen=True)
@@ -120,7 +136,11 @@ class EmulatedKueue:
     :meth:`run`. ``now`` stamps the conditions it writes."""
 
     def __init__(
-        self, store: Store, *, now: Callable[[], datetime] = lambda: datetime.now(UTC)
+        self,
+        store: Store,
+        *,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        topologies: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         missing = [p for p in KUEUE_KINDS if _PREFIX + p not in store.resources]
         if missing:
@@ -137,8 +157,16 @@ class EmulatedKueue:
             for k in ALL_KINDS
             if f"{k.group}/{k.version}/{k.plural}" in store.resources
         }
-        # the namespaces too: a ClusterQueue's namespaceSelector matches their labels
-        self._watched = {*self._kinds, *(_PREFIX + p for p in KUEUE_KINDS), NAMESPACES}
+        self.topologies: dict[str, tuple[str, ...]] = {}
+        """The Topology objects by name: their levels, node label keys highest first (the
+        Topology CRD is not served: ``tas.py``). Add with :meth:`add_topology`."""
+        for name, levels in (topologies or {}).items():
+            self.add_topology(name, levels)
+        # the namespaces too: a ClusterQueue's namespaceSelector matches their labels; the
+        # nodes and pods: TAS's free capacity
+        self._watched = {
+            *self._kinds, *(_PREFIX + p for p in KUEUE_KINDS), NAMESPACES, NODES, PODS
+        }  # fmt: skip
         self.fights: list[Fight] = []
         """Every external suspend of an admitted job that was undone, oldest first."""
         self.passes = 0  # reconcile passes made (each one after a batch of changes)
@@ -154,6 +182,12 @@ class EmulatedKueue:
         self._cache: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
         # job uid -> (generation, the podSets of the job's spec at that generation)
         self._pod_sets_of: dict[str, tuple[int, list[dict[str, Any]]]] = {}
+
+    def add_topology(self, name: str, levels: Sequence[str]) -> None:
+        """Register the Topology ``name`` with ``levels`` (node label keys, highest first),
+        as an admin creates one. ``ValueError`` names a bad level list."""
+        keys = topology_levels(name, levels)
+        self.topologies[name] = keys
 
     async def run(self) -> None:
         """Reconcile after every batch of changes to the jobs or Kueue's objects, until
@@ -205,13 +239,17 @@ class EmulatedKueue:
         """Bring the cache up to ``change``; whether it concerns this controller."""
         if change is None or change.resource not in self._watched:
             return False
+        relevant = True
+        if change.resource in (NODES, PODS):  # TAS's capacity: a pod TAS admitted counts
+            labels = change.obj["metadata"].get("labels") or {}  # by its assignment
+            relevant = bool(self.topologies) and tas.TAS_LABEL not in labels
         if change.kind == "DELETED":
             meta = change.obj["metadata"]
             self._cache[change.resource].pop((meta.get("namespace", ""), meta["name"]), None)
             self._pod_sets_of.pop(meta.get("uid", ""), None)
         else:
             self._keep(change.resource, change.obj)
-        return True
+        return relevant
 
     def _keep(self, key: str, obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj["metadata"]
@@ -235,10 +273,11 @@ class EmulatedKueue:
                 self._guard(job, self._reconcile_job, kind, res, job, found)
         self._guard(None, self._schedule)
 
-    def _guard(self, obj: Mapping[str, Any] | None, step: Callable[..., None], *args: Any) -> None:
-        """Run one object's step; its failure is logged and retried on the next change."""
+    def _guard(self, obj: Mapping[str, Any] | None, step: Callable[..., Any], *args: Any) -> Any:
+        """Run one object's step, its result (``None`` when it failed: logged, and retried
+        on the next change)."""
         try:
-            step(*args)
+            return step(*args)
         except ApiError as err:  # a write refused: the next change retries
             where = _where(obj) if obj is not None else "scheduler"
             _log.warning("kueue.write_refused", object=where, error=str(err))
@@ -366,7 +405,7 @@ class EmulatedKueue:
         """``PodSets``: a PyTorchJob's or MPIJob's from its replica specs, a TrainJob's from
         the JobSet its runtime renders (read from the API server, as Kueue does)."""
         if job.get("kind") != "TrainJob":
-            return job_pod_sets(job)
+            return tas.requested(job_pod_sets(job), REPLICA_INDEX_LABEL)
         ref = (job.get("spec") or {}).get("runtimeRef") or {}
         cluster = ref.get("kind", "ClusterTrainingRuntime") == "ClusterTrainingRuntime"
         key = f"{ref.get('apiGroup', _TRAINER)}/v1alpha1/" + (
@@ -376,7 +415,8 @@ class EmulatedKueue:
         if res is None:
             raise ApiError(404, "NotFound", f"{key} is not served: runtime '{ref.get('name')}'")
         ns = "" if cluster else job["metadata"]["namespace"]
-        return trainjob_pod_sets(job, self._store.get(res, ns, str(ref.get("name", ""))))
+        runtime = self._store.get(res, ns, str(ref.get("name", "")))
+        return tas.requested(trainjob_pod_sets(job, runtime), COMPLETION_INDEX_LABEL)
 
     @staticmethod
     def _matches(wl: Mapping[str, Any], want: list[dict[str, Any]]) -> bool:
@@ -477,36 +517,50 @@ class EmulatedKueue:
             else:
                 pending[cq_name].append(wl)
         for cq_name, items in pending.items():
-            queue_ = queues[cq_name]
             items.sort(key=lambda w: (w["metadata"]["creationTimestamp"], w["metadata"]["name"]))
-            blocked = False
-            for wl in items:
-                if blocked:  # StrictFIFO: the head that does not fit blocks the rest
-                    message = (
-                        f"waits in StrictFIFO order behind an older Workload that does not fit "
-                        f"in ClusterQueue {cq_name}"
-                    )
-                    self._guard(wl, self._note_pending, wl, message)
-                    continue
-                if queue_.inactive is not None:
-                    self._guard(wl, self._note_pending, wl, queue_.inactive)
-                    continue
-                try:
-                    request = workload_gpus((wl.get("spec") or {}).get("podSets") or [])
-                except DATA_ERRORS as err:
-                    self._guard(wl, self._note_pending, wl, f"cannot read its requests: {err}")
-                    continue
-                if used[cq_name] + request <= queue_.quota:
-                    self._guard(wl, self._admit, wl, cq_name, queue_.flavors, by_flavor)
+            self._admit_in_order(cq_name, queues[cq_name], items, used, by_flavor)
+
+    def _admit_in_order(
+        self,
+        cq_name: str,
+        queue_: _Queue,
+        items: list[dict[str, Any]],
+        used: dict[str, int],
+        by_flavor: dict[tuple[str, str], int],
+    ) -> None:
+        """Admit a ClusterQueue's pending Workloads (oldest first) while they fit."""
+        blocked = False
+        for wl in items:
+            if blocked:  # StrictFIFO: the head that does not fit blocks the rest
+                message = (
+                    f"waits in StrictFIFO order behind an older Workload that does not fit "
+                    f"in ClusterQueue {cq_name}"
+                )
+                self._guard(wl, self._note_pending, wl, message)
+                continue
+            if queue_.inactive is not None:
+                self._guard(wl, self._note_pending, wl, queue_.inactive)
+                continue
+            try:
+                request = workload_gpus((wl.get("spec") or {}).get("podSets") or [])
+            except DATA_ERRORS as err:
+                self._guard(wl, self._note_pending, wl, f"cannot read its requests: {err}")
+                continue
+            if used[cq_name] + request <= queue_.quota:
+                admitted = self._guard(wl, self._admit, wl, cq_name, queue_, by_flavor)
+                if admitted is True:
                     used[cq_name] += request
-                    continue
+                if not isinstance(admitted, str):
+                    continue  # admitted, or a failure logged (the next change retries)
+                message = admitted  # the quota fits, a flavor or its topology does not
+            else:
                 message = (
                     f"couldn't assign flavors: insufficient unused quota for {GPU} in "
                     f"ClusterQueue {cq_name}: the Workload requests {request}, "
                     f"the nominal quota is {queue_.quota}"
                 )
-                self._guard(wl, self._note_pending, wl, message)
-                blocked = queue_.strict
+            self._guard(wl, self._note_pending, wl, message)
+            blocked = queue_.strict
 
     def _labels(self, namespace: str) -> Mapping[str, str]:
         """The labels of ``namespace`` as last seen (none when it is not seen)."""
@@ -516,7 +570,9 @@ class EmulatedKueue:
 
     def _cluster_queues(self) -> dict[str, _Queue]:
         """Every valid ClusterQueue by name (an invalid one is logged once and admits nothing)."""
-        flavors = {f["metadata"]["name"] for f in self._list(FLAVORS)}
+        flavors = {
+            f["metadata"]["name"]: tas.read_flavor(f, self.topologies) for f in self._list(FLAVORS)
+        }
         queues: dict[str, _Queue] = {}
         for obj in self._list(CLUSTER_QUEUES):
             name = obj["metadata"]["name"]
@@ -528,33 +584,62 @@ class EmulatedKueue:
                     self._reported.add(name)
                     _log.warning("kueue.clusterqueue_invalid", clusterqueue=name, error=str(err))
                 continue
-            lost = ", ".join(sorted({f for f, _ in quotas} - flavors))
+            lost = ", ".join(sorted({f for f, _ in quotas} - set(flavors)))
             inactive = f"ClusterQueue {name} is inactive: flavor {lost} not found" if lost else None
+            read = [flavors.get(f) for f, _ in quotas]
+            topo = {t.name: t for t in read if isinstance(t, tas.TasFlavor)}
+            unknown = next((t for t in read if isinstance(t, str)), None)
+            if inactive is None and unknown is not None:  # Kueue's TopologyNotFound
+                inactive = f"ClusterQueue {name} is inactive: {unknown}"
             strict = view.strategy == "StrictFIFO"
-            queues[name] = _Queue(view.gpus, strict, quotas, inactive, view.namespaces)
+            queues[name] = _Queue(view.gpus, strict, quotas, inactive, view.namespaces, topo)
         return queues
 
     def _admit(
         self,
         wl: dict[str, Any],
         cq: str,
-        quotas: list[tuple[str, int]],
+        queue: _Queue,
         by_flavor: dict[tuple[str, str], int],
-    ) -> None:
-        assignments = []
+    ) -> bool | str:
+        """Admit ``wl`` (its quota checked): ``True``, or why a podSet fits no flavor (with
+        TAS, a flavor's topology; nothing is reserved then)."""
+        assignments, taken = [], []
+        free: dict[str, dict[tuple[str, ...], int]] = {}  # TAS flavor -> free GPUs per domain
         for pod_set in (wl.get("spec") or {}).get("podSets") or []:
-            count = int(pod_set.get("count", 1))
+            name, count = pod_set.get("name", "main"), int(pod_set.get("count", 1))
             gpus = count * pod_set_gpus(pod_set)
-            entry: dict[str, Any] = {"name": pod_set.get("name", "main"), "count": count}
+            entry: dict[str, Any] = {"name": name, "count": count}
             entry["flavors"], entry["resourceUsage"] = {}, {}
-            if gpus and quotas:
+            request = read_request(pod_set, implied=queue.tas_only)
+            if gpus and queue.flavors:
+                # a podSet asking for a topology fits only a TAS flavor, one without only
+                # another (Kueue's "does not support TopologyAwareScheduling")
+                quotas = [
+                    (f, q) for f, q in queue.flavors if (f in queue.tas_flavors) == bool(request)
+                ]
+                if not quotas:
+                    how = "does not support" if request else "supports only"
+                    flavors = ", ".join(f for f, _ in queue.flavors)
+                    return (
+                        f"couldn't assign flavors to pod set {name}: flavor {flavors} {how} "
+                        "TopologyAwareScheduling"
+                    )
                 # the first flavor with room for the whole podSet, else the one with most room
-                free = [(q - by_flavor[(cq, f)], f) for f, q in quotas]
-                flavor = next((f for room, f in free if room >= gpus), max(free)[1])
-                by_flavor[(cq, flavor)] += gpus
+                room = [(q - by_flavor[(cq, f)], f) for f, q in quotas]
+                flavor = next((f for left, f in room if left >= gpus), max(room)[1])
                 entry["flavors"] = {GPU: flavor}
                 entry["resourceUsage"] = {GPU: str(gpus)}
+                taken.append((flavor, gpus))
+                if request is not None:
+                    placed = self._place(queue.tas_flavors[flavor], free, pod_set, request)
+                    if isinstance(placed, str):
+                        return f"couldn't assign flavors to pod set {name}: {placed}"
+                    if placed is not None:
+                        entry["topologyAssignment"] = placed
             assignments.append(entry)
+        for flavor, gpus in taken:
+            by_flavor[(cq, flavor)] += gpus
         status = copy.deepcopy(wl.get("status") or {})
         status["admission"] = {"clusterQueue": cq, "podSetAssignments": assignments}
         self._set(
@@ -564,6 +649,21 @@ class EmulatedKueue:
         self._write_status(wl, status)
         self._admitted += 1
         self._admission[wl["metadata"]["uid"]] = self._admitted
+        return True
+
+    def _place(
+        self,
+        flavor: tas.TasFlavor,
+        free: dict[str, dict[tuple[str, ...], int]],
+        pod_set: Mapping[str, Any],
+        request: Request,
+    ) -> dict[str, Any] | str | None:
+        """``pod_set``'s topology assignment on ``flavor``, taken from ``free`` (what this
+        Workload's podSets before it left free there), or why it does not fit."""
+        if flavor.name not in free:
+            nodes, pods = self._cache[NODES].values(), self._cache[PODS].values()
+            free[flavor.name] = tas.free_gpus(flavor, nodes, pods, self._list(WORKLOADS))
+        return tas.assign(flavor, free[flavor.name], pod_set, request)
 
     def _note_pending(self, wl: dict[str, Any], message: str) -> None:
         status = copy.deepcopy(wl.get("status") or {})

@@ -41,6 +41,7 @@ from bellows.emulator.affinity import node_requirement
 from bellows.emulator.pods import REPLICA_INDEX_LABEL, pod_manifest
 from bellows.emulator.scheduling import Placer, Pod, preferred_terms
 from bellows.emulator.store import ApiError, Store, rfc3339
+from bellows.emulator.tas import tas_pods
 from bellows.emulator.training import Training, pods_waited, start, stop
 from bellows.inputs import DATA_ERRORS, SpecError, parse_int
 from bellows.kube import keys
@@ -63,6 +64,7 @@ __all__ = [
 
 _BATCH_JOBS = "batch/v1/jobs"
 _LAUNCHER = "-launcher"
+_REPLICA_TYPE = "training.kubeflow.org/replica-type"  # pod label: the replica type, lower-case
 _log = structlog.get_logger("bellows.emulator")
 
 
@@ -312,7 +314,11 @@ class EmulatedOperator:
         meta = obj["metadata"]
         self._names[meta["uid"]] = (self._key(kind), meta["namespace"], meta["name"])
         try:
-            self._placer.place(meta["uid"], replica_pods(kind, obj), now)
+            pods = tas_pods(
+                self._store, obj, replica_pods(kind, obj), pod_set=_pod_set,
+                index_label=REPLICA_INDEX_LABEL,
+            )  # fmt: skip
+            self._placer.place(meta["uid"], pods, now)
         except DATA_ERRORS:  # a template no check foresaw: its pods left unplaced
             meta = obj["metadata"]
             _log.exception("emulator.placement_failed", job=f"{meta['namespace']}/{meta['name']}")
@@ -504,7 +510,7 @@ def replica_pods(kind: ReplicatedKind, obj: Mapping[str, Any]) -> list[Pod]:
         gpus = pod_gpus(pod_spec)
         if gpus < 1:
             continue  # an MPIJob's launcher: no GPUs to place
-        labels = {**selector, "training.kubeflow.org/replica-type": rtype.lower()}
+        labels = {**selector, _REPLICA_TYPE: rtype.lower()}
         terms = preferred_terms(template)
         required = node_requirement(pod_spec)
         for index in range(int(spec.get("replicas", 1))):
@@ -513,6 +519,11 @@ def replica_pods(kind: ReplicatedKind, obj: Mapping[str, Any]) -> list[Pod]:
             manifest = pod_manifest(obj, name, template, named)
             pods.append(Pod(meta["uid"], named, gpus, terms, required, manifest))
     return pods
+
+
+def _pod_set(pod: Pod) -> str:
+    """The Kueue podSet of one of the operator's pods: its replica type, lower-case."""
+    return pod.labels.get(_REPLICA_TYPE, "")
 
 
 def _replica_types(kind: KindAdapter, obj: Mapping[str, Any]) -> list[str]:

@@ -51,6 +51,7 @@ from bellows.emulator.operator import (
 from bellows.emulator.pods import pod_manifest
 from bellows.emulator.scheduling import Placer, Pod, preferred_terms
 from bellows.emulator.store import ApiError, Store, rfc3339
+from bellows.emulator.tas import tas_pods
 from bellows.emulator.training import Training, start, stop
 from bellows.inputs import DATA_ERRORS
 from bellows.kube import keys
@@ -417,6 +418,10 @@ class EmulatedTrainer:
             return
         if gpus > 0:
             self._names[meta["uid"]] = (meta["namespace"], meta["name"])
+            pods = tas_pods(
+                self._store, obj, pods, pod_set=lambda _: NODE_JOB,
+                index_label=COMPLETION_INDEX_LABEL,
+            )  # fmt: skip
             self._placer.place(meta["uid"], pods, now)
 
     def _checkpoint(self, obj: Mapping[str, Any]) -> Training | None:

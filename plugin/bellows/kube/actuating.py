@@ -76,7 +76,7 @@ from bellows.kube.kueue_journal import (
 )
 from bellows.kube.kueue_recreation import plan_kueue_recreate
 from bellows.kube.pacing import backoff, until
-from bellows.kube.placement import HOSTNAME, Ask, Pinned, Placement
+from bellows.kube.placement import HOSTNAME, Ask, KueueTopology, Pinned, Placement
 from bellows.kube.progress_env import ProgressEndpoint, TargetEnv
 from bellows.kube.recording import Recorder
 from bellows.kube.records import (
@@ -271,6 +271,7 @@ class Actuator:
         max_steps: int = MAX_STEPS,
         progress: ProgressEndpoint | None = None,
         pins: NodePins | None = None,
+        topology: Callable[[JobView], bool] | None = None,
     ) -> None:
         """``kueue``: size the jobs that name a Kueue LocalQueue through their Workloads
         (``controller.kueue.enabled``); when false, such a job is refused with an Event.
@@ -284,9 +285,13 @@ class Actuator:
         (:mod:`bellows.kube.progress_env`; ``None``: nothing). ``pins``: where each job it
         sizes is required (the controller's node view, ``controller.placement: nodes``;
         ``None``: no view. A job it has no room for is not pinned, a pin from before taken
-        out)."""
+        out). ``topology(job)``: whether Kueue places the Kueue-managed ``job`` by
+        topology-aware scheduling (its ClusterQueue's flavors all have a topology,
+        ``QueueIndex.topology_aware``); such a job, with a view, is asked of Kueue on the
+        nodes' level instead of pinned (:class:`~bellows.kube.placement.KueueTopology`)."""
         self._api = api
         self._pins = pins
+        self._topology = topology
         self._progress = progress
         self._records_namespace = records_namespace
         self._max_steps = max_steps
@@ -633,10 +638,17 @@ class Actuator:
         placement, and the nodes the node view pins it to. Pinned only while suspended (the
         patch that sizes it carries the pin: a job running, at its target or still to halt,
         is not placed now). A job Kueue admits is only *preferred* there: Kueue starts jobs
-        of its own accord, so a required pin could wait on GPUs it gave another job."""
+        of its own accord, so a required pin could wait on GPUs it gave another job. Where
+        Kueue places it by topology, Kueue is asked instead, on the fewest nodes: preferred
+        on the node level, which Kueue's BestFit meets with one node whenever one holds
+        the job (the view's pin is then only counted, not written). Required on one node
+        would hold the job in Kueue's queue, and a StrictFIFO queue behind it, while no
+        node does: measured slower (docs/kube.md, "Placement")."""
         if self._pins is None or not view.suspended:
             return self._placement
         nodes = self._pins.pin(ref.key, gpus, max(1, view.gpu_step), required=not kueue)
+        if kueue and self._topology is not None and self._topology(view):
+            return KueueTopology(self._placement, self._topology_key, required=False)
         if not nodes:
             return self._placement
         return Pinned(self._placement, tuple(nodes), required=not kueue)

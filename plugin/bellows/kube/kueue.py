@@ -58,6 +58,7 @@ GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"  # the storage version of every Kueue kind in v0.19.2
 JOB_UID = "kueue.x-k8s.io/job-uid"  # label: the uid of the Workload's job
 WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES = "workloads", "localqueues", "clusterqueues"
+RESOURCE_FLAVORS = "resourceflavors"
 Strategy = Literal["StrictFIFO", "BestEffortFIFO"]
 _HASH = 5
 _MAX_PREFIX = 252 - _HASH
@@ -241,6 +242,7 @@ class ClusterQueueView:
     strategy: Strategy
     cohort: str | None
     namespaces: NamespaceSelector = NamespaceSelector(())  # {}: every namespace
+    flavors: tuple[str, ...] = ()  # the flavors that give it GPUs, in order
 
     @property
     def backfill(self) -> bool:
@@ -264,12 +266,13 @@ def read_cluster_queue(obj: Mapping[str, Any], resource: str = GPU) -> ClusterQu
             strategy,
             "StrictFIFO or BestEffortFIFO",
         )
-    gpus = 0
+    gpus, flavors = 0, []
     for g, group in enumerate(spec.get("resourceGroups") or []):
         for f, flavor in enumerate((group or {}).get("flavors") or []):
             for r, entry in enumerate((flavor or {}).get("resources") or []):
                 if (entry or {}).get("name") != resource:
                     continue
+                flavors.append(str((flavor or {}).get("name", "")))
                 field = (
                     f"clusterqueue {shown(name)} spec.resourceGroups[{g}].flavors[{f}]"
                     f".resources[{r}].nominalQuota"
@@ -285,7 +288,8 @@ def read_cluster_queue(obj: Mapping[str, Any], resource: str = GPU) -> ClusterQu
     selector = read_namespace_selector(
         f"clusterqueue {shown(name)} spec.namespaceSelector", spec.get("namespaceSelector")
     )
-    return ClusterQueueView(name, gpus, strategy, str(cohort) if cohort else None, selector)
+    cohort_name = str(cohort) if cohort else None
+    return ClusterQueueView(name, gpus, strategy, cohort_name, selector, tuple(flavors))
 
 
 # The replica specs of each job kind Kueue integrates, and the order of their podSets

@@ -14,6 +14,17 @@ of two ways (``controller.placement``):
   label (Kueue then picks the fewest domains of that level for the pod set);
 * ``none``: the templates are left as they are.
 
+Beside Kueue's topology-aware scheduling (a job whose ClusterQueue admits on TAS flavors
+only: Kueue, not kube-scheduler, then picks its nodes and gives each pod its node's
+selector), ``nodes`` asks Kueue instead (:class:`KueueTopology`): the pod template
+annotation ``kueue.x-k8s.io/podset-preferred-topology`` at the node level (Kueue's BestFit
+then takes the fewest nodes that hold the job: one whenever one does, as the core priced
+it), or ``podset-required-topology`` when asked to require it (admitted only where one
+node holds it all), and the annotation :data:`TOPOLOGY_REQUEST` naming the one Bellows
+wrote, so that the next sizing patch replaces exactly its own. A topology annotation the
+owner set stands, and Bellows then writes none (Kueue refuses two); a node pin Bellows
+wrote before is taken out.
+
 With a node view (``controller.placement: nodes``: ``pack``'s term, and more), the
 controller also pins the job to the nodes its placement rule picked (:class:`Pinned`,
 ``bellows.autoscaler.placing``): a *required* node affinity, one ``nodeSelectorTerms``
@@ -41,9 +52,13 @@ from typing import Any, Final
 __all__ = [
     "HOSTNAME",
     "KUEUE_PREFERRED_TOPOLOGY",
+    "KUEUE_REQUIRED_TOPOLOGY",
+    "KUEUE_UNCONSTRAINED_TOPOLOGY",
     "PACK_WEIGHT",
     "PINNED_NODES",
+    "TOPOLOGY_REQUEST",
     "Ask",
+    "KueueTopology",
     "Pinned",
     "Placement",
     "pack_term",
@@ -54,6 +69,11 @@ __all__ = [
 HOSTNAME: Final = "kubernetes.io/hostname"
 KUEUE_PREFERRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-preferred-topology"
 KUEUE_REQUIRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_UNCONSTRAINED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-unconstrained-topology"
+_KUEUE_TOPOLOGY: Final = (
+    KUEUE_REQUIRED_TOPOLOGY, KUEUE_PREFERRED_TOPOLOGY, KUEUE_UNCONSTRAINED_TOPOLOGY
+)  # fmt: skip
+TOPOLOGY_REQUEST: Final = "bellows.io/topology-request"  # template annotation: the one we set
 PACK_WEIGHT: Final = 100  # the most a preferred term may weigh (1-100)
 PINNED_NODES: Final = "bellows.io/pinned-nodes"  # template annotation: the nodes required
 _PREFERRED: Final = "preferredDuringSchedulingIgnoredDuringExecution"
@@ -79,7 +99,17 @@ class Pinned:
     required: bool = True
 
 
-Ask = Placement | Pinned
+@dataclass(frozen=True)
+class KueueTopology:
+    """``base``'s placement, and Kueue's topology-aware scheduling asked for the job's pods
+    on the fewest nodes of ``level`` (a node label): on one, ``required``, or preferred."""
+
+    base: Placement
+    level: str
+    required: bool
+
+
+Ask = Placement | Pinned | KueueTopology
 """What a sizing patch asks of the scheduler."""
 
 
@@ -116,10 +146,40 @@ def placed_template(
     owner's first, in their order, then Bellows' term. A pin Bellows wrote before and
     ``placement`` no longer asks for is taken out.
     """
+    if isinstance(placement, KueueTopology):
+        based = _based(template, selector, placement.base, topology_key)
+        asked = _topology(template, placement.level, required=placement.required)
+        return _merged(_merged(based, _pin(template, ())), asked)
+    base = placement if isinstance(placement, Placement) else placement.base
+    # a topology annotation Bellows wrote is taken out (kueue-topology writes its own)
+    dropped = {} if base is Placement.KUEUE_TOPOLOGY else _topology(template, None)
+    based = _merged(_based(template, selector, base, topology_key), dropped)
     if not isinstance(placement, Pinned):
-        return _merged(_based(template, selector, placement, topology_key), _pin(template, ()))
-    based = _based(template, selector, placement.base, topology_key)
+        return _merged(based, _pin(template, ()))
     return _merged(based, _pin(template, placement.nodes, required=placement.required))
+
+
+def _topology(
+    template: Mapping[str, Any], level: str | None, *, required: bool = False
+) -> dict[str, Any]:
+    """The annotations that ask Kueue for ``level`` (``None``: for nothing) in place of the
+    one :data:`TOPOLOGY_REQUEST` says Bellows wrote; ``{}`` when the template says so. A
+    topology annotation of the owner's stands (then Bellows writes none)."""
+    notes = (template.get("metadata") or {}).get("annotations") or {}
+    ours = notes.get(TOPOLOGY_REQUEST)
+    ours = ours if ours in _KUEUE_TOPOLOGY else None  # another value names nothing of ours
+    owners = [k for k in _KUEUE_TOPOLOGY if k in notes and k != ours]
+    key = KUEUE_REQUIRED_TOPOLOGY if required else KUEUE_PREFERRED_TOPOLOGY
+    want = None if level is None or owners else key
+    patch: dict[str, str | None] = {}
+    if ours is not None and ours != want:
+        patch[ours] = None
+    if want is not None and (notes.get(want) != level or ours != want):
+        patch[want] = level
+    mark = want
+    if notes.get(TOPOLOGY_REQUEST) != mark and (mark is not None or TOPOLOGY_REQUEST in notes):
+        patch[TOPOLOGY_REQUEST] = mark
+    return {"metadata": {"annotations": patch}} if patch else {}
 
 
 def _based(

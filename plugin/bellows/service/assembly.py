@@ -66,6 +66,7 @@ def make_pools(
     kueue = config.controller.kueue.enabled
     learn = config.controller.learn_progress and config.controller.progress.learn_placements
     view = node_view if config.controller.placement is Placement.NODES else None
+    queues = queue_index(config, api) if kueue else None
     pools = Pools(
         placements=PlacementMemory(cluster) if learn else None,
         api=api,
@@ -82,6 +83,8 @@ def make_pools(
             records_namespace=records_namespace(config),
             progress=progress_endpoint(config),
             pins=view,
+            # beside Kueue's topology-aware scheduling, Kueue is asked for the nodes
+            topology=queues.topology_aware if queues is not None else None,
         ),
         reader=JobReader(
             api,
@@ -93,7 +96,7 @@ def make_pools(
         now=clock.now,
         wall_to_clock=clock.at,
         observer=MetricsObserver(metrics),
-        queues=queue_index(config, api) if kueue else None,
+        queues=queues,
         engines=engines,
         memory=memory,
     )

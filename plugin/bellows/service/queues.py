@@ -13,6 +13,10 @@ again, an API error is logged and the watch resumes after a back-off. It keeps
 * namespace -> its labels (the managed namespaces'), which a ClusterQueue's
   ``namespaceSelector`` must match for the queue to admit the namespace's jobs (one list
   and watch of the namespaces, never a read per job),
+* ResourceFlavor -> whether it has a topology (``spec.topologyName``): a job whose
+  ClusterQueue's flavors all do is placed by Kueue's topology-aware scheduling
+  (:meth:`QueueIndex.topology_aware`; the flavors are listed and watched too, and while they
+  cannot be read, a 403 from an older chart's Role, no flavor counts as one),
 
 answers :meth:`QueueIndex.pool_of` for a job (``None``: no queue name, the default pool; a
 ClusterQueue's name; or a :class:`QueueProblem` saying why the job's queue cannot be
@@ -41,6 +45,7 @@ from bellows.kube.kueue import (
     CLUSTER_QUEUES,
     GROUP,
     LOCAL_QUEUES,
+    RESOURCE_FLAVORS,
     VERSION,
     ClusterQueueView,
     queue_name,
@@ -151,6 +156,7 @@ class QueueIndex:
         self._locals: dict[tuple[str, str], str | QueueProblem] = {}
         self._queues: dict[str, ClusterQueueView | QueueProblem] = {}
         self._labels: dict[str, Mapping[str, str]] = {}  # managed namespace -> its labels
+        self._flavors: dict[str, bool] = {}  # ResourceFlavor -> whether it has a topology
         self._versions: dict[tuple[str, str | None], str] = {}  # (plural, namespace) -> rv
         self._listeners: list[Listener] = []
         self.synced = False
@@ -173,6 +179,15 @@ class QueueIndex:
         """The ClusterQueue LocalQueue ``namespace/name`` points at, what is wrong with it,
         or ``None`` when there is no such LocalQueue."""
         return self._locals.get((namespace, name))
+
+    def topology_aware(self, job: JobView | Mapping[str, Any]) -> bool:
+        """Whether Kueue places ``job`` by topology-aware scheduling: its ClusterQueue's
+        GPU flavors all have a topology (Kueue then picks its nodes, and a topology
+        request is how to ask for them; a flavor not read counts as none)."""
+        route = self.pool_of(job)
+        view = self.cluster_queue(route) if isinstance(route, str) else None
+        flavors = view.flavors if view is not None else ()
+        return bool(flavors) and all(self._flavors.get(f, False) for f in flavors)
 
     def pool_of(self, job: JobView | Mapping[str, Any]) -> Route:
         """The pool of ``job`` (a view, or the raw object): see :data:`Route`."""
@@ -223,6 +238,12 @@ class QueueIndex:
         items, version = await self._list(CLUSTER_QUEUES, None)
         await self._relisted_queues(items)
         self._versions[CLUSTER_QUEUES, None] = version
+        try:  # only to know where Kueue places by topology: the watch lists them later
+            items, version = await self._list(RESOURCE_FLAVORS, None)
+            self._relisted_flavors(items)
+            self._versions[RESOURCE_FLAVORS, None] = version
+        except _TRANSIENT as err:
+            _log.warning("queues.flavors_unread", error=brief(err))
         self.synced = True
         _log.info("queues.listed", cluster_queues=len(self._queues), local_queues=len(self._locals))
 
@@ -243,6 +264,7 @@ class QueueIndex:
         follows = [self._follow(LOCAL_QUEUES, namespace) for namespace in self._namespaces]
         follows.append(self._follow(CLUSTER_QUEUES, None))
         follows.append(self._follow(NAMESPACES, None))
+        follows.append(self._follow(RESOURCE_FLAVORS, None))
         tasks = [asyncio.create_task(f) for f in follows]
         try:
             await asyncio.gather(*tasks)
@@ -265,6 +287,8 @@ class QueueIndex:
                         await self._relisted_locals(namespace, items)
                     elif plural == NAMESPACES:
                         await self._relisted_namespaces(items)
+                    elif plural == RESOURCE_FLAVORS:
+                        self._relisted_flavors(items)
                     else:
                         await self._relisted_queues(items)
                     wait = first  # the API server answers again
@@ -283,6 +307,8 @@ class QueueIndex:
                         await self._local(obj, gone=gone)
                     elif plural == NAMESPACES:
                         await self._namespace(obj, gone=gone)
+                    elif plural == RESOURCE_FLAVORS:
+                        self._flavor(obj, gone=gone)
                     else:
                         await self._queue(obj, gone=gone)
                     wait = first  # the watch works again
@@ -314,6 +340,20 @@ class QueueIndex:
         self._queues = {_name(obj)[1]: _view(obj, self._resource) for obj in items}
         for name in sorted(set(before) | set(self._queues)):
             await self._changed(name, before.get(name), self._queues.get(name))
+
+    def _relisted_flavors(self, items: list[dict[str, Any]]) -> None:
+        self._flavors = {}
+        for obj in items:
+            self._flavor(obj, gone=False)
+
+    def _flavor(self, obj: Mapping[str, Any], *, gone: bool) -> None:
+        name = _name(obj)[1]
+        spec = obj.get("spec")
+        topology = spec.get("topologyName") if isinstance(spec, Mapping) else None
+        if gone:
+            self._flavors.pop(name, None)
+        else:
+            self._flavors[name] = bool(topology)
 
     def _managed(self, namespace: str) -> bool:
         return None in self._namespaces or namespace in self._namespaces
