@@ -110,9 +110,11 @@ def test_the_caller_never_waits_and_a_kernel_is_compiled_once(rule: RentRule) ->
         assert np.array_equal(answer.gpus, exact.gpus)
 
 
-def test_band_widths_compile_in_the_background(
-    rule: RentRule, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _band_run(
+    rule: RentRule, monkeypatch: pytest.MonkeyPatch, *, guess: int | None
+) -> tuple[list[str], list[Kernel]]:
+    """Five background calls on the band path (``guess``: a width guessed before), each
+    checked against NumPy; their paths, and the kernels compiled."""
     monkeypatch.setattr(solving, "BAND_FROM", 0)  # the band path at a size that compiles fast
     compiled: list[Kernel] = []
 
@@ -121,10 +123,11 @@ def test_band_widths_compile_in_the_background(
         compile_kernel(kernel)
 
     rule.compiler = compiler
-    rows, capacity = _table(23, 8, seed=0), 100  # padded (24, 8, 112): first guess 64, needs 48
-    key = (24, 9)
+    rows, capacity = _table(23, 8, seed=0), 100  # padded (24, 8, 112): the band needs 48
+    if guess is not None:
+        rule.widths[(24, 9)] = guess
     exact = solve_rows(rows, capacity, method="numpy")
-    paths = []
+    paths: list[str] = []
     with rule.in_background():
         for _ in range(5):
             answer = solve_rows(rows, capacity, method="auto", rent=rule)
@@ -132,11 +135,27 @@ def test_band_widths_compile_in_the_background(
             paths.append(answer.path)
             if answer.path == "numpy":
                 _until(lambda: not rule.pending)
-    # the first guess compiles; run, it finds the band narrower and guesses that next time:
+    assert rule.widths[(24, 9)] == 48
+    return paths, compiled
+
+
+def test_a_first_band_call_compiles_the_width_the_numpy_bounds_give(
+    rule: RentRule, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths, compiled = _band_run(rule, monkeypatch, guess=None)
+    # one kernel, the width the calls need: not FIRST_WIDTH (64) and then that one
+    assert paths == ["numpy", "band", "band", "band", "band"]
+    assert compiled == [("banded", 24, 8, 48)]
+
+
+def test_band_widths_compile_in_the_background(
+    rule: RentRule, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths, compiled = _band_run(rule, monkeypatch, guess=64)
+    # the stale guess compiles; run, it finds the band narrower and guesses that next time:
     # that width compiles too, and from then on the band path runs
     assert paths == ["numpy", "band", "numpy", "band", "band"]
     assert compiled == [("banded", 24, 8, 64), ("banded", 24, 8, 48)]
-    assert rule.widths[key] == 48
 
 
 def test_a_failed_compile_leaves_numpy_answering(rule: RentRule) -> None:
@@ -212,3 +231,35 @@ def test_forced_jax_methods_compile_in_the_caller_even_in_background(rule: RentR
     with rule.in_background():
         assert solve_rows(rows, capacity, method="dense", rent=rule).path == "dense"
     assert gated.calls == []
+
+
+def test_a_delegating_rule_has_its_compiler_compile_in_the_caller(rule: RentRule) -> None:
+    gated = Gated()
+    gated.release.set()
+    rule.compiler, rule.delegate = gated, True
+    rows, capacity = _table(16, 6, seed=18), 50
+    exact = solve_rows(rows, capacity, method="numpy")
+    with rule.in_background(), rule.compiling():
+        answer = solve_rows(rows, capacity, method="auto", rent=rule)
+        again = solve_rows(rows, capacity, method="auto", rent=rule)
+    assert (answer.path, again.path) == ("dense", "dense")
+    assert np.array_equal(answer.gpus, exact.gpus)
+    assert gated.calls == [_dense_kernel(rows, capacity)]  # once, in the caller
+    assert not rule.pending
+
+
+def test_a_delegated_compile_that_fails_leaves_numpy_answering(rule: RentRule) -> None:
+    gated = Gated(error=RuntimeError("the child was killed"))
+    gated.release.set()
+    rule.compiler, rule.delegate = gated, True
+    rows, capacity = _table(17, 6, seed=19), 50
+    kernel = _dense_kernel(rows, capacity)
+    exact = solve_rows(rows, capacity, method="numpy")
+    with rule.in_background(), rule.compiling():
+        answer = solve_rows(rows, capacity, method="auto", rent=rule)
+    assert answer.path == "numpy"
+    assert np.array_equal(answer.gpus, exact.gpus)
+    assert rule.failed == {kernel: "RuntimeError: the child was killed"}
+    # a forced JAX path still runs: its call compiles the kernel itself
+    assert solve_rows(rows, capacity, method="dense", rent=rule).path == "dense"
+    assert gated.calls == [kernel]

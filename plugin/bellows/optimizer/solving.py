@@ -9,7 +9,8 @@ Paths (``method``): ``"numpy"`` (the lean NumPy engine of :mod:`bellows.optimize
 the same band bounds, a windowed DP that keeps one small choice per state; it never imports
 JAX), ``"dense"`` (the JAX DP over every GPU count), ``"band"`` (the JAX DP confined to the
 provably optimal band, see :func:`bellows.optimizer.kernels.make_bands`; bounds and DP run in
-one dispatch at a width guessed from the last call, and again, wider, if the guess was short;
+one dispatch at a width guessed from the last call (the first call of a size: from the NumPy
+bounds), and again, wider, if the guess was short;
 it falls back to dense when the band is no narrower), and ``"auto"``, which picks by size and
 counts what compiling costs (below). All return the same allocation.
 
@@ -37,7 +38,10 @@ compile on one worker thread, ahead of time for exactly the arguments the calls 
 they find it in ``jax.jit``'s cache), and is answered by the NumPy engine meanwhile; the
 calls after the compile run the kernel. Each kernel is compiled once; one whose compile
 fails stays with NumPy (:attr:`RentRule.failed`). Inside :meth:`RentRule.compiling` compiles
-stay in the caller, and ``"dense"``/``"band"`` always compile in the caller.
+stay in the caller, and ``"dense"``/``"band"`` always compile in the caller: there the call's
+jit compiles, or, with :attr:`RentRule.delegate`, the rule's ``compiler`` (the caller waits
+for it; the live controller's compiles in a child process, so that XLA's working memory is
+never the controller's, and the call then loads the kernel from the persistent cache).
 
 JAX (and :mod:`bellows.optimizer.kernels`) is imported the first time a JAX path runs, not
 before: importing it costs ~125 MiB of RSS, which a process on the NumPy engine (``"numpy"``,
@@ -67,7 +71,7 @@ from bellows.optimizer.errors import (
     check_values,
     finite_counts,
 )
-from bellows.optimizer.windowed import solve_windowed
+from bellows.optimizer.windowed import solve_windowed, windows
 
 if TYPE_CHECKING:
     from bellows.optimizer import kernels
@@ -171,7 +175,7 @@ def compile_kernel(kernel: Kernel) -> None:
             _jitted(kernel).lower(values, capacity).compile()
 
 
-FIRST_WIDTH = 64  # the band width guessed for a (rows, columns) bucket not met yet
+FIRST_WIDTH = 64  # the band width guessed where the NumPy bounds cannot tell (below)
 
 
 def padded_shape(rows: int, k_max: int, capacity: int) -> Shape:
@@ -200,6 +204,9 @@ class RentRule:
     failed: dict[Kernel, str] = field(default_factory=dict)  # its compile's error: NumPy
     widths: dict[tuple[int, int], int] = field(default_factory=dict)  # band width guesses
     compiler: Callable[[Kernel], None] = compile_kernel  # what the worker runs (tests swap it)
+    # True: a kernel a caller compiles (:meth:`may_run`) is compiled by ``compiler`` too, in
+    # the caller, before the call runs it; False: by the call's own jit
+    delegate: bool = False
     _worker: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -227,6 +234,8 @@ class RentRule:
         compiles it as it runs it (after waiting for the worker, if that is compiling it:
         never twice), except a kernel whose compile failed: that one is left to NumPy, not
         retried (only an ``inline`` call, a forced ``"dense"``/``"band"``, compiles it).
+        With :attr:`delegate`, the caller has ``compiler`` compile it first; if that fails,
+        the kernel is failed as on the worker (an ``inline`` call still compiles it itself).
         """
         with self._lock:
             if kernel in self.ready:
@@ -242,6 +251,8 @@ class RentRule:
             with self._lock:
                 if self.pending.get(kernel) is future:  # cancelled before it started
                     del self.pending[kernel]
+        if self.delegate and kernel not in self.ready and kernel not in self.failed:
+            self._compile(kernel)  # the owner's compiler, in the caller: records ready or failed
         with self._lock:
             if kernel in self.failed and not inline:
                 return False
@@ -379,7 +390,10 @@ def _solve_jax(
     shape = padded_shape(n, cols - 1, capacity)
     jobs, k_max, dense = shape
     rent.mark_compiled(shape)
-    width = min(rent.widths.get((jobs, k_max + 1), FIRST_WIDTH), dense) if band else dense
+    key = (jobs, k_max + 1)
+    if band and key not in rent.widths:
+        rent.widths[key] = _first_width(rows, capacity, dense)
+    width = min(rent.widths[key], dense) if band else dense
     # the first kernel is checked before JAX is imported: the caller waits for no import
     _runnable(("banded" if width < dense else "dp", jobs, k_max, width), rent, inline=inline)
     import jax  # noqa: PLC0415 - lazy: only the JAX paths pay for it
@@ -394,6 +408,18 @@ def _solve_jax(
             padded, np.zeros(jobs, dtype=np.int32), np.int32(capacity)
         )
         return Solution(np.asarray(gpus)[:n].astype(np.int64), float(objective), "dense")
+
+
+def _first_width(rows: Values, capacity: int, dense: int) -> int:
+    """The band width a (rows, columns) bucket's first call guesses: the one the NumPy
+    engine's bounds give this call (:func:`~bellows.optimizer.windowed.windows`, the
+    kernel's bounds to rounding), so that the first kernel compiled is the one the calls
+    run, not a ``FIRST_WIDTH`` kernel and then another; ``FIRST_WIDTH`` where the bounds
+    cannot tell (float trouble). A guess too narrow costs a second call, as before."""
+    window = windows(rows, capacity, bands=True)
+    if window.floor == -np.inf:
+        return min(FIRST_WIDTH, dense)
+    return bucket(min(int((window.hi - window.lo).max()) + 1, dense), minimum=8)
 
 
 def _banded_solve(
