@@ -73,6 +73,7 @@ from bellows.service.clock import ServiceClock
 from bellows.service.compile_cache import enable_compile_cache
 from bellows.service.config import CapacitySettings, LoggingSettings, LogLevel
 from bellows.service.controller import Controller
+from bellows.service.kernel_child import controller_rent_rule
 from bellows.service.logging import configure_logging
 from bellows.service.node_view import NodeView, watch_pods
 from bellows.service.observing import ControllerObserver
@@ -432,7 +433,9 @@ def main() -> None:
     configure_logging(LoggingSettings(level=LogLevel.ERROR))
     print(f"JAX compile cache: {enable_compile_cache() or 'off'}")
     runs = {}
-    rent = RentRule()  # this process's, as run_controller's: its kernels serve every run
+    # this process's, as run_controller's (compiles in child processes): its kernels serve
+    # every run
+    rent = controller_rent_rule()
     for mode in modes:
         for path in paths:
             before = set(rent.ready)

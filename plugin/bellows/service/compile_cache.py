@@ -21,7 +21,7 @@ from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Final
 
-__all__ = ["CACHE_ENV", "cache_folder", "enable_compile_cache"]
+__all__ = ["CACHE_ENV", "cache_folder", "enable_compile_cache", "enabled_folder"]
 
 CACHE_ENV: Final = "BELLOWS_JAX_CACHE"
 _JAX_DIR: Final = "JAX_COMPILATION_CACHE_DIR"
@@ -67,3 +67,10 @@ def enable_compile_cache(env: MutableMapping[str, str] = os.environ) -> Path | N
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     return folder
+
+
+def enabled_folder(env: Mapping[str, str] = os.environ) -> Path | None:
+    """The folder :func:`enable_compile_cache` turned the cache on at, as JAX (this
+    process's, and a child's inheriting ``env``) reads it; ``None``: not turned on."""
+    given = env.get(_JAX_DIR)
+    return Path(given) if given else None

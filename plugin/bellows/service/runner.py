@@ -34,7 +34,6 @@ from bellows.jobs import SpecError
 from bellows.kube import KubeApi, keys
 from bellows.kube.client import client_from_config
 from bellows.kube.placement import Placement
-from bellows.optimizer.solving import RentRule
 from bellows.scaling import ClusterProfile
 from bellows.service import capacity
 from bellows.service.allocator import release_free_heap
@@ -48,6 +47,7 @@ from bellows.service.capacity import NoGpuNodeError
 from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig, CapacitySettings, KubernetesSettings
 from bellows.service.health import Health, serving
+from bellows.service.kernel_child import controller_rent_rule
 from bellows.service.leader import LeaderElector, default_identity
 from bellows.service.logging import configure_logging
 from bellows.service.memory import Memory, open_memory
@@ -312,10 +312,13 @@ async def run_controller(
     pool's core. A round that meets a kernel not yet compiled is solved by the NumPy engine
     (the same allocation) while XLA compiles it beside, so no round waits seconds for a
     compile. Kernels compiled serve every later controller of this process (a lease lost
-    and won again).
+    and won again). Every compile, the start-up rehearsal's too, runs in a child process
+    that fills the persistent compilation cache, from which this process then loads the
+    kernel (:mod:`bellows.service.kernel_child`): XLA's working memory is never the
+    controller's.
     """
     clock = clock or ServiceClock()
-    rent = RentRule()
+    rent = controller_rent_rule()
     with rent.in_background():
         await _run_controller(
             config, stop=stop, api_client=api_client, clock=clock, engines=Engines(rent=rent)
