@@ -11,7 +11,11 @@ election). The controller rebuilds its state from the cluster and starts what fi
 bridge and NATS, each waited for until the controller has run its round. Then the
 controller's ``/proc/<pid>/status`` is read: the resident set now (``VmRSS``) and at its
 peak (``VmHWM``), and how much of it is anonymous memory (heap, stacks) and how much file
-pages (shared libraries' code, which the kernel can drop and reload). The controller's
+pages (shared libraries' code, which the kernel can drop and reload). The controller
+compiles its JAX kernels in short-lived child processes (``bellows.service.kernel_child``);
+sampled every 50 ms, the children's own peak (``VmHWM``) and the peak of the controller and
+its children together (the sum of their proportional sets, ``Pss``: shared pages counted
+once, as the container's memory counts them) are given too. The controller's
 ``bellows_startup_seconds`` give its start-up steps: the rebuild (jobs read), the first
 round (the core's step) and the rehearsal (the optimizer meeting the next rounds' shapes).
 
@@ -41,6 +45,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -77,7 +82,8 @@ class Run:
     status: dict[str, float]  # MiB: VmRSS, VmHWM, RssAnon, RssFile
     steps: dict[str, float]  # bellows_startup_seconds by step
     cache: str  # "cold", "warm" or "-" (the NumPy path compiles nothing)
-    kernels: int  # files in the compilation cache folder after the run
+    kernels: int  # compiled kernels in the compilation cache folder after the run
+    children: dict[str, float]  # MiB, sampled: the children's peak, and with the controller
 
 
 def _free_port() -> int:
@@ -146,6 +152,59 @@ def _proc_status(pid: int) -> dict[str, float]:
     return values
 
 
+class Sampler(threading.Thread):
+    """Samples the controller and its child processes every ``period_s`` until stopped: the
+    children's largest ``VmHWM``, and the largest sum of all their ``Pss`` (MiB)."""
+
+    def __init__(self, pid: int, period_s: float = 0.05) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.period_s = pid, period_s
+        self.child_peak = self.together_peak = 0.0
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.period_s):
+            children = _children(self.pid)
+            together = sum(_rollup(pid).get("Pss", 0.0) for pid in [self.pid, *children])
+            self.together_peak = max(self.together_peak, together)
+            for pid in children:
+                peak = _status_of(pid).get("VmHWM", 0.0)
+                self.child_peak = max(self.child_peak, peak)
+
+    def peaks(self) -> dict[str, float]:
+        self.stopped.set()
+        self.join()
+        return {"children": self.child_peak, "together": self.together_peak}
+
+
+def _children(pid: int) -> list[int]:
+    pids = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            pids += [int(child) for child in task.read_text().split()]
+    return pids
+
+
+def _rollup(pid: int) -> dict[str, float]:
+    """``/proc/<pid>/smaps_rollup`` in MiB ({} if the process is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return {}
+    values = {}
+    for line in text.splitlines()[1:]:
+        key, _, rest = line.partition(":")
+        values[key] = int(rest.split()[0]) / 1024
+    return values
+
+
+def _status_of(pid: int) -> dict[str, float]:
+    try:
+        return _proc_status(pid)
+    except OSError:
+        return {}
+
+
 def _wait(what: str, ready: Any, process: subprocess.Popen[bytes], log: Path, limit: float) -> None:
     deadline = time.monotonic() + limit
     while not ready():
@@ -197,6 +256,8 @@ async def _measure(  # noqa: PLR0917 - one case's settings, named where they are
                 _process(controller, log, env) as process,
             ):
                 started = time.monotonic()
+                sampler = Sampler(process.pid)
+                sampler.start()
 
                 def rounds() -> float:
                     return _metrics(port).get("bellows_rounds_total", 0.0)
@@ -221,6 +282,7 @@ async def _measure(  # noqa: PLR0917 - one case's settings, named where they are
                     if key.startswith("bellows_startup_seconds{")
                 }
                 status = _proc_status(process.pid)
+                children = sampler.peaks()
     return Run(
         capacity=capacity,
         optimizer=optimizer,
@@ -231,7 +293,8 @@ async def _measure(  # noqa: PLR0917 - one case's settings, named where they are
         status=status,
         steps=steps,
         cache=label,
-        kernels=sum(1 for _ in cache.iterdir()),
+        kernels=sum(1 for _ in cache.glob("*-cache")),
+        children=children,
     )
 
 
@@ -277,8 +340,9 @@ def main() -> None:
           f"{args.events} events, placement {args.placement}; MiB; start-up steps in s "
           "(bellows_startup_seconds)")  # fmt: skip
     print("| GPUs | optimizer | cache | running / queued | to first round | rebuild | first round "
-          "| rehearsal | kernels | RSS | peak | anon | file | peak / target |")  # fmt: skip
-    print("|---" * 14 + "|")
+          "| rehearsal | kernels | RSS | peak | anon | file | peak / target "
+          "| children's peak | with children |")  # fmt: skip
+    print("|---" * 16 + "|")
     for run in runs:
         s, t = run.status, run.steps
         target = MEMORY_TARGET_MIB.get(run.optimizer, JAX_TARGET_MIB)
@@ -287,8 +351,13 @@ def main() -> None:
             f"{run.startup_s:.1f} | {_step(t, 'rebuild')} | {_step(t, 'first-round')} | "
             f"{_step(t, 'rehearsal')} | {run.kernels} | "
             f"{s['VmRSS']:.1f} | {s['VmHWM']:.1f} | {s['RssAnon']:.1f} | {s['RssFile']:.1f} | "
-            f"**{s['VmHWM'] / target:.2f}** |"
+            f"**{s['VmHWM'] / target:.2f}** | {_mib(run.children['children'])} | "
+            f"{run.children['together']:.1f} |"
         )
+
+
+def _mib(value: float) -> str:
+    return f"{value:.1f}" if value else "-"
 
 
 if __name__ == "__main__":
