@@ -114,7 +114,9 @@ class Variant:
             config = replace(config, delta_s=self.delta_s)
         if self.remaining_exponent is not None:
             config = replace(config, remaining_exponent=self.remaining_exponent)
-        return replace(config, node_counts=self.node_pricing, early_share=self.early_share)
+        if self.early_share is not None:
+            config = replace(config, early_share=self.early_share)
+        return replace(config, node_counts=self.node_pricing)
 
 
 @dataclass(frozen=True)
@@ -499,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--remaining-exponent",
         type=float,
         default=None,
-        help="the power of remaining's weights (AutoscalerConfig.remaining_exponent; default 0.25)",
+        help="the power of remaining's weights (AutoscalerConfig.remaining_exponent; default 0.3)",
     )
     parser.add_argument(
         "--delta-s",
@@ -512,7 +514,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         default=None,
         help="Bellows mode: a round starts early once this share of the running jobs "
-        "finished since the last (the paper's hybrid trigger; default: off)",
+        "finished since the last (the paper's hybrid trigger; 0: off; default: the core's, "
+        "0.2)",
     )
     parser.add_argument(
         "--learn-placements",

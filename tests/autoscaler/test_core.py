@@ -19,7 +19,7 @@ from bellows.autoscaler import (
     Rescale,
     Start,
 )
-from bellows.autoscaler.config import restart_s, restart_s_each
+from bellows.autoscaler.config import BELLOWS_EARLY_SHARE, restart_s, restart_s_each
 from bellows.autoscaler.pricing import exact
 from bellows.jobs import MAX_RESTART_S, Allocation, SpecError
 from bellows.scaling import default_cluster
@@ -191,7 +191,9 @@ def test_same_inputs_give_the_same_decisions() -> None:
     [
         ({"delta_s": -1.0}, "delta_s"),
         ({"delta_s": math.inf}, "delta_s"),
-        ({"early_share": 0.0}, "early_share"),
+        ({"early_share": -0.1}, "early_share"),
+        ({"early_share": 1.5}, "early_share"),
+        ({"early_share": True}, "early_share"),
         ({"restart_s": -5.0}, "restart_s"),
         ({"hysteresis": math.nan}, "hysteresis"),
         ({"policy": "greedy"}, "policy"),
@@ -201,6 +203,14 @@ def test_bad_config_names_the_field(options: dict[str, object], field: str) -> N
     with pytest.raises(SpecError) as error:
         AutoscalerConfig(**options)  # type: ignore[arg-type]
     assert error.value.field == field
+
+
+def test_the_early_round_is_bellows_modes_and_zero_turns_it_off() -> None:
+    assert AutoscalerConfig().early_share == BELLOWS_EARLY_SHARE
+    assert AutoscalerConfig.paper().early_share is None  # the paper's rounds: Δ only
+    assert AutoscalerConfig(early_share=0).early_share is None
+    assert AutoscalerConfig(early_share=None).early_share is None
+    assert AutoscalerConfig.paper(early_share=0.5).early_share == 0.5
 
 
 def test_bad_capacity_names_the_field() -> None:

@@ -148,10 +148,18 @@ def test_a_straddled_job_moves_onto_a_freed_node_when_that_pays() -> None:
         assert c.rescales == len(spread) - 1
         if restart_s == 0.0:
             a = next(j for j in result.jobs if j.name == "a")
-            # nothing waits, so no fill: the next round (every 120 s) moves it
+            # nothing waits, so no fill: a is a third of the running jobs, so its end starts
+            # the early round (BELLOWS_EARLY_SHARE), which moves c at once
             assert a.finish_s is not None
-            assert a.finish_s < c.segments[1].start_s == 120.0 * math.ceil(a.finish_s / 120.0)
+            assert c.segments[1].start_s == a.finish_s
             assert c.segments[0].gpus == c.segments[1].gpus == 2
+    # without the early round, the next round on the grid (every 120 s) moves it
+    config = AutoscalerConfig(queue=True, restart_s=0.0, early_share=None)
+    result = run(trace, gpus=8, config=config, cluster=CLUSTER, nodes=True)
+    a, c = (next(j for j in result.jobs if j.name == n) for n in "ac")
+    assert [s.extra_nodes for s in c.segments] == [1, 0]
+    assert a.finish_s is not None
+    assert a.finish_s < c.segments[1].start_s == 120.0 * math.ceil(a.finish_s / 120.0)
 
 
 def test_migrations_go_best_first_and_never_squeeze_a_job_that_fits() -> None:

@@ -151,7 +151,7 @@ def test_default_install_has_every_part() -> None:
         ({"podSecurityContext": {"runAsNonroot": True}}, "runAsNonroot"),
         ({"controller": {"policy": "greedy"}}, "policy"),
         ({"controller": {"deltaSeconds": -1}}, "deltaSeconds"),
-        ({"controller": {"earlyShare": 0}}, "earlyShare"),
+        ({"controller": {"earlyShare": -0.1}}, "earlyShare"),
         ({"image": {"digest": "latest"}}, "digest"),
         ({"watchNamespaces": ["Team_A"]}, "watchNamespaces"),
         ({"nats": {"servers": ["http://nats:4222"]}}, "servers"),

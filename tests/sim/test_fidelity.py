@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from bellows.autoscaler import DEFAULT_OBJECTIVE
+from bellows.autoscaler.config import BELLOWS_EARLY_SHARE
 from bellows.sim.measured_steps import MeasuredPlacements
 from bellows.sim.workloads.importing import POLLUX_VALIDATION_WORK
 from tests.conftest import REPO, load_script
@@ -130,7 +131,8 @@ def test_a_variant_sets_bellows_modes_rules() -> None:
     rounds = bench.Variant(delta_s=30.0, early_share=0.05).config(30.0)
     assert rounds.delta_s == 30.0
     assert rounds.early_share == 0.05
-    assert bench.Variant().config(30.0).early_share is None
+    assert bench.Variant().config(30.0).early_share == BELLOWS_EARLY_SHARE  # the core's
+    assert bench.Variant(early_share=0.0).config(30.0).early_share is None  # 0: off
 
 
 def test_told_the_measured_step_times_bellows_mode_gains_on_workload_1(

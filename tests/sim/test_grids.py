@@ -55,8 +55,8 @@ def _error(document: object, tmp_path: Path) -> SpecError:
         ({"traces": [GEN], "gpus": 8, "seeds": [1, 1]}, "seeds", [1, 1], "without repeated"),
         ({"traces": [GEN]}, "traces[0].gpus", None, "a cluster size, here or in 'gpus'"),
         (
-            {"traces": [GEN], "gpus": 8, "policies": {"p": {"early_share": 0}}},
-            "policies.p.early_share", 0, "a share > 0 and <= 1",
+            {"traces": [GEN], "gpus": 8, "policies": {"p": {"early_share": 1.5}}},
+            "policies.p.early_share", 1.5, "a share in [0, 1] (0: off)",
         ),
         ({"traces": [{"itp": "missing.csv"}], "gpus": 8}, "traces[0].itp", "missing.csv",
          "an existing file"),

@@ -279,8 +279,8 @@ def settings_config(settings: Mapping[str, Any]) -> AutoscalerConfig:
         _check_reference(reference, settings)
     policy = Policy.ELASTIC if reference else Policy(settings.get("policy", Policy.ELASTIC))
     given: dict[str, Any] = {"policy": policy}
-    if "early_share" in settings:
-        given["early_share"] = settings["early_share"]
+    if "early_share" in settings or reference is not None:  # a reference has no early round
+        given["early_share"] = settings.get("early_share")
     keys = (
         "queue", "hysteresis", "backfill", "min_runtime_s", "node_counts", "objective",
         "restart_growth", "remaining_exponent",
@@ -431,7 +431,7 @@ def _setting(where: str, key: str, value: Any) -> Any:
     if key in _SETTING_BOUNDS:
         return _number(where, _SETTING_BOUNDS[key], value)
     if key == "early_share" and value is not None:
-        return check_float(where, value, minimum=0.0, maximum=1.0, open_min=True)
+        return check_float(where, value, minimum=0.0, maximum=1.0)
     return value
 
 
