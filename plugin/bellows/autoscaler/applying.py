@@ -101,7 +101,8 @@ def _start(s: State, name: str, alloc: Allocation, rate: float, *, cost: float, 
     s.arrived.remove(name)
     done = s.carried.pop(name, None)
     pause = 0.0 if done is None else cost
-    s.running[name] = RunningJob(alloc, rate, done or 0.0, now, now + pause)
+    charge, work = s.charged.get(name), s.jobs[name].work
+    s.running[name] = RunningJob(alloc, rate, done or 0.0, now, now + pause, charge, work)
     s.resumed[name] = now
     s.in_use += alloc.gpus
     return done is not None
@@ -219,7 +220,8 @@ def adopted(
     done = min(max(done, 0.0), job.work)
     start = now if since is None else min(since, now)
     pause = restart_s(job, config) if done > 0 else 0.0  # a resume, not a start
-    s.running[job.name] = RunningJob(allocation, rate, done, start, start + pause)
+    charge = s.charged.get(job.name)
+    s.running[job.name] = RunningJob(allocation, rate, done, start, start + pause, charge, job.work)
     s.resumed[job.name] = start
     s.in_use += allocation.gpus
 
@@ -247,9 +249,11 @@ def revised(
             at_done = running.done_at(now) if done is None else min(max(done, 0.0), job.work)
             rate *= float(profile.efficiency(alloc.batch, at_done))
         if done is None:  # keep the estimate, at the revised rate from now on
-            update = RunningJob(alloc, rate, running.done_at(now), now, running.paused_until)
+            update = RunningJob(alloc, rate, running.done_at(now), now, running.paused_until,
+                                profile, job.work)  # fmt: skip
         else:  # a report means the job was stepping then: no pause left to wait out
-            update = RunningJob(alloc, rate, min(max(done, 0.0), job.work), at, at)
+            done = min(max(done, 0.0), job.work)
+            update = RunningJob(alloc, rate, done, at, at, profile, job.work)
         s.running[name] = update
     elif done is not None and name in s.carried:
         s.carried[name] = min(max(done, 0.0), job.work)

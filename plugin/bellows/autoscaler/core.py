@@ -110,7 +110,6 @@ class Autoscaler:
         # (Objective.SLACK): from the core's state, whichever candidates the step offers
         self._need = 0
         self._priced: tuple[list[str], np.ndarray] | None = None  # the last round's values
-        self._charged: dict[str, EfficiencyProfile] = {}  # job -> profile (goodput rows)
         self._nodes: FreeNodes | None = None  # where GPUs sit, for the next step (see_nodes)
         self._ratios: dict[tuple[object, ...], np.ndarray] = {}  # straddle ratios (Pricing)
         self._squeezed: dict[str, int] = {}  # job -> its room in this round's placement
@@ -127,7 +126,6 @@ class Autoscaler:
         twin._s = self._s.copy()
         twin._clock = dataclasses.replace(self._clock)
         twin._tables = self._tables.fork()
-        twin._charged = dict(self._charged)
         return twin
 
     def charge(self, name: str, profile: EfficiencyProfile | None) -> None:
@@ -136,9 +134,9 @@ class Autoscaler:
         learned online) with a :meth:`revise` that says its progress in reference samples;
         paper mode and the baseline keep the paper's premise and ignore it (:attr:`goodput`)."""
         if profile is None:
-            self._charged.pop(name, None)
+            self._s.charged.pop(name, None)
         elif self.goodput:
-            self._charged[name] = profile
+            self._s.charged[name] = profile
 
     def see_nodes(self, nodes: FreeNodes | None) -> None:
         """Where the GPUs sit now, for the next :meth:`step` only (Bellows mode): its counts
@@ -154,7 +152,7 @@ class Autoscaler:
 
     def charged(self, name: str) -> EfficiencyProfile | None:
         """The efficiency job ``name`` is decided by (``None``: by throughput)."""
-        return self._charged.get(name)
+        return self._s.charged.get(name)
 
     # ------------------------------------------------------------------ facts in
     def arrive(self, job: JobSpec, now: float) -> bool:
@@ -227,7 +225,7 @@ class Autoscaler:
         row = self._tables.compute([job])[0]
         self._s.jobs[name] = job
         self._s.rows[name] = row
-        profile = self._charged.get(name)
+        profile = self._s.charged.get(name)
         rate_of = self._tables.throughput
         applying.revised(self._s, rate_of, job, profile, now=now, done=done, since=since)
         self._clock.note_event(now)
@@ -237,7 +235,7 @@ class Autoscaler:
         """A step of job ``name`` measured where it ran, for the jobs of its class when the core
         has a placement memory (``measured``): whether their rows changed (next round's)."""
         self._advance(now)
-        return self._tables.observe(self._s, self._charged, name, step, now)
+        return self._tables.observe(self._s, self._s.charged, name, step, now)
 
     def finish(self, name: str, now: float) -> bool:
         """Job ``name`` completed (or failed, or was deleted) at ``now``.
@@ -393,8 +391,8 @@ class Autoscaler:
         self._squeezed = {}
         if not names:
             return 0, 0.0
-        if self._charged:
-            self._tables.goodput_rows(self._s, self._charged, names, now)
+        if self._s.charged:
+            self._tables.goodput_rows(self._s, self._s.charged, names, now)
         pricing = self._pricing()
         if len(names) == 1 and not required and self.shortcuts:  # most fills
             lone = admission.solve_lone(pricing, names[0], self._s.rows[names[0]], capacity, now)
@@ -465,7 +463,6 @@ class Autoscaler:
         finished or was rejected): its spec, its row, its progress and moves, its charge,
         what this round noted of it. Its name is then unknown, as if it never came."""
         self._s.forget(name)
-        self._charged.pop(name, None)
         self._batch_kept.pop(name, None)
         self._squeezed.pop(name, None)
 

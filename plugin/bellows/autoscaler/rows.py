@@ -21,7 +21,7 @@ import numpy as np
 from bellows.autoscaler.config import AutoscalerConfig, Policy
 from bellows.autoscaler.engines import Engines
 from bellows.autoscaler.pricing import exact
-from bellows.autoscaler.progress import RunningJob
+from bellows.autoscaler.progress import GOODPUT_STEPS, RunningJob, step_of
 from bellows.autoscaler.shapes import shape_rows
 from bellows.autoscaler.state import Row, State
 from bellows.jobs import JobSpec
@@ -46,7 +46,6 @@ __all__ = [
 ]
 
 TABULATE_BATCH = 512  # jobs per vectorized TSF table in Tables.tabulate (~30 MiB peak)
-GOODPUT_STEPS = 10  # a goodput row is recomputed each 1/10 of a job's work (10 % progress)
 GOODPUT_ROWS_KEPT = 4096  # goodput rows cached before those no known job uses are dropped
 
 
@@ -182,7 +181,7 @@ class Tables:
                 continue
             job, run = s.jobs[name], s.running.get(name)
             done = run.done_at(now) if run is not None else s.carried.get(name, 0.0)
-            step = min(GOODPUT_STEPS - 1, int(GOODPUT_STEPS * max(done, 0.0) / job.work))
+            step = step_of(done, job.work)
             key = keys[name] = (*self.kind(job), profile, step)
             steps[name] = step
             if key not in self.goodput_cache:  # E at the step's middle: its rate's mean
@@ -241,7 +240,8 @@ class Tables:
             middle = job.work * (step + 0.5) / GOODPUT_STEPS
             gain = float(profile.efficiency(held.batch, middle))
             rate = self.throughput(job, held.gpus, held.batch) * gain
-        return RunningJob(held, rate, run.done_at(now), now, run.paused_until)
+        done = run.done_at(now)
+        return RunningJob(held, rate, done, now, run.paused_until, profile, job.work)
 
     def throughput(self, job: JobSpec, gpus: int, batch: int) -> float:
         """Samples per second at ``(gpus, batch)``: measured where :attr:`measured` has the

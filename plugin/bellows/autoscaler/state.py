@@ -16,6 +16,7 @@ import numpy as np
 
 from bellows.autoscaler.progress import RunningJob
 from bellows.jobs import JobSpec
+from bellows.scaling import EfficiencyProfile
 
 __all__ = ["RoundStats", "Row", "State"]
 
@@ -57,6 +58,7 @@ class State:
     resumed: dict[str, float] = field(default_factory=dict)  # running job -> (re)started at
     moves: dict[str, int] = field(default_factory=dict)  # rescales each job has made
     in_use: int = 0  # GPUs the running jobs hold
+    charged: dict[str, EfficiencyProfile] = field(default_factory=dict)  # goodput's profiles
 
     def copy(self) -> State:
         """An independent state: the containers copied, the immutable values they hold
@@ -64,16 +66,18 @@ class State:
         return State(
             jobs=dict(self.jobs), rows=dict(self.rows), arrived=list(self.arrived),
             running=dict(self.running), carried=dict(self.carried), in_use=self.in_use,
-            resumed=dict(self.resumed), moves=dict(self.moves),
+            resumed=dict(self.resumed), moves=dict(self.moves), charged=dict(self.charged),
         )  # fmt: skip
 
     def forget(self, name: str) -> None:
-        """Drop job ``name``'s spec, row, progress and moves (it neither runs nor waits)."""
+        """Drop job ``name``'s spec, row, progress, moves and charge (it neither runs nor
+        waits)."""
         self.jobs.pop(name, None)
         self.rows.pop(name, None)
         self.carried.pop(name, None)
         self.resumed.pop(name, None)
         self.moves.pop(name, None)
+        self.charged.pop(name, None)
 
     def min_need(self, names: Sequence[str]) -> int:
         """GPUs the jobs ``names`` need at their smallest allocation."""
