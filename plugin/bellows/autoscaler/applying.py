@@ -17,7 +17,7 @@ import numpy as np
 
 from bellows.autoscaler.config import AutoscalerConfig, restart_s
 from bellows.autoscaler.decisions import Decision, Keep, Rescale, Start
-from bellows.autoscaler.progress import RunningJob, work_left
+from bellows.autoscaler.progress import RunningJob, middle_gain, work_left
 from bellows.autoscaler.reasons import (
     batch_keep_reason,
     keep_reason,
@@ -218,9 +218,11 @@ def adopted(
     restart a resume costs (none for a job that did nothing yet)."""
     rate = rate_of(job, allocation.gpus, allocation.batch)
     done = min(max(done, 0.0), job.work)
+    charge = s.charged.get(job.name)
+    if charge is not None:  # reference samples per s, at its step's E (its row's)
+        rate *= middle_gain(charge, allocation.batch, done, job.work)
     start = now if since is None else min(since, now)
     pause = restart_s(job, config) if done > 0 else 0.0  # a resume, not a start
-    charge = s.charged.get(job.name)
     s.running[job.name] = RunningJob(allocation, rate, done, start, start + pause, charge, job.work)
     s.resumed[job.name] = start
     s.in_use += allocation.gpus
@@ -247,7 +249,7 @@ def revised(
         rate = rate_of(job, alloc.gpus, alloc.batch)
         if profile is not None:  # reference samples per s
             at_done = running.done_at(now) if done is None else min(max(done, 0.0), job.work)
-            rate *= float(profile.efficiency(alloc.batch, at_done))
+            rate *= middle_gain(profile, alloc.batch, at_done, job.work)  # its row's E
         if done is None:  # keep the estimate, at the revised rate from now on
             update = RunningJob(alloc, rate, running.done_at(now), now, running.paused_until,
                                 profile, job.work)  # fmt: skip

@@ -7,12 +7,12 @@ second, except for ``restart_s`` seconds after each rescale.
 
 A job decided by goodput (charged an :class:`~bellows.scaling.EfficiencyProfile`) progresses
 in reference samples at ``X(b, k) E(b, progress)``, and ``E`` moves as training goes on. Its
-estimate goes through the ``GOODPUT_STEPS`` steps of its work as its goodput rows do
-(:mod:`bellows.autoscaler.rows`): within each step at ``E`` at the step's middle, the rate it
-was given scaled by that ``E`` over the one of the step it started in. It was ``E`` of its
-first step until the core next looked (a round: minutes, or longer between events), so an
-early job at a large batch, whose ``E`` rises fast, was believed far ahead or behind of its
-truth (the demo's c3-00001, believed 115 % done when the simulator had it at 54 %).
+estimate goes through the ``GOODPUT_STEPS`` steps of its work its goodput rows follow
+(:mod:`bellows.autoscaler.rows`), each at the step's mean rate, ``integral ds / E`` over it
+(:attr:`RunningJob.speeds`): exact at each step's end, linear within. Its rate was that of
+the E at its step's middle until the core next looked (a round: minutes, or longer between
+events), so an early job at a large batch, whose ``E`` rises fast, was believed far ahead of
+its truth (the demo's c3-00001, believed 115 % done when the simulator had it at 54 %).
 """
 
 from __future__ import annotations
@@ -27,7 +27,15 @@ import numpy.typing as npt
 from bellows.jobs import Allocation
 from bellows.scaling import EfficiencyProfile
 
-__all__ = ["GOODPUT_STEPS", "LEAST_LEFT", "RunningJob", "done_at_all", "step_of", "work_left"]
+__all__ = [
+    "GOODPUT_STEPS",
+    "LEAST_LEFT",
+    "RunningJob",
+    "done_at_all",
+    "middle_gain",
+    "step_of",
+    "work_left",
+]
 
 GOODPUT_STEPS = 10  # a goodput row is recomputed each 1/10 of a job's work (10 % progress)
 
@@ -64,33 +72,41 @@ class RunningJob:
         return self._stepped(active)
 
     def _stepped(self, active: float) -> float:
-        """Reference samples after ``active`` seconds of progress from ``done``: step by
-        step, at ``rate`` in the step ``done`` is in and at ``rate`` times the ratio of the
-        steps' gains past it. A job that stays in its step: ``done + rate * active``, to
-        the bit."""
-        done, rate, work = self.done, self.rate, self.work
-        step, last = (step_of(done, work), GOODPUT_STEPS - 1) if work > 0.0 else (0, 0)
-        if step >= last or rate <= 0.0:
-            return done + rate * active
-        gains = self.gains
-        first = gains[step]
-        while step < last:
-            need = max(0.0, (work * (step + 1) / GOODPUT_STEPS - done) / rate)
+        """Reference samples after ``active`` seconds of progress from ``done``, step by
+        step at :attr:`speeds`: exact at each step's end, linear within a step."""
+        done, work = self.done, self.work
+        step, last = step_of(done, work), GOODPUT_STEPS - 1
+        for rate in self.speeds:
+            if step == last or rate <= 0.0:
+                return done + rate * active
+            end = work * (step + 1) / GOODPUT_STEPS
+            need = max(0.0, (end - done) / rate)
             if need >= active:
-                break
+                return done + rate * active
             active -= need
-            done = work * (step + 1) / GOODPUT_STEPS
+            done = end
             step += 1
-            rate = self.rate * (gains[step] / first)
-        return done + rate * active
+        raise AssertionError("a speed for every step up to the last")  # pragma: no cover
 
     @cached_property
-    def gains(self) -> tuple[float, ...]:
-        """``E`` at the held batch at the middle of each goodput step (all 1 uncharged)."""
-        if self.charge is None:
-            return (1.0,) * GOODPUT_STEPS
-        middles = self.work * (np.arange(GOODPUT_STEPS, dtype=np.float64) + 0.5) / GOODPUT_STEPS
-        return tuple(self.charge.efficiency(self.allocation.batch, middles).tolist())
+    def speeds(self) -> tuple[float, ...]:
+        """A charged job's mean rate (reference samples per second) in each goodput step
+        from the one ``done`` is in (from ``done`` to its end) to the last: ``X(b, k)``
+        (``rate`` over ``E`` at the middle of ``done``'s step, as its row gave it) times the
+        step's ``span / integral ds / E(b, s)``, so that the estimate is exact at each
+        step's end, as the simulator charges (``EfficiencyProfile.progress_after``)."""
+        if self.charge is None or self.work <= 0.0 or self.rate <= 0.0:
+            return (self.rate,)
+        work, batch = self.work, self.allocation.batch
+        first = step_of(self.done, work)
+        bounds = work * np.arange(first + 1, GOODPUT_STEPS + 1, dtype=np.float64) / GOODPUT_STEPS
+        starts = np.concatenate(([min(max(self.done, 0.0), float(bounds[0]))], bounds[:-1]))
+        spans = bounds - starts
+        samples = self.charge.samples_between(batch, starts, bounds)
+        gain = np.where(spans > 0.0, spans / np.where(spans > 0.0, samples, 1.0), 0.0)
+        gain[spans <= 0.0] = self.charge.efficiency(batch, starts)[spans <= 0.0]
+        speed = self.rate / middle_gain(self.charge, batch, self.done, work)
+        return tuple((speed * gain).tolist())
 
     def moved_to(
         self, allocation: Allocation, rate: float, now: float, *, restart_s: float
@@ -121,6 +137,13 @@ def done_at_all(jobs: Sequence[RunningJob], now: float) -> npt.NDArray[np.float6
         if job.charge is not None:
             out[i] = job.done_at(now)
     return out
+
+
+def middle_gain(profile: EfficiencyProfile, batch: int, done: float, work: float) -> float:
+    """``E(batch)`` at the middle of the goodput step ``done`` is in: the gain a charged job's
+    rate carries (its row's, :mod:`bellows.autoscaler.rows`)."""
+    middle = work * (step_of(done, work) + 0.5) / GOODPUT_STEPS
+    return float(profile.efficiency(batch, middle))
 
 
 def step_of(done: float, work: float) -> int:
