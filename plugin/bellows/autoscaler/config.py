@@ -37,8 +37,8 @@ BELLOWS_EARLY_SHARE = 0.2
 """Bellows mode's early round: once a fifth of the jobs running after a round have finished,
 the next round starts at once instead of on the Δ grid. Chosen on the calibrated simulator
 (issue 36; ``docs/autoscaler.md``, "The defaults, re-decided"): with the remaining-time power
-0.3 it took the core told the measured step times from 0.933x to 0.894x the published Pollux
-on the median workload (0.982x to 0.975x on the worst); 0.05 gained more there but doubled
+0.3 it took the core told the measured step times from 0.933x to 0.901x the published Pollux
+on the median workload (0.997x to 0.972x on the worst); 0.05 gained more there but doubled
 the rescales per job on the 400-GPU bursty scenario (0.31 to 0.69, issue 10's bound 0.5),
 0.2 holds them at 0.37."""
 DEFAULT_OBJECTIVE = Objective.REMAINING

@@ -75,7 +75,7 @@ sum of speedups, 2-4 % below the power 1) and beat the sum of speedups on bursty
 (``docs/autoscaler.md``, "Round objectives"; measured with the round's shortest ``T`` as
 the unit, before :data:`REMAINING_UNIT_S`). 0.3 since issue 36: on the calibrated simulator,
 with the early round at ``BELLOWS_EARLY_SHARE`` (``bellows.autoscaler.config``), it took the
-core told the measured step times from 0.933x to 0.894x the published Pollux on the median
+core told the measured step times from 0.933x to 0.901x the published Pollux on the median
 workload and kept issue 10's bursty targets, which 0.35 with an early round at 5 % missed
 (``docs/autoscaler.md``, "The defaults, re-decided")."""
 
