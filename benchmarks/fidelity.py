@@ -501,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--remaining-exponent",
         type=float,
         default=None,
-        help="the power of remaining's weights (AutoscalerConfig.remaining_exponent; default 0.3)",
+        help="the power of remaining's weights (AutoscalerConfig.remaining_exponent; default 0.25)",
     )
     parser.add_argument(
         "--delta-s",
@@ -515,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="Bellows mode: a round starts early once this share of the running jobs "
         "finished since the last (the paper's hybrid trigger; 0: off; default: the core's, "
-        "0.2)",
+        "off)",
     )
     parser.add_argument(
         "--learn-placements",

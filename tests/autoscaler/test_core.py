@@ -19,7 +19,7 @@ from bellows.autoscaler import (
     Rescale,
     Start,
 )
-from bellows.autoscaler.config import BELLOWS_EARLY_SHARE, restart_s, restart_s_each
+from bellows.autoscaler.config import restart_s, restart_s_each
 from bellows.autoscaler.pricing import exact
 from bellows.jobs import MAX_RESTART_S, Allocation, SpecError
 from bellows.scaling import default_cluster
@@ -205,8 +205,8 @@ def test_bad_config_names_the_field(options: dict[str, object], field: str) -> N
     assert error.value.field == field
 
 
-def test_the_early_round_is_bellows_modes_and_zero_turns_it_off() -> None:
-    assert AutoscalerConfig().early_share == BELLOWS_EARLY_SHARE
+def test_the_early_round_is_off_by_default_and_zero_turns_it_off() -> None:
+    assert AutoscalerConfig().early_share is None
     assert AutoscalerConfig.paper().early_share is None  # the paper's rounds: Δ only
     assert AutoscalerConfig(early_share=0).early_share is None
     assert AutoscalerConfig(early_share=None).early_share is None

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from bellows.autoscaler import DEFAULT_OBJECTIVE
-from bellows.autoscaler.config import BELLOWS_EARLY_SHARE
 from bellows.sim.measured_steps import MeasuredPlacements
 from bellows.sim.workloads.importing import POLLUX_VALIDATION_WORK
 from tests.conftest import REPO, load_script
@@ -131,7 +130,7 @@ def test_a_variant_sets_bellows_modes_rules() -> None:
     rounds = bench.Variant(delta_s=30.0, early_share=0.05).config(30.0)
     assert rounds.delta_s == 30.0
     assert rounds.early_share == 0.05
-    assert bench.Variant().config(30.0).early_share == BELLOWS_EARLY_SHARE  # the core's
+    assert bench.Variant().config(30.0).early_share is None  # the core's: off
     assert bench.Variant(early_share=0.0).config(30.0).early_share is None  # 0: off
 
 
@@ -156,13 +155,14 @@ def test_measured_rows_needs_a_physics_that_measures(shared_data: Path) -> None:
 
 def test_learning_the_placements_from_reports_gains_on_workload_1(shared_data: Path) -> None:
     """``--learn-placements``: the core learns, from each job's reports, the step time its
-    class measures on its GPUs, and gains on workload-1 (docs/autoscaler.md: 1.009 -> 0.968
-    of the published Pollux); it refuses to be told and to learn at once."""
+    class measures on its GPUs, and gains on workload-1 (0.987 -> 0.961 of the published
+    Pollux since the core's estimate of a charged job follows E between rounds; 1.009 ->
+    0.968 before); it refuses to be told and to learn at once."""
     bench = _benchmark()
     jsa = bench.run_one(shared_data, "workload-1", "bellows", 30.0, "pollux-measured")
     learned = bench.run_one(shared_data, "workload-1", "bellows", 30.0, "pollux-measured",
                             variant=bench.Variant(learn_placements=True))  # fmt: skip
-    assert learned.ours_s < 0.97 * jsa.ours_s
+    assert learned.ours_s < 0.98 * jsa.ours_s
     with pytest.raises(SystemExit):
         bench.main(["--data", str(shared_data), "--physics", "pollux-measured",
                     "--measured-rows", "--learn-placements"])  # fmt: skip

@@ -14,7 +14,6 @@ from bellows.optimizer.solving import METHODS
 
 __all__ = [
     "BELLOWS_DELTA_S",
-    "BELLOWS_EARLY_SHARE",
     "DEFAULT_OBJECTIVE",
     "DEFAULT_RESTART_S",
     "PAPER_DELTA_S",
@@ -33,14 +32,6 @@ PAPER_DELTA_S = 600.0
 BELLOWS_DELTA_S = 120.0
 """Bellows mode's Δ: rounds only rebalance (starts happen at events), so they can come more
 often; ``benchmarks/policies.py`` measured 90 to 180 s alike and 600 s worse."""
-BELLOWS_EARLY_SHARE = 0.2
-"""Bellows mode's early round: once a fifth of the jobs running after a round have finished,
-the next round starts at once instead of on the Δ grid. Chosen on the calibrated simulator
-(issue 36; ``docs/autoscaler.md``, "The defaults, re-decided"): with the remaining-time power
-0.3 it took the core told the measured step times from 0.933x to 0.901x the published Pollux
-on the median workload (0.997x to 0.972x on the worst); 0.05 gained more there but doubled
-the rescales per job on the 400-GPU bursty scenario (0.31 to 0.69, issue 10's bound 0.5),
-0.2 holds them at 0.37."""
 DEFAULT_OBJECTIVE = Objective.REMAINING
 """What Bellows mode's rounds maximise by default: speedups weighted by a power of the jobs'
 remaining time, re-decided on the calibrated simulator (issue 36; ``docs/autoscaler.md``,
@@ -75,7 +66,8 @@ class AutoscalerConfig:
     * ``queue``: keep jobs that do not fit for the next round (else reject them).
     * ``early_share``: the paper's hybrid trigger; a round starts before Δ has passed once
       this share of the running jobs has finished since the last round (``None`` or 0:
-      off; :data:`BELLOWS_EARLY_SHARE` in Bellows mode, off in paper mode).
+      off, the default; 0.2 gains on the calibrated simulator but lets a liar gain:
+      ``docs/autoscaler.md``, "The defaults, re-decided, and kept").
     * ``restart_s``: seconds of progress a halt costs (checkpoint, pods restart), for
       jobs that do not set their own (``JobSpec.restart_s``). The optimizer prices it: a
       running job moves only when its remaining work finishes sooner by more than
@@ -105,15 +97,15 @@ class AutoscalerConfig:
       ``p = -1`` fairness; see ``docs/autoscaler.md``, "Round objectives".
     * ``remaining_exponent``: the power of ``remaining``'s (and ``slack``'s) weights, in
       [0, 1] (0: the sum of speedups; 1: Smith's rule); :data:`~bellows.autoscaler.
-      objectives.REMAINING_EXPONENT` (0.3) by default, chosen with ``early_share`` on the
-      calibrated simulator (``docs/autoscaler.md``, "The defaults, re-decided").
+      objectives.REMAINING_EXPONENT` (0.25) by default (``docs/autoscaler.md``, "The
+      defaults, re-decided, and kept").
     """
 
     mode: Mode = Mode.BELLOWS
     policy: Policy = Policy.ELASTIC
     queue: bool = True
     delta_s: float = BELLOWS_DELTA_S
-    early_share: float | None = BELLOWS_EARLY_SHARE
+    early_share: float | None = None
     restart_s: float = DEFAULT_RESTART_S
     hysteresis: float = 1.0
     backfill: bool = True

@@ -66,18 +66,17 @@ REMAINING_UNIT_S = 60.0
 fixed unit, not the round's shortest, so that a job's terms do not depend on which others
 are offered with it (the core's shortcuts offer fewer, and must decide the same)."""
 
-REMAINING_EXPONENT = 0.3
+REMAINING_EXPONENT = 0.25
 """The power of ``T_min / T`` in :attr:`Objective.REMAINING`'s weights. 1 (Smith's rule,
 shortest remaining first) moved jobs whenever their order changed: on the 400-GPU bursty
 scenario 0.53 rescales per job and 4 pure swaps, avg JCT 13.6 min against 11.2 for the sum
 of speedups; 0.25 kept the order's gain on the Pollux workloads (avg JCT 12-18 % below the
 sum of speedups, 2-4 % below the power 1) and beat the sum of speedups on bursty too
 (``docs/autoscaler.md``, "Round objectives"; measured with the round's shortest ``T`` as
-the unit, before :data:`REMAINING_UNIT_S`). 0.3 since issue 36: on the calibrated simulator,
-with the early round at ``BELLOWS_EARLY_SHARE`` (``bellows.autoscaler.config``), it took the
-core told the measured step times from 0.933x to 0.901x the published Pollux on the median
-workload and kept issue 10's bursty targets, which 0.35 with an early round at 5 % missed
-(``docs/autoscaler.md``, "The defaults, re-decided")."""
+the unit, before :data:`REMAINING_UNIT_S`). 0.3 (with an early round at 0.2) gains 2-4 % on
+the calibrated simulator's medians but lets a job that reports half its step time keep GPUs
+it would lose, 74 % sooner done (``benchmarks/liars.py``): not the default
+(``docs/autoscaler.md``, "The defaults, re-decided, and kept")."""
 
 SLACK_SHARE = 0.45
 """The share of the capacity the running and admitted jobs' smallest allocations may take

@@ -252,7 +252,7 @@ def _measured_truth(
     type=FiniteFloat(0, 1),
     help="The paper's hybrid trigger: a round starts before Δ has passed once this share of "
     "the running jobs has finished since the last round (0 < share <= 1; 0: off). "
-    "[default: 0.2; --paper: off]",
+    "[default: off]",
 )
 @click.option(
     "--restart-cost-s",
@@ -286,7 +286,7 @@ def _measured_truth(
     "--remaining-exponent",
     type=FiniteFloat(0, 1),
     help="The power of the remaining objective's weights (0: the sum of speedups, 1: shortest "
-    "remaining first; docs/autoscaler.md). [default: 0.3]",
+    "remaining first; docs/autoscaler.md). [default: 0.25]",
 )
 @click.option(
     "--restart-growth",
