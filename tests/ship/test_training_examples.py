@@ -41,6 +41,9 @@ def _free_port() -> int:
         return port
 
 
+_TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 class PortTakenError(RuntimeError):
     """The rendezvous port was taken between choosing it and binding it (retry)."""
 
@@ -59,10 +62,17 @@ class Run:
             errors.append(err)
             if rank == 0:
                 lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        done = any(line.get("event") == "done" for line in lines)
         for rank, (code, err) in enumerate(zip(codes, errors, strict=True)):
             if code not in (0, 143):
                 if "address already in use" in err.lower() and not lines:
                     raise PortTakenError(err[-500:])
+                if done and code == -signal.SIGABRT and _TEARDOWN_ABORT in err:
+                    # rank 0 said "done" after the final barrier: every rank had trained and
+                    # saved; torch's C++ teardown then aborted a rank on its way out (seen in
+                    # full suites on a loaded machine: a thread still joinable at exit)
+                    codes[rank] = 0
+                    continue
                 raise AssertionError(f"rank {rank} exited {code}:\n{err[-3000:]}")
         return codes, lines
 
