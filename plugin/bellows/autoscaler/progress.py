@@ -33,6 +33,7 @@ __all__ = [
     "RunningJob",
     "done_at_all",
     "middle_gain",
+    "step_middle",
     "step_of",
     "work_left",
 ]
@@ -142,8 +143,13 @@ def done_at_all(jobs: Sequence[RunningJob], now: float) -> npt.NDArray[np.float6
 def middle_gain(profile: EfficiencyProfile, batch: int, done: float, work: float) -> float:
     """``E(batch)`` at the middle of the goodput step ``done`` is in: the gain a charged job's
     rate carries (its row's, :mod:`bellows.autoscaler.rows`)."""
-    middle = work * (step_of(done, work) + 0.5) / GOODPUT_STEPS
-    return float(profile.efficiency(batch, middle))
+    return float(profile.efficiency(batch, step_middle(step_of(done, work), work)))
+
+
+def step_middle(step: int, work: float) -> float:
+    """The progress at the middle of goodput step ``step`` of a job of ``work``: where its
+    rows take E (:mod:`bellows.autoscaler.rows`) and its estimate's rate carries it."""
+    return work * (step + 0.5) / GOODPUT_STEPS
 
 
 def step_of(done: float, work: float) -> int:

@@ -21,7 +21,7 @@ import numpy as np
 from bellows.autoscaler.config import AutoscalerConfig, Policy
 from bellows.autoscaler.engines import Engines
 from bellows.autoscaler.pricing import exact
-from bellows.autoscaler.progress import GOODPUT_STEPS, RunningJob, step_of
+from bellows.autoscaler.progress import GOODPUT_STEPS, RunningJob, step_middle, step_of
 from bellows.autoscaler.shapes import shape_rows
 from bellows.autoscaler.state import Row, State
 from bellows.jobs import JobSpec
@@ -185,7 +185,7 @@ class Tables:
             key = keys[name] = (*self.kind(job), profile, step)
             steps[name] = step
             if key not in self.goodput_cache:  # E at the step's middle: its rate's mean
-                todo.setdefault(key, (job, profile, job.work * (step + 0.5) / GOODPUT_STEPS))
+                todo.setdefault(key, (job, profile, step_middle(step, job.work)))
         if todo:
             parts = list(todo.values())
             rows = self.compute([p[0] for p in parts], [(p[1], p[2]) for p in parts])
@@ -237,8 +237,7 @@ class Tables:
         if row.batch[held.gpus] == held.batch:
             rate = float(row.rate[held.gpus])
         else:
-            middle = job.work * (step + 0.5) / GOODPUT_STEPS
-            gain = float(profile.efficiency(held.batch, middle))
+            gain = float(profile.efficiency(held.batch, step_middle(step, job.work)))
             rate = self.throughput(job, held.gpus, held.batch) * gain
         done = run.done_at(now)
         return RunningJob(held, rate, done, now, run.paused_until, profile, job.work)
