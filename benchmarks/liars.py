@@ -1,7 +1,8 @@
 """Lying progress reports in the simulator: what one liar gains, what the others lose.
 
     python benchmarks/liars.py [--seed 2] [--gpus 16] [--minutes 120] [--checked-only]
-                               [--learn-placements]
+                               [--learn-placements] [--remaining-exponent P]
+                               [--early-share E]
 
 The 50-job scenario of issue 25: 16 GPUs, a bursty trace of 120 minutes (period 60, seed 2:
 51 jobs), Bellows mode with a queue and a 60 s restart cost, every job reporting its
@@ -21,11 +22,15 @@ liar's JCT gain over its honest JCT (the largest over all liars, and the median)
 other jobs' mean JCT against the honest run (the worst over all liars), and how many liars
 were marked inconsistent. Targets: the liar's gain <= 10 %, the others within 2 %.
 ``--checked-only`` skips the unchecked runs (they do not depend on the checks): half the time.
+``--remaining-exponent`` and ``--early-share`` set Bellows mode's remaining-time power and
+early round (``AutoscalerConfig.remaining_exponent``, ``early_share``; default: the
+defaults, 0.25 and off).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import statistics
 import sys
@@ -61,6 +66,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the core also learns each class's step times from the reports (a lie then "
         "speaks for the liar's class: controller.progress.learnPlacements)",
     )
+    parser.add_argument(
+        "--remaining-exponent",
+        type=float,
+        default=None,
+        help="the power of the remaining-time weights (default: the core's, 0.25)",
+    )
+    parser.add_argument(
+        "--early-share",
+        type=float,
+        default=None,
+        help="an early round once this share of the running jobs finished (default: off)",
+    )
     args = parser.parse_args(argv)
     given = sys.argv[1:] if argv is None else list(argv)
     print("$ python " + shlex.join(["benchmarks/liars.py", *given]))
@@ -69,6 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     scenario = bursty(args.seed, gpus=args.gpus, minutes=args.minutes, period_min=args.minutes / 2)
     trace, gpus, _ = scenario.build(cluster)
     config = policies(60.0)["bellows"]
+    if args.remaining_exponent is not None:
+        config = dataclasses.replace(config, remaining_exponent=args.remaining_exponent)
+    if args.early_share is not None:
+        config = dataclasses.replace(config, early_share=args.early_share)
 
     def jcts(lies: Mapping[str, Lie], checks: bool) -> tuple[dict[str, float], int]:
         result = run(

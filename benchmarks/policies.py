@@ -4,6 +4,7 @@
                                   [--gpus 400 --minutes 480 --period-min 120] [--restart-s 60]
                                   [--min-runtime-s 0] [--charged]
                                   [--objective slack|speedup|fair|remaining] [--restart-growth 0]
+                                  [--remaining-exponent 0.25] [--early-share 0]
                                   [--pollux [--workloads N ...] [--pollux-retune restart]]
 
 The scenario of issue 10: the paper's 400-GPU bursty workload (categories 1-4, random baseline
@@ -269,6 +270,7 @@ def pollux_main(args: argparse.Namespace) -> int:
     runs = run_many(tasks, workers=args.workers, restart_s=args.restart_s, on_done=done,
                     min_runtime_s=args.min_runtime_s, objective=Objective(args.objective),
                     restart_growth=args.restart_growth,
+                    remaining_exponent=args.remaining_exponent, early_share=args.early_share,
                     pollux_retune=args.pollux_retune == "in-place")  # fmt: skip
     if workloads:
         print("\n== the eight Pollux workloads, 64 GPUs (16 nodes of 4), E(b) charged, on nodes")
@@ -326,6 +328,12 @@ def _bellows_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Bellows mode: what a round maximises")  # fmt: skip
     parser.add_argument("--restart-growth", type=float, default=0.0,
                         help="Bellows mode: price added per earlier move")  # fmt: skip
+    parser.add_argument("--remaining-exponent", type=float, default=None,
+                        help="Bellows mode: the power of the remaining-time weights "
+                             "(default: the core's, 0.25)")  # fmt: skip
+    parser.add_argument("--early-share", type=float, default=None,
+                        help="Bellows mode: an early round once this share of the running "
+                             "jobs finished (0: off; default: the core's, off)")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -378,7 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = run_many(
         tasks, workers=args.workers, restart_s=args.restart_s, on_done=done,
         min_runtime_s=args.min_runtime_s, objective=Objective(args.objective),
-        restart_growth=args.restart_growth,
+        restart_growth=args.restart_growth, remaining_exponent=args.remaining_exponent,
+        early_share=args.early_share,
     )  # fmt: skip
     by_key = {(r.scenario, r.policy): r for r in runs}
     by_seed = {seed: {p: by_key[(s.key, p)] for p in POLICIES} for seed, s in seeds.items()}

@@ -11,13 +11,14 @@ controller tells of a job it found running or learned about. Pure: no I/O, no cl
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from bellows.autoscaler.config import AutoscalerConfig, restart_s
 from bellows.autoscaler.decisions import Decision, Keep, Rescale, Start
-from bellows.autoscaler.progress import RunningJob, middle_gain, work_left
+from bellows.autoscaler.progress import RunningJob, middle_gain, shown_share, work_left
 from bellows.autoscaler.reasons import (
     batch_keep_reason,
     keep_reason,
@@ -102,7 +103,8 @@ def _start(s: State, name: str, alloc: Allocation, rate: float, *, cost: float, 
     done = s.carried.pop(name, None)
     pause = 0.0 if done is None else cost
     charge, work = s.charged.get(name), s.jobs[name].work
-    s.running[name] = RunningJob(alloc, rate, done or 0.0, now, now + pause, charge, work)
+    seen = (0.0, now) if done is None else None  # a fresh job has done nothing yet
+    s.running[name] = RunningJob(alloc, rate, done or 0.0, now, now + pause, charge, work, seen)
     s.resumed[name] = now
     s.in_use += alloc.gpus
     return done is not None
@@ -252,10 +254,14 @@ def revised(
             rate *= middle_gain(profile, alloc.batch, at_done, job.work)  # its row's E
         if done is None:  # keep the estimate, at the revised rate from now on
             update = RunningJob(alloc, rate, running.done_at(now), now, running.paused_until,
-                                profile, job.work)  # fmt: skip
+                                profile, job.work, running.seen,
+                                running.rerated(rate, running.done_at(now)))  # fmt: skip
         else:  # a report means the job was stepping then: no pause left to wait out
             done = min(max(done, 0.0), job.work)
-            update = RunningJob(alloc, rate, done, at, at, profile, job.work)
+            shown = shown_share(dataclasses.replace(running, charge=profile), rate, done, at)
+            here = at >= s.resumed.get(name, at)  # not a report from before this allocation
+            seen = (done, at) if here else None
+            update = RunningJob(alloc, rate, done, at, at, profile, job.work, seen, shown)
         s.running[name] = update
     elif done is not None and name in s.carried:
         s.carried[name] = min(max(done, 0.0), job.work)

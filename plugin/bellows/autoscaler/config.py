@@ -66,8 +66,8 @@ class AutoscalerConfig:
     * ``queue``: keep jobs that do not fit for the next round (else reject them).
     * ``early_share``: the paper's hybrid trigger; a round starts before Δ has passed once
       this share of the running jobs has finished since the last round (``None`` or 0:
-      off, the default; 0.2 gains on the calibrated simulator but lets a liar gain:
-      ``docs/autoscaler.md``, "The defaults, re-decided, and kept").
+      off, the default; 0.2 gains on the calibrated simulator's medians, not on its
+      worst workload: ``docs/autoscaler.md``, "The defaults, re-decided, and kept").
     * ``restart_s``: seconds of progress a halt costs (checkpoint, pods restart), for
       jobs that do not set their own (``JobSpec.restart_s``). The optimizer prices it: a
       running job moves only when its remaining work finishes sooner by more than

@@ -73,10 +73,11 @@ scenario 0.53 rescales per job and 4 pure swaps, avg JCT 13.6 min against 11.2 f
 of speedups; 0.25 kept the order's gain on the Pollux workloads (avg JCT 12-18 % below the
 sum of speedups, 2-4 % below the power 1) and beat the sum of speedups on bursty too
 (``docs/autoscaler.md``, "Round objectives"; measured with the round's shortest ``T`` as
-the unit, before :data:`REMAINING_UNIT_S`). 0.3 (with an early round at 0.2) gains 2-4 % on
-the calibrated simulator's medians but lets a job that reports half its step time keep GPUs
-it would lose, 74 % sooner done (``benchmarks/liars.py``): not the default
-(``docs/autoscaler.md``, "The defaults, re-decided, and kept")."""
+the unit, before :data:`REMAINING_UNIT_S`). 0.3 (with an early round at 0.2) gains 1-3 % on
+the calibrated simulator's medians and loses 1-2 % on its worst workload, on bursty and on
+the ITP replay; it let a job that reports half its step time gain 74 % until the remaining
+time followed the progress a job has shown (``progress.shown_left``): 0 % now. Not the
+default (``docs/autoscaler.md``, "The defaults, re-decided, and kept")."""
 
 SLACK_SHARE = 0.45
 """The share of the capacity the running and admitted jobs' smallest allocations may take

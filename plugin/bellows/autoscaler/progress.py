@@ -13,6 +13,22 @@ estimate goes through the ``GOODPUT_STEPS`` steps of its work its goodput rows f
 the E at its step's middle until the core next looked (a round: minutes, or longer between
 events), so an early job at a large batch, whose ``E`` rises fast, was believed far ahead of
 its truth (the demo's c3-00001, believed 115 % done when the simulator had it at 54 %).
+
+**Shown progress.** The model's rate is what the job's step times claim; the samples it
+reports over the wall time are what it has *shown*. A job may claim more than it shows (the
+report checks let a step time through up to ``AHEAD_TOLERANCE`` faster than its samples'
+pace, since honest jobs pause) and would be believed nearer its end: the remaining-time
+weights (:attr:`bellows.autoscaler.objectives.Objective.REMAINING`) and the restart prices
+would pay for the lie (``benchmarks/liars.py``: a job reporting half its step time, 74 %
+sooner done with the remaining-time power 0.3 and an early round). So each report the core
+is told (``Autoscaler.revise(..., done=)``) is set against the last progress known exactly
+at the same allocation (the previous report, or nothing done at a fresh start): the samples
+the job took in between over those its revised model claims there is
+:attr:`RunningJob.shown` (:func:`shown_share`), which follows the job through its moves,
+the model scaling it to other counts. Where it is below 1, :func:`shown_left` takes the
+estimate since its anchor at that pace and divides the work left by it: the job is weighed
+by the time its shown pace leaves it, never more than :data:`LEAST_SHOWN` allows. A job
+that has reported nothing, or shown its claim or more, keeps its model's word, to the bit.
 """
 
 from __future__ import annotations
@@ -26,13 +42,18 @@ import numpy.typing as npt
 
 from bellows.jobs import Allocation
 from bellows.scaling import EfficiencyProfile
+from bellows.scaling.consistency import AHEAD_TOLERANCE
 
 __all__ = [
     "GOODPUT_STEPS",
     "LEAST_LEFT",
+    "LEAST_SHOWN",
     "RunningJob",
+    "Shown",
     "done_at_all",
     "middle_gain",
+    "shown_left",
+    "shown_share",
     "step_middle",
     "step_of",
     "work_left",
@@ -51,11 +72,38 @@ job believed 50 % past its work ran its last 8 400 s on one GPU, at twice the pu
 JCT). A job still running has work left; how much is unknown, so the core assumes a share."""
 
 
+LEAST_SHOWN = 1.0 / (1.0 + AHEAD_TOLERANCE)
+"""The least :attr:`Shown.share` the core takes. The report checks learn no step time faster
+than the pace its window's samples show, less :data:`~bellows.scaling.consistency.
+AHEAD_TOLERANCE` (``bellows.scaling.consistency``): a job that lies about its step time is
+believed at most that much faster than it showed, and this takes back that much. A job that
+showed less than that is one its model is wrong about (its efficiency, its startup, a stall),
+not a liar: it is weighed as if it had shown this much, so that an honest job's weight moves
+by at most as much as a lie could have moved it."""
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a running job showed (:attr:`RunningJob.shown`): the samples it took over a span
+    between two exact points over those its model claims there (``share``, at least
+    :data:`LEAST_SHOWN`), at allocation ``on``."""
+
+    share: float
+    on: Allocation
+
+
 @dataclass(frozen=True)
 class RunningJob:
     """A job in ``Executing``: its allocation, its rate and the work done up to ``since``;
     ``charge``: the efficiency of a job decided by goodput (``rate`` is then reference
-    samples per second in the step ``done`` is in, and ``work`` the job's work)."""
+    samples per second in the step ``done`` is in, and ``work`` the job's work).
+
+    ``seen``: the samples done and the time of the last progress known exactly at this
+    allocation, from which the job stepped without a pause (its last report, or 0 at a fresh
+    start); ``None`` after a move or a resume. ``shown``: the samples the job took between its
+    last two such points over those its (revised) model claims there, and the allocation it
+    showed them at; ``None`` when not known (see the module docstring). It follows the job
+    through its moves (the model scales it to other counts) and its refits."""
 
     allocation: Allocation
     rate: float  # samples per second at ``allocation``
@@ -64,6 +112,8 @@ class RunningJob:
     paused_until: float  # no progress before this (restart after a rescale)
     charge: EfficiencyProfile | None = None
     work: float = 0.0  # the job's work, where ``charge`` is set
+    seen: tuple[float, float] | None = None  # (done, at): known exactly, stepping since
+    shown: Shown | None = None  # samples shown over samples claimed, and where (or unknown)
 
     def done_at(self, now: float) -> float:
         """Samples processed by ``now`` (estimate)."""
@@ -121,7 +171,29 @@ class RunningJob:
             paused_until=now + restart_s,
             charge=self.charge,
             work=self.work,
+            shown=self.shown,
         )
+
+    def raw(self, rate: float, done: float) -> float:
+        """``rate`` (at this job's allocation; a charged job's: reference samples per second
+        at the goodput step ``done`` is in) as samples per second: ``X(b, k)``, what the
+        job's step times claim."""
+        if self.charge is None or self.work <= 0.0:
+            return rate
+        return rate / middle_gain(self.charge, self.allocation.batch, done, self.work)
+
+    def rerated(self, rate: float, done: float) -> Shown | None:
+        """:attr:`shown` against ``rate`` (at ``done``, as :meth:`raw` reads it), the job's
+        new rate at its allocation (a refit or a new measurement, without a span to compare
+        it with): where it was shown at this allocation, the same samples over the new
+        claim; else as it was (a refit's change here says nothing of its claim there)."""
+        shown = self.shown
+        if shown is None or shown.on != self.allocation:
+            return shown
+        new, old = self.raw(rate, done), self.raw(self.rate, self.done)
+        if new <= 0.0 or old <= 0.0:
+            return shown
+        return Shown(shown.share * old / new, shown.on)
 
 
 def done_at_all(jobs: Sequence[RunningJob], now: float) -> npt.NDArray[np.float64]:
@@ -162,3 +234,45 @@ def work_left(work: npt.ArrayLike, done: npt.ArrayLike) -> npt.NDArray[np.float6
     :data:`LEAST_LEFT` of ``work`` (elementwise)."""
     total = np.asarray(work, dtype=np.float64)
     return np.maximum(total - np.asarray(done, dtype=np.float64), LEAST_LEFT * total)
+
+
+def shown_share(run: RunningJob, rate: float, done: float, at: float) -> Shown | None:
+    """The samples a running job processed from its last exactly known point
+    (:attr:`RunningJob.seen`) to ``done`` at ``at`` over the samples ``rate`` (its revised
+    model's at ``run``'s allocation, as :meth:`RunningJob.raw` reads it at ``done``) claims
+    in that time: :attr:`RunningJob.shown` after a report. A charged job's progress is in
+    reference samples: the samples it took are ``integral ds / E`` over it, exactly, where
+    its estimate is linear within a goodput step. Where no span is known (no such point, or
+    none before ``at``): :attr:`RunningJob.shown` rerated to ``rate``. Never below
+    :data:`LEAST_SHOWN`."""
+    claim = run.raw(rate, done)
+    if run.seen is None or run.seen[1] >= at or claim <= 0.0:
+        return run.rerated(rate, done)
+    start, then = run.seen
+    taken = max(0.0, done - start)
+    if run.charge is not None and taken > 0.0:
+        taken = float(run.charge.samples_between(run.allocation.batch, start, done))
+    return Shown(max(LEAST_SHOWN, taken / (claim * (at - then))), run.allocation)
+
+
+def shown_left(
+    work: npt.ArrayLike, done: npt.ArrayLike, runs: Sequence[RunningJob | None]
+) -> npt.NDArray[np.float64]:
+    """:func:`work_left` of jobs whose ``done`` the model estimates (``runs[i]`` running, or
+    ``None``), at the pace each *showed* where it claims more (:attr:`Shown.share` below 1):
+    its progress since its estimate's anchor (:attr:`RunningJob.done`: its last report, move
+    or refit) at that share of the model's estimate, and its work left divided by it, so
+    that a job is weighed by the time its shown pace leaves it (at its model's rate). A job
+    that showed its claim or more, or has not shown enough to tell, keeps its model's:
+    unchanged, to the bit."""
+    slower = [(i, run, run.shown.share) for i, run in enumerate(runs)
+              if run is not None and run.shown is not None and run.shown.share < 1.0]  # fmt: skip
+    if not slower:
+        return work_left(work, done)
+    believed = np.array(done, dtype=np.float64)
+    for i, run, share in slower:
+        believed[i] = run.done + share * max(0.0, float(believed[i]) - run.done)
+    left = work_left(work, believed)
+    for i, _, share in slower:
+        left[i] /= share
+    return left

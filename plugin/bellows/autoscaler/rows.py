@@ -131,7 +131,11 @@ class Tables:
             if run is not None:
                 held = run.allocation
                 rate = self.throughput(job, held.gpus, held.batch)
-                s.running[name] = RunningJob(held, rate, run.done_at(now), now, run.paused_until)
+                shown = run.rerated(rate, run.done)
+                done = run.done_at(now)
+                s.running[name] = RunningJob(
+                    held, rate, done, now, run.paused_until, seen=run.seen, shown=shown
+                )
 
     def kind(self, job: JobSpec) -> tuple[object, ...]:
         """What the job's rows are cached under: its template, and, with a placement memory,
@@ -240,7 +244,8 @@ class Tables:
             gain = float(profile.efficiency(held.batch, step_middle(step, job.work)))
             rate = self.throughput(job, held.gpus, held.batch) * gain
         done = run.done_at(now)
-        return RunningJob(held, rate, done, now, run.paused_until, profile, job.work)
+        return RunningJob(held, rate, done, now, run.paused_until, profile, job.work,
+                          run.seen, run.shown)  # fmt: skip
 
     def throughput(self, job: JobSpec, gpus: int, batch: int) -> float:
         """Samples per second at ``(gpus, batch)``: measured where :attr:`measured` has the

@@ -20,7 +20,7 @@ import numpy as np
 from bellows.autoscaler.config import AutoscalerConfig, restart_s, restart_s_each
 from bellows.autoscaler.objectives import Objective, objective_values, shared_remaining, slack
 from bellows.autoscaler.pricing import exact, kept, priced
-from bellows.autoscaler.progress import RunningJob, done_at_all, work_left
+from bellows.autoscaler.progress import RunningJob, done_at_all, shown_left, work_left
 from bellows.autoscaler.rows import stacked, template
 from bellows.autoscaler.state import State
 from bellows.autoscaler.straddle import (
@@ -85,7 +85,7 @@ class Pricing:
         moving = penalty > 0
         if moving.any():
             work = np.array([s.jobs[names[i]].work for i in held])
-            left = work_left(work, done_at_all(running, now))
+            left = shown_left(work, done_at_all(running, now), running)  # the pace it showed
             priced_at = at[moving]
             moved = [rows[i] for i in priced_at.tolist()]
             values[priced_at] = priced(
@@ -222,7 +222,7 @@ class Pricing:
                     for n, r in zip(names, runs, strict=True)]  # fmt: skip
             work = np.array([s.jobs[n].work for n in names])
             rate = np.array([s.rows[n].x1 for n in names])
-            remaining = work_left(work, done) / rate
+            remaining = shown_left(work, done, runs) / rate  # at the pace each job showed
             kinds: dict[tuple[object, ...], int] = {}  # running jobs of a template: one weight
             groups = np.full(len(names), -1, dtype=np.int64)
             for i, (name, run) in enumerate(zip(names, runs, strict=True)):

@@ -88,11 +88,20 @@ def policies(
     *,
     objective: Objective = DEFAULT_OBJECTIVE,
     restart_growth: float = 0.0,
+    remaining_exponent: float | None = None,
+    early_share: float | None = None,
 ) -> dict[str, AutoscalerConfig]:
     """The three policies by name, each with a queue and charged ``restart_s`` per halt;
     Bellows mode keeps a job from shrinking for ``min_runtime_s`` after a (re)start and
     maximises ``objective``, each earlier move adding ``restart_growth`` restarts to the
-    price of its next (paper mode and the baseline keep the paper's)."""
+    price of its next, its weights' power ``remaining_exponent`` and its early round at
+    ``early_share`` (``None``: the core's defaults; paper mode and the baseline keep the
+    paper's)."""
+    tuned: dict[str, Any] = {}
+    if remaining_exponent is not None:
+        tuned["remaining_exponent"] = remaining_exponent
+    if early_share is not None:
+        tuned["early_share"] = early_share
     return {
         "paper": AutoscalerConfig.paper(queue=True, restart_s=restart_s),
         "baseline": AutoscalerConfig.paper(
@@ -104,6 +113,7 @@ def policies(
             min_runtime_s=min_runtime_s,
             objective=objective,
             restart_growth=restart_growth,
+            **tuned,
         ),
     }
 
@@ -225,6 +235,8 @@ def run_policy(
     objective: Objective = DEFAULT_OBJECTIVE,
     restart_growth: float = 0.0,
     pollux_retune: bool = True,
+    remaining_exponent: float | None = None,
+    early_share: float | None = None,
 ) -> PolicyRun:
     """Run ``policy`` on ``scenario``; write its ``jobs.csv`` to a temporary folder and
     rebuild the GPUs held at every instant from that file alone. ``pollux_retune=False``:
@@ -234,7 +246,8 @@ def run_policy(
     config = (
         AutoscalerConfig(restart_s=restart_s, delta_s=POLLUX_INTERVAL_S) if pollux
         else policies(
-            restart_s, min_runtime_s, objective=objective, restart_growth=restart_growth
+            restart_s, min_runtime_s, objective=objective, restart_growth=restart_growth,
+            remaining_exponent=remaining_exponent, early_share=early_share,
         )[policy]
     )  # fmt: skip
     trace, gpus, horizon = scenario.build(profile)
@@ -276,6 +289,8 @@ def policy_tasks(
     objective: Objective = DEFAULT_OBJECTIVE,
     restart_growth: float = 0.0,
     pollux_retune: bool = True,
+    remaining_exponent: float | None = None,
+    early_share: float | None = None,
 ) -> list[Task]:
     """Each ``(scenario, policy)`` as a :class:`~bellows.sim.running.Task` whose value is
     its :class:`PolicyRun` (keyed ``scenario/policy``). Replays of real traces are the
@@ -283,6 +298,7 @@ def policy_tasks(
     options = {
         "restart_s": restart_s, "keep_result": keep_results, "min_runtime_s": min_runtime_s,
         "objective": objective, "restart_growth": restart_growth, "pollux_retune": pollux_retune,
+        "remaining_exponent": remaining_exponent, "early_share": early_share,
     }  # fmt: skip
     return [
         Task(
@@ -305,6 +321,8 @@ def run_many(
     objective: Objective = DEFAULT_OBJECTIVE,
     restart_growth: float = 0.0,
     pollux_retune: bool = True,
+    remaining_exponent: float | None = None,
+    early_share: float | None = None,
 ) -> list[PolicyRun]:
     """Run every ``(scenario, policy)`` on ``runner`` (default: ``workers`` local processes,
     or this one when ``workers`` is 1; see :mod:`bellows.sim.running`), ``on_done`` called
@@ -318,6 +336,7 @@ def run_many(
     work = policy_tasks(
         tasks, restart_s=restart_s, keep_results=keep_results, min_runtime_s=min_runtime_s,
         objective=objective, restart_growth=restart_growth, pollux_retune=pollux_retune,
+        remaining_exponent=remaining_exponent, early_share=early_share,
     )  # fmt: skip
     values = collect(runner or make_runner(workers), work, {}, on_done=done)
     return [values[_task_key(s, p)] for s, p in tasks]
