@@ -11,10 +11,15 @@ from bellows.autoscaler.core import Autoscaler, ClockError, RoundStats
 from bellows.autoscaler.decisions import Decision, Keep, Preempt, Reject, Rescale, Start
 from bellows.autoscaler.engines import Engines
 from bellows.autoscaler.objectives import Objective
+from bellows.autoscaler.typed import TypedAutoscaler
+
+AnyAutoscaler = Autoscaler | TypedAutoscaler
+"""A controller's core: one GPU type, or several (Bellows mode)."""
 
 __all__ = [
     "DEFAULT_OBJECTIVE",
     "DEFAULT_RESTART_S",
+    "AnyAutoscaler",
     "Autoscaler",
     "AutoscalerConfig",
     "ClockError",
@@ -29,4 +34,5 @@ __all__ = [
     "Rescale",
     "RoundStats",
     "Start",
+    "TypedAutoscaler",
 ]

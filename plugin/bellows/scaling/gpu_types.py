@@ -92,6 +92,11 @@ class TypedCluster:
         return tuple(t.gpus for t in self.types)
 
     @property
+    def products(self) -> dict[str, str]:
+        """Each type's node label value (``product``), for the types that have one."""
+        return {t.name: t.product for t in self.types if t.product}
+
+    @property
     def total(self) -> int:
         return sum(self.capacities)
 
