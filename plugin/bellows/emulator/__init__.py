@@ -15,6 +15,7 @@ from bellows.emulator.kueue import EmulatedKueue, Fight
 from bellows.emulator.nodes import gpu_node, uniform_nodes
 from bellows.emulator.operator import EmulatedOperator, Progress
 from bellows.emulator.store import ApiError, Store
+from bellows.emulator.typed import typed_nodes
 
 __all__ = [
     "ApiError",
@@ -28,5 +29,6 @@ __all__ = [
     "Progress",
     "Store",
     "gpu_node",
+    "typed_nodes",
     "uniform_nodes",
 ]

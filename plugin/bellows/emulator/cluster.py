@@ -9,7 +9,16 @@ Usage (tests, and ``bellows demo`` later)::
 ``gpu_nodes={"node-a": 4, "node-b": 4}`` (or ``uniform_nodes(2, 4)``) registers GPU nodes at
 start; :meth:`EmulatedCluster.add_node`, :meth:`~EmulatedCluster.remove_node`,
 :meth:`~EmulatedCluster.set_node_ready` and :meth:`~EmulatedCluster.cordon` change them while
-it runs. The server listens on 127.0.0.1 on a free port; :meth:`EmulatedCluster.configuration`
+it runs. ``labels_by_node`` gives nodes labels of their own; on a cluster of several GPU
+types, ``typed`` (with :func:`bellows.emulator.typed.typed_nodes` for the nodes and their
+``nvidia.com/gpu.product`` labels) makes every job train at the speed of the type its pods
+run on (``typed.py``)::
+
+    gpus, labels = typed_nodes(sia_mix())      # t4-0 … with the label at "Tesla-T4" …
+    async with EmulatedCluster(crds=crds, gpu_nodes=gpus, labels_by_node=labels,
+                               typed=sia_mix()) as cluster: ...
+
+The server listens on 127.0.0.1 on a free port; :meth:`EmulatedCluster.configuration`
 and :meth:`EmulatedCluster.kubeconfig` point clients at it. The CRD files are read from
 the paths given (the real ones live outside the repository). Synchronous client calls
 must run outside the loop that serves the cluster (``asyncio.to_thread``), as
@@ -57,10 +66,12 @@ from bellows.emulator.trainer import (
     EmulatedTrainer,
     relax_trainer_rule,
 )
+from bellows.emulator.typed import GPU_PRODUCT
 from bellows.kube.kinds import GPU
 from bellows.kube.kueue import CLUSTER_QUEUES, GROUP, LOCAL_QUEUES, VERSION, Strategy
 from bellows.kube.records import DEFAULT_RECORDS_NAMESPACE as RECORDS_NAMESPACE
 from bellows.scaling import ClusterProfile, EfficiencyProfile
+from bellows.scaling.gpu_types import TypedCluster
 from bellows.scaling.online import SpeedFactors
 
 __all__ = ["DEFAULT_FLAVOR", "EmulatedCluster"]
@@ -89,6 +100,9 @@ class EmulatedCluster:
         trainer: bool = False,
         mutable_trainer: bool = False,
         tokens: Sequence[str] | None = None,
+        labels_by_node: Mapping[str, Mapping[str, str]] | None = None,
+        typed: TypedCluster | None = None,
+        type_label: str = GPU_PRODUCT,
     ) -> None:
         """``tokens``: the API server authenticates every request by bearer token, one of
         these (401 otherwise; :meth:`kubeconfig` writes the first); default: no
@@ -99,7 +113,10 @@ class EmulatedCluster:
         suspended (kubeflow/trainer#3995). ``efficiency(namespace, name)``: the statistical
         efficiency each job trains with (its work then counts reference samples).
         ``node_labels``: labels of every node of ``gpu_nodes`` beside its hostname (what a
-        ResourceFlavor's ``nodeLabels`` select)."""
+        ResourceFlavor's ``nodeLabels`` select); ``labels_by_node``: more labels of some
+        nodes of ``gpu_nodes``, by node name (over ``node_labels``). ``typed``: the GPU
+        types the nodes' ``type_label`` names, each job trained at its type's speed
+        (``typed.py``; ``None``: every job on ``cluster``)."""
 
         def edit(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
             return relax_trainer_rule(schema) if kind == "TrainJob" else schema
@@ -116,8 +133,12 @@ class EmulatedCluster:
             lambda: schedulable_nodes(self.store.list_objects(self._nodes, None)[0]),
             StorePods(self.store),
         )
+        unknown = sorted(set(labels_by_node or {}) - set(gpu_nodes or {}))
+        if unknown:
+            raise ValueError(f"labels_by_node names nodes not in gpu_nodes: {unknown}")
         for node, gpus in (gpu_nodes or {}).items():
-            self.add_node(node, gpus, labels=node_labels)
+            own = (labels_by_node or {}).get(node) or {}
+            self.add_node(node, gpus, labels={**(node_labels or {}), **own})
         self.operator: EmulatedOperator | None = (
             EmulatedOperator(
                 self.store,
@@ -127,6 +148,8 @@ class EmulatedCluster:
                 true_speed=true_speed,
                 placer=self.placer,
                 efficiency=efficiency,
+                typed=typed,
+                type_label=type_label,
             )
             if operator
             else None
@@ -142,6 +165,8 @@ class EmulatedCluster:
                 cluster=cluster,
                 placer=self.placer,
                 efficiency=efficiency,
+                typed=typed,
+                type_label=type_label,
             )
             self.add_training_runtime(TORCH_DISTRIBUTED)
         self._trainer_task: asyncio.Task[None] | None = None

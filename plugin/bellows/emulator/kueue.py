@@ -12,13 +12,19 @@ What it reproduces (section "Kueue" of the design's ``KUBEFLOW.md``; ``docs/kube
   job exists, and deleted with the job (the API server's garbage collector);
 * **admission** per ClusterQueue (LocalQueue ``spec.clusterQueue``): pending Workloads (active,
   without ``QuotaReserved``) in creation order (``creationTimestamp``, then name) are
-  admitted while the GPUs reserved plus the Workload's GPU request fit the ClusterQueue's
-  ``nominalQuota`` summed over its flavors; ``StrictFIFO`` stops at the first that does not
+  admitted while the GPUs reserved plus the Workload's fit the ClusterQueue's
+  ``nominalQuota`` summed over its flavors and each podSet gets a **flavor** (``flavors.py``):
+  the first of the ClusterQueue's flavors, in order, whose own quota left holds it and whose
+  ``nodeLabels`` its pod template's node selector and required affinity allow (on a TAS
+  flavor, its topology placed then), written as ``status.admission.podSetAssignments``;
+  a reservation counts on its flavors. ``StrictFIFO`` stops at the first that does not
   fit, ``BestEffortFIFO`` tries the next. A ClusterQueue naming a missing ResourceFlavor
   admits nothing (Kueue marks it inactive);
-* **Kueue owns suspend**: a suspended job whose Workload is admitted is resumed, a running job
-  whose Workload is not admitted (or that has none) is suspended. An external suspend of an
-  admitted job is undone at once and recorded in :attr:`EmulatedKueue.fights`;
+* **Kueue owns suspend**: a suspended job whose Workload is admitted is resumed, its pod
+  templates given the assigned flavors' ``nodeLabels`` as node selectors; a running job whose
+  Workload is not admitted (or that has none) is suspended, its templates' node selectors
+  put back as its Workload recorded them. An external suspend of an admitted job is undone
+  at once and recorded in :attr:`EmulatedKueue.fights`;
 * **eviction**: ``spec.active: false`` sets ``Evicted`` (reason ``Deactivated``); Kueue
   suspends the job and clears the reservation once the job is halted (the operator's
   ``Suspended=True``, or it never ran). ``active: true`` again clears ``Evicted``: requeued;
@@ -32,15 +38,15 @@ What it reproduces (section "Kueue" of the design's ``KUBEFLOW.md``; ``docs/kube
   reservations fall below it;
 * **topology-aware scheduling** on a flavor with ``spec.topologyName`` (``tas.py``,
   ``topology.py``): a podSet's topology request, the domains Kueue picks from the nodes' free
-  GPUs, the ``topologyAssignment``, and the pods' node selectors; the topologies are
-  configuration (:meth:`EmulatedKueue.add_topology`: the Topology CRD is not served).
+  GPUs, the ``topologyAssignment``, and the pods' node selectors (their domain's, the job's
+  templates left as they are); the topologies are configuration
+  (:meth:`EmulatedKueue.add_topology`: the Topology CRD is not served).
 
 Left out: Kueue's ``kueue.x-k8s.io/manager`` runtime patch of a TrainJob (its admission's
 node selectors and tolerations), priorities and preemption, cohorts and borrowing
-(``nominalQuota`` only), resources other than ``nvidia.com/gpu``, admission checks, partial
-admission, the node selectors Kueue injects from a flavor's ``nodeLabels``, and the webhook
-that suspends a job at creation (a job created running is suspended by the first reconcile
-instead).
+(``nominalQuota`` only), resources other than ``nvidia.com/gpu``, a flavor's taints and
+tolerations, admission checks, partial admission, and the webhook that suspends a job at
+creation (a job created running is suspended by the first reconcile instead).
 """
 
 from __future__ import annotations
@@ -55,13 +61,13 @@ from typing import Any
 
 import structlog
 
-from bellows.emulator import tas
+from bellows.emulator import flavors, tas
 from bellows.emulator.pods import REPLICA_INDEX_LABEL
 from bellows.emulator.resources import ResourceType
 from bellows.emulator.store import ApiError, Change, Store, rfc3339
-from bellows.emulator.topology import Request, read_request, topology_levels
+from bellows.emulator.topology import Request, topology_levels
 from bellows.emulator.trainer import COMPLETION_INDEX_LABEL
-from bellows.inputs import DATA_ERRORS, parse_quantity
+from bellows.inputs import DATA_ERRORS
 from bellows.kube.adapters import ALL_KINDS
 from bellows.kube.kinds import (
     GPU,
@@ -79,11 +85,8 @@ from bellows.kube.kueue import (
     LOCAL_QUEUES,
     VERSION,
     WORKLOADS,
-    NamespaceSelector,
     job_pod_sets,
-    pod_set_gpus,
     queue_name,
-    read_cluster_queue,
     trainjob_pod_sets,
     workload_gpus,
     workload_name,
@@ -100,24 +103,6 @@ _TRAINER = "trainer.kubeflow.org"
 NAMESPACES = "v1/namespaces"
 NODES, PODS = "v1/nodes", "v1/pods"  # what TAS counts free capacity from
 _log = structlog.get_logger("bellows.emulator")
-
-
-@dataclass(frozen=True)
-class _Queue:
-    """A ClusterQueue as the scheduler reads it."""
-
-    quota: int  # GPU nominalQuota over every flavor
-    strict: bool  # StrictFIFO
-    flavors: list[tuple[str, int]]  # (flavor, GPU nominalQuota), in order
-    inactive: str | None  # why it admits nothing (a flavor is missing), else None
-    namespaces: NamespaceSelector  # the namespaces it admits from
-    tas_flavors: Mapping[str, tas.TasFlavor]  # its flavors with a topology, by name
-
-    @property
-    def tas_only(self) -> bool:
-        """Whether every flavor has a topology (a podSet without a request is then
-        unconstrained: Kueue's implicit default)."""
-        return bool(self.flavors) and all(f in self.tas_flavors for f, _ in self.flavors)
 
 
 @dataclass(frozen=True)
@@ -337,7 +322,7 @@ class EmulatedKueue:
         suspended = suspend_set(job)
         if _true(by_type, "Evicted"):
             if not suspended:
-                job = self._set_suspend(res, job, True)
+                job = self._set_suspend(res, job, True, restore=wl)
             if reserved and halted_by_conditions(job, None):
                 message = str(by_type["Evicted"].get("message") or "The workload is evicted")
                 reason = str(by_type["Evicted"].get("reason") or "Evicted")
@@ -347,12 +332,16 @@ class EmulatedKueue:
         if suspended and admitted:
             uid = job["metadata"]["uid"]
             token = (wl["metadata"]["uid"], self._admission_of(wl))
+            selectors = self._selectors(job, wl)
+            if isinstance(selectors, str):  # startJob fails: retried on the next change
+                _log.warning("kueue.flavor_missing", workload=_where(wl), flavor=selectors)
+                return
             if self._resumed.get(uid) == token:  # it ran under this admission: someone fights
                 self._fight(kind, job, wl)
-            self._set_suspend(res, job, False)
+            self._set_suspend(res, job, False, inject=selectors)
             self._resumed[uid] = token
         elif not suspended and not admitted:  # "not admitted by cluster queue"
-            self._set_suspend(res, job, True)
+            self._set_suspend(res, job, True, restore=wl)
         if (wl.get("spec") or {}).get("queueName") != queue and not reserved:
             self._update_spec(wl, lambda spec: spec.__setitem__("queueName", queue))
 
@@ -367,19 +356,19 @@ class EmulatedKueue:
         """``ensureOneWorkload``: the job (suspended when it has no matching Workload) and its
         one Workload, updated to match the job, or ``None`` when it was just created."""
         want = self._pod_sets(job)
-        match = next((w for w in owned if self._matches(w, want)), None)
+        suspended = suspend_set(job)
+        match = next((w for w in owned if self._matches(job, w, want, suspended)), None)
         wl = match if match is not None else (owned[0] if owned else None)
         for extra in owned:  # one Workload per job: duplicates are deleted
             if extra is not wl:
                 self._delete(extra)
-        suspended = suspend_set(job)
         if wl is not None and match is None:
             if suspended and not _true(conditions(wl), "QuotaReserved"):
                 wl = self._update_pod_sets(wl, want)  # updateWorkloadToMatchJob
-            elif not suspended:  # "job with no matching workload, suspending"
-                job = self._set_suspend(res, job, True)
+            elif not suspended:  # "job with no matching workload, suspending": the templates
+                job = self._set_suspend(res, job, True, restore=wl)  # restored from it first
                 wl = self._release(wl, "Pending", "No matching Workload: the job changed")
-                wl = self._update_pod_sets(wl, want)
+                wl = self._update_pod_sets(wl, self._pod_sets(job))
             else:  # suspended, its Workload still reserving: deleted, and recreated below
                 self._delete(wl)
                 wl = None
@@ -418,14 +407,42 @@ class EmulatedKueue:
         runtime = self._store.get(res, ns, str(ref.get("name", "")))
         return tas.requested(trainjob_pod_sets(job, runtime), COMPLETION_INDEX_LABEL)
 
-    @staticmethod
-    def _matches(wl: Mapping[str, Any], want: list[dict[str, Any]]) -> bool:
-        """``EquivalentToWorkload``: the same podSets (names, counts, pod templates)."""
-        have = (wl.get("spec") or {}).get("podSets") or []
+    def _matches(
+        self,
+        job: Mapping[str, Any],
+        wl: Mapping[str, Any],
+        want: list[dict[str, Any]],
+        suspended: bool,
+    ) -> bool:
+        """``equivalentToWorkload``: the same podSets (names, counts, pod templates) as the
+        Workload's as they run (its flavors' node selectors merged in) while it holds a
+        reservation, or as recorded (the only ones when it does not, or the job is
+        suspended)."""
         fields = ("name", "count", "template")
-        return [{f: p.get(f) for f in fields} for p in have] == [
-            {f: p.get(f) for f in fields} for p in want
-        ]
+
+        def same(have: Sequence[Mapping[str, Any]]) -> bool:
+            return [{f: p.get(f) for f in fields} for p in have] == [
+                {f: p.get(f) for f in fields} for p in want
+            ]
+
+        have = (wl.get("spec") or {}).get("podSets") or []
+        if _true(conditions(wl), "QuotaReserved"):
+            selectors = self._selectors(job, wl)
+            if not isinstance(selectors, str):
+                if same(flavors.running_pod_sets(have, selectors)):
+                    return True
+                return suspended and same(have)
+        return same(have)
+
+    def _selectors(
+        self, job: Mapping[str, Any], wl: Mapping[str, Any]
+    ) -> dict[str, dict[str, str]] | str:
+        """The node selectors ``wl``'s admission puts on ``job``'s podSets, by podSet (none
+        on a kind they are not put on), or the name of an assigned flavor not found."""
+        if not flavors.injects(job):
+            return {}
+        labels = {f["metadata"]["name"]: flavors.node_labels(f) for f in self._list(FLAVORS)}
+        return flavors.flavor_selectors(wl, labels)
 
     def _create_workload(
         self, kind: KindAdapter, job: Mapping[str, Any], queue: str, pod_sets: list[dict[str, Any]]
@@ -498,7 +515,7 @@ class EmulatedKueue:
             if _true(by_type, "QuotaReserved"):
                 admission = (wl.get("status") or {}).get("admission") or {}
                 cq = str(admission.get("clusterQueue", ""))
-                for flavor, gpus in _reserved(wl):
+                for flavor, gpus in flavors.reserved(wl):
                     used[cq] += gpus
                     by_flavor[(cq, flavor)] += gpus
                 continue
@@ -523,7 +540,7 @@ class EmulatedKueue:
     def _admit_in_order(
         self,
         cq_name: str,
-        queue_: _Queue,
+        queue_: flavors.Queue,
         items: list[dict[str, Any]],
         used: dict[str, int],
         by_flavor: dict[tuple[str, str], int],
@@ -568,77 +585,36 @@ class EmulatedKueue:
         labels = (obj.get("metadata") or {}).get("labels")
         return labels if isinstance(labels, Mapping) else {}
 
-    def _cluster_queues(self) -> dict[str, _Queue]:
+    def _cluster_queues(self) -> dict[str, flavors.Queue]:
         """Every valid ClusterQueue by name (an invalid one is logged once and admits nothing)."""
-        flavors = {
-            f["metadata"]["name"]: tas.read_flavor(f, self.topologies) for f in self._list(FLAVORS)
-        }
-        queues: dict[str, _Queue] = {}
-        for obj in self._list(CLUSTER_QUEUES):
-            name = obj["metadata"]["name"]
-            try:
-                view = read_cluster_queue(obj)
-                quotas = _flavor_quotas(obj)
-            except DATA_ERRORS as err:
-                if name not in self._reported:
-                    self._reported.add(name)
-                    _log.warning("kueue.clusterqueue_invalid", clusterqueue=name, error=str(err))
-                continue
-            lost = ", ".join(sorted({f for f, _ in quotas} - set(flavors)))
-            inactive = f"ClusterQueue {name} is inactive: flavor {lost} not found" if lost else None
-            read = [flavors.get(f) for f, _ in quotas]
-            topo = {t.name: t for t in read if isinstance(t, tas.TasFlavor)}
-            unknown = next((t for t in read if isinstance(t, str)), None)
-            if inactive is None and unknown is not None:  # Kueue's TopologyNotFound
-                inactive = f"ClusterQueue {name} is inactive: {unknown}"
-            strict = view.strategy == "StrictFIFO"
-            queues[name] = _Queue(view.gpus, strict, quotas, inactive, view.namespaces, topo)
-        return queues
+
+        def invalid(name: str, err: Exception) -> None:
+            if name not in self._reported:
+                self._reported.add(name)
+                _log.warning("kueue.clusterqueue_invalid", clusterqueue=name, error=str(err))
+
+        return flavors.read_queues(
+            self._list(FLAVORS), self._list(CLUSTER_QUEUES), self.topologies, invalid
+        )
 
     def _admit(
         self,
         wl: dict[str, Any],
         cq: str,
-        queue: _Queue,
+        queue: flavors.Queue,
         by_flavor: dict[tuple[str, str], int],
     ) -> bool | str:
         """Admit ``wl`` (its quota checked): ``True``, or why a podSet fits no flavor (with
         TAS, a flavor's topology; nothing is reserved then)."""
-        assignments, taken = [], []
         free: dict[str, dict[tuple[str, ...], int]] = {}  # TAS flavor -> free GPUs per domain
-        for pod_set in (wl.get("spec") or {}).get("podSets") or []:
-            name, count = pod_set.get("name", "main"), int(pod_set.get("count", 1))
-            gpus = count * pod_set_gpus(pod_set)
-            entry: dict[str, Any] = {"name": name, "count": count}
-            entry["flavors"], entry["resourceUsage"] = {}, {}
-            request = read_request(pod_set, implied=queue.tas_only)
-            if gpus and queue.flavors:
-                # a podSet asking for a topology fits only a TAS flavor, one without only
-                # another (Kueue's "does not support TopologyAwareScheduling")
-                quotas = [
-                    (f, q) for f, q in queue.flavors if (f in queue.tas_flavors) == bool(request)
-                ]
-                if not quotas:
-                    how = "does not support" if request else "supports only"
-                    flavors = ", ".join(f for f, _ in queue.flavors)
-                    return (
-                        f"couldn't assign flavors to pod set {name}: flavor {flavors} {how} "
-                        "TopologyAwareScheduling"
-                    )
-                # the first flavor with room for the whole podSet, else the one with most room
-                room = [(q - by_flavor[(cq, f)], f) for f, q in quotas]
-                flavor = next((f for left, f in room if left >= gpus), max(room)[1])
-                entry["flavors"] = {GPU: flavor}
-                entry["resourceUsage"] = {GPU: str(gpus)}
-                taken.append((flavor, gpus))
-                if request is not None:
-                    placed = self._place(queue.tas_flavors[flavor], free, pod_set, request)
-                    if isinstance(placed, str):
-                        return f"couldn't assign flavors to pod set {name}: {placed}"
-                    if placed is not None:
-                        entry["topologyAssignment"] = placed
-            assignments.append(entry)
-        for flavor, gpus in taken:
+        used = {f: by_flavor[(cq, f)] for f, _ in queue.flavors}
+        pod_sets = (wl.get("spec") or {}).get("podSets") or []
+        assignments = flavors.assign(
+            pod_sets, queue, used, lambda flavor, ps, req: self._place(flavor, free, ps, req)
+        )
+        if isinstance(assignments, str):
+            return assignments
+        for flavor, gpus in flavors.usage(assignments):
             by_flavor[(cq, flavor)] += gpus
         status = copy.deepcopy(wl.get("status") or {})
         status["admission"] = {"clusterQueue": cq, "podSetAssignments": assignments}
@@ -753,8 +729,17 @@ class EmulatedKueue:
         self._cache[_PREFIX + WORKLOADS].pop((meta["namespace"], meta["name"]), None)
 
     def _set_suspend(
-        self, res: ResourceType, job: Mapping[str, Any], value: bool
+        self,
+        res: ResourceType,
+        job: Mapping[str, Any],
+        value: bool,
+        *,
+        inject: Mapping[str, Mapping[str, str]] | None = None,
+        restore: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """Set the job's suspend flag, in the same write merging the node selectors of
+        ``inject`` into its pod templates (``startJob``) or putting them back as the Workload
+        ``restore`` records them (``stopJob``)."""
         meta = job["metadata"]
 
         def change(current: dict[str, Any]) -> dict[str, Any]:
@@ -762,6 +747,10 @@ class EmulatedKueue:
                 current.setdefault("spec", {})["suspend"] = value
             else:
                 current.setdefault("spec", {}).setdefault("runPolicy", {})["suspend"] = value
+            if inject:
+                flavors.inject(current, inject)
+            if restore is not None:
+                flavors.restore(current, restore)
             return current
 
         return self._keep(
@@ -786,33 +775,3 @@ def _condition(kind: str, status: str, reason: str, message: str, stamp: str) ->
         "message": message,
         "lastTransitionTime": stamp,
     }
-
-
-def _flavor_quotas(cq: Mapping[str, Any]) -> list[tuple[str, int]]:
-    """``(flavor, GPU nominalQuota)`` of each flavor of the ClusterQueue that covers GPUs
-    (already checked by :func:`read_cluster_queue`)."""
-    out: list[tuple[str, int]] = []
-    for group in (cq.get("spec") or {}).get("resourceGroups") or []:
-        for flavor in (group or {}).get("flavors") or []:
-            for entry in (flavor or {}).get("resources") or []:
-                if (entry or {}).get("name") == GPU:
-                    quota = parse_quantity("nominalQuota", str(entry.get("nominalQuota", "0")))
-                    out.append((str(flavor.get("name")), int(quota)))
-    return out
-
-
-def _reserved(wl: Mapping[str, Any]) -> list[tuple[str, int]]:
-    """``(flavor, GPUs)`` a Workload holding a reservation counts against its ClusterQueue:
-    its admission's ``resourceUsage`` (its podSets when admitted without one)."""
-    admission = (wl.get("status") or {}).get("admission") or {}
-    assignments = admission.get("podSetAssignments")
-    if not assignments:
-        return [("", workload_gpus((wl.get("spec") or {}).get("podSets") or []))]
-    out = []
-    for entry in assignments:
-        usage = (entry.get("resourceUsage") or {}).get(GPU)
-        if usage is None:
-            continue
-        amount = parse_quantity("resourceUsage", str(usage))
-        out.append((str((entry.get("flavors") or {}).get(GPU, "")), int(amount)))
-    return out

@@ -22,7 +22,8 @@ MPIJob, from the launcher's env, where ``mpirun`` takes it). A per-GPU batch abo
 (one per replica, named ``<job>-<replica type>-<index>``, the operator's labels, its
 template's spec: affinity, node selector) are bound to nodes as kube-scheduler would, stored
 as Pods (``pods.py``), and deleted when it stops; the job trains once its last pod is bound
-(a pod no node fits holds it, Pending, until one does).
+(a pod no node fits holds it, Pending, until one does). On a cluster of several GPU types
+(``typed``) a job trains at the speed of the type its pods run on (``typed.py``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from bellows.emulator.pods import REPLICA_INDEX_LABEL, pod_manifest
 from bellows.emulator.scheduling import Placer, Pod, preferred_terms
 from bellows.emulator.store import ApiError, Store, rfc3339
 from bellows.emulator.tas import tas_pods
-from bellows.emulator.training import Training, pods_waited, start, stop
+from bellows.emulator.training import Training, pods_waited, stop
+from bellows.emulator.typed import GPU_PRODUCT, NodeTypes, Speeds
 from bellows.inputs import DATA_ERRORS, SpecError, parse_int
 from bellows.kube import keys
 from bellows.kube.adapters import KINDS
@@ -51,6 +53,7 @@ from bellows.kube.kinds import KindAdapter, conditions, finished_state, foreign_
 from bellows.kube.nodes import pod_gpus
 from bellows.kube.specs import build_spec
 from bellows.scaling import ClusterProfile, EfficiencyProfile, JobProfile, default_cluster
+from bellows.scaling.gpu_types import TypedCluster
 from bellows.scaling.online import SpeedFactors
 
 __all__ = [
@@ -141,12 +144,16 @@ class EmulatedOperator:
         true_speed: Callable[[str, str], SpeedFactors | None] | None = None,
         placer: Placer | None = None,
         efficiency: Callable[[str, str], EfficiencyProfile | None] | None = None,
+        typed: TypedCluster | None = None,
+        type_label: str = GPU_PRODUCT,
     ) -> None:
         """``true_speed(namespace, name)``, when given, says how a job really runs against
         its annotated profile (``None``: as annotated); the job trains at that speed.
         ``placer``: where the started jobs' pods are bound (``None``: nowhere).
         ``efficiency(namespace, name)``: the statistical efficiency a job really trains
-        with (``None``: none, its work counts samples)."""
+        with (``None``: none, its work counts samples). ``typed``: the cluster's GPU types,
+        which its nodes' ``type_label`` names: each job trains at its type's speed
+        (``typed.py``; ``None``: every job on ``cluster``)."""
         self._store = store
         self._placer = placer
         self._true_speed = true_speed
@@ -154,6 +161,8 @@ class EmulatedOperator:
         self._compression = compression
         self._restart_s = restart_s
         self._cluster = cluster or default_cluster()
+        types = None if typed is None else NodeTypes(typed, type_label)
+        self._speeds = Speeds(self._cluster, types, placer)
         self._clock = clock
         self._now = now
         self._kinds: dict[str, KindAdapter] = {
@@ -281,7 +290,7 @@ class EmulatedOperator:
                 status["replicaStatuses"] = {
                     t: {"active": _count(kind, obj, t)} for t in _replica_types(kind, obj)
                 }
-        state = waited(self._training, self._placer, uid, now)
+        state = self._waited(uid, status, kind, name, now)
         if state is not None and state.segment is not None:
             finish = state.finish_time()
             if finish is not None and finish <= now:
@@ -306,6 +315,17 @@ class EmulatedOperator:
         if status != (obj.get("status") or {}):
             obj["status"] = status
             self._store.update_with(res, ns, name, lambda _: obj, subresource="status")
+
+    def _waited(
+        self, uid: str, status: dict[str, Any], kind: KindAdapter, name: str, now: float
+    ) -> Training | None:
+        """``uid``'s training (:func:`waited`); on several GPU types, once its pods are
+        bound, at the speed of their type, or failed there (out of memory)."""
+        if uid in self._running and (failure := self._speeds.settle(self._training, uid)):
+            self._unbind(uid, now)
+            self._training[uid] = stop(self._training[uid], now)
+            self._finish(status, kind, name, "Failed", failure)
+        return waited(self._training, self._placer, uid, now)
 
     def _bind(self, kind: KindAdapter, obj: Mapping[str, Any], now: float) -> None:
         """Bind the started job's GPU pods to nodes (with a placer)."""
@@ -365,17 +385,14 @@ class EmulatedOperator:
                 profile = truth.apply(profile)
             job = build_spec(view, settings, profile)
             batch = parse_batch(view.env, settings, view.gpus, launcher)
+            pods = _pod_specs(kind, obj)
         except DATA_ERRORS as err:  # SpecError, or a value no check foresaw
             return f"the training script cannot start: {err}"
-        if -(-batch // view.gpus) > settings.m_max:
-            return (
-                f"CUDA out of memory: per-GPU batch {-(-batch // view.gpus)} > "
-                f"{keys.MAX_BATCH_PER_GPU} {settings.m_max}"
-            )
         state = self._training.get(uid) or self._new_training(obj, settings.work)
-        self._training[uid] = start(
-            state, job, gpus=view.gpus, batch=batch, cluster=self._cluster, now=now
-        )
+        started = self._speeds.start(state, job, gpus=view.gpus, batch=batch, pods=pods, now=now)
+        if isinstance(started, str):
+            return started  # out of memory
+        self._training[uid] = started
         return None
 
     def _new_training(self, obj: Mapping[str, Any], work: float) -> Training:
@@ -519,6 +536,13 @@ def replica_pods(kind: ReplicatedKind, obj: Mapping[str, Any]) -> list[Pod]:
             manifest = pod_manifest(obj, name, template, named)
             pods.append(Pod(meta["uid"], named, gpus, terms, required, manifest))
     return pods
+
+
+def _pod_specs(kind: KindAdapter, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The pod specs of ``obj``'s replica templates."""
+    if not isinstance(kind, ReplicatedKind):
+        return []
+    return [(s.get("template") or {}).get("spec") or {} for s in kind.specs(obj).values()]
 
 
 def _pod_set(pod: Pod) -> str:

@@ -186,6 +186,10 @@ class Scheduler:
         out = {n: sum(p.gpus for p in node.pods if p.job == job) for n, node in self._nodes.items()}
         return {n: g for n, g in out.items() if any(p.job == job for p in self._nodes[n].pods)}
 
+    def labels_of(self, job: str) -> dict[str, Mapping[str, str]]:
+        """The labels of each node holding a pod of ``job``."""
+        return {n: self._nodes[n].labels for n in sorted(self.nodes_of(job))}
+
 
 def fewest_nodes(gpus: int, sizes: Sequence[int]) -> int:
     """The fewest nodes of ``sizes`` (GPUs each) that hold ``gpus`` GPUs: the largest first
@@ -320,6 +324,11 @@ class Placer:
     def placement(self, job: str) -> dict[str, int]:
         """The GPUs ``job``'s bound pods hold on each node."""
         return self._scheduler.placement(job)
+
+    def node_labels(self, job: str) -> dict[str, Mapping[str, str]]:
+        """The labels of each node ``job``'s bound pods are on (its GPU type, on a cluster of
+        several: ``typed.py``)."""
+        return self._scheduler.labels_of(job)
 
     def waiting(self) -> bool:
         """Whether any pod is Pending."""

@@ -52,7 +52,8 @@ from bellows.emulator.pods import pod_manifest
 from bellows.emulator.scheduling import Placer, Pod, preferred_terms
 from bellows.emulator.store import ApiError, Store, rfc3339
 from bellows.emulator.tas import tas_pods
-from bellows.emulator.training import Training, start, stop
+from bellows.emulator.training import Training, stop
+from bellows.emulator.typed import GPU_PRODUCT, NodeTypes, Speeds
 from bellows.inputs import DATA_ERRORS
 from bellows.kube import keys
 from bellows.kube.adapters.trainjob import NODE_JOB, TrainJobKind, node_pod_template
@@ -60,6 +61,7 @@ from bellows.kube.kinds import MULTIKUEUE, conditions, finished_state
 from bellows.kube.nodes import pod_gpus
 from bellows.kube.specs import build_spec
 from bellows.scaling import ClusterProfile, EfficiencyProfile, JobProfile, default_cluster
+from bellows.scaling.gpu_types import TypedCluster
 
 __all__ = [
     "RECREATED_FROM",
@@ -154,9 +156,12 @@ class EmulatedTrainer:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         placer: Placer | None = None,
         efficiency: Callable[[str, str], EfficiencyProfile | None] | None = None,
+        typed: TypedCluster | None = None,
+        type_label: str = GPU_PRODUCT,
     ) -> None:
         """``placer``: where the trainer node pods of a started TrainJob are bound.
-        ``efficiency(namespace, name)``: the statistical efficiency a job trains with."""
+        ``efficiency(namespace, name)``: the statistical efficiency a job trains with.
+        ``typed``, ``type_label``: as the operator's (a job at its GPU type's speed)."""
         if TRAINJOBS not in store.resources or CLUSTER_RUNTIMES not in store.resources:
             raise ValueError(
                 "the emulated Trainer needs the CRDs of ../shared/data/crds/trainer-v2.3.0/ "
@@ -167,6 +172,8 @@ class EmulatedTrainer:
         self._compression = compression
         self._restart_s = restart_s
         self._cluster = cluster or default_cluster()
+        types = None if typed is None else NodeTypes(typed, type_label)
+        self._speeds = Speeds(self._cluster, types, placer)
         self._now = now
         self._training: dict[str, Training] = {}  # by uid
         self._checkpoints: dict[tuple[str, str, str], Training] = {}  # (ns, name, uid) deleted
@@ -329,6 +336,7 @@ class EmulatedTrainer:
                 self.starts.append((f"{ns}/{name}", uid, nodes))
                 self._place(obj, nodes, now)
                 status["jobsStatus"] = [_jobs_status(NODE_JOB, active=1, ready=1)]
+        self._settle(uid, status, now)
         state = waited(self._training, self._placer, uid, now)
         if state is not None and state.segment is not None and uid in self._running:
             finish = state.finish_time()
@@ -346,6 +354,14 @@ class EmulatedTrainer:
         if status != (obj.get("status") or {}):
             obj["status"] = status
             self._store.update_with(res, ns, name, lambda _: obj, subresource="status")
+
+    def _settle(self, uid: str, status: dict[str, Any], now: float) -> None:
+        """As the operator's: at its GPU type's speed once bound, or failed (out of memory)."""
+        if uid in self._running and (failure := self._speeds.settle(self._training, uid)):
+            self._running.discard(uid)
+            self._training[uid] = stop(self._training[uid], now)
+            self._release(uid, now)
+            self._finish(status, "Failed", "TrainJobFailed", failure)
 
     def _finish(self, status: dict[str, Any], kind: str, reason: str, message: str) -> None:
         _condition(status, kind, "True", reason, message, now=self._now())
@@ -373,19 +389,16 @@ class EmulatedTrainer:
             batch = parse_batch(values, settings, view.gpus, None)
         except DATA_ERRORS as err:
             return f"the training script cannot start: {err}"
-        if -(-batch // view.gpus) > settings.m_max:
-            return (
-                f"CUDA out of memory: per-GPU batch {-(-batch // view.gpus)} > "
-                f"{keys.MAX_BATCH_PER_GPU} {settings.m_max}"
-            )
         state = (
             self._training.get(uid)
             or self._checkpoint(obj)
             or self._new_training(obj, settings.work)
         )
-        self._training[uid] = start(
-            state, job, gpus=view.gpus, batch=batch, cluster=self._cluster, now=now
-        )
+        pods = [self._templates[uid].get("spec") or {}]
+        started = self._speeds.start(state, job, gpus=view.gpus, batch=batch, pods=pods, now=now)
+        if isinstance(started, str):
+            return started  # out of memory
+        self._training[uid] = started
         return None
 
     def _new_training(self, obj: Mapping[str, Any], work: float) -> Training:

@@ -14,6 +14,11 @@ samples at batch ``b`` advance it by ``efficiency.progress_after(b, done, n)``, 
 ``samples_between(b, done, work)`` samples after it resumes. :meth:`Training.seen` is then
 the samples it has processed (what its helper reports), :meth:`Training.samples` its
 progress toward the work.
+
+On a cluster of several GPU types the speed is that of the type the job's pods run on
+(``typed.py``): where nothing pins its type, a started job keeps its spec with its sections
+in :attr:`Segment.unsettled` until its last pod binds, and :func:`settle` then gives it its
+type's speed, before it makes any progress (held while a pod is pending).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from dataclasses import dataclass, replace
 from bellows.jobs import JobSpec
 from bellows.scaling import ClusterProfile, EfficiencyProfile, throughput
 
-__all__ = ["Segment", "Training", "pods_waited", "start", "stop"]
+__all__ = ["Segment", "Training", "pods_waited", "settle", "start", "stop"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,8 @@ class Segment:
     started: float
     pause: float = 0.0  # emulated seconds without progress at the start (a resume's restart)
     held: bool = False  # waiting for pods to bind: no progress yet
+    # on several GPU types, the job (with its sections) until its pods' type is known
+    unsettled: JobSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -89,13 +96,32 @@ class Training:
 
 
 def start(
-    state: Training, job: JobSpec, *, gpus: int, batch: int, cluster: ClusterProfile, now: float
+    state: Training,
+    job: JobSpec,
+    *,
+    gpus: int,
+    batch: int,
+    cluster: ClusterProfile,
+    now: float,
+    unsettled: JobSpec | None = None,
 ) -> Training:
-    """``state`` resumed at ``now`` on ``gpus`` GPUs with global batch ``batch``."""
+    """``state`` resumed at ``now`` on ``gpus`` GPUs with global batch ``batch``, at the speed
+    of ``job`` on ``cluster`` (``unsettled``: until :func:`settle` says the speed, the job
+    whose GPU type is not known yet)."""
     rate = throughput(job, gpus, batch, cluster)
     pause = state.restart_s if state.restarts else 0.0
-    segment = Segment(gpus, batch, rate, now, pause)
+    segment = Segment(gpus, batch, rate, now, pause, unsettled=unsettled)
     return replace(state, segment=segment, restarts=state.restarts + 1)
+
+
+def settle(state: Training, job: JobSpec, cluster: ClusterProfile) -> Training:
+    """``state`` with its segment at the speed of ``job`` on ``cluster``, its type settled
+    (called when its last pod binds: the segment made no progress before)."""
+    seg = state.segment
+    if seg is None:
+        return state
+    rate = throughput(job, seg.gpus, seg.batch, cluster)
+    return replace(state, segment=replace(seg, rate=rate, unsettled=None))
 
 
 def stop(state: Training, now: float) -> Training:
