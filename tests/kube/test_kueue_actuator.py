@@ -510,18 +510,26 @@ class _Pins:
         self.nodes = nodes
         self.asked: list[tuple[str, int, bool]] = []
 
-    def place_round(self, claims: Any) -> None:
+    def place_round(self, claims: Any, types: Any = None) -> None:
         return None
 
-    def pin(self, job: str, gpus: int, gpus_per_pod: int, *, required: bool = True) -> Any:
+    def pin(
+        self, job: str, gpus: int, gpus_per_pod: int, *, required: bool = True, gpu_type: str = ""
+    ) -> Any:
         self.asked.append((job, gpus, required))
         return self.nodes
 
     def free_nodes(self) -> None:
         return None
 
+    def free_nodes_by_type(self) -> None:
+        return None
+
     def moves(self, job: str, gpus: int) -> bool:
         return False
+
+    def job_type(self, job: str) -> None:
+        return None
 
 
 def test_on_a_tas_queue_the_sized_job_asks_kueue_for_its_nodes_and_lands_on_one(on_kueue, examples):

@@ -29,7 +29,7 @@ from bellows.bus.progress import ProgressEvent, ProgressType, encode_progress, p
 from bellows.bus.server import running_nats_server
 from bellows.bus.streams import ensure_learned_kv
 from bellows.inputs import SpecError
-from bellows.jobs import Allocation, JobSpec
+from bellows.jobs import Allocation, JobSpec, TypeSection
 from bellows.scaling import EfficiencyProfile, default_cluster
 from bellows.scaling.timing import step_time
 from bellows.service.learned_state import decode, encode
@@ -352,3 +352,23 @@ def test_the_recall_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
     row = capsys.readouterr().out.splitlines()[-1].split(" | ")
     assert row[0] == "| 50"
     assert 0 <= float(row[2]) < 60  # seconds to load them (main checks all 50 loaded)
+
+
+def test_a_job_with_sections_per_gpu_type_keeps_them_and_learns_the_rest() -> None:
+    """A job a core of several types decides is not refitted: its reports come from
+    whichever type it runs on, and its sections stand; its progress and restarts are
+    learned as any job's."""
+    prior = _jobs()[0]
+    t4 = TypeSection("t4", prior.profile, prior.weights, prior.m_max)
+    typed = dataclasses.replace(prior, types=(t4,))
+    learner = _learned()
+    plain, kept = (
+        revision(learner, KEY, prior, goodput=False),
+        revision(learner, KEY, typed, goodput=False),
+    )
+    assert plain.fit.compute == pytest.approx(SLOWER, rel=0.05)  # one type: refitted
+    assert kept.fit.compute == 1.0
+    assert (kept.spec.profile, kept.spec.weights, kept.spec.types) == (
+        typed.profile, typed.weights, typed.types,
+    )  # fmt: skip
+    assert (kept.done, kept.since) == (plain.done, plain.since)

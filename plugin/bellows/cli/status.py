@@ -104,13 +104,14 @@ def _optional(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
-def _row(job: JobStatus, *, wide: bool, namespaces: bool) -> list[str]:
+def _row(job: JobStatus, *, wide: bool, namespaces: bool, typed: bool = False) -> list[str]:
     name = job.job if namespaces else job.name
     cells = [
         job.kind,
         name,
         str(job.state),
         str(job.gpus),
+        *([job.gpu_type or "-"] if typed else []),
         _optional(job.target),
         _optional(job.batch),
         _speed(job.predicted),
@@ -131,12 +132,14 @@ def table(
     jobs: Sequence[JobStatus], *, wide: bool = False, namespaces: bool = True, headers: bool = True
 ) -> list[str]:
     """The rows as kubectl prints a table: columns padded by three spaces, the last free."""
-    head = ["KIND", "NAMESPACE/NAME" if namespaces else "NAME", "STATE", "GPUS", "TARGET"]
-    head += ["BATCH", "PREDICTED", "LEARNED", "RESTARTS", "WAITED"]
+    typed = any(job.gpu_type for job in jobs)  # a cluster of several GPU types: TYPE
+    head = ["KIND", "NAMESPACE/NAME" if namespaces else "NAME", "STATE", "GPUS"]
+    head += ["TYPE"] if typed else []
+    head += ["TARGET", "BATCH", "PREDICTED", "LEARNED", "RESTARTS", "WAITED"]
     if wide:
         head += ["QUEUE", "PHASE", "EVENT"]
     head.append("REASON")
-    rows = [_row(job, wide=wide, namespaces=namespaces) for job in jobs]
+    rows = [_row(job, wide=wide, namespaces=namespaces, typed=typed) for job in jobs]
     if headers:
         rows.insert(0, head)
     if not rows:

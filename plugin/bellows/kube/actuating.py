@@ -76,7 +76,16 @@ from bellows.kube.kueue_journal import (
 )
 from bellows.kube.kueue_recreation import plan_kueue_recreate
 from bellows.kube.pacing import backoff, until
-from bellows.kube.placement import HOSTNAME, Ask, KueueTopology, Pinned, Placement
+from bellows.kube.placement import (
+    HOSTNAME,
+    Ask,
+    KueueTopology,
+    OnType,
+    Pinned,
+    Placement,
+    template_product,
+    template_type,
+)
 from bellows.kube.progress_env import ProgressEndpoint, TargetEnv
 from bellows.kube.recording import Recorder
 from bellows.kube.records import (
@@ -114,20 +123,30 @@ _log = structlog.get_logger("bellows.actuator")
 class NodePins(Protocol):
     """Where the jobs the actuator sizes are pinned (the controller's node view)."""
 
-    def place_round(self, claims: Sequence[tuple[str, int]]) -> None:
-        """Pin the jobs a round starts or resizes, ``(job, GPUs)``, before any is driven."""
+    def place_round(
+        self, claims: Sequence[tuple[str, int]], types: Mapping[str, str] | None = None
+    ) -> None:
+        """Pin the jobs a round starts or resizes, ``(job, GPUs)``, before any is driven;
+        ``types``: the GPU type of each job given one (on its type's nodes only)."""
 
     def pin(
-        self, job: str, gpus: int, gpus_per_pod: int, *, required: bool = True
+        self, job: str, gpus: int, gpus_per_pod: int, *, required: bool = True, gpu_type: str = ""
     ) -> Sequence[str] | None:
         """The nodes ``job`` sized to ``gpus`` is pinned to (``None``: not pinned);
-        ``required=False``: only preferred there (its pods may land elsewhere)."""
+        ``required=False``: only preferred there (its pods may land elsewhere);
+        ``gpu_type``: on that type's nodes only (``""``: any node)."""
 
     def free_nodes(self) -> FreeNodes | None:
         """Where the GPUs sit now, for the core (``None``: not known)."""
 
+    def free_nodes_by_type(self) -> dict[str, FreeNodes] | None:
+        """The same per GPU type, for a core of several types (``None``: not known)."""
+
     def moves(self, job: str, gpus: int) -> bool:
         """Whether ``job``, kept on ``gpus``, is pinned elsewhere than its pods are."""
+
+    def job_type(self, job: str) -> str | None:
+        """The GPU type of the nodes ``job``'s pods are bound to (``None``: not known)."""
 
 
 Result = Literal[
@@ -272,6 +291,8 @@ class Actuator:
         progress: ProgressEndpoint | None = None,
         pins: NodePins | None = None,
         topology: Callable[[JobView], bool] | None = None,
+        gpu_products: Mapping[str, str] | None = None,
+        type_label: str = "nvidia.com/gpu.product",
     ) -> None:
         """``kueue``: size the jobs that name a Kueue LocalQueue through their Workloads
         (``controller.kueue.enabled``); when false, such a job is refused with an Event.
@@ -288,7 +309,10 @@ class Actuator:
         out). ``topology(job)``: whether Kueue places the Kueue-managed ``job`` by
         topology-aware scheduling (its ClusterQueue's flavors all have a topology,
         ``QueueIndex.topology_aware``); such a job, with a view, is asked of Kueue on the
-        nodes' level instead of pinned (:class:`~bellows.kube.placement.KueueTopology`)."""
+        nodes' level instead of pinned (:class:`~bellows.kube.placement.KueueTopology`).
+        ``gpu_products``: on a cluster of several GPU types, each type's value of the node
+        label ``type_label``; a start or rescale that carries a type (``Start.gpu_type``)
+        asks for that type's nodes (:class:`~bellows.kube.placement.OnType`)."""
         self._api = api
         self._pins = pins
         self._topology = topology
@@ -299,6 +323,8 @@ class Actuator:
         self._told_terminating: dict[str, None] = {}  # jobs told DeletePending (by uid)
         self._placement = placement
         self._topology_key = topology_key
+        self._products = dict(gpu_products or {})
+        self._type_label = type_label
         self._kueue = kueue
         self._kinds = {k.kind.lower(): k for k in kinds}
         self._recorder = recorder or Recorder(api, now=now)
@@ -312,11 +338,14 @@ class Actuator:
         """The job kinds this actuator drives (and its controller reads)."""
         return tuple(self._kinds.values())
 
-    def place_round(self, claims: Sequence[tuple[str, int]]) -> None:
-        """Before a round's starts and resizes (``(job, GPUs)``) are driven: place them
-        all at once (with a node view; else nothing)."""
+    def place_round(
+        self, claims: Sequence[tuple[str, int]], types: Mapping[str, str] | None = None
+    ) -> None:
+        """Before a round's starts and resizes (``(job, GPUs)``; ``types``: the GPU type of
+        each job given one) are driven: place them all at once (with a node view; else
+        nothing)."""
         if self._pins is not None:
-            self._pins.place_round(claims)
+            self._pins.place_round(claims, types)
 
     def _moves(self, ref: JobRef, decision: Rescale) -> bool:
         """Whether ``decision`` keeps ``ref``'s size and the node view pins it elsewhere
@@ -327,6 +356,49 @@ class Actuator:
     def free_nodes(self) -> FreeNodes | None:
         """Where the GPUs sit now, from the node view (``None``: no view, or not known)."""
         return None if self._pins is None else self._pins.free_nodes()
+
+    def free_nodes_by_type(self) -> dict[str, FreeNodes] | None:
+        """The same per GPU type (``None``: no view, or not known)."""
+        return None if self._pins is None else self._pins.free_nodes_by_type()
+
+    def gpu_type_of(self, view: JobView) -> str | None:
+        """The GPU type the job of ``view`` runs on (a core of several types adopts it
+        there): where the node view sees its pods bound, else the type its pod templates'
+        node selector requires (whoever wrote it: the scheduler obeys it); ``None``: not
+        known, or a value no type has."""
+        if self._pins is not None and (found := self._pins.job_type(view.ref.key)) is not None:
+            return found
+        return self._selected_type(view, owners=False)
+
+    def pods_type(self, job: str) -> str | None:
+        """The GPU type of the nodes ``job``'s pods are bound to, as the node view sees
+        them (``None``: no view, or not one type)."""
+        return None if self._pins is None else self._pins.job_type(job)
+
+    def owner_type(self, view: JobView) -> str | None:
+        """The GPU type the owner's own node selector on the type label requires of the job
+        of ``view`` (one Bellows did not write), or ``None``: the job can run on that type
+        only, so a core of several types decides it there."""
+        return self._selected_type(view, owners=True)
+
+    def _selected_type(self, view: JobView, *, owners: bool) -> str | None:
+        """The type the pod templates' node selector names on the type label, the same on
+        every template (``owners``: only a selector Bellows did not write)."""
+        kind = self._kinds.get(view.ref.kind.lower())
+        specs = getattr(kind, "specs", None)  # the replicated kinds' replica specs
+        if specs is None:
+            return None
+        try:
+            templates = [s.get("template") or {} for s in specs(view.raw).values()]
+        except DATA_ERRORS:
+            return None
+        if owners:
+            templates = [t for t in templates if template_type(t) is None]
+        found = {template_product(t, self._type_label) for t in templates}
+        if len(found) != 1 or None in found:
+            return None
+        names = {product: name for name, product in self._products.items()}
+        return names.get(str(found.pop()))
 
     def ref(self, job: str) -> JobRef:
         """The job behind a core job name (``<kind>/<namespace>/<name>``)."""
@@ -347,7 +419,9 @@ class Actuator:
                 halted = await self._halt(ref, Phase.PREEMPTED, f"moving: {decision.reason}")
                 if halted.result != "preempted":
                     return halted
-            return await self._scale(ref, target, verb, done=done, reason=decision.reason)
+            return await self._scale(
+                ref, target, verb, done=done, reason=decision.reason, gpu_type=decision.gpu_type
+            )
         if isinstance(decision, Reject):
             return await self._halt(
                 self.ref(decision.job), Phase.REJECTED, f"rejected: {decision.reason}"
@@ -558,6 +632,7 @@ class Actuator:
         *,
         done: float | None = None,
         reason: str = "",
+        gpu_type: str = "",
     ) -> Outcome:
         in_place: list[bool] = []  # this call's dry-run answer, once asked
 
@@ -577,7 +652,7 @@ class Actuator:
             requested = requested_allocation(view, settings)
             # pinned only while suspended: the patch that sizes it carries the pin (a job
             # running, already at its target or still to halt, is not placed now)
-            placement = self._ask(ref, target[0], view, kueue=read.kueue)
+            placement = self._ask(ref, target[0], view, kueue=read.kueue, gpu_type=gpu_type)
             if getattr(kind, "recreates", False):
                 common: dict[str, Any] = {
                     "target": target,
@@ -633,7 +708,21 @@ class Actuator:
             in_place=in_place,
         )
 
-    def _ask(self, ref: JobRef, gpus: int, view: JobView, *, kueue: bool) -> Ask:
+    def _ask(
+        self, ref: JobRef, gpus: int, view: JobView, *, kueue: bool, gpu_type: str = ""
+    ) -> Ask:
+        """:meth:`_placed`, on the nodes of ``gpu_type`` (its label value, in the template's
+        node selector) where the job was given a type: always, as the type is where the
+        core prices it (a job running on it keeps the selector it started with); never for
+        a job Kueue admits (its flavor is Kueue's to assign)."""
+        # a job Kueue admits runs on the flavor Kueue gives it: no type of Bellows' written
+        product = self._products.get(gpu_type) if gpu_type and not kueue else None
+        placed = self._placed(ref, gpus, view, kueue=kueue, gpu_type=gpu_type)
+        return placed if product is None else OnType(placed, self._type_label, product, gpu_type)
+
+    def _placed(
+        self, ref: JobRef, gpus: int, view: JobView, *, kueue: bool, gpu_type: str = ""
+    ) -> Placement | Pinned | KueueTopology:
         """What the sizing patch of ``ref`` to ``gpus`` asks of the scheduler: the configured
         placement, and the nodes the node view pins it to. Pinned only while suspended (the
         patch that sizes it carries the pin: a job running, at its target or still to halt,
@@ -646,7 +735,9 @@ class Actuator:
         node does: measured slower (docs/kube.md, "Placement")."""
         if self._pins is None or not view.suspended:
             return self._placement
-        nodes = self._pins.pin(ref.key, gpus, max(1, view.gpu_step), required=not kueue)
+        nodes = self._pins.pin(
+            ref.key, gpus, max(1, view.gpu_step), required=not kueue, gpu_type=gpu_type
+        )
         if kueue and self._topology is not None and self._topology(view):
             return KueueTopology(self._placement, self._topology_key, required=False)
         if not nodes:

@@ -243,6 +243,7 @@ class ClusterQueueView:
     cohort: str | None
     namespaces: NamespaceSelector = NamespaceSelector(())  # {}: every namespace
     flavors: tuple[str, ...] = ()  # the flavors that give it GPUs, in order
+    quotas: tuple[int, ...] = ()  # each flavor's GPU nominalQuota, in the same order
 
     @property
     def backfill(self) -> bool:
@@ -266,7 +267,7 @@ def read_cluster_queue(obj: Mapping[str, Any], resource: str = GPU) -> ClusterQu
             strategy,
             "StrictFIFO or BestEffortFIFO",
         )
-    gpus, flavors = 0, []
+    gpus, flavors, quotas = 0, [], []
     for g, group in enumerate(spec.get("resourceGroups") or []):
         for f, flavor in enumerate((group or {}).get("flavors") or []):
             for r, entry in enumerate((flavor or {}).get("resources") or []):
@@ -284,12 +285,15 @@ def read_cluster_queue(obj: Mapping[str, Any], resource: str = GPU) -> ClusterQu
                 if amount.denominator != 1:
                     raise SpecError(field, entry.get("nominalQuota"), "a whole number of GPUs")
                 gpus += int(amount)
+                quotas.append(int(amount))
     cohort = spec.get("cohortName") or spec.get("cohort")
     selector = read_namespace_selector(
         f"clusterqueue {shown(name)} spec.namespaceSelector", spec.get("namespaceSelector")
     )
     cohort_name = str(cohort) if cohort else None
-    return ClusterQueueView(name, gpus, strategy, cohort_name, selector, tuple(flavors))
+    return ClusterQueueView(
+        name, gpus, strategy, cohort_name, selector, tuple(flavors), tuple(quotas)
+    )
 
 
 # The replica specs of each job kind Kueue integrates, and the order of their podSets

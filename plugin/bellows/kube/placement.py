@@ -25,6 +25,16 @@ wrote, so that the next sizing patch replaces exactly its own. A topology annota
 owner set stands, and Bellows then writes none (Kueue refuses two); a node pin Bellows
 wrote before is taken out.
 
+On a cluster of several GPU types, a job the controller gave a type is also asked onto
+that type's nodes (:class:`OnType`): the pod template's ``nodeSelector`` takes the node
+label that names the type (``nvidia.com/gpu.product`` by default) at the type's value, and
+the annotation :data:`GPU_TYPE` (``<type> (<label>=<value>)``) says Bellows wrote it, so
+that the next sizing patch replaces exactly its own (and ``bellows status`` shows the type:
+:func:`template_type`). An owner's selector on that label stands (the
+job then runs on the owner's type; Bellows writes none), and a selector Bellows wrote is
+taken out when the ask carries no type. :func:`template_product` reads the selector back,
+whoever wrote it: it is what the scheduler obeys, so it says where the job's pods can run.
+
 With a node view (``controller.placement: nodes``: ``pack``'s term, and more), the
 controller also pins the job to the nodes its placement rule picked (:class:`Pinned`,
 ``bellows.autoscaler.placing``): a *required* node affinity, one ``nodeSelectorTerms``
@@ -44,12 +54,14 @@ templates Bellows can patch (a TrainJob's ``runtimePatches``, later) can use it.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
 __all__ = [
+    "GPU_TYPE",
     "HOSTNAME",
     "KUEUE_PREFERRED_TOPOLOGY",
     "KUEUE_REQUIRED_TOPOLOGY",
@@ -59,11 +71,14 @@ __all__ = [
     "TOPOLOGY_REQUEST",
     "Ask",
     "KueueTopology",
+    "OnType",
     "Pinned",
     "Placement",
     "pack_term",
     "pinned_expression",
     "placed_template",
+    "template_product",
+    "template_type",
 ]
 
 HOSTNAME: Final = "kubernetes.io/hostname"
@@ -76,6 +91,7 @@ _KUEUE_TOPOLOGY: Final = (
 TOPOLOGY_REQUEST: Final = "bellows.io/topology-request"  # template annotation: the one we set
 PACK_WEIGHT: Final = 100  # the most a preferred term may weigh (1-100)
 PINNED_NODES: Final = "bellows.io/pinned-nodes"  # template annotation: the nodes required
+GPU_TYPE: Final = "bellows.io/gpu-type"  # template annotation: the type selector we wrote
 _PREFERRED: Final = "preferredDuringSchedulingIgnoredDuringExecution"
 _REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
 
@@ -109,7 +125,18 @@ class KueueTopology:
     required: bool
 
 
-Ask = Placement | Pinned | KueueTopology
+@dataclass(frozen=True)
+class OnType:
+    """``ask``, and the job's pods on the nodes whose GPU-type ``label`` is ``product``:
+    the nodes of GPU type ``name``."""
+
+    ask: Placement | Pinned | KueueTopology
+    label: str
+    product: str
+    name: str = ""
+
+
+Ask = Placement | Pinned | KueueTopology | OnType
 """What a sizing patch asks of the scheduler."""
 
 
@@ -143,9 +170,84 @@ def placed_template(
 
     ``selector``: labels every pod of the job carries and no other pod does (the operator's).
     Lists are replaced whole by a merge patch, so the preferred terms are sent in full: the
-    owner's first, in their order, then Bellows' term. A pin Bellows wrote before and
-    ``placement`` no longer asks for is taken out.
+    owner's first, in their order, then Bellows' term. A pin or a type selector Bellows
+    wrote before and ``placement`` no longer asks for is taken out.
     """
+    if isinstance(placement, OnType):
+        placed = _placed(template, selector, placement.ask, topology_key)
+        on = _on_type(template, placement.label, placement.product, placement.name)
+        return _merged(placed, on)
+    return _merged(_placed(template, selector, placement, topology_key), _on_type(template))
+
+
+def template_product(template: Mapping[str, Any], label: str) -> str | None:
+    """The value the pod template's ``nodeSelector`` requires of node label ``label`` (the
+    GPU type its pods can run on, whoever asked for it), or ``None``."""
+    value = ((template.get("spec") or {}).get("nodeSelector") or {}).get(label)
+    return value if isinstance(value, str) and value else None
+
+
+def template_type(template: Mapping[str, Any]) -> str | None:
+    """The GPU type Bellows gave the pods of ``template`` (its :data:`GPU_TYPE` annotation,
+    while the node selector it wrote is there), or ``None``."""
+    found = _written(template)
+    return None if found is None else found[0]
+
+
+_NOTE = re.compile(r"([a-z0-9-]{0,63}) \(([^=()\s]+)=([^()\s]*)\)")
+
+
+def _written(template: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(type, label, value) of the selector the :data:`GPU_TYPE` annotation says Bellows
+    wrote, while the template's selector still says so; else ``None``."""
+    notes = (template.get("metadata") or {}).get("annotations") or {}
+    chosen = (template.get("spec") or {}).get("nodeSelector") or {}
+    note = notes.get(GPU_TYPE)
+    found = _NOTE.fullmatch(note) if isinstance(note, str) else None
+    if found is None or chosen.get(found[2]) != found[3]:
+        return None
+    return found[1], found[2], found[3]
+
+
+def _on_type(
+    template: Mapping[str, Any],
+    label: str | None = None,
+    product: str | None = None,
+    name: str = "",
+) -> dict[str, Any]:
+    """The patch that selects nodes of ``label=product`` (type ``name``; ``None``: no type)
+    in place of the selector :data:`GPU_TYPE` says Bellows wrote; ``{}`` when the template
+    says so. A selector of the owner's on ``label`` stands (then Bellows writes none)."""
+    notes = (template.get("metadata") or {}).get("annotations") or {}
+    chosen = (template.get("spec") or {}).get("nodeSelector") or {}
+    note = notes.get(GPU_TYPE)
+    written = _written(template)
+    ours = None if written is None else written[1:]
+    if ours is not None and chosen.get(ours[0]) != ours[1]:
+        ours = None  # the selector is no longer what we wrote: someone else's now
+    owners = label is not None and label in chosen and (ours is None or ours[0] != label)
+    want = None if label is None or product is None or owners else (label, product)
+    patch_selector: dict[str, str | None] = {}
+    if ours is not None and ours != want and (want is None or want[0] != ours[0]):
+        patch_selector[ours[0]] = None
+    if want is not None and chosen.get(want[0]) != want[1]:
+        patch_selector[want[0]] = want[1]
+    mark = None if want is None else f"{name} ({want[0]}={want[1]})"
+    out: dict[str, Any] = {}
+    if patch_selector:
+        out["spec"] = {"nodeSelector": patch_selector}
+    if note != mark and (mark is not None or GPU_TYPE in notes):
+        out["metadata"] = {"annotations": {GPU_TYPE: mark}}
+    return out
+
+
+def _placed(
+    template: Mapping[str, Any],
+    selector: Mapping[str, str],
+    placement: Placement | Pinned | KueueTopology,
+    topology_key: str,
+) -> dict[str, Any]:
+    """:func:`placed_template` of an ask without a type."""
     if isinstance(placement, KueueTopology):
         based = _based(template, selector, placement.base, topology_key)
         asked = _topology(template, placement.level, required=placement.required)

@@ -38,6 +38,7 @@ from bellows.kube.kinds import (
     parse_time,
     suspend_set,
 )
+from bellows.kube.placement import template_type
 from bellows.kube.specs import build_spec
 from bellows.scaling import ClusterProfile, JobProfile, throughput
 
@@ -125,6 +126,7 @@ class JobStatus:
     phase: str | None = None
     queue: str | None = None
     event: str | None = None  # the newest Bellows Event on the job: "Reason: message"
+    gpu_type: str | None = None  # the GPU type Bellows gave it (several types), else None
 
     @property
     def job(self) -> str:
@@ -148,6 +150,7 @@ class JobStatus:
             "phase": self.phase,
             "queue": self.queue,
             "event": self.event,
+            "gpuType": self.gpu_type,
         }
 
 
@@ -267,6 +270,7 @@ def job_status(
     namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
     journal = Journal.read(annotations)
     created = parse_time(meta.get("creationTimestamp"))
+    gpu_type = _gpu_type(kind, obj)
 
     def row(state: State, reason: str, queue: str | None = None, **running: Any) -> JobStatus:
         # one constructor call per job (dataclasses.replace costs as much again, 10 000 times)
@@ -277,7 +281,7 @@ def job_status(
             learned=running.get("learned"), restarts=journal.restarts,
             waited_s=_seconds(journal.started_at or now, created), reason=reason,
             phase=None if journal.phase is None else str(journal.phase), queue=queue,
-            event=event,
+            event=event, gpu_type=gpu_type,
         )  # fmt: skip
 
     finished = finished_state(obj)
@@ -322,6 +326,20 @@ def job_status(
         predicted=_speed(view, settings, profile, allocation, cluster),
         learned=_speed(view, settings, _fit(annotations), allocation, cluster),
     )
+
+
+def _gpu_type(kind: KindAdapter, obj: Mapping[str, Any]) -> str | None:
+    """The GPU type Bellows gave the job's pods (:func:`~bellows.kube.placement.
+    template_type`, the same on every pod template of a replicated kind), else ``None``."""
+    specs = getattr(kind, "specs", None)  # a replicated kind's replica specs
+    if specs is None:
+        return None
+    try:
+        found = {template_type(spec.get("template") or {}) for spec in specs(obj).values()}
+    except DATA_ERRORS:
+        return None
+    found.discard(None)
+    return found.pop() if len(found) == 1 else None
 
 
 # The Events Bellows' own recorder writes (bellows.kube.recording): both fields its name, and

@@ -10,6 +10,7 @@ from bellows.kube.adapters import ALL_KINDS, KINDS
 from bellows.kube.placement import Placement
 from bellows.kube.progress_env import ProgressEndpoint
 from bellows.scaling import ClusterProfile, default_cluster, load_cluster_profile
+from bellows.scaling.gpu_types import TypedCluster
 from bellows.scaling.placement_memory import PlacementMemory
 from bellows.service.clock import ServiceClock
 from bellows.service.config import BellowsConfig
@@ -57,11 +58,13 @@ def make_pools(
     engines: Engines | None = None,
     memory: Memory | None = None,
     node_view: NodeView | None = None,
+    typed: TypedCluster | None = None,
 ) -> Pools:
     """Fresh controllers for every pool, on ``capacity`` GPUs (not yet rebuilt), their cores
     on ``engines`` (the process's rent rule and compile-ahead worker). With
     ``controller.placement: nodes``, the jobs it sizes are pinned where ``node_view`` places
-    them (the view then follows these pools' jobs)."""
+    them (the view then follows these pools' jobs). ``typed``: the nodes' GPU types
+    (:mod:`bellows.service.typed_cluster`; ``None``: one type)."""
     namespaces = managed_namespaces(config)
     kueue = config.controller.kueue.enabled
     learn = config.controller.learn_progress and config.controller.progress.learn_placements
@@ -73,19 +76,7 @@ def make_pools(
         core=config.controller.autoscaler_config(),
         cluster=cluster,
         capacity=capacity,
-        actuator=Actuator(
-            api,
-            halt_timeout_s=config.controller.halt_timeout_s,
-            kueue=kueue,
-            kinds=served_kinds(config),
-            placement=config.controller.placement,
-            topology_key=config.controller.placement_topology_key,
-            records_namespace=records_namespace(config),
-            progress=progress_endpoint(config),
-            pins=view,
-            # beside Kueue's topology-aware scheduling, Kueue is asked for the nodes
-            topology=queues.topology_aware if queues is not None else None,
-        ),
+        actuator=_actuator(config, api, view, queues, typed),
         reader=JobReader(
             api,
             namespace=namespaces[0] if len(namespaces) == 1 else None,
@@ -99,10 +90,38 @@ def make_pools(
         queues=queues,
         engines=engines,
         memory=memory,
+        typed=typed,
+        type_label=config.controller.capacity.gpu_type_label,
     )
     if view is not None:
         view.follow(lambda: pools.held)
     return pools
+
+
+def _actuator(
+    config: BellowsConfig,
+    api: KubeApi,
+    view: NodeView | None,
+    queues: QueueIndex | None,
+    typed: TypedCluster | None,
+) -> Actuator:
+    """The actuator every pool drives the jobs with."""
+    return Actuator(
+        api,
+        halt_timeout_s=config.controller.halt_timeout_s,
+        kueue=queues is not None,
+        kinds=served_kinds(config),
+        placement=config.controller.placement,
+        topology_key=config.controller.placement_topology_key,
+        records_namespace=records_namespace(config),
+        progress=progress_endpoint(config),
+        pins=view,
+        # beside Kueue's topology-aware scheduling, Kueue is asked for the nodes
+        topology=queues.topology_aware if queues is not None else None,
+        # each GPU type's node label value, for the pods of the jobs given it
+        gpu_products=None if typed is None else typed.products,
+        type_label=config.controller.capacity.gpu_type_label,
+    )
 
 
 def progress_endpoint(config: BellowsConfig) -> ProgressEndpoint | None:

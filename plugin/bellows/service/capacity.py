@@ -113,6 +113,11 @@ class NodeGpus:
         return {name: gpus for name, gpus in sorted(self._gpus.items()) if gpus > 0}
 
     @property
+    def node_types(self) -> dict[str, str]:
+        """The GPU type of each node of :attr:`per_node` (``""``: untyped)."""
+        return {name: self._type.get(name, "") for name in self.per_node}
+
+    @property
     def names(self) -> set[str]:
         """The nodes counted or lapsed."""
         return set(self._gpus) | set(self._lapsed)
@@ -248,14 +253,16 @@ async def watch_capacity(
     speedup: float = 1.0,
     on_types: Callable[[Mapping[str, int]], None] | None = None,
     on_nodes: Callable[[Mapping[str, int]], None] | None = None,
+    on_node_types: Callable[[Mapping[str, str]], None] | None = None,
 ) -> None:
     """Until cancelled: keep the selected nodes' GPUs and call ``on_change(total)`` whenever
     the total differs from the one last told (the first list tells it once, so a change
-    between the controller's start and this watch is not missed), ``on_types`` with the
-    GPUs per type (:attr:`NodeGpus.by_type`) whenever those differ, and ``on_nodes`` with
-    the GPUs per node (:attr:`NodeGpus.per_node`) after every list and event. ``now`` is the
-    clock the nodes' grace runs on (default: the loop's), ``speedup`` its seconds per real
-    second."""
+    between the controller's start and this watch is not missed) or the GPUs per type do,
+    ``on_types`` with the GPUs per type (:attr:`NodeGpus.by_type`) whenever those differ
+    (before ``on_change``), and ``on_nodes`` with the GPUs per node (:attr:`NodeGpus.per_node`)
+    and ``on_node_types`` with their types (:attr:`NodeGpus.node_types`) after every list and
+    event. ``now`` is the clock the nodes' grace runs on (default: the loop's), ``speedup``
+    its seconds per real second."""
     selector = node_selector(settings)
     clock = now or asyncio.get_running_loop().time
     wait, longest = retry_s
@@ -268,8 +275,7 @@ async def watch_capacity(
             try:
                 if version is None:
                     gpus, version = await list_capacity(api, settings, into=gpus)
-                    if on_nodes is not None:
-                        on_nodes(gpus.per_node)
+                    _tell_nodes(gpus, on_nodes, on_node_types)
                     await teller.tell(gpus.total, gpus.by_type)
                     wait = retry_s[0]  # the API server answers again
                 async for event, node in api.watch_nodes(selector, version, timeout_s=timeout_s):
@@ -278,8 +284,7 @@ async def watch_capacity(
                         gpus.remove(node)
                     else:
                         gpus.put(node)
-                    if on_nodes is not None:
-                        on_nodes(gpus.per_node)
+                    _tell_nodes(gpus, on_nodes, on_node_types)
                     await teller.tell(gpus.total, gpus.by_type)
                     wait = retry_s[0]  # the watch works again
             except ExpiredError:
@@ -297,6 +302,17 @@ async def watch_capacity(
         expiring.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await expiring
+
+
+def _tell_nodes(
+    gpus: NodeGpus,
+    on_nodes: Callable[[Mapping[str, int]], None] | None,
+    on_node_types: Callable[[Mapping[str, str]], None] | None,
+) -> None:
+    if on_node_types is not None:
+        on_node_types(gpus.node_types)
+    if on_nodes is not None:
+        on_nodes(gpus.per_node)
 
 
 POLL_S = 1.0  # longest real wait between checks of the lapsed nodes' grace
@@ -336,12 +352,13 @@ class _Teller:
 
     async def tell(self, total: int, by_type: Mapping[str, int] | None = None) -> None:
         async with self._lock:
-            if by_type is not None and dict(by_type) != self.types:
+            moved = by_type is not None and dict(by_type) != self.types
+            if by_type is not None and moved:
                 _log.info("capacity.by_type", gpus=dict(by_type), was=self.types)
                 self.types = dict(by_type)
                 if self._on_types is not None:
                     self._on_types(self.types)
-            if total == self.told:
+            if total == self.told and not (moved and self._on_types is not None):
                 return
             _log.info("capacity.nodes", gpus=total, was=self.told)
             await self._on_change(total)

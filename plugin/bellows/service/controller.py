@@ -38,12 +38,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 import structlog
 
-from bellows.autoscaler import Autoscaler, Decision
+from bellows.autoscaler import AnyAutoscaler, Decision, TypedAutoscaler
 from bellows.bus import Event, PartlyAppliedError, Settled
 from bellows.inputs import brief
 from bellows.jobs import JobSpec
@@ -85,7 +85,7 @@ class Controller:
         self,
         *,
         api: KubeApi,
-        autoscaler: Autoscaler,
+        autoscaler: AnyAutoscaler,
         actuator: Actuator,
         reader: JobReader,
         now: Callable[[], float],
@@ -119,7 +119,7 @@ class Controller:
         autoscaler.note_keeps = True  # each round says which jobs it kept, and why
 
     @property
-    def autoscaler(self) -> Autoscaler:
+    def autoscaler(self) -> AnyAutoscaler:
         return self._auto
 
     @property
@@ -281,6 +281,27 @@ class Controller:
             self._auto.set_capacity(gpus, now)
             self._roster.widest = max(self._roster.widest, gpus)
             await self._settler.round(now)
+
+    async def set_types(self, gpus: Mapping[str, int]) -> None:
+        """The nodes' GPUs per type changed (a core of several types; one type: their sum,
+        as :meth:`set_capacity`). A type the core does not decide over is not counted."""
+        auto = self._auto
+        if not isinstance(auto, TypedAutoscaler):
+            await self.set_capacity(sum(gpus.values()))
+            return
+        async with self._lock:
+            now = self._now()
+            changed = False
+            for name in auto.cluster.names:
+                count = int(gpus.get(name, 0))
+                if count != auto.capacities[name]:
+                    _log.info("capacity.changed", gpu_type=name, was=auto.capacities[name],
+                              gpus=count)  # fmt: skip
+                    auto.set_capacity(count, now, name)
+                    changed = True
+            if changed:
+                self._roster.widest = max(self._roster.widest, auto.capacity)
+                await self._settler.round(now)
 
     async def rescope(self) -> None:
         """Read again the jobs left alone because their queue could not be resolved (Kueue's

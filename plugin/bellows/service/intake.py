@@ -15,10 +15,10 @@ from typing import Any
 
 import structlog
 
-from bellows.autoscaler import Start
+from bellows.autoscaler import Start, TypedAutoscaler
 from bellows.bus import Event, JobArrived, JobCompleted
 from bellows.inputs import SpecError
-from bellows.jobs import Allocation, JobSpec, fit_to_cluster, is_feasible
+from bellows.jobs import Allocation, JobSpec, TypeSection, fit_to_cluster, is_feasible
 from bellows.kube import (
     Arrived,
     Deleted,
@@ -148,15 +148,47 @@ class Intake(Part):
             self._roster.finish(seen.job, now, now)
         elif (seen := await self.fit(seen)) is None:
             return
-        elif seen.running is not None:
+        elif seen.running is not None and (typed := self.typed_of(seen)) is not None:
             done, since = self.progress(seen, now)
             self.charge(seen)
-            if self._auto.adopt(seen.spec, seen.running, now, done=done, since=since):
+            if self.adopt(seen, seen.running, now, done=done, since=since, gpu_type=typed):
                 self._roster.held[seen.spec.name] = seen.running.gpus
                 self._roster.known(seen.spec.name, seen.view.uid)
                 self._observer.arrived(seen.spec, arrived_at)
         elif Journal.read(seen.view.annotations).phase is not Phase.REJECTED:
             await self.admit(seen, now, arrived_at=arrived_at)
+
+    def typed_of(self, seen: Arrived) -> str | None:
+        """The GPU type job ``seen`` runs on, for a core of several types to adopt it there
+        (:meth:`Actuator.gpu_type_of`; ``""`` on one type), or ``None`` when that is not
+        known, or the job does not fit there: it is then queued (held, and sized afresh on
+        a type the core picks)."""
+        auto = self._auto
+        if not isinstance(auto, TypedAutoscaler):
+            return ""
+        gpu_type = self._actuator.gpu_type_of(seen.view)
+        on = None if gpu_type is None else seen.spec.on(gpu_type)
+        if gpu_type is None or gpu_type not in auto.cluster.names or on is None:
+            _log.info("job.type_unknown", job=seen.spec.name, gpu_type=gpu_type)
+            return None
+        return gpu_type
+
+    def adopt(
+        self,
+        seen: Arrived,
+        running: Allocation,
+        now: float,
+        *,
+        done: float = 0.0,
+        since: float | None = None,
+        gpu_type: str = "",
+    ) -> bool:
+        """The core takes ``seen`` running at ``running`` (on ``gpu_type``: a core of
+        several types, :meth:`typed_of`)."""
+        auto = self._auto
+        if isinstance(auto, TypedAutoscaler):
+            return auto.adopt(seen.spec, running, now, done=done, since=since, gpu_type=gpu_type)
+        return auto.adopt(seen.spec, running, now, done=done, since=since)
 
     async def admit(
         self, seen: Arrived, now: float, *, arrived_at: float, quiet: bool = False
@@ -219,7 +251,8 @@ class Intake(Part):
         if not is_feasible(spec, running, fixed_batch=True):
             return False
         self.charge(seen)
-        if not self._auto.adopt(spec, running, now):
+        typed = self.typed_of(seen)
+        if typed is None or not self.adopt(seen, running, now, gpu_type=typed):
             return False
         self._roster.known(spec.name, seen.view.uid)
         self._roster.held[spec.name] = gpus
@@ -233,6 +266,7 @@ class Intake(Part):
         it has had since this controller started, so that a node down at the job's arrival
         does not shrink it for good) is clamped to them, and an Event says so; ``None`` (the
         job reported) when it cannot run on the cluster."""
+        seen = self._on_owners_type(seen)
         name, capacity = seen.spec.name, self._roster.widest
         try:
             spec = fit_to_cluster(seen.spec, capacity)
@@ -253,6 +287,22 @@ class Intake(Part):
             await self._actuator.notify(name, "Clamped", message, warning=True)
             _log.info("job.clamped", job=name, k_max=seen.spec.k_max, to=spec.k_max)
         return await self._trusted(dataclasses.replace(seen, spec=capped))
+
+    def _on_owners_type(self, seen: Arrived) -> Arrived:
+        """On a core of several GPU types, a job whose pod templates require a type of
+        their own (its owner's node selector on the type label: :meth:`Actuator.owner_type`)
+        is decided on that type only: its section there, or its own profile where it has
+        none. The owner's selector stands; Bellows does not write another."""
+        auto = self._auto
+        if not isinstance(auto, TypedAutoscaler):
+            return seen
+        owners = self._actuator.owner_type(seen.view)
+        if owners is None or owners not in auto.cluster.names:
+            return seen
+        spec = seen.spec
+        section = spec.section(owners) or TypeSection(owners, spec.profile, spec.weights,
+                                                      spec.m_max)  # fmt: skip
+        return dataclasses.replace(seen, spec=dataclasses.replace(spec, types=(section,)))
 
     async def _cap_min_runtime(self, spec: JobSpec) -> JobSpec:
         """``spec`` with its own minimum runtime (``bellows.io/min-runtime-seconds``) no

@@ -26,6 +26,10 @@ take their GPUs before the watch tells their pods gone), and ``J``'s own are too
 places the job afresh). Pending pods hold nothing.
 No room for ``J`` (the view lags, or other workloads took the GPUs): no pin, and the
 scheduler places the job's pods as it would without the view.
+
+On a cluster of several GPU types (:meth:`NodeView.set_node_types`: each node's type, from
+the capacity watch's type label), a job the core gave a type is placed on that type's nodes
+only, and :meth:`NodeView.free_nodes_by_type` tells a typed core where each type's GPUs sit.
 """
 
 from __future__ import annotations
@@ -102,10 +106,18 @@ class NodeView:
     only queues may run all the same: one Kueue admitted first holds its GPUs.)
     """
 
-    def __init__(self, resource: str = "nvidia.com/gpu", *, gpus_per_node: int = 8) -> None:
+    def __init__(
+        self,
+        resource: str = "nvidia.com/gpu",
+        *,
+        gpus_per_node: int = 8,
+        type_gpus_per_node: Mapping[str, int] | None = None,
+    ) -> None:
         self._resource = resource
         self._gpus_per_node = gpus_per_node  # the cluster profile's node
+        self._type_node = dict(type_gpus_per_node or {})  # per GPU type: its node's GPUs
         self._nodes: dict[str, int] = {}
+        self._node_type: dict[str, str] = {}  # node -> its GPU type ("": untyped)
         self._pods: dict[str, _Pod] = {}  # by pod uid
         self._on: dict[str, dict[str, int]] = {}  # job -> GPUs its bound pods hold per node
         self._pins: dict[str, _Pin] = {}  # by job
@@ -125,6 +137,26 @@ class NodeView:
     def set_nodes(self, gpus: Mapping[str, int]) -> None:
         """The nodes that take new pods now, and their GPUs."""
         self._nodes = {n: g for n, g in gpus.items() if g > 0}
+
+    @property
+    def node_types(self) -> dict[str, str]:
+        """Each node's GPU type, as last set."""
+        return dict(self._node_type)
+
+    def set_node_types(
+        self, types: Mapping[str, str], gpus_per_node: Mapping[str, int] | None = None
+    ) -> None:
+        """Each node's GPU type (the capacity watch's, ``""``: untyped); ``gpus_per_node``:
+        per type, the GPUs of its node as the core prices it (default: as before)."""
+        self._node_type = dict(types)
+        if gpus_per_node is not None:
+            self._type_node = dict(gpus_per_node)
+
+    def _of_type(self, free: Mapping[str, int], gpu_type: str) -> dict[str, int]:
+        """``free`` on the nodes of ``gpu_type`` only (``""``: every node)."""
+        if not gpu_type:
+            return dict(free)
+        return {n: g for n, g in free.items() if self._node_type.get(n, "") == gpu_type}
 
     def put_pod(self, pod: Mapping[str, Any]) -> None:
         """A pod as it is now (added or changed); one without GPUs, or finished, is dropped."""
@@ -202,11 +234,14 @@ class NodeView:
                     used[node] = used.get(node, 0) + gpus
         return {n: max(0, g - used.get(n, 0)) for n, g in self._nodes.items()}
 
-    def place_round(self, claims: Sequence[tuple[str, int]]) -> None:
-        """Pin the jobs a round starts or resizes (``(job, GPUs)``, one GPU a pod), before
-        any of them is driven: all at once, the largest first, each job's pods now counted
-        as going (it halts before it resumes where it is pinned). :meth:`pin` then hands
-        each its pin."""
+    def place_round(
+        self, claims: Sequence[tuple[str, int]], types: Mapping[str, str] | None = None
+    ) -> None:
+        """Pin the jobs a round starts or resizes (``(job, GPUs)``, one GPU a pod; ``types``:
+        the GPU type of each job given one), before any of them is driven: all at once, the
+        largest first, each job's pods now counted as going (it halts before it resumes
+        where it is pinned). :meth:`pin` then hands each its pin."""
+        types = types or {}
         self._round += 1
         for owner, pin in list(self._pins.items()):
             if self._round - pin.round > STALE_ROUNDS:
@@ -215,21 +250,23 @@ class NodeView:
         for job in going:
             self._pins.pop(job, None)
         for job, gpus in sorted(claims, key=lambda c: (-c[1], c[0])):
-            self._place(job, gpus, 1, going)
+            self._place(job, gpus, 1, going, gpu_type=types.get(job, ""))
 
     def pin(
-        self, job: str, gpus: int, gpus_per_pod: int, *, required: bool = True
+        self, job: str, gpus: int, gpus_per_pod: int, *, required: bool = True, gpu_type: str = ""
     ) -> tuple[str, ...] | None:
         """The nodes ``job``, sized to ``gpus`` in pods of ``gpus_per_pod``, is pinned to:
         its round's pin when it has one of that size, else one placed now (kept as its pin);
         ``None`` when the view has no room for it (no pin). ``required=False`` (a job
         Kueue starts): only preferred there, so its pods speak for it as soon as they are
-        bound, wherever they landed."""
+        bound, wherever they landed. ``gpu_type``: on that type's nodes only."""
         pin = self._pins.get(job)
         if pin is not None and sum(pin.nodes.values()) == gpus:
             pin.soft = not required
             return tuple(pin.nodes)
-        return self._place(job, gpus, gpus_per_pod, frozenset(), soft=not required)
+        return self._place(
+            job, gpus, gpus_per_pod, frozenset(), soft=not required, gpu_type=gpu_type
+        )
 
     def free_nodes(self) -> FreeNodes | None:
         """Where the GPUs sit now, as the simulator tells the core before each step
@@ -239,8 +276,29 @@ class NodeView:
         core's pricing has no such node)."""
         if not self._nodes or max(self._nodes.values()) > self._gpus_per_node:
             return None
-        index = {name: i for i, name in enumerate(sorted(self._nodes))}
-        free = self.free("")  # no job's own GPUs counted free
+        return self._seen(sorted(self._nodes), self.free(""))  # no job's own GPUs free
+
+    def free_nodes_by_type(self) -> dict[str, FreeNodes] | None:
+        """:meth:`free_nodes` per GPU type (``Autoscaler.see_nodes`` of a typed core): each
+        type's nodes, and the running jobs on them. ``None`` without nodes; a type whose
+        node has more GPUs than its profile's is left out (its counts priced on the fewest
+        nodes)."""
+        if not self._nodes:
+            return None
+        free = self.free("")
+        by_type: dict[str, list[str]] = {}
+        for name in sorted(self._nodes):
+            by_type.setdefault(self._node_type.get(name, ""), []).append(name)
+        out: dict[str, FreeNodes] = {}
+        for gpu_type, names in by_type.items():
+            largest = self._type_node.get(gpu_type, self._gpus_per_node)
+            if gpu_type and max(self._nodes[n] for n in names) <= largest:
+                out[gpu_type] = self._seen(names, free)
+        return out
+
+    def _seen(self, names: Sequence[str], free: Mapping[str, int]) -> FreeNodes:
+        """The free GPUs of nodes ``names`` and each running job's GPUs on them."""
+        index = {name: i for i, name in enumerate(names)}
         held: dict[str, tuple[tuple[int, int], ...]] = {}
         for job in self._running():
             pin = self._pins.get(job)
@@ -248,7 +306,13 @@ class NodeView:
             placed = tuple(sorted((index[n], g) for n, g in on.items() if n in index and g > 0))
             if placed:
                 held[job] = placed
-        return FreeNodes(tuple(free[n] for n in sorted(self._nodes)), held)
+        return FreeNodes(tuple(free[n] for n in names), held)
+
+    def job_type(self, job: str) -> str | None:
+        """The GPU type of the nodes ``job``'s bound pods are on (``None``: none bound, or
+        on nodes of several types or untyped ones)."""
+        kinds = {self._node_type.get(n, "") for n in self._on.get(job) or {}}
+        return kinds.pop() if len(kinds) == 1 and "" not in kinds else None
 
     def moves(self, job: str, gpus: int) -> bool:
         """Whether ``job``, kept on ``gpus`` (a move the core decided), is pinned elsewhere
@@ -261,11 +325,19 @@ class NodeView:
         )
 
     def _place(
-        self, job: str, gpus: int, gpus_per_pod: int, going: frozenset[str], *, soft: bool = False
+        self,
+        job: str,
+        gpus: int,
+        gpus_per_pod: int,
+        going: frozenset[str],
+        *,
+        soft: bool = False,
+        gpu_type: str = "",
     ) -> tuple[str, ...] | None:
         if not self._nodes or gpus < 1:
             return None
-        placed = best_fit(self.free(job, going), -(-gpus // gpus_per_pod), gpus_per_pod)
+        free = self._of_type(self.free(job, going), gpu_type)
+        placed = best_fit(free, -(-gpus // gpus_per_pod), gpus_per_pod)
         if placed is None:
             self._pins.pop(job, None)
             _log.info("node_view.no_room", job=job, gpus=gpus)

@@ -22,6 +22,17 @@ are taken, jobs whose queue went are let go; a pool a job left is renewed). A ch
 could not be applied (API errors) is retried by :meth:`Pools.keep_house`.
 
 With Kueue cooperation off there is no index and one pool, the default: the same code path.
+
+On a cluster of several GPU types (``typed``, Bellows mode), the default pool's core is a
+:class:`~bellows.autoscaler.typed.TypedAutoscaler`: it gives each job its type and count,
+its capacity is kept per type (:meth:`Pools.set_types`, from the capacity watch), and the
+decisions carry the type the actuator pins the job to. A ClusterQueue whose GPU flavors
+stand for two types or more (their ResourceFlavors' ``nodeLabels`` on the type label) is a
+typed pool too, on each type's quota, but Kueue assigns its jobs' flavors: its core never
+picks a type (``assigned``: a waiting job is expected where Kueue would admit it, the first
+flavor in the queue's order with room), a job Kueue admitted elsewhere is moved in the core
+to the type its pods run on (:meth:`~bellows.autoscaler.TypedAutoscaler.relocate`), and
+Bellows writes such a job no type: it sizes it within the flavor Kueue admitted it to.
 """
 
 from __future__ import annotations
@@ -34,151 +45,38 @@ from datetime import datetime
 
 import structlog
 
-from bellows.autoscaler import Autoscaler, AutoscalerConfig, Decision, Engines
+from bellows.autoscaler import (
+    AnyAutoscaler,
+    Autoscaler,
+    AutoscalerConfig,
+    Decision,
+    Engines,
+    Mode,
+    TypedAutoscaler,
+)
 from bellows.bus import Event, Settled, event_key
 from bellows.inputs import brief
-from bellows.jobs import Allocation, JobSpec
-from bellows.kube import Actuator, JobReader, KubeApi, Outcome
+from bellows.jobs import JobSpec
+from bellows.kube import Actuator, JobReader, KubeApi
 from bellows.kube.kueue import ClusterQueueView
 from bellows.scaling import ClusterProfile, EfficiencyProfile
+from bellows.scaling.gpu_types import TypedCluster
 from bellows.scaling.placement_memory import ObservedStep, PlacementMemory
 from bellows.service.controller import Controller, EventsNotTakenError
 from bellows.service.memory import Memory
 from bellows.service.observing import ControllerObserver
+from bellows.service.pool_totals import Cores, Pool, PoolObserver, Totals
 from bellows.service.queues import QueueChange, QueueIndex
 
 __all__ = ["Cores", "Pools"]
 
 _log = structlog.get_logger("bellows.pools")
 
-Pool = str | None  # a ClusterQueue's name; None: the default pool
 
-
-class _Totals:
-    """Adds up what each pool's controller reports, for the one cluster-wide observer."""
-
-    def __init__(self, observer: ControllerObserver) -> None:
-        self.observer = observer
-        self._rounds: dict[Pool, tuple[int, int, int, int]] = {}
-        self._invalid: dict[Pool, int] = {}
-        self._skipped: dict[tuple[Pool, str], int] = {}
-
-    def round_done(
-        self, pool: Pool, seconds: float, decisions: Sequence[Decision], state: tuple[int, ...]
-    ) -> None:
-        running, queued, allocated, capacity = state
-        self._rounds[pool] = (running, queued, allocated, capacity)
-        totals = [sum(row[i] for row in self._rounds.values()) for i in range(4)]
-        self.observer.round_done(
-            seconds,
-            decisions,
-            running=totals[0],
-            queued=totals[1],
-            gpus_allocated=totals[2],
-            capacity=totals[3],
-        )
-
-    def invalid(self, pool: Pool, count: int) -> None:
-        self._invalid[pool] = count
-        self.observer.invalid_jobs(sum(self._invalid.values()))
-
-    def skipped(self, pool: Pool, reason: str, count: int) -> None:
-        self._skipped[pool, reason] = count
-        total = sum(n for (_, r), n in self._skipped.items() if r == reason)
-        self.observer.skipped_jobs(reason, total)
-
-    def drop(self, pool: Pool) -> None:
-        """A pool is gone: its jobs no longer count."""
-        self._rounds.pop(pool, None)
-        if self._invalid.pop(pool, None):
-            self.observer.invalid_jobs(sum(self._invalid.values()))
-        for key in [k for k in self._skipped if k[0] == pool]:
-            if self._skipped.pop(key):
-                reason = key[1]
-                total = sum(n for (_, r), n in self._skipped.items() if r == reason)
-                self.observer.skipped_jobs(reason, total)
-
-
-class _PoolObserver(ControllerObserver):
-    def __init__(self, totals: _Totals, pool: Pool) -> None:
-        self._totals = totals
-        self._pool = pool
-
-    def round_done(
-        self,
-        seconds: float,
-        decisions: Sequence[Decision],
-        *,
-        running: int,
-        queued: int,
-        gpus_allocated: int,
-        capacity: int,
-    ) -> None:
-        state = (running, queued, gpus_allocated, capacity)
-        self._totals.round_done(self._pool, seconds, decisions, state)
-
-    def applied(self, decision: Decision, outcome: Outcome) -> None:
-        self._totals.observer.applied(decision, outcome)
-
-    def invalid_jobs(self, count: int) -> None:
-        self._totals.invalid(self._pool, count)
-
-    def skipped_jobs(self, reason: str, count: int) -> None:
-        self._totals.skipped(self._pool, reason, count)
-
-    def started(self, step: str, seconds: float) -> None:
-        self._totals.observer.started(step, seconds)
-
-    def arrived(self, spec: JobSpec, at: float) -> None:
-        self._totals.observer.arrived(spec, at)
-
-    def took_effect(self, decision: Decision, at: float) -> None:
-        self._totals.observer.took_effect(decision, at)
-
-    def finished(self, job: str, at: float) -> None:
-        self._totals.observer.finished(job, at)
-
-    def kueue_admitted_first(self, job: str) -> None:
-        self._totals.observer.kueue_admitted_first(job)
-
-
-class Cores:
-    """The pools' cores read as one (what the progress loop reads: each job is in one)."""
-
-    def __init__(self, controllers: Callable[[], Sequence[Controller]]) -> None:
-        self._controllers = controllers
-
-    @property
-    def allocations(self) -> Mapping[str, Allocation]:
-        out: dict[str, Allocation] = {}
-        for controller in self._controllers():
-            out.update(controller.autoscaler.allocations)
-        return out
-
-    @property
-    def queued(self) -> tuple[str, ...]:
-        return tuple(n for c in self._controllers() for n in c.autoscaler.queued)
-
-    def _core(self, name: str) -> Autoscaler:
-        for controller in self._controllers():
-            core = controller.autoscaler
-            if name in core.allocations or name in core.queued:
-                return core
-        raise KeyError(name)
-
-    def job(self, name: str) -> JobSpec:
-        return self._core(name).job(name)
-
-    def estimated_done(self, name: str, now: float) -> float:
-        return self._core(name).estimated_done(name, now)
-
-    @property
-    def goodput(self) -> bool:
-        """Whether the pools decide jobs by goodput (they share the controller's mode)."""
-        return all(c.autoscaler.goodput for c in self._controllers())
-
-    def charged(self, name: str) -> EfficiencyProfile | None:
-        return self._core(name).charged(name)
+def _types_of(controller: Controller) -> tuple[str, ...] | None:
+    """The GPU types a pool's core decides over (``None``: one pool)."""
+    core = controller.autoscaler
+    return core.cluster.names if isinstance(core, TypedAutoscaler) else None
 
 
 class Pools:
@@ -189,7 +87,9 @@ class Pools:
     queue's strategy), ``cluster`` and ``capacity`` (the default pool's GPUs), and
     ``queues``: the :class:`QueueIndex` (``None``: Kueue cooperation off, one pool), and
     ``engines``: the optimizer's (:class:`~bellows.autoscaler.Engines`, its rent rule and the
-    compile-ahead worker of whoever started it), shared by every pool's core.
+    compile-ahead worker of whoever started it), shared by every pool's core. ``typed``: the
+    cluster's GPU types (the module docstring; ``None``: one type), which the node label
+    ``type_label`` names.
     """
 
     def __init__(
@@ -210,8 +110,14 @@ class Pools:
         engines: Engines | None = None,
         memory: Memory | None = None,
         placements: PlacementMemory | None = None,
+        typed: TypedCluster | None = None,
+        type_label: str = "nvidia.com/gpu.product",
     ) -> None:
         self._api = api
+        self._type_label = type_label  # the node label a flavor's nodeLabels type it by
+        # several GPU types: the default pool's core decides (type, count) in Bellows mode
+        self._typed = typed if typed is not None and core.mode is Mode.BELLOWS else None
+        self._by_type: dict[str, int] = {}  # the nodes' GPUs per type, as last told
         self._placements = placements  # what jobs measured, per class: every pool's cores'
         self._memory = memory  # what the last leader learned, recalled as pools rebuild
         self._engines = Engines() if engines is None else engines  # shared by every pool
@@ -224,7 +130,7 @@ class Pools:
         self._namespaces = tuple(namespaces)
         self._timer = timer
         self._queues = queues
-        self._totals = _Totals(observer or ControllerObserver())
+        self._totals = Totals(observer or ControllerObserver())
         self._default = self._controller(None, core, capacity)
         self._pools: dict[str, tuple[ClusterQueueView, Controller]] = {}
         self._stale: set[str] = set()  # pools to rebuild: their LocalQueues changed
@@ -263,7 +169,7 @@ class Pools:
         return None if entry is None else entry[1]
 
     @property
-    def autoscaler(self) -> Autoscaler | Cores:
+    def autoscaler(self) -> AnyAutoscaler | Cores:
         """The core (one pool) or the pools' cores read as one."""
         return self._default.autoscaler if not self._pools else self._cores
 
@@ -393,10 +299,24 @@ class Pools:
                 return uid
         return None
 
+    @property
+    def typed(self) -> TypedCluster | None:
+        """The GPU types the default pool decides over (``None``: one type)."""
+        return self._typed
+
+    def set_types(self, gpus: Mapping[str, int]) -> None:
+        """The nodes' GPUs per type now (the capacity watch's ``on_types``, told before its
+        total): a typed default pool takes them at the next :meth:`set_capacity`."""
+        self._by_type = dict(gpus)
+
     async def set_capacity(self, gpus: int) -> None:
         """The nodes' GPUs changed: the default pool's capacity (see
-        :meth:`Controller.set_capacity`); a ClusterQueue's is its quota."""
-        await self._default.set_capacity(gpus)
+        :meth:`Controller.set_capacity`; per type on several types, as :meth:`set_types`
+        last said); a ClusterQueue's is its quota."""
+        if self._typed is not None:
+            await self._default.set_types(self._by_type)
+        else:
+            await self._default.set_capacity(gpus)
 
     # ------------------------------------------------------------------ following the queues
     async def follow_queues(self) -> None:
@@ -450,9 +370,17 @@ class Pools:
 
     async def _follow_one(self, name: str, view: ClusterQueueView) -> None:
         entry = self._pools.get(name)
-        if entry is not None and entry[0].strategy == view.strategy and not entry[1].stale:
+        typed = self._typed_queue(view)
+        if (
+            entry is not None
+            and entry[0].strategy == view.strategy
+            and not entry[1].stale
+            and _types_of(entry[1]) == (None if typed is None else typed[0].names)
+        ):
             _, controller = entry
-            if controller.autoscaler.capacity != view.gpus:
+            if typed is not None:
+                await controller.set_types(typed[1])
+            elif controller.autoscaler.capacity != view.gpus:
                 await controller.set_capacity(view.gpus)
             self._pools[name] = (view, controller)
             if name in self._stale:  # its LocalQueues changed: take or let go their jobs
@@ -466,28 +394,67 @@ class Pools:
             self._pools.pop(name)
             self._totals.drop(name)
         core = replace(self._core, backfill=view.backfill)
-        controller = self._controller(name, core, view.gpus)
-        _log.info("pools.built", pool=name, gpus=view.gpus, strategy=view.strategy)
+        controller = self._controller(name, core, view.gpus, typed)
+        _log.info("pools.built", pool=name, gpus=view.gpus, strategy=view.strategy,
+                  types=None if typed is None else typed[1])  # fmt: skip
         await controller.rebuild()
         self._pools[name] = (view, controller)
         self._stale.discard(name)
 
-    def _controller(self, pool: Pool, core: AutoscalerConfig, capacity: int) -> Controller:
-        return Controller(
-            api=self._api,
-            autoscaler=Autoscaler(
+    def _typed_queue(self, view: ClusterQueueView) -> tuple[TypedCluster, dict[str, int]] | None:
+        """A ClusterQueue whose GPU flavors stand for two of the cluster's types or more
+        (their ``nodeLabels`` on the type label): those types, and each one's quota summed
+        over its flavors; ``None``: one pool (a flavor of no known type counts as none)."""
+        if self._typed is None or self._queues is None:
+            return None
+        names = {t.product: t.name for t in self._typed.types if t.product}
+        quotas: dict[str, int] = {}
+        for product, quota in self._queues.flavor_gpus(view, self._type_label):
+            kind = names.get(product) if product is not None else None
+            if kind is not None:
+                quotas[kind] = quotas.get(kind, 0) + quota
+        if len(quotas) < 2:
+            return None
+        by_name = {t.name: t for t in self._typed.types}
+        return TypedCluster(tuple(by_name[n] for n in quotas)), quotas  # the flavors' order
+
+    def _controller(
+        self,
+        pool: Pool,
+        core: AutoscalerConfig,
+        capacity: int,
+        typed: tuple[TypedCluster, dict[str, int]] | None = None,
+    ) -> Controller:
+        autoscaler: AnyAutoscaler
+        if pool is None and self._typed is not None:
+            autoscaler = TypedAutoscaler(core, cluster=self._typed, engines=self._engines)
+            for name, gpus in self._by_type.items():  # a renewed pool: the GPUs as last told
+                if name in self._typed.names:
+                    autoscaler.set_capacity(gpus, self._now(), name)
+        elif typed is not None and core.mode is Mode.BELLOWS:  # Kueue assigns the types
+            cluster, quotas = typed
+            autoscaler = TypedAutoscaler(
+                core, cluster=cluster, engines=self._engines, assigned=True
+            )
+            for name, gpus in quotas.items():
+                autoscaler.set_capacity(gpus, self._now(), name)
+        else:
+            autoscaler = Autoscaler(
                 core,
                 capacity=capacity,
                 cluster=self._cluster,
                 engines=self._engines,
                 measured=self._placements,
-            ),
+            )
+        return Controller(
+            api=self._api,
+            autoscaler=autoscaler,
             actuator=self._actuator,
             reader=self._reader,
             now=self._now,
             namespaces=self._namespaces,
             wall_to_clock=self._wall_to_clock,
-            observer=_PoolObserver(self._totals, pool),
+            observer=PoolObserver(self._totals, pool),
             timer=self._timer,
             pool=pool,
             queues=self._queues,

@@ -157,6 +157,7 @@ class QueueIndex:
         self._queues: dict[str, ClusterQueueView | QueueProblem] = {}
         self._labels: dict[str, Mapping[str, str]] = {}  # managed namespace -> its labels
         self._flavors: dict[str, bool] = {}  # ResourceFlavor -> whether it has a topology
+        self._flavor_labels: dict[str, dict[str, str]] = {}  # ResourceFlavor -> nodeLabels
         self._versions: dict[tuple[str, str | None], str] = {}  # (plural, namespace) -> rv
         self._listeners: list[Listener] = []
         self.synced = False
@@ -188,6 +189,15 @@ class QueueIndex:
         view = self.cluster_queue(route) if isinstance(route, str) else None
         flavors = view.flavors if view is not None else ()
         return bool(flavors) and all(self._flavors.get(f, False) for f in flavors)
+
+    def flavor_gpus(self, view: ClusterQueueView, label: str) -> list[tuple[str | None, int]]:
+        """The GPU quota of each of ``view``'s flavors, in its order, beside the value its
+        ResourceFlavor's ``nodeLabels`` give node label ``label`` (a GPU type's label:
+        ``None`` where it gives none, or the flavor was not read)."""
+        out: list[tuple[str | None, int]] = []
+        for flavor, quota in zip(view.flavors, view.quotas, strict=False):
+            out.append(((self._flavor_labels.get(flavor) or {}).get(label), quota))
+        return out
 
     def pool_of(self, job: JobView | Mapping[str, Any]) -> Route:
         """The pool of ``job`` (a view, or the raw object): see :data:`Route`."""
@@ -342,7 +352,7 @@ class QueueIndex:
             await self._changed(name, before.get(name), self._queues.get(name))
 
     def _relisted_flavors(self, items: list[dict[str, Any]]) -> None:
-        self._flavors = {}
+        self._flavors, self._flavor_labels = {}, {}
         for obj in items:
             self._flavor(obj, gone=False)
 
@@ -350,10 +360,15 @@ class QueueIndex:
         name = _name(obj)[1]
         spec = obj.get("spec")
         topology = spec.get("topologyName") if isinstance(spec, Mapping) else None
+        labels = spec.get("nodeLabels") if isinstance(spec, Mapping) else None
         if gone:
             self._flavors.pop(name, None)
+            self._flavor_labels.pop(name, None)
         else:
             self._flavors[name] = bool(topology)
+            self._flavor_labels[name] = {
+                str(k): str(v) for k, v in (labels or {}).items() if isinstance(v, str)
+            } if isinstance(labels, Mapping) else {}  # fmt: skip
 
     def _managed(self, namespace: str) -> bool:
         return None in self._namespaces or namespace in self._namespaces

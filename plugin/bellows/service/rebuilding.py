@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from bellows.autoscaler import Autoscaler, Mode, Rescale, Start
+from bellows.autoscaler import AnyAutoscaler, Mode, Rescale, Start
 from bellows.inputs import DATA_ERRORS, brief
 from bellows.jobs import Allocation, JobSpec
 from bellows.kube import Arrived, Invalid, JobView, KindAdapter, Skipped
@@ -122,7 +122,10 @@ class Rebuild(Part):
             # a scaling the previous controller left half done: finish it first
             gpus, batch = journal.target
             was = journal.allocation or journal.target
-            outcome = await self._actuator.apply(Rescale(seen.spec.name, *was, gpus, batch))
+            sized_on = self._intake.typed_of(seen) or ""  # the type it was being sized on
+            outcome = await self._actuator.apply(
+                Rescale(seen.spec.name, *was, gpus, batch, gpu_type=sized_on)
+            )
             _log.info("rebuild.resumed", job=outcome.job, result=outcome.result)
             if outcome.result == "dropped":
                 return None
@@ -131,12 +134,14 @@ class Rebuild(Part):
             else:
                 running = Allocation(gpus, batch)
         seen, recalled = self._intake.recalled(seen)
-        if running is not None:
+        typed = None if running is None else self._intake.typed_of(seen)
+        if running is not None and typed is not None:
             self._roster.held[seen.spec.name] = running.gpus
             self._roster.known(seen.spec.name, seen.view.uid)
             done, since = self._intake.progress(seen, now)
             self._intake.charge(seen)
-            adopted = self._auto.adopt(seen.spec, running, now, done=done, since=since)
+            adopted = self._intake.adopt(seen, running, now, done=done, since=since,
+                                         gpu_type=typed)  # fmt: skip
             if adopted and recalled is not None and recalled.done is not None:
                 # resumed when the journal says; then at the samples its reports said, as the
                 # last leader's core had them (not a resume then)
@@ -192,7 +197,7 @@ def _failure(err: Exception) -> str:
     return "api" if module.startswith(("kubernetes", "bellows.kube")) else "unexpected"
 
 
-def _first_step(core: Autoscaler, now: float) -> float:
+def _first_step(core: AnyAutoscaler, now: float) -> float:
     """When the step a fact fed at ``now`` leads to first is rehearsed: at once in Bellows
     mode (a fill, if GPUs are free while jobs wait), at the round the core's clock has due
     in paper mode (it decides only in rounds)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import structlog
 
-from bellows.autoscaler import Autoscaler, Decision
+from bellows.autoscaler import AnyAutoscaler, Decision
 from bellows.service.observing import ControllerObserver
 from bellows.service.reports import Reports
 
@@ -26,7 +26,7 @@ class Roster:
 
     def __init__(
         self,
-        core: Autoscaler,
+        core: AnyAutoscaler,
         *,
         reports: Reports,
         observer: ControllerObserver,

@@ -33,7 +33,6 @@ from bellows.inputs import brief
 from bellows.jobs import SpecError
 from bellows.kube import KubeApi, keys
 from bellows.kube.client import client_from_config
-from bellows.kube.placement import Placement
 from bellows.scaling import ClusterProfile
 from bellows.service import capacity
 from bellows.service.allocator import release_free_heap
@@ -52,7 +51,8 @@ from bellows.service.leader import LeaderElector, default_identity
 from bellows.service.logging import configure_logging
 from bellows.service.memory import Memory, open_memory
 from bellows.service.metrics import Metrics
-from bellows.service.node_view import NodeView, watch_pods
+from bellows.service.node_view import NodeView
+from bellows.service.node_watches import capacity_watch, node_view_of, typed_nodes, view_started
 from bellows.service.pools import Pools
 from bellows.service.progress_loop import start_progress_loop
 from bellows.service.queues import QueueIndex
@@ -79,66 +79,6 @@ async def read_capacity(api_client: k8s.ApiClient, settings: CapacitySettings) -
     """GPUs to share at start: the configured number, else the ready, schedulable nodes'
     allocatable GPUs (:func:`bellows.service.capacity.read_capacity`; a watch keeps it)."""
     return await capacity.read_capacity(KubeApi(api_client), settings)
-
-
-def _capacity_watch(
-    config: BellowsConfig,
-    api: KubeApi,
-    pools: Pools,
-    clock: ServiceClock,
-    metrics: Metrics,
-    *,
-    view: NodeView | None = None,
-) -> list[asyncio.Task[None]]:
-    """With ``capacity.gpus`` 0, the task that keeps the default pool's capacity to the
-    nodes' (nodes lost, added, cordoned, not ready past their grace). With a node ``view``
-    (``placement: nodes``), the nodes' watch keeps the view's nodes too (with a fixed
-    capacity, for the view alone), and a second task its pods."""
-    settings = config.controller.capacity
-    if settings.gpus and view is None:
-        return []
-    watch = capacity.watch_capacity(
-        api, settings, _fixed if settings.gpus else pools.set_capacity, now=clock.now,
-        speedup=clock.speedup, on_types=metrics.capacity_by_type,
-        on_nodes=None if view is None else view.set_nodes,
-    )  # fmt: skip
-    return [asyncio.create_task(watch, name="capacity-watch")]
-
-
-VIEW_WAIT_S = 30.0  # the longest a new leader waits for its node view's first lists
-
-
-async def _view_started(
-    config: BellowsConfig, api: KubeApi, view: NodeView | None
-) -> list[asyncio.Task[None]]:
-    """With a node view: the nodes listed once and the pod watch started, both before the
-    rebuild, so that its first round already sees where the GPUs sit (waited for at most
-    ``VIEW_WAIT_S``: an API server that does not answer is the watch's to retry)."""
-    if view is None:
-        return []
-    try:
-        nodes, _ = await capacity.list_capacity(api, config.controller.capacity)
-        view.set_nodes(nodes.per_node)
-    except Exception as err:  # the capacity watch lists them again
-        _log.warning("node_view.nodes_unlisted", error=brief(err))
-    listed = asyncio.Event()
-    pods = watch_pods(api, view, managed_namespaces(config), listed=listed)
-    task = asyncio.create_task(pods, name="pod-watch")
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(listed.wait(), VIEW_WAIT_S)
-    return [task]
-
-
-async def _fixed(_gpus: int) -> None:
-    """A fixed ``capacity.gpus`` stays as configured, whatever the nodes hold."""
-
-
-def _node_view(config: BellowsConfig, cluster: ClusterProfile) -> NodeView | None:
-    """A fresh node view for a term of leading, with ``controller.placement: nodes``."""
-    if config.controller.placement is not Placement.NODES:
-        return None
-    resource = config.controller.capacity.resource_name
-    return NodeView(resource, gpus_per_node=cluster.gpus_per_node)
 
 
 def _queue_watch(queues: QueueIndex | None) -> list[asyncio.Task[None]]:
@@ -244,6 +184,7 @@ async def _started_controller(
     while not stop.is_set():
         try:
             capacity = await read_capacity(api_client, config.controller.capacity)
+            typed = await typed_nodes(config, api, cluster, node_view)
         except NoGpuNodeError as err:  # nodes join later (an autoscaled or new cluster)
             _log.warning("controller.waiting_for_gpu_nodes", problem=str(err), retry_s=wait)
             if health is not None:
@@ -260,7 +201,7 @@ async def _started_controller(
             continue
         pools = make_pools(
             config, api=api, clock=clock, cluster=cluster, metrics=metrics, capacity=capacity,
-            engines=engines, memory=memory, node_view=node_view,
+            engines=engines, memory=memory, node_view=node_view, typed=typed,
         )  # fmt: skip
         _log.info("controller.leading", capacity=capacity, kueue=config.controller.kueue.enabled)
         try:
@@ -350,8 +291,8 @@ async def _run_controller(
             viewing: list[asyncio.Task[None]] = []
             try:
                 memory = await _memory(config, js, clock, cluster)
-                view = _node_view(config, cluster)
-                viewing = await _view_started(config, api, view)
+                view = node_view_of(config, cluster)
+                viewing = await view_started(config, api, view)
                 controller = await _started_controller(
                     config, api_client=api.api_client, api=api, clock=clock, cluster=cluster,
                     metrics=metrics, stop=either, health=health, engines=engines, memory=memory,
@@ -431,7 +372,7 @@ async def _helpers(
     )
     helpers = [
         retrier,
-        *_capacity_watch(config, api, controller, clock, metrics, view=node_view),
+        *capacity_watch(config, api, controller, clock, metrics, view=node_view),
         *_queue_watch(controller.queues),
     ]
     if config.controller.learn_progress:

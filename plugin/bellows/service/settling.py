@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
-from bellows.autoscaler import Decision, Preempt, Reject, Rescale, Start
+from bellows.autoscaler import Decision, Preempt, Reject, Rescale, Start, TypedAutoscaler
 from bellows.autoscaler.straddle import FreeNodes
 from bellows.inputs import DATA_ERRORS, brief
 from bellows.service.parts import Part, Parts
@@ -42,8 +42,13 @@ class Settler(Part):
         """Step the core and drive its decisions; returns the seconds of the step."""
         started = self._timer()
         before = self._auto.last_round
-        self._auto.see_nodes(self._nodes_seen())
-        decisions = self._auto.step(now)
+        auto = self._auto
+        if isinstance(auto, TypedAutoscaler):
+            self._relocate(auto, now)
+            auto.see_nodes(self._typed_nodes_seen())
+        else:
+            auto.see_nodes(self._nodes_seen())
+        decisions = auto.step(now)
         seconds = self._timer() - started
         ran = self._auto.last_round
         if ran is not before and ran is not None and ran.kind == "round":
@@ -59,6 +64,26 @@ class Settler(Part):
         try:
             return self._actuator.free_nodes()
         except DATA_ERRORS as err:  # a state no check foresaw: this round without nodes
+            _log.warning("round.nodes_unseen", error=brief(err))
+            return None
+
+    def _relocate(self, auto: TypedAutoscaler, now: float) -> None:
+        """Beside Kueue (types ``assigned``), each running job whose pods run on another
+        GPU type than its core expected (Kueue admitted it to another flavor) is moved in
+        the core to the type it runs on, at its allocation (no restart: it did not move)."""
+        if not auto.assigned:
+            return
+        for job in list(auto.allocations):
+            found = self._actuator.pods_type(job)
+            if found is not None and found in auto.cluster.names and found != auto.gpu_type(job):
+                _log.info("job.relocated", job=job, was=auto.gpu_type(job), gpu_type=found)
+                auto.relocate(job, found, now)
+
+    def _typed_nodes_seen(self) -> dict[str, FreeNodes] | None:
+        """:meth:`_nodes_seen` per GPU type, for a core of several types."""
+        try:
+            return self._actuator.free_nodes_by_type()
+        except DATA_ERRORS as err:
             _log.warning("round.nodes_unseen", error=brief(err))
             return None
 
@@ -93,13 +118,17 @@ class Settler(Part):
                 retry[job] = decision  # its backoff is not over: kept, the newest
             else:
                 pending.append(decision)
+        # a job a typed round moved to another GPU type is halted, then started there: its
+        # halt frees its GPUs with the others' (a start alone could find it at its size)
+        moved = _moved(decisions, pending)
         # halts and scale-downs free GPUs before scale-ups and starts claim them
-        frees = [d for d in pending if _frees(d)]
+        frees = [*moved, *(d for d in pending if _frees(d))]
         await asyncio.gather(*(self.drive(d, now) for d in frees))
         claims = self._admissible([d for d in pending if not _frees(d)])
         # with a node view, placed all at once before any of them halts or resumes
+        sized = [d for d in claims if isinstance(d, Start | Rescale)]
         self._actuator.place_round(
-            [(d.job, d.gpus) for d in claims if isinstance(d, Start | Rescale)]
+            [(d.job, d.gpus) for d in sized], {d.job: d.gpu_type for d in sized if d.gpu_type}
         )
         await asyncio.gather(*(self.drive(d, now) for d in claims))
         allocations = self._auto.allocations
@@ -186,6 +215,13 @@ class Settler(Part):
                 f"every {longest:.0f} s"
             )
             await self._reports.notify(job, "DecisionFailed", message)
+
+
+def _moved(decisions: Sequence[Decision], pending: Sequence[Decision]) -> list[Preempt]:
+    """The halts of the jobs that ``decisions`` halt and then start (a move to another GPU
+    type) and whose start is driven now (``pending``)."""
+    starts = {d.job for d in pending if isinstance(d, Start)}
+    return [d for d in decisions if isinstance(d, Preempt) and d.job in starts]
 
 
 def _frees(decision: Decision) -> bool:
