@@ -12,15 +12,26 @@ from typing import TYPE_CHECKING
 import click
 
 from bellows.cli.choices import CRDS_ENV, POLICIES
-from bellows.cli.data import DATA_ENV, crd_files, kueue_crd_files, trainer_crd_files
+from bellows.cli.data import (
+    DATA_ENV,
+    crd_files,
+    data_folder,
+    kueue_crd_files,
+    no_data_folder,
+    trainer_crd_files,
+)
 from bellows.cli.params import MAX_SEED, BoundedInt, FiniteFloat, OutputFile, output_errors
 
 if TYPE_CHECKING:  # the live stack, the simulator and rich load when the demo runs
     from rich.console import Console, RenderableType
     from rich.table import Table
 
+    from bellows.jobs import TypeSection
     from bellows.kube.statuses import JobStatus
+    from bellows.scaling.gpu_types import TypedCluster
     from bellows.twin.demo import DemoOptions, DemoResult, Progress
+
+MIXED = "mixed"  # Sia's mix of GPU types (bellows.twin.mixed.MIXED)
 
 # The demo runs live, in real time: its ranges keep one run within an afternoon.
 MAX_DEMO_GPUS = 1_024
@@ -102,9 +113,37 @@ def _result_table(result: DemoResult) -> Table:
     return table
 
 
+def _mixed(
+    ctx: click.Context, *, gpus: int, paper: bool, kueue: bool, wrong_priors: bool,
+    learn_placements: bool,
+) -> tuple[TypedCluster, int]:  # fmt: skip
+    """``--cluster mixed``: Sia's mix and its GPUs (``--gpus`` left out: the mix's), or a
+    usage error saying what it refuses."""
+    from bellows.scaling.gpu_types import sia_mix
+    from bellows.twin.mixed import refusal
+
+    mix = sia_mix()
+    if ctx.get_parameter_source("gpus") is click.core.ParameterSource.DEFAULT:
+        gpus = mix.total
+    why = refusal(
+        mix, gpus=gpus, paper=paper, kueue=kueue, wrong_priors=wrong_priors,
+        learn_placements=learn_placements,
+    )  # fmt: skip
+    if why is not None:
+        raise click.UsageError(why)
+    return mix, gpus
+
+
 @click.command()
 @click.option("--gpus", type=BoundedInt(1, MAX_DEMO_GPUS), default=16, show_default=True,
-              help="Cluster GPUs.")  # fmt: skip
+              help="Cluster GPUs (--cluster mixed: its 64).")  # fmt: skip
+@click.option("--cluster", "cluster_name", type=click.Choice([MIXED]), default=None,
+              help="mixed: Sia's 64 GPUs of three types (6 x 4 T4, 2 x 8 A100, 3 x 8 RTX "
+              "2080 Ti), nodes labelled nvidia.com/gpu.product; every job trains at its "
+              "type's speed, with its model's sections per type (from sia/ of the data "
+              f"folder, ${DATA_ENV}), and both halves decide by type. Bellows mode only: "
+              "not with --paper, --kueue, --wrong-priors or --learn-placements "
+              "[default: one type, nodes of the default cluster profile].")  # fmt: skip
 @click.option("--minutes", type=FiniteFloat(1, MAX_DEMO_MINUTES), default=60.0,
               show_default=True,
               help="Arrival window of the bursty workload (cluster minutes).")  # fmt: skip
@@ -167,9 +206,12 @@ def _result_table(result: DemoResult) -> Table:
               help="Write a kubeconfig for the emulated cluster here, for kubectl and "
               "bellows status while the demo runs [default: one in a temporary folder, "
               "removed at the end]; the export KUBECONFIG= line is printed first.")  # fmt: skip
+@click.pass_context
 def demo(
+    ctx: click.Context,
     *,
-    gpus: int, minutes: float, speedup: float, seed: int, delta_min: float | None,
+    gpus: int, cluster_name: str | None, minutes: float, speedup: float, seed: int,
+    delta_min: float | None,
     paper: bool, policy: str, crds: Path | None, json_out: Path | None,
     wrong_priors: bool, no_learning: bool, learn_placements: bool, efficiency: bool,
     kueue: bool, no_live: bool,
@@ -180,6 +222,14 @@ def demo(
     bounds (jobs completed 5 %, SJS efficiency 5 %, drop ratio 4 points)."""
     if verbose and not no_live:
         raise click.UsageError("--verbose needs --no-live: the live view shows no log lines")
+    typed: TypedCluster | None = None
+    sections: dict[str, tuple[TypeSection, ...]] = {}
+    if cluster_name == MIXED:  # checked first: before any CRD is looked for
+        typed, gpus = _mixed(
+            ctx, gpus=gpus, paper=paper, kueue=kueue, wrong_priors=wrong_priors,
+            learn_placements=learn_placements,
+        )  # fmt: skip
+        sections = _sections(typed)
     import shlex
     import tempfile
 
@@ -208,6 +258,7 @@ def demo(
         learn=not no_learning, learn_placements=learn_placements and not no_learning,
         efficiency=efficiency, kueue_crds=kueue_files, kinds=kinds,
         trainer_crds=trainer_files, placement=Placement(placement), kubeconfig=kubeconfig,
+        typed=typed, type_sections=sections,
     )  # fmt: skip
     # the count both halves clamp, and the jobs the live view counts from its first frame
     total = len(fit_note(workload(options, default_cluster()), gpus))
@@ -222,6 +273,21 @@ def demo(
             temporary.cleanup()
     _report(result, console, placement=placement, wrong_priors=wrong_priors,
             no_learning=no_learning, json_out=json_out)  # fmt: skip
+
+
+def _sections(typed: TypedCluster) -> dict[str, tuple[TypeSection, ...]]:
+    """Each model's sections on ``typed``'s types, fitted to Sia's measurements in the data
+    folder (as ``bellows simulate --cluster sia-mix``), or a usage error without them."""
+    from bellows.sim.workloads.gpu_types import sia_sections
+
+    data = data_folder()
+    if data is None or not (data / "sia" / "profiles").is_dir():
+        where = no_data_folder(f"${DATA_ENV}") if data is None else f"{data} has no sia/profiles/"
+        raise click.UsageError(
+            f"--cluster {MIXED} prices every job on each type from Sia's measurements "
+            f"(sia/profiles/ of the data folder): {where}"
+        )
+    return sia_sections(data, typed)
 
 
 # JAX's line on a machine without TPUs ("Unable to initialize backend 'tpu'"), at info

@@ -24,7 +24,9 @@ on the true profiles from the start is reported beside them (``oracle_*``). With
 LocalQueue whose ClusterQueue holds the demo's GPUs as quota, on a flavor with a topology of
 the nodes (Kueue's topology-aware scheduling places the pods), and the controller cooperates
 with Kueue (docs/kube.md, "Beside Kueue"): the same agreement with the simulator, through
-Kueue's admission.
+Kueue's admission. With ``typed`` (``bellows demo --cluster mixed``), the cluster is Sia's
+mix of GPU types, each job trains at its type's speed and both halves decide by type
+(:mod:`bellows.twin.mixed`).
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ from bellows.bus import (
 from bellows.bus.server import running_nats_server
 from bellows.emulator import EmulatedCluster
 from bellows.emulator.nodes import uniform_nodes
+from bellows.emulator.typed import GPU_PRODUCT, typed_nodes
 from bellows.inputs import brief
+from bellows.jobs import TypeSection
 from bellows.kube import Actuator, JobReader, KubeApi, kind_named
 from bellows.kube.kueue import Strategy
 from bellows.kube.placement import HOSTNAME, Placement
@@ -64,11 +68,11 @@ from bellows.kube.progress_env import ProgressEndpoint
 from bellows.kube.statuses import JobStatus, read_status
 from bellows.optimizer import Method
 from bellows.scaling import MODEL_EFFICIENCY, ClusterProfile, EfficiencyProfile, default_cluster
+from bellows.scaling.gpu_types import TypedCluster
 from bellows.scaling.online import SpeedFactors
 from bellows.scaling.placement_memory import PlacementMemory
 from bellows.service.capacity import watch_capacity
 from bellows.service.clock import ServiceClock
-from bellows.service.config import CapacitySettings
 from bellows.service.node_view import NodeView, watch_pods
 from bellows.service.pools import Pools
 from bellows.service.queues import QueueIndex
@@ -81,6 +85,7 @@ from bellows.sim.workloads import TraceJob
 from bellows.sim.workloads.generating import Pattern, WorkloadSpec, generate
 from bellows.sim.workloads.traces import fit_trace
 from bellows.twin.ledger import Ledger
+from bellows.twin.mixed import capacity_settings, refusal, typed_trace
 from bellows.twin.replay import DEFAULT_KINDS, job_manifest, manifest_name, unique_names
 from bellows.twin.wrong_priors import REPORT_S, learning_tasks, true_speeds, true_trace
 
@@ -136,6 +141,25 @@ class DemoOptions:
     # where to write a kubeconfig for the emulated cluster once it listens (kubectl, bellows
     # status): http on 127.0.0.1, no credentials (the emulator has no authentication)
     kubeconfig: Path | None = None
+    # several GPU types (--cluster mixed: bellows.twin.mixed): the cluster's, and each
+    # model's sections per type (sia_sections), which the trace's jobs take
+    typed: TypedCluster | None = None
+    type_sections: Mapping[str, tuple[TypeSection, ...]] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.typed is None:
+            return
+        why = refusal(
+            self.typed, gpus=self.gpus, paper=self.paper, kueue=self.kueue,
+            wrong_priors=self.wrong_priors, learn_placements=self.learn_placements,
+        )  # fmt: skip
+        if why is not None:
+            raise ValueError(why)
+
+    @property
+    def cluster(self) -> ClusterProfile:
+        """The cluster profile both halves price with: the first type's on several."""
+        return default_cluster() if self.typed is None else self.typed.types[0].cluster
 
     @property
     def kueue(self) -> bool:
@@ -195,6 +219,14 @@ class Progress:
     jobs: list[JobStatus] = field(default_factory=list)
 
 
+def _nodes(options: DemoOptions, cluster: ClusterProfile) -> dict[str, Any]:
+    """The emulated cluster's nodes (and, on several GPU types, their types)."""
+    if options.typed is None:
+        return {"gpu_nodes": demo_nodes(options.gpus, cluster.gpus_per_node)}
+    gpus, labels = typed_nodes(options.typed, GPU_PRODUCT)
+    return {"gpu_nodes": gpus, "labels_by_node": labels, "typed": options.typed}
+
+
 def demo_nodes(gpus: int, per_node: int) -> dict[str, int]:
     """The emulated cluster's nodes: ``gpus`` GPUs on nodes of ``per_node`` (the cluster
     profile's, which the JSA prices with), the last one partial."""
@@ -216,7 +248,7 @@ def workload(options: DemoOptions, cluster: ClusterProfile) -> tuple[TraceJob, .
     )
     trace = generate(spec, np.random.default_rng(options.seed), cluster=cluster)
     unique_names(trace)
-    return trace
+    return trace if options.typed is None else typed_trace(trace, options.type_sections)
 
 
 JCT_SHARE = 0.10
@@ -280,7 +312,7 @@ async def _stack(
             kueue=options.kueue,
             node_labels=GPU_NODE_LABELS,
             trainer="TrainJob" in options.kinds,
-            gpu_nodes=demo_nodes(options.gpus, cluster.gpus_per_node),
+            **_nodes(options, cluster),
         ) as kube,
     ):
         if options.kubeconfig is not None:
@@ -328,8 +360,8 @@ async def run_demo(
     loop = asyncio.get_running_loop()
     timer = timer or loop.time
     started = timer()
-    cluster = default_cluster()
-    trace = workload(options, cluster)
+    cluster = options.cluster
+    trace = workload(options, default_cluster())  # the same trace on several types
     # The engines differ on purpose, so that agreeing checks both: the live controller runs
     # the NumPy engine, the simulator a JAX path ("dense": "auto" would pick NumPy at these
     # sizes, see docs/optimizer.md).
@@ -373,7 +405,7 @@ async def run_demo(
         )
         tasks = [asyncio.create_task(b.run(stop)) for b in bridges]
         tasks += [asyncio.create_task(queues.watch())] if queues is not None else []
-        tasks += _view_tasks(api, view, controller, clock)
+        tasks += _view_tasks(api, view, controller, clock, options.typed)
         tasks.append(asyncio.create_task(pump.run(stop)))
         tasks.append(
             asyncio.create_task(controller.keep_house(stop, retry_s=0.2, speedup=clock.speedup))
@@ -419,20 +451,32 @@ def _node_view(options: DemoOptions, cluster: ClusterProfile) -> NodeView | None
     """The controller's node view, with ``--placement nodes`` (the default)."""
     if options.placement is not Placement.NODES:
         return None
-    return NodeView(gpus_per_node=cluster.gpus_per_node)
+    typed = options.typed
+    per_type = None if typed is None else {t.name: t.gpus_per_node for t in typed.types}
+    return NodeView(gpus_per_node=cluster.gpus_per_node, type_gpus_per_node=per_type)
 
 
 def _view_tasks(
-    api: KubeApi, view: NodeView | None, controller: Pools, clock: ServiceClock
+    api: KubeApi,
+    view: NodeView | None,
+    controller: Pools,
+    clock: ServiceClock,
+    typed: TypedCluster | None = None,
 ) -> list[asyncio.Task[None]]:
     """With a node view (``controller.placement: nodes``), its node and pod watches (the
-    capacity watch keeps the pools' capacity too: the demo's nodes hold its GPUs)."""
-    if view is None:
+    capacity watch keeps the pools' capacity too: the demo's nodes hold its GPUs); on
+    several GPU types (``typed``) the capacity watch, view or not, keeps it per type."""
+    if view is None and typed is None:
         return []
     nodes = watch_capacity(
-        api, CapacitySettings(), controller.set_capacity, on_nodes=view.set_nodes,
+        api, capacity_settings(typed), controller.set_capacity,
+        on_nodes=None if view is None else view.set_nodes,
+        on_types=None if typed is None else controller.set_types,
+        on_node_types=None if view is None or typed is None else view.set_node_types,
         now=clock.now, speedup=clock.speedup,
     )  # fmt: skip
+    if view is None:
+        return [asyncio.create_task(nodes)]
     pods = watch_pods(api, view, (NAMESPACE,))
     return [asyncio.create_task(nodes), asyncio.create_task(pods)]
 
@@ -486,6 +530,7 @@ def _simulated(
         # on nodes as the live run is with its node view (the core told where GPUs sit);
         # not beside Kueue, which starts jobs at their owner's size, as the simulator does not
         nodes=options.placement is Placement.NODES and not options.kueue,
+        typed=options.typed,  # several GPU types: as bellows simulate --cluster sia-mix
     )
 
 
@@ -514,6 +559,8 @@ def _controller(
     made by goodput); with a node ``view``, the jobs it sizes pinned where the view places
     them."""
     kinds = tuple(kind_named(k) for k in options.kinds)
+    typed = options.typed  # several GPU types: each job pinned to its type's nodes
+    products = {} if typed is None else typed.products
     controller = Pools(
         api=api,
         # the NumPy engine (the simulator runs a JAX one: agreeing checks both); the core's
@@ -531,6 +578,8 @@ def _controller(
             progress=ProgressEndpoint(PROGRESS_SECRET, prefix),
             pins=view,
             topology=queues.topology_aware if queues is not None else None,
+            gpu_products=products,
+            type_label=GPU_PRODUCT,
         ),
         reader=JobReader(api, namespace=NAMESPACE, kueue=options.kueue, kinds=kinds),
         now=clock.now,
@@ -539,6 +588,7 @@ def _controller(
         queues=queues,
         # what the jobs measure, per class (controller.progress.learnPlacements: opt in)
         placements=PlacementMemory(cluster) if options.learn_placements else None,
+        typed=typed,  # the default pool decides by (type, count): a TypedAutoscaler
     )
     if view is not None:
         view.follow(lambda: controller.held)

@@ -3,7 +3,8 @@
 Used by ``bellows demo`` to drive the emulated cluster with the very workload the simulator
 runs. Jobs take the kinds asked for in turn (PyTorchJob and MPIJob by default, so that both
 adapters are exercised; TrainJob on the emulated Trainer's ``torch-distributed`` runtime);
-a job's profile travels inline in its ``bellows.io/profile`` annotation.
+a job's profile travels inline in its ``bellows.io/profile`` annotation, with its sections per
+GPU type (``types``) where it has them.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ def _annotations(job: TraceJob, *, efficiency: bool = False) -> dict[str, str]:
     spec = job.spec
     prior = MODEL_EFFICIENCY.get(job.model) if efficiency else None  # {"model": ...}
     profile = JobProfile(
-        weights=spec.weights, step=spec.profile, source="bellows demo trace", efficiency=prior
-    )
+        weights=spec.weights, step=spec.profile, source="bellows demo trace", efficiency=prior,
+        types=spec.types,
+    )  # fmt: skip
     return {
         k.MIN_BATCH: str(spec.b_min),
         k.MAX_BATCH: str(spec.b_max),
