@@ -37,7 +37,7 @@ from bellows.bus.transient import ride_out
 from bellows.inputs import SpecError, brief
 from bellows.jobs import JobSpec
 from bellows.scaling import ClusterProfile, EfficiencyProfile, JobProfile
-from bellows.scaling.online import Learned, OnlineFit, SpeedFactors
+from bellows.scaling.online import Learned, OnlineFit
 from bellows.service.fit_annotation import efficiency_fields
 from bellows.service.learned_state import JobLearning, decode, encode
 from bellows.service.learning import ProgressLearner
@@ -75,14 +75,11 @@ def revision(learner: ProgressLearner, job: str, prior: JobSpec, *, goodput: boo
     ``job``: its refitted profile, its measured restart cost (unless its owner gave one),
     its efficiency when the core decides by goodput, and the samples it last reported.
 
-    A job with sections per GPU type (decided by a core of several types) keeps its
-    profile and sections as they are: its reports come from whichever type it ran on, and
-    one refit against one prior would mix them (the speed per type is not learned online
-    yet; its progress, restart cost and efficiency are)."""
+    A job with sections per GPU type (decided by a core of several types) is refitted as
+    any job, against its own profile: its sections, which the typed core decides by, stand
+    (the speed per type is not learned online yet; its progress, restart cost and
+    efficiency are, at each refit)."""
     fit = learner.fit(job, JobProfile(weights=prior.weights, step=prior.profile))
-    if prior.types:  # not refitted: the fit says so (factors 1, the prior's profile)
-        unfitted = JobProfile(weights=prior.weights, step=prior.profile)
-        fit = dataclasses.replace(fit, profile=unfitted, factors=SpeedFactors())
     measured = learner.restart_s(job)
     efficiency = learner.efficiency(job, prior.batch_size) if goodput else None
     samples = learner.samples(job)
