@@ -49,7 +49,14 @@ from bellows.inputs import DATA_ERRORS, SpecError, parse_int
 from bellows.kube import keys
 from bellows.kube.adapters import KINDS
 from bellows.kube.adapters.replicated import ReplicatedKind
-from bellows.kube.kinds import KindAdapter, conditions, finished_state, foreign_manager, suspend_set
+from bellows.kube.kinds import (
+    KindAdapter,
+    conditions,
+    finished_state,
+    foreign_manager,
+    pod_templates,
+    suspend_set,
+)
 from bellows.kube.nodes import pod_gpus
 from bellows.kube.specs import build_spec
 from bellows.scaling import ClusterProfile, EfficiencyProfile, JobProfile, default_cluster
@@ -540,9 +547,7 @@ def replica_pods(kind: ReplicatedKind, obj: Mapping[str, Any]) -> list[Pod]:
 
 def _pod_specs(kind: KindAdapter, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The pod specs of ``obj``'s replica templates."""
-    if not isinstance(kind, ReplicatedKind):
-        return []
-    return [(s.get("template") or {}).get("spec") or {} for s in kind.specs(obj).values()]
+    return [dict(t.get("spec") or {}) for t in pod_templates(kind, obj)]
 
 
 def _pod_set(pod: Pod) -> str:

@@ -57,7 +57,7 @@ from bellows.kube.journal import (
     plan_scale,
     target_env,
 )
-from bellows.kube.kinds import JobView, KindAdapter, finished_state, foreign_manager
+from bellows.kube.kinds import JobView, KindAdapter, finished_state, foreign_manager, pod_templates
 from bellows.kube.kueue import (
     JOB_UID,
     WORKLOADS,
@@ -385,11 +385,10 @@ class Actuator:
         """The type the pod templates' node selector names on the type label, the same on
         every template (``owners``: only a selector Bellows did not write)."""
         kind = self._kinds.get(view.ref.kind.lower())
-        specs = getattr(kind, "specs", None)  # the replicated kinds' replica specs
-        if specs is None:
+        if kind is None:
             return None
         try:
-            templates = [s.get("template") or {} for s in specs(view.raw).values()]
+            templates = pod_templates(kind, view.raw)
         except DATA_ERRORS:
             return None
         if owners:

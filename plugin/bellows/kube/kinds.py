@@ -30,6 +30,7 @@ __all__ = [
     "foreign_manager",
     "kueue_refusal",
     "parse_time",
+    "pod_templates",
     "running_since",
     "suspend_set",
 ]
@@ -108,6 +109,16 @@ class KindAdapter(Protocol):
         """The ``spec`` part of a merge patch asking for ``placement`` on every pod template
         of the job (``bellows.kube.placement``); ``{}`` when nothing needs to change."""
         ...
+
+
+def pod_templates(kind: KindAdapter, obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The pod templates of ``obj``'s replica specs, for a kind whose replicas carry them
+    (PyTorchJob, MPIJob); ``[]`` for one whose pods its runtime renders (TrainJob).
+    :class:`SpecError` for replica specs Bellows cannot read."""
+    specs = getattr(kind, "specs", None)  # the replicated kinds' replica specs
+    if specs is None:
+        return []
+    return [spec.get("template") or {} for spec in specs(obj).values()]
 
 
 def conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:

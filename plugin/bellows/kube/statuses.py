@@ -36,6 +36,7 @@ from bellows.kube.kinds import (
     finished_state,
     foreign_manager,
     parse_time,
+    pod_templates,
     suspend_set,
 )
 from bellows.kube.placement import template_type
@@ -331,11 +332,8 @@ def job_status(
 def _gpu_type(kind: KindAdapter, obj: Mapping[str, Any]) -> str | None:
     """The GPU type Bellows gave the job's pods (:func:`~bellows.kube.placement.
     template_type`, the same on every pod template of a replicated kind), else ``None``."""
-    specs = getattr(kind, "specs", None)  # a replicated kind's replica specs
-    if specs is None:
-        return None
     try:
-        found = {template_type(spec.get("template") or {}) for spec in specs(obj).values()}
+        found = {template_type(template) for template in pod_templates(kind, obj)}
     except DATA_ERRORS:
         return None
     found.discard(None)
