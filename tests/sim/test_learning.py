@@ -239,6 +239,32 @@ def test_a_report_the_core_cannot_use_is_dropped() -> None:
     assert len(learner) == 0
 
 
+@pytest.mark.parametrize("told", [True, False])
+def test_a_restart_at_the_same_configuration_begins_a_new_run(told: bool) -> None:
+    """A job moved away and back to the same ``(k, b)`` between two reports restarted twice:
+    told of its start (as the controller is, by the job's ``started`` event), its next
+    reports begin a new run; untold, they seem one run that made too little progress for the
+    step time it reports, and the honest job is marked inconsistent."""
+    auto = Autoscaler(CONFIG, capacity=8, cluster=CLUSTER)
+    spec = make_job("a")
+    auto.arrive(spec, 0.0)
+    auto.step(0.0)
+    alloc = auto.allocations["a"]
+    learner = OnlineLearner(CLUSTER)
+    step = step_time(spec, alloc.gpus, alloc.batch, CLUSTER)
+    rate = alloc.batch / step  # samples a second
+    for at in (60.0, 120.0):  # one run: reports that agree
+        learner.report(auto, spec, ProgressReport(alloc.gpus, alloc.batch, step, rate * at), at)
+    if told:  # halted at 120 s, back at the same (k, b) at 360 s: two restarts
+        learner.started("a", rate * 120.0)
+    for at in (420.0, 480.0):  # 60 s and 120 s after it resumed: more than half paused
+        samples = rate * (120.0 + at - 360.0)
+        learner.report(auto, spec, ProgressReport(alloc.gpus, alloc.batch, step, samples), at)
+    assert learner.inconsistent == (set() if told else {"a"})
+    learner.started("b", 0.0)  # a job that never reported: nothing to begin
+    assert len(learner) == 1
+
+
 def test_learning_rejects_a_bad_interval() -> None:
     for bad in (0.0, -1.0, math.inf, math.nan):
         with pytest.raises(ValueError, match="report_s"):

@@ -692,6 +692,9 @@ class _Run:
         self.in_use += gpus
         self.heap.push(job.completion_at(), Kind.COMPLETION, self.index[job.spec.name], job.version)
         if self.learning is not None:
+            if self.learner is not None:  # a new run: its reports are checked afresh
+                seen = job.done_at(now) if job.charge is None else job.seen_at(now)
+                self.learner.started(job.spec.name, seen)
             self.schedule_report(job, job.resume_at + self.learning.report_s)
 
 

@@ -272,6 +272,18 @@ class OnlineLearner:
         )  # fmt: skip
         return True
 
+    def started(self, name: str, samples: float) -> None:
+        """Job ``name`` (re)started with ``samples`` seen: its reports begin a new run, as the
+        controller's progress loop learns from a job's ``started`` event. Without it, a job
+        moved away and back to the same ``(k, b)`` between two reports (two restarts) seemed
+        one run that made too little progress for the step time it reported, and an honest
+        job was marked inconsistent."""
+        state = self._jobs.get(name)
+        if state is None:
+            return  # nothing reported yet: its first report begins its first run
+        if state.checks.restart(samples) is None:
+            state.log.samples = state.checks.samples
+
     def forget(self, name: str) -> None:
         """Drop what was learned about job ``name`` (it finished)."""
         self._jobs.pop(name, None)
