@@ -99,7 +99,7 @@ class Variant:
     node_pricing: bool = False
     learn: bool = False
     slack_share: float | None = None
-    restart_growth: float = 0.0
+    restart_growth: float | None = None
     measured_rows: bool = False
     remaining_exponent: float | None = None
     delta_s: float | None = None
@@ -487,8 +487,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--restart-growth",
         type=float,
-        default=0.0,
-        help="Bellows mode: each earlier move adds this many restarts to the price of its next",
+        default=None,
+        help="Bellows mode: each earlier move adds this many restarts to the price of its "
+        "next (default: the core's, 0.25)",
     )
     parser.add_argument(
         "--measured-rows",
@@ -501,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--remaining-exponent",
         type=float,
         default=None,
-        help="the power of remaining's weights (AutoscalerConfig.remaining_exponent; default 0.25)",
+        help="the power of remaining's weights (AutoscalerConfig.remaining_exponent; default 0.3)",
     )
     parser.add_argument(
         "--delta-s",
@@ -515,7 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="Bellows mode: a round starts early once this share of the running jobs "
         "finished since the last (the paper's hybrid trigger; 0: off; default: the core's, "
-        "off)",
+        "0.05)",
     )
     parser.add_argument(
         "--learn-placements",

@@ -24,7 +24,7 @@ were marked inconsistent. Targets: the liar's gain <= 10 %, the others within 2 
 ``--checked-only`` skips the unchecked runs (they do not depend on the checks): half the time.
 ``--remaining-exponent`` and ``--early-share`` set Bellows mode's remaining-time power and
 early round (``AutoscalerConfig.remaining_exponent``, ``early_share``; default: the
-defaults, 0.25 and off).
+defaults, 0.3 and 0.05).
 """
 
 from __future__ import annotations
@@ -70,13 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--remaining-exponent",
         type=float,
         default=None,
-        help="the power of the remaining-time weights (default: the core's, 0.25)",
+        help="the power of the remaining-time weights (default: the core's, 0.3)",
     )
     parser.add_argument(
         "--early-share",
         type=float,
         default=None,
-        help="an early round once this share of the running jobs finished (default: off)",
+        help="an early round once this share of the running jobs finished "
+        "(default: the core's, 0.05; 0: off)",
     )
     args = parser.parse_args(argv)
     given = sys.argv[1:] if argv is None else list(argv)

@@ -326,11 +326,12 @@ def _bellows_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--objective", choices=[o.value for o in Objective],
                         default=DEFAULT_OBJECTIVE.value,
                         help="Bellows mode: what a round maximises")  # fmt: skip
-    parser.add_argument("--restart-growth", type=float, default=0.0,
-                        help="Bellows mode: price added per earlier move")  # fmt: skip
+    parser.add_argument("--restart-growth", type=float, default=None,
+                        help="Bellows mode: price added per earlier move "
+                             "(default: the core's, 0.25)")  # fmt: skip
     parser.add_argument("--remaining-exponent", type=float, default=None,
                         help="Bellows mode: the power of the remaining-time weights "
-                             "(default: the core's, 0.25)")  # fmt: skip
+                             "(default: the core's, 0.3)")  # fmt: skip
     parser.add_argument("--early-share", type=float, default=None,
                         help="Bellows mode: an early round once this share of the running "
                              "jobs finished (0: off; default: the core's, off)")  # fmt: skip

@@ -19,7 +19,7 @@ from bellows.autoscaler import (
     Rescale,
     Start,
 )
-from bellows.autoscaler.config import restart_s, restart_s_each
+from bellows.autoscaler.config import EARLY_GAP_S, EARLY_SHARE, restart_s, restart_s_each
 from bellows.autoscaler.pricing import exact
 from bellows.jobs import MAX_RESTART_S, Allocation, SpecError
 from bellows.scaling import default_cluster
@@ -129,7 +129,7 @@ def test_duplicate_arrival_is_ignored() -> None:
 
 
 def test_hybrid_trigger_starts_a_round_early() -> None:
-    auto = scaler(capacity=8, delta_s=600.0, early_share=0.5, queue=True)
+    auto = scaler(capacity=8, delta_s=600.0, early_share=0.5, early_gap_s=0.0, queue=True)
     for name in "abcd":
         auto.arrive(make_job(name, elastic=False, gpus=2, batch_size=64), now=0.0)
     auto.step(0.0)
@@ -140,6 +140,32 @@ def test_hybrid_trigger_starts_a_round_early() -> None:
     auto.finish("b", now=30.0)
     assert auto.next_round_at() == 30.0  # half finished: due at once, not in the past
     assert Start("e", 2, 64) in auto.step(30.0)
+
+
+def test_an_early_round_waits_its_gap_after_the_last_round() -> None:
+    # The same completions with the default gap (60 s): the share is reached at 30 s, the
+    # round comes 60 s after the last (at 0), and a later share waits 60 s after that one.
+    auto = scaler(capacity=8, delta_s=600.0, early_share=0.5, queue=True)
+    assert auto.config.early_gap_s == EARLY_GAP_S == 60.0
+    for name in "abcd":
+        auto.arrive(make_job(name, elastic=False, gpus=2, batch_size=64), now=0.0)
+    auto.step(0.0)
+    auto.arrive(make_job("e", elastic=False, gpus=2, batch_size=64), now=10.0)
+    auto.finish("a", now=20.0)
+    auto.finish("b", now=30.0)
+    assert auto.next_round_at() == 60.0  # due at the share, held to the gap
+    assert auto.step(30.0) == []  # not yet
+    assert Start("e", 2, 64) in auto.step(60.0)
+    auto.finish("c", now=70.0)  # 1 of 3 running after the round: below the share
+    assert auto.next_round_at() == 600.0
+    auto.finish("d", now=80.0)  # 2 of 3: the share, 60 s after the round at 60
+    assert auto.next_round_at() == 120.0
+    # a gap past the next tick leaves the tick: Δ still holds
+    late = scaler(capacity=8, delta_s=100.0, early_share=0.5, early_gap_s=500.0, queue=True)
+    late.arrive(make_job("a", elastic=False, gpus=2, batch_size=64), now=0.0)
+    late.step(0.0)
+    late.finish("a", now=10.0)
+    assert late.next_round_at() == 100.0
 
 
 def test_restart_cost_with_hysteresis_skips_rescales_that_do_not_pay() -> None:
@@ -205,12 +231,15 @@ def test_bad_config_names_the_field(options: dict[str, object], field: str) -> N
     assert error.value.field == field
 
 
-def test_the_early_round_is_off_by_default_and_zero_turns_it_off() -> None:
-    assert AutoscalerConfig().early_share is None
+def test_the_early_round_is_on_in_bellows_mode_off_in_paper_mode_and_zero_turns_it_off() -> None:
+    assert AutoscalerConfig().early_share == EARLY_SHARE == 0.05  # issue 36's re-decision
     assert AutoscalerConfig.paper().early_share is None  # the paper's rounds: Δ only
     assert AutoscalerConfig(early_share=0).early_share is None
     assert AutoscalerConfig(early_share=None).early_share is None
     assert AutoscalerConfig.paper(early_share=0.5).early_share == 0.5
+    for gap in (-1.0, math.inf, math.nan, True, "60"):
+        with pytest.raises(SpecError, match="early_gap_s"):
+            AutoscalerConfig(early_gap_s=gap)  # type: ignore[arg-type]
 
 
 def test_bad_capacity_names_the_field() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bellows.autoscaler import Autoscaler, AutoscalerConfig
+from bellows.autoscaler.config import RESTART_GROWTH
 from bellows.jobs import SpecError
 from bellows.scaling import default_cluster
 from tests.strategies import make_job
@@ -34,8 +35,8 @@ def test_a_job_offered_more_every_round_stops_taking_every_step() -> None:
     assert grown[2:] == [2] * 6  # the next would cost 101 restarts: not worth it here
 
 
-def test_growth_is_checked_and_off_by_default() -> None:
-    assert AutoscalerConfig().restart_growth == 0.0
+def test_growth_is_checked_a_quarter_by_default_and_off_in_paper_mode() -> None:
+    assert AutoscalerConfig().restart_growth == RESTART_GROWTH == 0.25  # issue 36
     assert AutoscalerConfig.paper().restart_growth == 0.0
     with pytest.raises(SpecError, match="restart_growth"):
         AutoscalerConfig(restart_growth=-1.0)

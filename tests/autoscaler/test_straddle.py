@@ -141,7 +141,7 @@ def test_a_straddled_job_moves_onto_a_freed_node_when_that_pays() -> None:
              TraceJob(0.0, make_job("b", gpus=3, work=6e5, **rigid)),
              TraceJob(1.0, make_job("c", gpus=2, work=6e5, **rigid))]  # fmt: skip
     for restart_s, spread in ((0.0, [1, 0]), (3000.0, [1])):
-        config = AutoscalerConfig(queue=True, restart_s=restart_s, early_share=0.2)
+        config = AutoscalerConfig(queue=True, restart_s=restart_s, early_share=0.2, early_gap_s=0)
         result = run(trace, gpus=8, config=config, cluster=CLUSTER, nodes=True)
         c = next(j for j in result.jobs if j.name == "c")
         assert [s.extra_nodes for s in c.segments] == spread
@@ -153,8 +153,8 @@ def test_a_straddled_job_moves_onto_a_freed_node_when_that_pays() -> None:
             assert a.finish_s is not None
             assert c.segments[1].start_s == a.finish_s
             assert c.segments[0].gpus == c.segments[1].gpus == 2
-    # without the early round (the default), the next round on the grid (every 120 s) moves it
-    config = AutoscalerConfig(queue=True, restart_s=0.0)
+    # without the early round, the next round on the grid (every 120 s) moves it
+    config = AutoscalerConfig(queue=True, restart_s=0.0, early_share=0)
     result = run(trace, gpus=8, config=config, cluster=CLUSTER, nodes=True)
     a, c = (next(j for j in result.jobs if j.name == n) for n in "ac")
     assert [s.extra_nodes for s in c.segments] == [1, 0]

@@ -218,9 +218,9 @@ def test_numbers_are_normalised_and_the_reference_shows_their_range():
 
 
 def test_the_remaining_exponent_reaches_the_core_and_is_bounded():
-    """``controller.remainingExponent`` (null: the core's 0.25) sets the power of the
+    """``controller.remainingExponent`` (null: the core's 0.3) sets the power of the
     remaining objective's weights; out of [0, 1] the key is named."""
-    assert load_config(env={}).controller.autoscaler_config().remaining_exponent == 0.25
+    assert load_config(env={}).controller.autoscaler_config().remaining_exponent == 0.3
     config = load_config(env={}, overrides=["controller.remainingExponent=0.35"])
     assert config.controller.autoscaler_config().remaining_exponent == 0.35
     with pytest.raises(ConfigError) as info:
@@ -228,9 +228,9 @@ def test_the_remaining_exponent_reaches_the_core_and_is_bounded():
     assert "remainingExponent" in str(info.value)
 
 
-def test_the_early_share_is_off_unless_set_and_zero_turns_it_off():
-    """``controller.earlyShare`` null or 0: off (both modes' default); a share sets the
-    early round in either mode; out of [0, 1] the key is named."""
+def test_the_early_share_is_the_modes_unless_set_and_zero_turns_it_off():
+    """``controller.earlyShare`` null: the mode's (0.05 in Bellows mode, off in paper mode);
+    0: off; a share sets the early round in either mode; out of [0, 1] the key is named."""
 
     def share(*overrides: str) -> float | None:
         return (
@@ -239,7 +239,7 @@ def test_the_early_share_is_off_unless_set_and_zero_turns_it_off():
             .early_share
         )
 
-    assert share() is None
+    assert share() == 0.05
     assert share("controller.earlyShare=0.2") == 0.2
     assert share("controller.mode=paper") is None
     assert share("controller.earlyShare=0") is None

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from bellows.cli.main import main
-from bellows.twin.demo import KUEUE_SJS_SHARE, compare
+from bellows.twin.demo import KUEUE_JCT_SHARE, KUEUE_SJS_SHARE, compare
 
 
 @pytest.mark.slow
@@ -102,3 +102,13 @@ def test_the_bounds_are_the_papers_unless_kueue_admitted_a_job_first() -> None:
     assert not {b.metric: b for b in compare(_summary(far, kueue_admitted_first=2), simulated)}[
         "sjs_efficiency"
     ].ok
+    # average JCT likewise: 10 % without Kueue's early admission, 15 % with it
+    late = {b.metric: b for b in compare(_summary(0.90, jct=11.2), simulated)}["avg_jct_min"]
+    assert not late.ok
+    kept = compare(_summary(0.90, jct=11.2, kueue_admitted_first=2), simulated)
+    beside_jct = {b.metric: b for b in kept}["avg_jct_min"]
+    assert beside_jct.ok
+    assert beside_jct.tolerance == "within 15% (2 admitted by Kueue first)"
+    over = 10.0 * (1 + KUEUE_JCT_SHARE) + 0.1
+    assert not {b.metric: b for b in compare(_summary(0.90, jct=over, kueue_admitted_first=2),
+                                             simulated)}["avg_jct_min"].ok  # fmt: skip

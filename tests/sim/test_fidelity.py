@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from bellows.autoscaler import DEFAULT_OBJECTIVE
+from bellows.autoscaler.config import EARLY_SHARE, RESTART_GROWTH
 from bellows.sim.measured_steps import MeasuredPlacements
 from bellows.sim.workloads.importing import POLLUX_VALIDATION_WORK
 from tests.conftest import REPO, load_script
@@ -125,12 +126,13 @@ def test_a_variant_sets_bellows_modes_rules() -> None:
     assert config.objective is bench.Objective.SLACK
     assert config.node_counts
     assert config.restart_growth == 1.0
+    assert bench.Variant().config(30.0).restart_growth == RESTART_GROWTH  # the core's
     assert config.restart_s == 30.0
     assert bench.Variant().config(30.0).objective is DEFAULT_OBJECTIVE
     rounds = bench.Variant(delta_s=30.0, early_share=0.05).config(30.0)
     assert rounds.delta_s == 30.0
     assert rounds.early_share == 0.05
-    assert bench.Variant().config(30.0).early_share is None  # the core's: off
+    assert bench.Variant().config(30.0).early_share == EARLY_SHARE  # the core's
     assert bench.Variant(early_share=0.0).config(30.0).early_share is None  # 0: off
 
 

@@ -1,10 +1,9 @@
 """The autoscaler core (paper Section III-D): a sans-I/O state machine over jobs.
 
 State: ``Arrived`` (FIFO buffer of job names), ``Executing`` (running jobs and their
-allocations), ``Finished``. A job that finishes (or is rejected) is forgotten at once: its
-spec, its rows and everything else kept by its name go, so that the core's memory follows
-the jobs it runs and queues, not every job it ever saw (issue 35: 20 000 sequential jobs
-used to leave 12 MiB behind). The caller feeds facts — :meth:`Autoscaler.arrive`,
+allocations), ``Finished``. A job that finishes (or is rejected) is forgotten at once, all
+kept by its name with it (issue 35: the core's memory follows the jobs it holds). The caller
+feeds facts — :meth:`Autoscaler.arrive`,
 :meth:`Autoscaler.finish`, :meth:`Autoscaler.set_capacity` — each with the time it happened
 on the caller's clock, asks :meth:`Autoscaler.next_round_at` when to come back, and calls
 :meth:`Autoscaler.step` then. Time never goes backwards: a fact or a step dated before the
@@ -94,34 +93,26 @@ class Autoscaler:
         self._engines = Engines() if engines is None else engines
         self._cluster = cluster
         self._capacity = _check_capacity(capacity)
-        self._clock = RoundClock(config.delta_s, config.early_share)
+        self._clock = RoundClock(config.delta_s, config.early_share, config.early_gap_s)
         self._s = State()
         self._tables = Tables(config, cluster, self._engines, measured=measured)  # rows
         self._now = float("-inf")  # the latest time a fact or a step carried
         self._preempt_at: float | None = None  # capacity fell below the GPUs in use
         self._fill_at: float | None = None  # GPUs may be free while jobs wait
         self.last_round: RoundStats | None = None
-        # note_keeps on (the live controller): each round lists in ``keeps`` the running jobs
-        # it kept as they were, and why (applying.kept; bellows status shows it)
-        self.note_keeps = False
+        self.note_keeps = False  # live: each round lists in keeps the jobs it kept, and why
         self.keeps: tuple[Keep, ...] = ()
         self._batch_kept: dict[str, int] = {}  # job -> the batch a round declined (_apply)
-        # GPUs the running jobs and those admission takes need at their smallest, this step
-        # (Objective.SLACK): from the core's state, whichever candidates the step offers
-        self._need = 0
+        self._need = 0  # GPUs the running and admitted jobs need at their least (SLACK)
         self._priced: tuple[list[str], np.ndarray] | None = None  # the last round's values
         self._nodes: FreeNodes | None = None  # where GPUs sit, for the next step (see_nodes)
         self._ratios: dict[tuple[object, ...], np.ndarray] = {}  # straddle ratios (Pricing)
         self._squeezed: dict[str, int] = {}  # job -> its room in this round's placement
 
     def fork(self) -> Autoscaler:
-        """An independent core in this one's state: what either is told or decides from now
-        on never reaches the other (a what-if: the controller's start-up rehearsal).
-
-        Specs, TSF rows and running jobs are immutable values, so the fork shares them and
-        copies only the containers that hold them: milliseconds at 10 000 jobs, where
-        ``copy.deepcopy`` took a second (docs/live.md).
-        """
+        """An independent core in this one's state (a what-if: the controller's start-up
+        rehearsal). Immutable specs, rows and running jobs are shared, only their containers
+        copied: milliseconds at 10 000 jobs, where ``copy.deepcopy`` took a second."""
         twin = copy.copy(self)
         twin._s = self._s.copy()
         twin._clock = dataclasses.replace(self._clock)
@@ -318,6 +309,16 @@ class Autoscaler:
     def estimated_done(self, name: str, now: float) -> float:
         """Samples the core estimates job ``name`` has processed by ``now``."""
         return self._s.running[name].done_at(now)
+
+    def carried(self, name: str) -> float:
+        """The samples waiting job ``name`` resumes from (0: none carried)."""
+        return self._s.carried.get(name, 0.0)
+
+    def carry(self, name: str, done: float) -> None:
+        """Waiting job ``name`` resumes from ``done`` samples after its restart (a type move)."""
+        if name not in self._s.arrived:
+            raise KeyError(name)
+        self._s.carried[name] = done
 
     # ------------------------------------------------------------------ the step
     def step(self, now: float) -> list[Decision]:

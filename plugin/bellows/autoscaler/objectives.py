@@ -66,18 +66,19 @@ REMAINING_UNIT_S = 60.0
 fixed unit, not the round's shortest, so that a job's terms do not depend on which others
 are offered with it (the core's shortcuts offer fewer, and must decide the same)."""
 
-REMAINING_EXPONENT = 0.25
+REMAINING_EXPONENT = 0.3
 """The power of ``T_min / T`` in :attr:`Objective.REMAINING`'s weights. 1 (Smith's rule,
 shortest remaining first) moved jobs whenever their order changed: on the 400-GPU bursty
 scenario 0.53 rescales per job and 4 pure swaps, avg JCT 13.6 min against 11.2 for the sum
 of speedups; 0.25 kept the order's gain on the Pollux workloads (avg JCT 12-18 % below the
 sum of speedups, 2-4 % below the power 1) and beat the sum of speedups on bursty too
 (``docs/autoscaler.md``, "Round objectives"; measured with the round's shortest ``T`` as
-the unit, before :data:`REMAINING_UNIT_S`). 0.3 (with an early round at 0.2) gains 1-3 % on
-the calibrated simulator's medians and loses 1-2 % on its worst workload, on bursty and on
-the ITP replay; it let a job that reports half its step time gain 74 % until the remaining
-time followed the progress a job has shown (``progress.shown_left``): 0 % now. Not the
-default (``docs/autoscaler.md``, "The defaults, re-decided, and kept")."""
+the unit, before :data:`REMAINING_UNIT_S`). 0.3 since issue 36's early rounds: with an
+early round at a twentieth of the running jobs finished (spaced 60 s) and a growing restart
+price, the calibrated simulator's median workload gains 5 % and every issue 10 target on
+bursty holds (``docs/autoscaler.md``, "Early rounds, spaced: the defaults re-decided"). A job
+reporting half its step time gained nothing at 0.3 once the remaining time followed the
+progress a job has shown (``progress.shown_left``)."""
 
 SLACK_SHARE = 0.45
 """The share of the capacity the running and admitted jobs' smallest allocations may take

@@ -5,7 +5,8 @@ something happened since the last round (an arrival, a completion, a change of c
 With ``delta_s == 0`` a round is due at the time of the first unprocessed event. The hybrid
 trigger makes a round due at once when a given share of the jobs that were running after the
 last round has finished since: at the time of the completion that reached the share, never
-earlier (a round cannot decide in the past).
+earlier (a round cannot decide in the past), and no sooner than ``early_gap_s`` after the
+last round (a burst of completions starts one early round, not one per completion).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class RoundClock:
 
     delta_s: float
     early_share: float | None = None
+    early_gap_s: float = 0.0
     last_round_at: float | None = None
     first_pending_at: float | None = None
     running_after_round: int = 0
@@ -47,7 +49,12 @@ class RoundClock:
         tick = math.ceil(pending / self.delta_s) * self.delta_s
         if self.last_round_at is not None and tick <= self.last_round_at:
             tick = (math.floor(self.last_round_at / self.delta_s) + 1) * self.delta_s
-        return tick if self.fired_at is None else min(tick, self.fired_at)
+        if self.fired_at is None:
+            return tick
+        early = self.fired_at
+        if self.last_round_at is not None:
+            early = max(early, self.last_round_at + self.early_gap_s)
+        return min(tick, early)
 
     def is_due(self, now: float) -> bool:
         due = self.next_round_at()

@@ -286,13 +286,13 @@ def _measured_truth(
     "--remaining-exponent",
     type=FiniteFloat(0, 1),
     help="The power of the remaining objective's weights (0: the sum of speedups, 1: shortest "
-    "remaining first; docs/autoscaler.md). [default: 0.25]",
+    "remaining first; docs/autoscaler.md). [default: 0.3]",
 )
 @click.option(
     "--restart-growth",
     type=FiniteFloat(0, 100),
     help="Each rescale a job has made adds this many restart costs to the price of its next "
-    "move (issue 29). [default: 0]",
+    "move (issue 29). [default: 0.25; paper mode 0]",
 )
 @click.option(
     "--objective",

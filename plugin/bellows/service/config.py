@@ -222,7 +222,8 @@ class ControllerSettings:
     early_share: float | None = field(
         default=None,
         metadata=bounded(
-            "start a round early once this share of the running jobs finished; null or 0: off",
+            "start a round early once this share of the running jobs finished (no sooner "
+            "than 60 s after the last); null: the mode's (0.05 bellows, off paper); 0: off",
             minimum=0.0,
             maximum=1.0,
         ),
@@ -269,9 +270,8 @@ class ControllerSettings:
         default=None,
         metadata=bounded(
             "the power of the remaining objective's weights (0: the sum of speedups, 1: "
-            "shortest remaining first); null: 0.25. 0.3 with earlyShare 0.2 gains on the "
-            "calibrated simulator but lets a job that lies about its step time gain "
-            "(docs/autoscaler.md)",
+            'shortest remaining first); null: 0.3 (docs/autoscaler.md, "Early rounds, '
+            'spaced: the defaults re-decided")',
             minimum=0.0,
             maximum=1.0,
         ),

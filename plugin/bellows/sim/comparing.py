@@ -87,7 +87,7 @@ def policies(
     min_runtime_s: float = 0.0,
     *,
     objective: Objective = DEFAULT_OBJECTIVE,
-    restart_growth: float = 0.0,
+    restart_growth: float | None = None,
     remaining_exponent: float | None = None,
     early_share: float | None = None,
 ) -> dict[str, AutoscalerConfig]:
@@ -98,6 +98,8 @@ def policies(
     ``early_share`` (``None``: the core's defaults; paper mode and the baseline keep the
     paper's)."""
     tuned: dict[str, Any] = {}
+    if restart_growth is not None:
+        tuned["restart_growth"] = restart_growth
     if remaining_exponent is not None:
         tuned["remaining_exponent"] = remaining_exponent
     if early_share is not None:
@@ -112,7 +114,6 @@ def policies(
             restart_s=restart_s,
             min_runtime_s=min_runtime_s,
             objective=objective,
-            restart_growth=restart_growth,
             **tuned,
         ),
     }
@@ -233,7 +234,7 @@ def run_policy(
     keep_result: bool = False,
     min_runtime_s: float = 0.0,
     objective: Objective = DEFAULT_OBJECTIVE,
-    restart_growth: float = 0.0,
+    restart_growth: float | None = None,
     pollux_retune: bool = True,
     remaining_exponent: float | None = None,
     early_share: float | None = None,
@@ -287,7 +288,7 @@ def policy_tasks(
     keep_results: bool = False,
     min_runtime_s: float = 0.0,
     objective: Objective = DEFAULT_OBJECTIVE,
-    restart_growth: float = 0.0,
+    restart_growth: float | None = None,
     pollux_retune: bool = True,
     remaining_exponent: float | None = None,
     early_share: float | None = None,
@@ -319,7 +320,7 @@ def run_many(
     on_done: Callable[[PolicyRun], None] = lambda _: None,
     min_runtime_s: float = 0.0,
     objective: Objective = DEFAULT_OBJECTIVE,
-    restart_growth: float = 0.0,
+    restart_growth: float | None = None,
     pollux_retune: bool = True,
     remaining_exponent: float | None = None,
     early_share: float | None = None,

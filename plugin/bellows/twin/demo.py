@@ -255,6 +255,11 @@ JCT_SHARE = 0.10
 """Average JCT's tolerance (issue 37: the twin at goodput agrees within 10 %)."""
 KUEUE_SJS_SHARE = 0.10
 """SJS efficiency's tolerance once Kueue admitted a job before Bellows could hold it."""
+KUEUE_JCT_SHARE = 0.15
+"""Average JCT's tolerance then: the same unmodelled early admission. It ran 8.5-12 % behind
+the simulator before issue 36's spaced early rounds and 11-12 % after them (docs/live.md):
+the simulator half gained 3 % from them, the live half beside Kueue did not (its jobs
+admitted first run at their owner's size until Bellows resizes them)."""
 
 
 def compare(live: dict[str, Any], simulated: dict[str, Any]) -> tuple[Bound, ...]:
@@ -263,10 +268,10 @@ def compare(live: dict[str, Any], simulated: dict[str, Any]) -> tuple[Bound, ...
 
     Beside Kueue (``live["kueue_admitted_first"]``, the jobs Kueue admitted at their owner's
     size before Bellows held or sized them), SJS efficiency is held to
-    :data:`KUEUE_SJS_SHARE` instead: each such job runs at its owner's size until Bellows
-    takes or evicts it, often then paying one restart, which the simulator does not model
-    (it has no Kueue); which jobs it happens to depends on the live stack's timing
-    (docs/kube.md, "Beside Kueue": the early-admission race).
+    :data:`KUEUE_SJS_SHARE` and average JCT to :data:`KUEUE_JCT_SHARE` instead: each such job
+    runs at its owner's size until Bellows takes or evicts it, often then paying one restart,
+    which the simulator does not model (it has no Kueue); which jobs it happens to depends
+    on the live stack's timing (docs/kube.md, "Beside Kueue": the early-admission race).
     """
 
     def within(metric: str, share: float, why: str = "") -> Bound:
@@ -288,7 +293,11 @@ def compare(live: dict[str, Any], simulated: dict[str, Any]) -> tuple[Bound, ...
         "within 4 points",
         abs(float(live["drop_ratio"]) - float(simulated["drop_ratio"])) <= 0.04,
     )
-    jct = within("avg_jct_min", JCT_SHARE)
+    jct = (
+        within("avg_jct_min", KUEUE_JCT_SHARE, f" ({first} admitted by Kueue first)")
+        if first
+        else within("avg_jct_min", JCT_SHARE)
+    )
     return (within("jobs_completed", 0.05), sjs, jct, drop)
 
 
