@@ -33,7 +33,7 @@ from bellows.scaling.gpu_types import GpuType, TypedCluster
 from bellows.scaling.placement_memory import ObservedStep
 from tests.strategies import LINEAR_PROFILE, job_specs
 
-CONFIG = AutoscalerConfig(restart_s=30.0, delta_s=60.0)
+CONFIG = AutoscalerConfig(restart_s=30.0, delta_s=60.0, early_share=0)  # rounds on the grid
 STEP = StepProfile((8, 64), (0.1, 0.5))
 
 
@@ -125,18 +125,56 @@ def test_adopt_refuses_a_type_the_cluster_or_the_job_has_not_and_changes_nothing
         auto.job("c")
 
 
-def test_estimated_done_sums_the_work_before_a_move_and_after() -> None:
+def test_a_moved_job_resumes_in_its_new_core_where_it_was_after_its_restart() -> None:
+    """The cluster (and the simulator) halt a moved job and start it on its new type: it
+    resumes from its checkpoint after its restart. Its new core holds it whole, from the
+    progress it carried, and counts nothing during the restart (it used to count the job
+    progressing from the move on, restart unpaid: what only a live controller's reports
+    then corrected, so that the demo's halves decided apart)."""
     auto, before = _moved(now=660.0)
     assert auto.estimated_done("b", 660.0) == pytest.approx(before)  # it restarts where it was
+    resumed = 660.0 + CONFIG.restart_s
+    assert auto.estimated_done("b", resumed) == pytest.approx(before)  # restarting
     later = auto.estimated_done("b", 1660.0)
     assert later > before
     core = auto._cores["fast"]
-    assert later == pytest.approx(before + core.estimated_done("b", 1660.0))
-    assert core.job("b").work == pytest.approx(2e7 - before)  # its core: the work it had left
-    assert auto.job("b").work == 2e7  # the caller's: the whole job
+    assert later == pytest.approx(core.estimated_done("b", 1660.0))  # its core counts it all
+    assert core.job("b").work == 2e7  # the whole job, there too
+    assert auto.job("b").work == 2e7
+    rate = core.estimated_done("b", resumed + 100.0) - core.estimated_done("b", resumed)
+    assert later == pytest.approx(before + rate * (1660.0 - resumed) / 100.0)
 
 
-def test_revise_keeps_the_home_and_takes_off_the_work_done_before_the_move() -> None:
+def test_a_moved_charged_job_is_priced_at_the_progress_it_carried() -> None:
+    """Charged efficiency depends on progress (the gradient noise grows as a job trains):
+    on its new type a moved job runs at the efficiency of the progress it carried, after its
+    restart, as a job found running there with that progress does."""
+    auto = TypedAutoscaler(CONFIG, cluster=_cluster())
+    profile = MODEL_EFFICIENCY["imagenet"].rebased(256)
+    for name in ("a", "b"):
+        auto.charge(name, profile)
+    auto.arrive(_job("a", 1e6, 5.0), 0.0)
+    auto.arrive(_job("b", 2e7, 5.0), 1.0)
+    while (due := auto.next_round_at()) is not None and due <= 600.0:
+        running = "b" in auto.allocations
+        held, done = auto.gpu_type("b"), auto.estimated_done("b", due) if running else 0.0
+        moves = auto.step(due)
+        if any(isinstance(d, Preempt) and d.job == "b" for d in moves):
+            break
+    else:
+        pytest.fail("b never moved")
+    (start,) = [d for d in moves if isinstance(d, Start) and d.job == "b"]
+    assert start.gpu_type != held
+    assert 0.0 < done < 2e7
+    fresh = TypedAutoscaler(CONFIG, cluster=_cluster())  # b alone, found where it got
+    fresh.charge("b", profile)
+    assert fresh.adopt(_job("b", 2e7, 5.0), Allocation(start.gpus, start.batch), due,
+                       done=done, gpu_type=start.gpu_type)  # fmt: skip
+    for at in (due + CONFIG.restart_s, due + 300.0):
+        assert auto.estimated_done("b", at) == pytest.approx(fresh.estimated_done("b", at))
+
+
+def test_revise_keeps_the_home_and_tells_a_moved_jobs_core_its_progress() -> None:
     auto, before = _moved()
     sections = tuple(replace(t, weights=2_000_000) for t in auto.job("b").types)
     slower = replace(auto.job("b"), types=sections)  # what its reports taught
@@ -145,18 +183,18 @@ def test_revise_keeps_the_home_and_takes_off_the_work_done_before_the_move() -> 
     assert auto.job("b") is slower
     assert auto.estimated_done("b", 790.0) == pytest.approx(before + 5000.0)
     core = auto._cores["fast"]
-    assert core.job("b").work == pytest.approx(2e7 - before)
+    assert core.job("b").work == 2e7  # the whole job: its core counts its progress
     assert core.job("b").weights == 2_000_000
-    # done (samples reported) below what it did before the move: nothing since, not less
+    # what the job reports is its progress, whichever type it made it on
     assert auto.revise(slower, 810.0, done=before / 2, since=810.0)
-    assert auto.estimated_done("b", 810.0) == pytest.approx(before)
+    assert auto.estimated_done("b", 810.0) == pytest.approx(before / 2)
     assert not auto.revise(_job("z"), 810.0)  # unknown
     # a spec without a section for the type it is on: refused, nothing changed
     with pytest.raises(SpecError) as err:
         auto.revise(_job("b", 2e7, only="slow"), 820.0, done=0.0)
     assert err.value.field == "types"
     assert auto.job("b") is slower
-    assert auto.estimated_done("b", 820.0) > before
+    assert auto.estimated_done("b", 820.0) > before / 2
 
 
 def test_a_fork_decides_apart_from_the_original() -> None:

@@ -23,10 +23,12 @@ on every type whose GPUs hold one of its batches:
 :func:`bellows.optimizer.typed.allocate_typed` solves the whole (type, count) problem
 exactly: running jobs keep a type (they are not preempted by it), waiting ones may get none.
 A job whose type changes leaves its core (a :class:`Preempt` if it ran; its GPUs free in
-that type's node view) and arrives in the new type's core with the work it has left and its
-charge; the cores then step, and their starts and rescales carry the type
-(``Start.gpu_type``). Between typed rounds an arriving job goes to the type where it runs
-fastest on one GPU, and the cores fill free GPUs as they do.
+that type's node view) and arrives in the new type's core whole, with its charge and the
+progress it made carried, as a core carries a job a capacity drop halted: it resumes there
+from that progress after the restart it pays, as the cluster and the simulator run it; the
+cores then step, and their starts and rescales carry the type (``Start.gpu_type``). Between
+typed rounds an arriving job goes to the type where it runs fastest on one GPU, and the
+cores fill free GPUs as they do.
 
 ``blind=True`` is the type-blind comparison (``bellows simulate --one-pool``): the same
 cores, but no type is chosen for speed. A job goes to the type with the most free GPUs when
@@ -43,9 +45,10 @@ Kueue put elsewhere is moved there in the cores without a restart (:meth:`reloca
 (summed or merged over the types, :attr:`TypedAutoscaler.capacities` per type). A job it finds
 running is adopted on the type its pods run on (:meth:`TypedAutoscaler.adopt`'s
 ``gpu_type``); :meth:`TypedAutoscaler.gpu_type` says which type's core holds a job now. A job
-that changed type is, in its new core, the job with the work it had left; what it did
-before its last change of type is added to that core's estimate and taken off what a
-revision reports: the caller only ever speaks of the job as a whole.
+that changed type is the whole job in its new core, which counts its progress; one Kueue
+relocated (:meth:`relocate`) is, in its new core, the job with the work it had left, and
+what it did before is added to that core's estimate and taken off what a revision
+reports: the caller only ever speaks of the job as a whole.
 
 Paper mode and the baseline keep one pool (the paper's premise): this class is Bellows
 mode's. Sans I/O, as the core: facts in, decisions out.
@@ -114,7 +117,7 @@ class TypedAutoscaler(TypedQueries):
         self._specs: dict[str, JobSpec] = {}  # every job as it arrived (all its sections)
         self._fit: dict[str, dict[str, JobSpec]] = {}  # job -> its one-type spec per type
         self._home: dict[str, str] = {}  # job -> the type whose core holds it
-        self._done: dict[str, float] = {}  # work a job did before it last changed type
+        self._done: dict[str, float] = {}  # work its core does not count (relocated before)
         self._restarts: dict[str, int] = {}  # job -> its rescales and changes of type
         self._order: dict[str, int] = {}  # job -> its rank in arrival order (queued)
         self._arrivals = 0  # jobs taken so far: the next one's rank
@@ -415,21 +418,33 @@ class TypedAutoscaler(TypedQueries):
             target = self._homing(free, fits)
             free[target] -= least_gpus(fits[target]) or 1
             if target != self._home[name]:
-                self._move(name, target, 0.0, now)
+                self._move(name, target, self._done_at(name, now), now)
         return []
 
     def _move(self, name: str, target: str, done: float, now: float) -> None:
-        """Job ``name`` leaves its core for ``target``'s with the work it has left, and its
-        charge (the core it leaves forgets it: one it left before had too)."""
-        self._done[name] = done
+        """Job ``name`` leaves its core for ``target``'s, whole, with its charge (the core it
+        leaves forgets it: one it left before had too) and the progress ``done`` it made,
+        carried there as a core carries a job a capacity drop halted: that core resumes it
+        from ``done``, after the restart it pays (the halt and the start on the new type are
+        one restart, as the cluster and the simulator charge it), at the efficiency of that
+        progress. Not a fresh job there with the work it had left: that core would count it
+        progressing from the start, restart unpaid, and price its goodput at no progress;
+        only its reports (the live controller's) would tell it otherwise."""
         self._cores[self._home[name]].finish(name, now)
+        core = self._cores[target]
         if name in self._charged:
-            self._cores[target].charge(name, self._charged[name])
-        self._cores[target].arrive(left_after(self._fit[name][target], done), now)
+            core.charge(name, self._charged[name])
+        whole = self._fit[name][target]
+        core.arrive(whole, now)
+        carried = whole.work - float(left_after(whole, done).work)
+        if carried > 0.0:
+            core.carry(name, carried)
+        self._done[name] = 0.0  # its core counts all of it from here
         self._home[name] = target
 
     def _done_at(self, name: str, now: float) -> float:
-        """Work job ``name`` has done by ``now``, as the cores estimate it."""
+        """Work job ``name`` has done by ``now``, as the cores estimate it (a waiting job's:
+        what its core carries for it)."""
         core = self._cores[self._home[name]]
-        ran = core.estimated_done(name, now) if name in core.allocations else 0.0
+        ran = core.estimated_done(name, now) if name in core.allocations else core.carried(name)
         return self._done[name] + ran

@@ -2,8 +2,8 @@
 and properties, over its cores (one per GPU type), as the live controller reads a core's.
 
 Summed or merged over the types (:attr:`TypedQueries.capacities` per type); a job is spoken
-of as a whole: the work it did before its last change of type is added to its core's
-estimate. Pure: no I/O.
+of as a whole: its core counts the progress of a job that moved there, and the work a job
+Kueue relocated did before is added to its core's estimate. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -132,6 +132,6 @@ class TypedQueries:
         return self._charged.get(name) if self.goodput else None
 
     def estimated_done(self, name: str, now: float) -> float:
-        """Samples running job ``name`` has processed by ``now``: before its last change of
-        type, and since, as the core it runs on estimates."""
+        """Samples running job ``name`` has processed by ``now``, as the core it runs on
+        estimates (with, for a job Kueue relocated, what it did before)."""
         return self._done[name] + self._cores[self._home[name]].estimated_done(name, now)

@@ -7,8 +7,8 @@ job is charged efficiency, at its progress); :func:`round_values` makes them com
 across types (each job's speedup over its best one-GPU rate on any type), prices a running
 job's move (to another count or another type) as the core prices a restart, and weighs them
 by the objective; :func:`bellows.optimizer.typed.allocate_typed` solves the result.
-:func:`fits_on` says on which types a job may run, :func:`left_after` what a core holds of a job
-that changed type, :func:`with_type` marks a core's decision with its type. Pure: no I/O,
+:func:`fits_on` says on which types a job may run, :func:`left_after` what a core holds of
+a job Kueue relocated, :func:`with_type` marks a core's decision with its type. Pure: no I/O,
 no clock, no state.
 """
 
@@ -228,8 +228,10 @@ def fits_on(cluster: TypedCluster, job: JobSpec, keep: str | None = None) -> dic
 
 
 def left_after(spec: JobSpec, done: float) -> JobSpec:
-    """One-type spec ``spec`` with the work it has left after ``done`` (what a core holds of
-    a job that changed type: :func:`~bellows.autoscaler.progress.work_left`)."""
+    """One-type spec ``spec`` with the work it has left after ``done``
+    (:func:`~bellows.autoscaler.progress.work_left`): what a core holds of a job Kueue
+    relocated to its type, and, less the spec's work, the most progress a job that moved
+    carries (``Autoscaler.carry``)."""
     return dataclasses.replace(spec, work=float(work_left(spec.work, done)))
 
 
