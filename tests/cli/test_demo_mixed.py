@@ -90,12 +90,8 @@ def test_a_mixed_demo_agrees_with_the_simulator_on_the_same_types(
     assert live["jobs_total"] == simulated["jobs_total"] > 3
     assert live["efficiency_charged"] is simulated["efficiency_charged"] is True
     bounds = {b["metric"]: b for b in report["bounds"]}
-    assert all(b["ok"] for name, b in bounds.items() if name != "sjs_efficiency"), bounds
-    # not reached (docs/live.md): one run in two, live puts a job on a faster type than the
-    # simulator does and holds 15 % fewer GPU-minutes (SJS 2.07 against 1.75, bound 5 %)
-    sjs = bounds["sjs_efficiency"]
-    assert abs(sjs["live"] / sjs["simulated"] - 1.0) <= SJS_SHARE, sjs
-    assert shown.exit_code in (0, 1), shown.output  # 1: the SJS bound alone (above)
-
-
-SJS_SHARE = 0.2  # how far apart the halves' SJS efficiency is known to come (not the bound)
+    # every bound, SJS efficiency's 5 % too, since a job that changes type carries its
+    # progress into its new core (before, live came out 18 % above in one run in two)
+    assert all(b["ok"] for b in bounds.values()), bounds
+    assert report["ok"] is True
+    assert shown.exit_code == 0, shown.output
