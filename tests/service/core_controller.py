@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bellows.autoscaler import Autoscaler, AutoscalerConfig, Mode
+from bellows.autoscaler import AnyAutoscaler, Autoscaler, AutoscalerConfig, Mode, TypedAutoscaler
 from bellows.jobs import JobSpec
 from bellows.scaling import EfficiencyProfile, default_cluster
+from bellows.scaling.gpu_types import TypedCluster
 from bellows.scaling.placement_memory import ObservedStep, PlacementMemory
 
 
 class CoreController:
-    """``jobs`` arrived at 0 and a step taken there, on ``capacity`` GPUs in ``mode``."""
+    """``jobs`` arrived at 0 and a step taken there, on ``capacity`` GPUs in ``mode`` (on
+    ``typed``'s GPU types instead, where given: a typed core)."""
 
     def __init__(
         self,
@@ -26,12 +28,16 @@ class CoreController:
         capacity: int = 16,
         mode: Mode = Mode.BELLOWS,
         placements: bool = False,
+        typed: TypedCluster | None = None,
     ) -> None:
         self.now = 0.0
         cluster = default_cluster()
-        self.autoscaler = Autoscaler(
-            AutoscalerConfig(mode=mode), capacity=capacity, cluster=cluster,
-            measured=PlacementMemory(cluster) if placements else None,
+        self.autoscaler: AnyAutoscaler = (
+            Autoscaler(
+                AutoscalerConfig(mode=mode), capacity=capacity, cluster=cluster,
+                measured=PlacementMemory(cluster) if placements else None,
+            ) if typed is None
+            else TypedAutoscaler(AutoscalerConfig(mode=mode), cluster=typed)
         )  # fmt: skip
         for job in jobs:
             self.autoscaler.arrive(job, now=0.0)

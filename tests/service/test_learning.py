@@ -94,3 +94,31 @@ def test_silence_flags_only_jobs_that_reported_and_run() -> None:
     assert learner.stalled(["b"], 200.0) == ["b"]  # "a" no longer runs
     with pytest.raises(ValueError, match="stall_after_s"):
         ProgressLearner(CLUSTER, stall_after_s=0.0)
+
+
+def test_a_jobs_speed_is_learned_per_gpu_type() -> None:
+    """Step times reported on another GPU type than the log holds begin a new log: the fit
+    is of the type the job runs on now; its progress stands (issue 39)."""
+    learner = ProgressLearner(CLUSTER)
+    slow = _step(SpeedFactors(2.0, 1.0).apply(PRIOR), RUNS.gpus, RUNS.batch)
+    rate = RUNS.batch / slow
+    for i in range(4):
+        assert learner.take("a", progress(100 + round(rate * i), slow), RUNS, float(i),
+                            gpu_type="t4") is None  # fmt: skip
+    on_t4 = learner.fit("a", PRIOR).profile
+    assert _step(on_t4, RUNS.gpus, RUNS.batch) == pytest.approx(slow, rel=0.02)
+    fast = _step(PRIOR, RUNS.gpus, RUNS.batch)  # on the A100s: the prior's speed
+    done = learner.samples("a")
+    assert done is not None
+    at = 100.0
+    learner.take("a", started(round(done[0]), 30.0), RUNS, at, gpu_type="a100")
+    for i in range(1, 5):
+        samples = round(done[0] + RUNS.batch / fast * 60.0 * i)
+        assert learner.take("a", progress(samples, fast), RUNS, at + 60.0 * i,
+                            gpu_type="a100") is None  # fmt: skip
+    refit = learner.fit("a", PRIOR)
+    assert _step(refit.profile, RUNS.gpus, RUNS.batch) == pytest.approx(fast, rel=0.02)
+    assert refit.reports == 4  # the T4s' reports left out
+    samples = learner.samples("a")
+    assert samples is not None
+    assert samples[0] > done[0]  # its progress went on

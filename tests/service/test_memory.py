@@ -29,7 +29,7 @@ from bellows.bus.progress import ProgressEvent, ProgressType, encode_progress, p
 from bellows.bus.server import running_nats_server
 from bellows.bus.streams import ensure_learned_kv
 from bellows.inputs import SpecError
-from bellows.jobs import Allocation, JobSpec, TypeSection
+from bellows.jobs import Allocation, JobSpec, StepProfile, TypeSection
 from bellows.scaling import EfficiencyProfile, default_cluster
 from bellows.scaling.timing import step_time
 from bellows.service.learned_state import decode, encode
@@ -366,3 +366,36 @@ def test_a_job_with_sections_per_gpu_type_keeps_them_and_learns_the_rest() -> No
     assert (kept.done, kept.since, kept.spec.restart_s) == (
         plain.done, plain.since, plain.spec.restart_s,
     )  # fmt: skip
+
+
+def test_a_typed_job_is_refitted_in_the_section_of_the_type_it_runs_on() -> None:
+    """Issue 39: a job's imputed section is replaced by the online fit once it ran there;
+    its other sections are what the core has (learned where it ran before)."""
+    step = StepProfile((8, 64), (0.1, 0.5))
+    t4 = TypeSection("t4", step, 1_000_000, 64)
+    a100 = TypeSection("a100", StepProfile((8, 64), (0.02, 0.1)), 1_000_000, 64, imputed=True)
+    prior = JobSpec("ns/a", 8, 256, 64, 4, 64, 1_000_000, 1e7, step, types=(t4, a100))
+    cluster = default_cluster()
+    runs = Allocation(2, 64)
+    on_a100 = dataclasses.replace(prior, profile=a100.profile, types=())
+    truth = 2.0 * step_time(on_a100, runs.gpus, runs.batch, cluster)  # half the imputed speed
+    learner = ProgressLearner(cluster)
+    rate = runs.batch / truth
+    when = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
+    for i in range(5):
+        event = ProgressEvent(ProgressType.PROGRESS, "ns", "a", when, 100 + round(rate * 60 * i),
+                              runs.gpus, runs.batch, truth, 50)  # fmt: skip
+        assert learner.take("ns/a", event, runs, 60.0 * i, gpu_type="a100") is None
+    learned_t4 = dataclasses.replace(t4, weights=2_000_000)  # what the core learned there
+    current = dataclasses.replace(prior, types=(learned_t4, a100))
+    revised = revision(learner, "ns/a", prior, goodput=False, gpu_type="a100", current=current)
+    sections = {t.gpu_type: t for t in revised.spec.types}
+    assert not sections["a100"].imputed  # measured now
+    fitted = dataclasses.replace(on_a100, profile=sections["a100"].profile,
+                                 weights=sections["a100"].weights)  # fmt: skip
+    assert step_time(fitted, runs.gpus, runs.batch, cluster) == pytest.approx(truth, rel=0.05)
+    assert sections["t4"] == learned_t4  # the core's, as it learned it
+    assert revised.spec.profile == prior.profile  # the job's own profile stands
+    # without a type (a recall): its own profile refitted, its sections stand
+    untyped = revision(learner, "ns/a", prior, goodput=False)
+    assert untyped.spec.types == prior.types

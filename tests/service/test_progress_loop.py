@@ -18,11 +18,13 @@ import pytest
 import pytest_asyncio
 from nats.aio.client import Client
 
+from bellows.autoscaler import TypedAutoscaler
 from bellows.bus import NatsSettings, connect
 from bellows.bus.progress import ProgressEvent, ProgressType, encode_progress, progress_subject
 from bellows.bus.server import running_nats_server
-from bellows.jobs import JobSpec
+from bellows.jobs import JobSpec, TypeSection
 from bellows.scaling import JobProfile, default_cluster
+from bellows.scaling.gpu_types import GpuType, TypedCluster
 from bellows.scaling.online import SpeedFactors
 from bellows.scaling.timing import step_time
 from bellows.service.learning import ProgressLearner
@@ -250,3 +252,45 @@ async def test_a_jobs_reports_teach_its_class_what_its_gpus_are_worth(placements
         assert after[alloc.gpus] < before[alloc.gpus] / 2
     else:
         assert after[alloc.gpus] == before[alloc.gpus]
+
+
+async def test_a_typed_jobs_reports_refit_the_section_of_its_type() -> None:
+    """Issue 39: on a core of several GPU types, a job's reports refit the section of the
+    type it runs on (imputed there: now measured), through the loop as the controller
+    drives it; its other sections stand."""
+    step = make_job("x").profile
+    slow = TypeSection("slow", step, 1_000_000, 64)
+    guessed = TypeSection("fast", step, 1_000_000, 64, imputed=True)  # imputed: as fast as slow
+    key = "pytorchjob/team-a/resnet"
+    prior = dataclasses.replace(make_job(key, work=1e9), types=(slow, guessed))
+    typed = TypedCluster((GpuType("slow", 1, CLUSTER), GpuType("fast", 1, CLUSTER)))
+    controller = CoreController([prior], typed=typed)
+    auto = controller.autoscaler
+    assert isinstance(auto, TypedAutoscaler)
+    on, alloc = auto.gpu_type(key), auto.allocations[key]
+    assert on == "slow"  # alike: the first type
+    auto.finish(key, 1.0)  # then found running on "fast" (as a new leader adopts it)
+    assert auto.adopt(prior, alloc, 1.0, gpu_type="fast")
+    loop = ProgressLoop(
+        controller=controller, learner=ProgressLearner(CLUSTER), prefix=PREFIX,
+        now=lambda: controller.now, namespaces=("team-a",),
+        wall_to_clock=lambda when: (when - T0).total_seconds(),
+    )  # fmt: skip
+    on_fast = dataclasses.replace(prior, types=())
+    seconds = 0.5 * step_time(on_fast, alloc.gpus, alloc.batch, CLUSTER)  # twice the guess
+    every = 60.0
+    subject = progress_subject(PREFIX, "team-a", "resnet")
+    for i in range(4):
+        samples = round(100 + alloc.batch / seconds * every * i)
+        event = report("resnet", samples, seconds, alloc.gpus, alloc.batch, at=every * i)
+        controller.now = every * i
+        assert await loop.take(subject, encode_progress(event)) is None
+    await loop.flush()
+    assert controller.revisions, "no revision"
+    sections = {t.gpu_type: t for t in auto.job(key).types}
+    assert not sections["fast"].imputed  # measured where it ran
+    learned = dataclasses.replace(on_fast, profile=sections["fast"].profile,
+                                  weights=sections["fast"].weights)  # fmt: skip
+    measured = step_time(learned, alloc.gpus, alloc.batch, CLUSTER)
+    assert measured == pytest.approx(seconds, rel=0.05)
+    assert sections["slow"] == slow  # not run there: as it came

@@ -60,6 +60,7 @@ class _Job:
     efficiency: EfficiencyProfile | None = None  # the last efficiency fit (or the prior)
     prior: EfficiencyProfile | None = None  # the efficiency its profile states
     efficiency_due: bool = False  # points came since it
+    gpu_type: str | None = None  # the type its log's step times were reported on
 
 
 class ProgressLearner:
@@ -87,17 +88,17 @@ class ProgressLearner:
         now: float,
         *,
         work: float = MAX_WORK,
+        gpu_type: str = "",
     ) -> Refused | None:
-        """Learn from ``event`` about ``job`` (whose work is ``work`` samples) at ``now``;
-        returns why it was dropped, if so.
+        """Learn from ``event`` about ``job`` (whose work is ``work`` samples) at ``now``, on
+        GPUs of ``gpu_type`` ("": one type; :meth:`_on`); returns why it was dropped, if so.
 
         ``running`` is the job's allocation now (``None``: not running, the event is
         dropped). A ``job.progress`` report of another ``(k, b)`` than the job runs at is a
         stale one (from before a rescale) and dropped too. Reports are checked against each
         other (:class:`~bellows.scaling.consistency.ReportChecks`): one that does not hold
         together is refused (``backwards`` false) and teaches nothing; the first of a run
-        is held until the next agrees.
-        """
+        is held until the next agrees."""
         if running is None:
             return Refused("the job is not running", True)
         if (event.world_size, event.global_batch) != (running.gpus, running.batch):
@@ -106,7 +107,7 @@ class ProgressLearner:
                 f"runs at ({running.gpus}, {running.batch})",
                 True,
             )
-        state = self._jobs.setdefault(job, _Job())
+        state = self._on(self._jobs.setdefault(job, _Job()), gpu_type)
         if event.type is ProgressType.STARTED:
             refused = state.checks.restart(float(event.samples_seen))
             if refused is not None:
@@ -138,6 +139,16 @@ class ProgressLearner:
                 state.fit = None  # refit on the next question
         state.last_report = now
         return None
+
+    @staticmethod
+    def _on(state: _Job, gpu_type: str) -> _Job:
+        """``state``, its job on ``gpu_type``: step times of another type than its log holds
+        begin a new log, so that a job's speed is learned per type (issue 39; its progress,
+        restarts and noise stand)."""
+        if state.gpu_type is not None and state.gpu_type != gpu_type:
+            state.log, state.fit = ProgressLog(samples=state.checks.samples), None
+        state.gpu_type = gpu_type
+        return state
 
     def fit(self, job: str, prior: JobProfile) -> OnlineFit:
         """``job``'s profile refitted to its reports (``prior`` unchanged without any)."""

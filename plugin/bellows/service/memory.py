@@ -70,29 +70,43 @@ class Revision:
     since: float | None  # when, on the learner's clock
 
 
-def revision(learner: ProgressLearner, job: str, prior: JobSpec, *, goodput: bool) -> Revision:
+def revision(
+    learner: ProgressLearner, job: str, prior: JobSpec, *, goodput: bool, gpu_type: str = "",
+    current: JobSpec | None = None,
+) -> Revision:  # fmt: skip
     """``prior`` (the job's spec before it reported) revised by what ``learner`` knows of
     ``job``: its refitted profile, its measured restart cost (unless its owner gave one),
     its efficiency when the core decides by goodput, and the samples it last reported.
 
-    A job with sections per GPU type (decided by a core of several types) is refitted as
-    any job, against its own profile: its sections, which the typed core decides by, stand
-    (the speed per type is not learned online yet; its progress, restart cost and
-    efficiency are, at each refit)."""
-    fit = learner.fit(job, JobProfile(weights=prior.weights, step=prior.profile))
+    A job with sections per GPU type, running on ``gpu_type``, is refitted in that type's
+    section (the learner keeps its step times per type), which is then measured, no longer
+    imputed (issue 39); its other sections are ``current``'s (what the core has: learned
+    where it ran before), else ``prior``'s. Without a type (a recall, or one type) the job
+    is refitted against its own profile and its sections stand."""
+    section = next((t for t in prior.types if t.gpu_type == gpu_type), None) if gpu_type else None
+    own = (prior.weights, prior.profile) if section is None else (section.weights, section.profile)
+    fit = learner.fit(job, JobProfile(weights=own[0], step=own[1]))
     measured = learner.restart_s(job)
     efficiency = learner.efficiency(job, prior.batch_size) if goodput else None
     samples = learner.samples(job)
     done, since = (None, None) if samples is None else samples
-    spec = dataclasses.replace(
-        prior,
-        weights=fit.profile.effective_weights,
-        profile=fit.profile.step,
-        # a measured restart replaces the cluster's default; the owner's figure stays
-        restart_s=prior.restart_s if prior.restart_s is not None else measured,
-    )
-    learned = Learned(fit.compute, fit.communication, measured)
-    return Revision(spec, fit, learned, efficiency, done, since)
+    # a measured restart replaces the cluster's default; the owner's figure stays
+    restart = prior.restart_s if prior.restart_s is not None else measured
+    if section is None:
+        spec = dataclasses.replace(
+            prior, weights=fit.profile.effective_weights, profile=fit.profile.step,
+            restart_s=restart,
+        )  # fmt: skip
+    else:
+        learned = dataclasses.replace(
+            section, profile=fit.profile.step, weights=fit.profile.effective_weights,
+            imputed=section.imputed and fit.reports == 0,
+        )  # fmt: skip
+        kept = {t.gpu_type: t for t in (current or prior).types}
+        types = tuple(learned if t is section else kept.get(t.gpu_type, t) for t in prior.types)
+        spec = dataclasses.replace(prior, types=types, restart_s=restart)
+    factors = Learned(fit.compute, fit.communication, measured)
+    return Revision(spec, fit, factors, efficiency, done, since)
 
 
 def revision_fields(revised: Revision) -> dict[str, object]:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from bellows.autoscaler import AnyAutoscaler, Decision
+from bellows.autoscaler import AnyAutoscaler, Decision, TypedAutoscaler
 from bellows.jobs import Allocation, JobSpec
 from bellows.kube import Outcome
 from bellows.scaling import EfficiencyProfile
 from bellows.service.controller import Controller
 from bellows.service.observing import ControllerObserver
 
-__all__ = ["Cores", "Pool", "PoolObserver", "Totals"]
+__all__ = ["Cores", "Pool", "PoolObserver", "Totals", "gpu_type_of"]
 
 Pool = str | None  # a ClusterQueue's name; None: the default pool
 
@@ -134,6 +134,10 @@ class Cores:
     def job(self, name: str) -> JobSpec:
         return self._core(name).job(name)
 
+    def gpu_type(self, name: str) -> str:
+        """The GPU type job ``name`` is on ("": its pool has one type)."""
+        return gpu_type_of(self._core(name), name)
+
     def estimated_done(self, name: str, now: float) -> float:
         return self._core(name).estimated_done(name, now)
 
@@ -144,3 +148,11 @@ class Cores:
 
     def charged(self, name: str) -> EfficiencyProfile | None:
         return self._core(name).charged(name)
+
+
+def gpu_type_of(core: object, name: str) -> str:
+    """The GPU type job ``name`` of ``core`` is on, where its core holds several types
+    (a :class:`~bellows.autoscaler.TypedAutoscaler`, or the pools' cores); "" otherwise."""
+    if isinstance(core, TypedAutoscaler | Cores):
+        return core.gpu_type(name)
+    return ""

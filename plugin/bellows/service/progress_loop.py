@@ -55,6 +55,7 @@ from bellows.service.fit_annotation import (
 from bellows.service.learning import ProgressLearner
 from bellows.service.memory import Memory, revision, revision_fields
 from bellows.service.metrics import Metrics
+from bellows.service.pool_totals import gpu_type_of
 from bellows.service.progress_interfaces import Core, ProgressObserver, Rejection, Revising
 from bellows.service.progress_limits import NamespaceBuckets, ProgressLimits
 
@@ -171,7 +172,8 @@ class ProgressLoop:
             self._learner.prime(key, self._controller.autoscaler.charged(key))
         now = self._now()
         at = now if self._wall_to_clock is None else min(now, self._wall_to_clock(event.time))
-        refused = self._learner.take(key, event, running, at, work=self._raw_work(key))
+        on = gpu_type_of(self._controller.autoscaler, key)  # its speed is learned per type
+        refused = self._learner.take(key, event, running, at, work=self._raw_work(key), gpu_type=on)
         if refused is not None and refused.backwards:
             return self._drop(Rejection.BACKWARDS, subject, refused.reason)
         if refused is not None:
@@ -245,7 +247,9 @@ class ProgressLoop:
 
     async def _revise(self, key: str, running: Allocation) -> None:
         auto = self._controller.autoscaler
-        revised = revision(self._learner, key, self._priors[key], goodput=auto.goodput)
+        on = gpu_type_of(auto, key)
+        revised = revision(self._learner, key, self._priors[key], goodput=auto.goodput,
+                           gpu_type=on, current=auto.job(key) if on else None)  # fmt: skip
         fit, learned, efficiency = revised.fit, revised.learned, revised.efficiency
         new_efficiency = efficiency_moved(
             self._efficiencies.get(key), efficiency, tolerance=REVISE_TOLERANCE
