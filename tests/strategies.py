@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from bellows.autoscaler import AutoscalerConfig, Mode, Objective
 from bellows.jobs import JobSpec, StepProfile
 
 # A single-GPU step time a + c*m with numbers of the size the Pollux T4 profiles show.
@@ -67,3 +68,18 @@ def job_specs(draw: st.DrawFn, name: str) -> JobSpec:
         )
     except ValueError:
         return make_job(name, elastic=elastic)
+
+
+@st.composite
+def steady_configs(draw: st.DrawFn) -> AutoscalerConfig:
+    """Bellows mode's settings the no-flapping properties range over: queue, Δ, restart
+    cost, objective, restart growth and node counts."""
+    return AutoscalerConfig(
+        mode=Mode.BELLOWS,
+        queue=draw(st.booleans()),
+        delta_s=draw(st.sampled_from([0.0, 60.0])),
+        restart_s=draw(st.sampled_from([0.0, 30.0, 250.0])),
+        objective=draw(st.sampled_from(list(Objective))),
+        restart_growth=draw(st.sampled_from([0.0, 1.0])),
+        node_counts=draw(st.booleans()),
+    )

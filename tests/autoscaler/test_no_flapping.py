@@ -19,10 +19,10 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bellows.autoscaler import Autoscaler, AutoscalerConfig, Mode, Objective, Rescale
+from bellows.autoscaler import Autoscaler, AutoscalerConfig, Rescale
 from bellows.jobs import JobSpec
 from bellows.scaling import MODEL_EFFICIENCY, default_cluster
-from tests.strategies import job_specs
+from tests.strategies import job_specs, steady_configs
 
 CLUSTER = default_cluster()
 ROUNDS = 8
@@ -30,15 +30,7 @@ ROUNDS = 8
 
 @st.composite
 def steady(draw: st.DrawFn) -> tuple[AutoscalerConfig, int, list[JobSpec], bool, float]:
-    config = AutoscalerConfig(
-        mode=Mode.BELLOWS,
-        queue=draw(st.booleans()),
-        delta_s=draw(st.sampled_from([0.0, 60.0])),
-        restart_s=draw(st.sampled_from([0.0, 30.0, 250.0])),
-        objective=draw(st.sampled_from(list(Objective))),
-        restart_growth=draw(st.sampled_from([0.0, 1.0])),
-        node_counts=draw(st.booleans()),
-    )
+    config = draw(steady_configs())
     capacity = draw(st.integers(1, 24))
     # long jobs (a day or more of work on one GPU): every round finds them all still running
     jobs = [replace(draw(job_specs(f"job{i}")), work=1e11) for i in range(draw(st.integers(1, 8)))]

@@ -31,7 +31,7 @@ from bellows.optimizer.typed import allocate_typed
 from bellows.scaling import MODEL_EFFICIENCY, default_cluster
 from bellows.scaling.gpu_types import GpuType, TypedCluster
 from bellows.scaling.placement_memory import ObservedStep
-from tests.strategies import LINEAR_PROFILE, job_specs
+from tests.strategies import LINEAR_PROFILE, job_specs, steady_configs
 
 CONFIG = AutoscalerConfig(restart_s=30.0, delta_s=60.0, early_share=0)  # rounds on the grid
 STEP = StepProfile((8, 64), (0.1, 0.5))
@@ -339,15 +339,7 @@ def _sectioned(job: JobSpec, fast: float) -> JobSpec:
 
 @st.composite
 def steady(draw: st.DrawFn) -> tuple[AutoscalerConfig, TypedCluster, list[JobSpec], float]:
-    config = AutoscalerConfig(
-        mode=Mode.BELLOWS,
-        queue=draw(st.booleans()),
-        delta_s=draw(st.sampled_from([0.0, 60.0])),
-        restart_s=draw(st.sampled_from([0.0, 30.0, 250.0])),
-        objective=draw(st.sampled_from(list(Objective))),
-        restart_growth=draw(st.sampled_from([0.0, 1.0])),
-        node_counts=draw(st.booleans()),
-    )
+    config = draw(steady_configs())
     cluster = _cluster(draw(st.integers(0, 3)), draw(st.integers(1, 3)))
     jobs = [_sectioned(draw(job_specs(f"job{i}")), draw(st.sampled_from([0.5, 1.0, 2.0, 5.0])))
             for i in range(draw(st.integers(1, 8)))]  # fmt: skip

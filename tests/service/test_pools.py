@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -34,6 +33,7 @@ from bellows.service.controller import EventsNotTakenError
 from bellows.service.metrics import Metrics, MetricsObserver
 from bellows.service.pools import Cores, Pools
 from bellows.service.queues import QueueChange, QueueIndex, QueueProblem
+from tests import waiting
 from tests.conftest import shared_data_dir
 from tests.service.livecluster import NS, crds
 
@@ -229,17 +229,8 @@ def pools_on(
 
 
 async def until(what: str, check: Callable[[], Awaitable[Any] | Any]) -> Any:
-    """``check()``'s value once truthy, asked again after each short pause; fails naming
-    ``what`` after LIMIT_S."""
-    deadline = time.monotonic() + LIMIT_S
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"not within {LIMIT_S} s: {what}"
-        await asyncio.sleep(0.02)
+    """``check()``'s value once truthy; fails naming ``what`` after LIMIT_S."""
+    return await waiting.until(what, check, LIMIT_S)
 
 
 def jobs_of(pools: Pools, pool: str | None) -> set[str]:

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import copy
 import json
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -36,6 +35,7 @@ from bellows.service.pools import Pools
 from bellows.service.queues import QueueIndex
 from tests.conftest import shared_data_dir
 from tests.service.livecluster import NS, crds
+from tests.waiting import until
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"
 LIMIT_S = 20.0
@@ -77,15 +77,7 @@ def _job(name: str, *, max_gpus: int, a100_speedup: float = 4.0) -> dict[str, An
 
 
 async def _until(what: str, check: Callable[[], Any], limit_s: float = LIMIT_S) -> Any:
-    deadline = time.monotonic() + limit_s
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"not within {limit_s} s: {what}"
-        await asyncio.sleep(0.05)
+    return await until(what, check, limit_s)
 
 
 class Live:
@@ -115,6 +107,14 @@ class Live:
         pools.set_types(dict(zip(MIX.names, MIX.capacities, strict=True)))
         view.follow(lambda: pools.held)
         return pools
+
+    async def typed_leader(self, view: NodeView) -> tuple[Pools, TypedAutoscaler]:
+        """A new leader (:meth:`leader`, no Kueue) rebuilt, and its default pool's typed core."""
+        pools = self.leader(view)
+        await pools.rebuild()
+        core = pools.default.autoscaler
+        assert isinstance(core, TypedAutoscaler)
+        return pools, core
 
     def view(self) -> NodeView:
         view = NodeView(gpus_per_node=8)
@@ -179,10 +179,7 @@ async def test_jobs_get_a_type_run_on_its_nodes_and_a_new_leader_adopts_them_the
     async with typed_live() as live:
         view = live.view()
         async with watching(live, view):
-            pools = live.leader(view)
-            await pools.rebuild()
-            core = pools.default.autoscaler
-            assert isinstance(core, TypedAutoscaler)
+            pools, core = await live.typed_leader(view)
             # an A100 4x a T4 for this model: the first job goes to the A100 node
             await pools.apply((await live.submit(_job("fast", max_gpus=8)),))
             fast = await _until(
@@ -228,10 +225,7 @@ async def test_an_owners_type_selector_stands_and_the_core_decides_the_job_there
     async with typed_live() as live:
         view = live.view()
         async with watching(live, view):
-            pools = live.leader(view)
-            await pools.rebuild()
-            core = pools.default.autoscaler
-            assert isinstance(core, TypedAutoscaler)
+            pools, core = await live.typed_leader(view)
             job = _job("owned", max_gpus=4)
             worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
             worker["nodeSelector"] = {GPU_PRODUCT: MIX.type("t4").product}

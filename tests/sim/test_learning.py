@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from bellows.autoscaler import Autoscaler, AutoscalerConfig
 from bellows.cli.main import main
+from bellows.jobs import Allocation, JobSpec
 from bellows.scaling import default_cluster, step_time
 from bellows.scaling.online import (
     REVISE_TOLERANCE,
@@ -219,12 +220,17 @@ def test_the_revision_rule_is_the_live_loops() -> None:
     assert drifted(100.0, 100.0 + REVISE_TOLERANCE * 1001, 1000.0)
 
 
-def test_a_report_the_core_cannot_use_is_dropped() -> None:
+def _running(name: str) -> tuple[Autoscaler, JobSpec, Allocation]:
+    """A core on 8 GPUs running job ``name`` (started at 0), its spec and allocation."""
     auto = Autoscaler(CONFIG, capacity=8, cluster=CLUSTER)
-    spec = make_job("a")
+    spec = make_job(name)
     auto.arrive(spec, 0.0)
     auto.step(0.0)
-    alloc = auto.allocations["a"]
+    return auto, spec, auto.allocations[name]
+
+
+def test_a_report_the_core_cannot_use_is_dropped() -> None:
+    auto, spec, alloc = _running("a")
     learner = OnlineLearner(CLUSTER)
     slow = 3.0 * step_time(spec, alloc.gpus, alloc.batch, CLUSTER)
     first = ProgressReport(alloc.gpus, alloc.batch, slow, 50.0)
@@ -245,11 +251,7 @@ def test_a_restart_at_the_same_configuration_begins_a_new_run(told: bool) -> Non
     told of its start (as the controller is, by the job's ``started`` event), its next
     reports begin a new run; untold, they seem one run that made too little progress for the
     step time it reports, and the honest job is marked inconsistent."""
-    auto = Autoscaler(CONFIG, capacity=8, cluster=CLUSTER)
-    spec = make_job("a")
-    auto.arrive(spec, 0.0)
-    auto.step(0.0)
-    alloc = auto.allocations["a"]
+    auto, spec, alloc = _running("a")
     learner = OnlineLearner(CLUSTER)
     step = step_time(spec, alloc.gpus, alloc.batch, CLUSTER)
     rate = alloc.batch / step  # samples a second
