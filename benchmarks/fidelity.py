@@ -6,7 +6,7 @@
                                   [--objective X] [--node-pricing] [--learn] [--slack-share S]
                                   [--restart-growth G] [--measured-rows]
                                   [--remaining-exponent P] [--delta-s D] [--early-share E]
-                                  [--learn-placements]
+                                  [--learn-placements] [--no-placements]
 
 **The table.** For every Pollux workload (``../shared/data/pollux/workloads/``, 160 jobs on
 64 T4 GPUs on 16 nodes of 4) and policy: the Tiresias reference (``--policy tiresias``,
@@ -27,6 +27,10 @@ them on the calibrated simulator (``--physics pollux-measured``; docs/autoscaler
 ``--measured-rows`` has the core decide with the measured step times the physics charges
 (``run(decide_measured=True)``), as the Pollux reference does; ``--learn-placements`` has it
 learn them from the jobs' progress reports instead (``run(learn_placements=True)``).
+On physics that charges the measured step times, each Bellows-mode job's profile carries its
+model's measured placements (``import_pollux(placements=...)``), which the core decides by
+as the live controller does (:mod:`bellows.scaling.placement_steps`); ``--no-placements``
+gives the profiles of one-GPU times only, which the JSA decides from.
 
 ``--physics pollux`` runs the simulator with the artifact's physics where ours differs and
 the difference is a setting: the first start costs the restart too, as in the artifact
@@ -105,6 +109,7 @@ class Variant:
     delta_s: float | None = None
     early_share: float | None = None
     learn_placements: bool = False
+    placements: bool = True
 
     def config(self, restart_s: float) -> AutoscalerConfig:
         config = policies(restart_s, restart_growth=self.restart_growth)["bellows"]
@@ -142,12 +147,19 @@ def published(data: Path, policy: str) -> dict[str, dict[str, float]]:
     return jcts
 
 
-def trace_of(data: Path, workload: str, physics: str) -> tuple[TraceJob, ...]:
+def trace_of(
+    data: Path, workload: str, physics: str, *, placements: bool = False
+) -> tuple[TraceJob, ...]:
     """The workload as ``simulate`` fits it to the 64-GPU cluster (``physics="pollux"``: each
     job's work in the artifact's validation-curve units, ``import_pollux(work="validation")``;
-    ``"alone"``: that, and each job's work then scaled by :func:`alone_factor`)."""
+    ``"alone"``: that, and each job's work then scaled by :func:`alone_factor`).
+    ``placements``: on physics that charges the measured step times, each job's profile
+    carries its model's measured placements (``import_pollux(placements=...)``), as an owner
+    who measured them would write them in its profile document."""
     path = data / "pollux" / "workloads" / f"{workload}.csv"
-    trace = fit_trace(import_pollux(path, **import_options(physics)), POLLUX_GPUS)[0]
+    measured = profiles_of(data) if placements and steps_of(data, physics) else None
+    jobs = import_pollux(path, **import_options(physics), placements=measured)
+    trace = fit_trace(jobs, POLLUX_GPUS)[0]
     if physics != "alone":
         return trace
     with path.open() as handle:
@@ -199,7 +211,8 @@ def run_one(
     variant: Variant = Variant(),
 ) -> Row:  # fmt: skip
     """One policy on one workload (module docstring's settings); ``variant``: Bellows mode's."""
-    trace = trace_of(data, workload, physics)
+    carried = policy == "bellows" and variant.placements and not variant.measured_rows
+    trace = trace_of(data, workload, physics, placements=carried)
     learning = None
     if policy == "bellows":
         config = variant.config(restart_s)
@@ -524,6 +537,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="Bellows mode learns, from progress reports (60 s), the step time each job "
         "measured on its GPUs, for every job of its class (run(learn_placements=True))",
     )
+    parser.add_argument(
+        "--no-placements",
+        action="store_true",
+        help="the jobs' profiles carry their one-GPU step times only, not their measured "
+        "placements: Bellows mode decides with the JSA (as before issue 36's placements)",
+    )
     args = parser.parse_args(argv)
     if args.learn_placements and args.measured_rows:
         parser.error("--learn-placements learns what --measured-rows is told: one of the two")
@@ -531,6 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         None if args.objective is None else Objective(args.objective), args.node_pricing,
         args.learn, args.slack_share, args.restart_growth, args.measured_rows,
         args.remaining_exponent, args.delta_s, args.early_share, args.learn_placements,
+        not args.no_placements,
     )  # fmt: skip
     if args.measured_rows and steps_of(Path("."), args.physics) is None:
         parser.error("--measured-rows: the core decides with the measured step times the "

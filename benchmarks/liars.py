@@ -14,6 +14,11 @@ elastic job in turn lies (:class:`bellows.sim.learning.Lie`), one liar per run:
 * ``samples = work``: the whole work as samples seen, from the first report on;
 * ``edge`` lies just inside the checks' tolerance (step x0.55, x1.04; ``step x0.5`` is on
   its edge too, since pauses of up to half a run's wall time are honest): what is left.
+* ``placements x0.5`` / ``x0.25``: its profile claims measured placements (issue 36) that
+  take that share of its true step time on two GPUs and more (one GPU the truth): it reports
+  the truth, which revokes them once its reports at a claimed count agree
+  (``autoscaler.rows.DECLARED_TOLERANCE``); unchecked, every report is learned from, and
+  the claim is revoked all the same.
 
 Each lie runs twice, with the reports checked against each other
 (``bellows.scaling.consistency``, fit bound ``FIT_BOUND``) and without (every report
@@ -31,13 +36,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import shlex
 import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from bellows.scaling import default_cluster
+from bellows.jobs import JobSpec, MeasuredPlacement, per_gpu_batches
+from bellows.scaling import ClusterProfile, default_cluster, step_time
 from bellows.sim import run
 from bellows.sim.comparing import bursty, policies
 from bellows.sim.learning import Learning, Lie
@@ -51,8 +58,27 @@ LIES: Mapping[str, Lie] = {
     "edge: step x1.04": Lie(step=1.04),
 }
 
+PLACEMENT_LIES: Mapping[str, float] = {"placements x0.5": 0.5, "placements x0.25": 0.25}
+"""A profile's measured placements claimed at this share of the truth (module docstring)."""
 
-def main(argv: Sequence[str] | None = None) -> int:
+
+def claimed(spec: JobSpec, cluster: ClusterProfile, share: float) -> JobSpec:
+    """``spec`` with measured placements on every count it may run on, packed on the fewest
+    nodes, at ``share`` of its true (JSA) step time on two GPUs and more."""
+    out = []
+    for k in range(1, spec.k_max + 1):
+        lo, hi = per_gpu_batches(spec, k)
+        if lo > hi:
+            continue
+        nodes = -(-k // cluster.gpus_per_node)
+        batches = sorted({lo, round(math.sqrt(lo * hi)), hi})
+        factor = 1.0 if k == 1 else share
+        seconds = [factor * step_time(spec, k, k * m, cluster, nodes=nodes) for m in batches]
+        out.append(MeasuredPlacement(nodes, k, tuple(batches), tuple(seconds)))
+    return dataclasses.replace(spec, placements=tuple(out))
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seed", type=int, default=2)
     parser.add_argument("--gpus", type=int, default=16)
@@ -79,6 +105,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="an early round once this share of the running jobs finished "
         "(default: the core's, 0.05; 0: off)",
     )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     given = sys.argv[1:] if argv is None else list(argv)
     print("$ python " + shlex.join(["benchmarks/liars.py", *given]))
@@ -92,9 +123,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.early_share is not None:
         config = dataclasses.replace(config, early_share=args.early_share)
 
-    def jcts(lies: Mapping[str, Lie], checks: bool) -> tuple[dict[str, float], int]:
+    def jcts(
+        lies: Mapping[str, Lie], checks: bool, claim: tuple[str, float] | None = None
+    ) -> tuple[dict[str, float], int]:
+        jobs = trace
+        if claim is not None:
+            jobs = tuple(
+                dataclasses.replace(j, spec=claimed(j.spec, cluster, claim[1]))
+                if j.spec.name == claim[0] else j
+                for j in trace
+            )  # fmt: skip
         result = run(
-            trace, gpus=gpus, config=config, cluster=cluster, horizon_s=None,
+            jobs, gpus=gpus, config=config, cluster=cluster, horizon_s=None,
             learning=Learning({}, lies=lies, checks=checks),
             learn_placements=args.learn_placements,
         )  # fmt: skip
@@ -115,12 +155,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{unchecked}; honest jobs marked inconsistent: {honest[True][1]}\n"
     )
     rows = []
-    for name, lie in LIES.items():
+    kinds: list[tuple[str, Lie | None, float | None]] = [
+        *((name, lie, None) for name, lie in LIES.items()),
+        *((name, None, share) for name, share in PLACEMENT_LIES.items()),
+    ]
+    for name, lie, share in kinds:
         for checks in modes:
             base = honest[checks][0]
             gains, others, marked = [], [], 0
             for liar in liars:
-                got, inconsistent = jcts({liar: lie}, checks)
+                if lie is not None:
+                    got, inconsistent = jcts({liar: lie}, checks)
+                else:
+                    assert share is not None
+                    got, inconsistent = jcts({}, checks, (liar, share))
                 if liar not in got or liar not in base:
                     continue  # unfinished in either run
                 marked += inconsistent > 0

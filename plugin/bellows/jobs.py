@@ -22,6 +22,8 @@ __all__ = [
     "MAX_GPUS",
     "MAX_LOCAL_BATCH",
     "MAX_MIN_RUNTIME_S",
+    "MAX_PLACEMENTS",
+    "MAX_PLACEMENT_POINTS",
     "MAX_PROFILE_POINTS",
     "MAX_RESTART_S",
     "MAX_STEP_SECONDS",
@@ -29,11 +31,13 @@ __all__ = [
     "MAX_WORK",
     "Allocation",
     "JobSpec",
+    "MeasuredPlacement",
     "SpecError",
     "StepProfile",
     "TypeSection",
     "check_batch_range",
     "check_names_unique",
+    "check_placements",
     "check_restart_s",
     "check_type_sections",
     "feasible_allocations",
@@ -53,6 +57,8 @@ MAX_WEIGHTS = 10**13  # model parameters
 MAX_WORK = 1e15  # samples to process
 MAX_STEP_SECONDS = 1e5  # one profiled iteration on one GPU
 MAX_PROFILE_POINTS = 256
+MAX_PLACEMENTS = 256  # measured placements of one job (nodes, GPUs)
+MAX_PLACEMENT_POINTS = 4096  # their per-GPU batches in all
 MAX_RESTART_S = 86_400.0  # a job's restart cost: see check_restart_s
 MAX_MIN_RUNTIME_S = 86_400.0  # seconds a job may be kept from shrinking after a (re)start
 
@@ -130,6 +136,63 @@ class StepProfile:
 
 
 @dataclass(frozen=True)
+class MeasuredPlacement:
+    """Step times measured on ``gpus`` GPUs over ``nodes`` nodes (issue 36), at per-GPU
+    batches ``local_batches`` (strictly increasing): ``seconds[i]`` one step, its
+    synchronisation included; ``sync_seconds[i]`` that synchronisation, at most the step
+    (empty: not measured, taken as 0, so that an extra pass of gradient accumulation costs
+    the whole step). What the JSA predicts, measured: where a job carries such rows, the core
+    decides its packed placements by them (:mod:`bellows.scaling.placement_steps`)."""
+
+    nodes: int
+    gpus: int
+    local_batches: tuple[int, ...]
+    seconds: tuple[float, ...]
+    sync_seconds: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("local_batches", "seconds", "sync_seconds"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        check_int("nodes", self.nodes, minimum=1, maximum=MAX_GPUS)
+        check_int("gpus", self.gpus, minimum=self.nodes, maximum=MAX_GPUS)
+        StepProfile(self.local_batches, self.seconds)  # the same rules as one GPU's times
+        if self.sync_seconds and len(self.sync_seconds) != len(self.seconds):
+            raise SpecError(
+                "syncSeconds", f"{len(self.sync_seconds)} values",
+                f"none, or {len(self.seconds)}: one per local batch",
+            )  # fmt: skip
+        for i, (sync, step) in enumerate(zip(self.sync_seconds, self.seconds, strict=False)):
+            check_float(f"syncSeconds[{i}]", sync, minimum=0.0, maximum=step)
+
+    @property
+    def syncs(self) -> tuple[float, ...]:
+        """The synchronisation seconds per local batch (0 where not measured)."""
+        return self.sync_seconds or (0.0,) * len(self.seconds)
+
+
+def check_placements(placements: object) -> None:
+    """``placements`` as a job's measured placements: a tuple of :class:`MeasuredPlacement`,
+    one per (nodes, GPUs), at most :data:`MAX_PLACEMENTS` of them and
+    :data:`MAX_PLACEMENT_POINTS` batches in all; else SpecError naming ``placements``."""
+    if not isinstance(placements, tuple) or not all(
+        isinstance(p, MeasuredPlacement) for p in placements
+    ):
+        raise SpecError("placements", placements, "a tuple of MeasuredPlacement")
+    if len(placements) > MAX_PLACEMENTS:
+        raise SpecError("placements", f"{len(placements)} placements", f"at most {MAX_PLACEMENTS}")
+    points = sum(len(p.local_batches) for p in placements)
+    if points > MAX_PLACEMENT_POINTS:
+        raise SpecError(
+            "placements", f"{points} measured batches", f"at most {MAX_PLACEMENT_POINTS} in all"
+        )
+    seen = [(p.nodes, p.gpus) for p in placements]
+    if len(set(seen)) != len(seen):
+        twice = next(key for key in seen if seen.count(key) > 1)
+        raise SpecError("placements", f"nodes {twice[0]}, gpus {twice[1]} twice",
+                        "one entry per (nodes, gpus)")  # fmt: skip
+
+
+@dataclass(frozen=True)
 class TypeSection:
     """What the JSA knows of a job on one GPU type (issue 39): its one-GPU step times there,
     its Allreduce weights, and the largest per-GPU batch that type's memory holds.
@@ -168,6 +231,9 @@ class JobSpec:
     * ``min_runtime_s``: seconds after a start or resume during which no round shrinks the
       job to give its GPUs to another (``None``: the cluster's default); at most
       ``MAX_MIN_RUNTIME_S``.
+    * ``placements``: step times measured on several GPUs (:class:`MeasuredPlacement`),
+      which the core decides the job's packed placements by instead of the JSA; empty:
+      the JSA's everywhere.
     * ``types``: on a cluster of several GPU types, what the JSA knows of the job per type
       (:class:`TypeSection`, one per type name); :meth:`on` is the job on one of them.
       Empty: one type, ``profile``, ``weights`` and ``m_max`` above.
@@ -188,6 +254,7 @@ class JobSpec:
     restart_s: float | None = None
     min_runtime_s: float | None = None
     types: tuple[TypeSection, ...] = ()
+    placements: tuple[MeasuredPlacement, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -234,6 +301,7 @@ class JobSpec:
                 f"at most gpus*m_max = {self.gpus * self.m_max} for a rigid job",
             )
         check_type_sections(self.types)
+        check_placements(self.placements)
 
     @property
     def x1_batch(self) -> int:
@@ -252,7 +320,8 @@ class JobSpec:
     def on(self, gpu_type: str) -> JobSpec | None:
         """The job as a one-type job on ``gpu_type``: its section's profile, weights and
         ``m_max`` (``None`` where it has no section there, or no batch of its range fits the
-        type's memory on ``k_max`` GPUs); a job without sections is itself on every type."""
+        type's memory on ``k_max`` GPUs); a job without sections is itself on every type.
+        Its measured placements are of its own profile, not of a section's: not carried."""
         if not self.types:
             return self
         found = self.section(gpu_type)
@@ -260,7 +329,12 @@ class JobSpec:
             return None
         try:
             return replace(
-                self, profile=found.profile, weights=found.weights, m_max=found.m_max, types=()
+                self,
+                profile=found.profile,
+                weights=found.weights,
+                m_max=found.m_max,
+                types=(),
+                placements=(),
             )
         except SpecError:
             return None

@@ -143,11 +143,27 @@ def test_told_the_measured_step_times_bellows_mode_gains_on_workload_1(
     charges (as the Pollux reference does) and gains on workload-1, where the JSA is off at
     two nodes (docs/autoscaler.md: 1.019 -> 0.932 of the published Pollux)."""
     bench = _benchmark()
-    jsa = bench.run_one(shared_data, "workload-1", "bellows", 30.0, "pollux-measured")
+    jsa = bench.run_one(shared_data, "workload-1", "bellows", 30.0, "pollux-measured",
+                        variant=bench.Variant(placements=False))  # fmt: skip
     told = bench.run_one(shared_data, "workload-1", "bellows", 30.0, "pollux-measured",
                          variant=bench.Variant(measured_rows=True))  # fmt: skip
     assert told.ours_s < 0.95 * jsa.ours_s
     assert told.ratio < 1.0
+
+
+def test_the_profiles_measured_placements_decide_as_live_and_gain_on_workload_1(
+    shared_data: Path,
+) -> None:
+    """The default on measured physics: each job's profile carries its model's measured
+    placements, which the core decides by (as the live controller does with a profile
+    document's ``placements``), and gains on workload-1 over the JSA from one-GPU times
+    (docs/simulator.md, "Deciding with the measured placements")."""
+    bench = _benchmark()
+    jsa = bench.run_one(shared_data, "workload-1", "bellows", 30.0, "pollux-measured",
+                        variant=bench.Variant(placements=False))  # fmt: skip
+    placed = bench.run_one(shared_data, "workload-1", "bellows", 30.0, "pollux-measured")
+    assert placed.ours_s < 0.98 * jsa.ours_s
+    assert placed.ratio < 1.0
 
 
 def test_measured_rows_needs_a_physics_that_measures(shared_data: Path) -> None:
@@ -161,9 +177,11 @@ def test_learning_the_placements_from_reports_gains_on_workload_1(shared_data: P
     Pollux since the core's estimate of a charged job follows E between rounds; 1.009 ->
     0.968 before); it refuses to be told and to learn at once."""
     bench = _benchmark()
-    jsa = bench.run_one(shared_data, "workload-1", "bellows", 30.0, "pollux-measured")
+    jsa = bench.run_one(shared_data, "workload-1", "bellows", 30.0, "pollux-measured",
+                        variant=bench.Variant(placements=False))  # fmt: skip
+    variant = bench.Variant(learn_placements=True, placements=False)
     learned = bench.run_one(shared_data, "workload-1", "bellows", 30.0, "pollux-measured",
-                            variant=bench.Variant(learn_placements=True))  # fmt: skip
+                            variant=variant)  # fmt: skip
     assert learned.ours_s < 0.98 * jsa.ours_s
     with pytest.raises(SystemExit):
         bench.main(["--data", str(shared_data), "--physics", "pollux-measured",

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from bellows.autoscaler.config import AutoscalerConfig, Policy
+from bellows.autoscaler.config import AutoscalerConfig, Mode, Policy
 from bellows.autoscaler.engines import Engines
 from bellows.autoscaler.pricing import exact
 from bellows.autoscaler.progress import GOODPUT_STEPS, RunningJob, step_middle, step_of
@@ -34,9 +34,11 @@ from bellows.scaling import (
 )
 from bellows.scaling.measured_rows import StepTimes, measured_tables
 from bellows.scaling.placement_memory import ObservedStep, PlacementMemory
+from bellows.scaling.placement_steps import PlacementSteps
 from bellows.scaling.tables import candidate_count
 
 __all__ = [
+    "DECLARED_TOLERANCE",
     "GOODPUT_ROWS_KEPT",
     "GOODPUT_STEPS",
     "TABULATE_BATCH",
@@ -47,6 +49,11 @@ __all__ = [
 
 TABULATE_BATCH = 512  # jobs per vectorized TSF table in Tables.tabulate (~30 MiB peak)
 GOODPUT_ROWS_KEPT = 4096  # goodput rows cached before those no known job uses are dropped
+DECLARED_TOLERANCE = 0.25
+"""A step measured where a job runs that is off what its profile's measured placements say by
+more than a quarter revokes them (:meth:`Tables.observe`): wider than the noise of one
+cluster's step times (a shared node, a slow input pipeline), narrower than any lie worth
+telling (a claimed speed-up of 1.33x at least is refused at the job's first reports)."""
 
 
 def template(job: JobSpec) -> tuple[object, ...]:
@@ -54,7 +61,7 @@ def template(job: JobSpec) -> tuple[object, ...]:
     share a row."""
     return (
         job.b_min, job.b_max, job.batch_size, job.k_max, job.m_max, job.weights,
-        job.profile, job.elastic, job.gpus,
+        job.profile, job.elastic, job.gpus, job.placements,
     )  # fmt: skip
 
 
@@ -83,8 +90,17 @@ class Tables:
     goodput_cache: dict[tuple[object, ...], Row] = field(default_factory=dict)
     goodput_bound: int = field(default_factory=lambda: GOODPUT_ROWS_KEPT)  # read when made
     # measured step times, where a job has them, decide its rows instead of the JSA
-    # (bellows.scaling.measured_rows; None: the JSA's everywhere)
+    # (bellows.scaling.measured_rows; None: the jobs' measured placements outside paper
+    # mode, bellows.scaling.placement_steps; the JSA's everywhere in paper mode)
     measured: StepTimes | None = None
+
+    declared: PlacementSteps | None = None  # what jobs' measured placements say (observe)
+
+    def __post_init__(self) -> None:
+        self.declared = PlacementSteps(self.cluster)
+        # outside paper mode, a job's measured placements decide its rows where it has them
+        if self.measured is None and self.config.mode is not Mode.PAPER:
+            self.measured = self.declared
 
     def fork(self) -> Tables:
         """Independent caches holding the same (immutable) rows."""
@@ -104,14 +120,32 @@ class Tables:
         now: float,
     ) -> bool:
         """Job ``name``'s measured step, into the placement memory (when :attr:`measured` is
-        one); its class's rows refreshed when it changed what is known."""
+        one); its class's rows refreshed when it changed what is known. A step that
+        contradicts the job's measured placements (:func:`contradicts`) revokes them: the
+        job is valued by the JSA (and what the memory learns) from then on, so that a
+        profile claiming placements faster than the job runs gains it nothing past its
+        first reports there."""
         memory, job = self.measured, s.jobs.get(name)
-        if not isinstance(memory, PlacementMemory) or job is None:
+        if job is None:
             return False
-        if not memory.observe(job, step):
-            return False
+        revoked = job.placements and self.contradicts(job, step)
+        if revoked:
+            s.jobs[name] = job = replace(job, placements=())
+            self.rerow(s, charged, name, now)
+        if not isinstance(memory, PlacementMemory) or not memory.observe(job, step):
+            return bool(revoked)
         self.refresh(s, charged, memory.class_of(job), now)
         return True
+
+    def contradicts(self, job: JobSpec, step: ObservedStep) -> bool:
+        """Whether ``step`` (on the fewest nodes, or nodes unknown) is off what the job's
+        measured placements say by more than :data:`DECLARED_TOLERANCE`."""
+        fewest = -(-step.gpus // self.cluster.gpus_per_node)
+        if step.nodes not in (None, fewest) or not np.isfinite(step.seconds):
+            return False
+        assert self.declared is not None
+        said = self.declared(job, step.gpus, step.batch)
+        return said is not None and abs(step.seconds / said - 1.0) > DECLARED_TOLERANCE
 
     def refresh(
         self, s: State, charged: Mapping[str, EfficiencyProfile], kind: object, now: float
@@ -124,18 +158,27 @@ class Tables:
         memory = self.measured
         assert isinstance(memory, PlacementMemory)
         for name, job in s.jobs.items():
-            if name in charged or memory.class_of(job) != kind:
-                continue
-            s.rows[name] = self.row(job)
-            run = s.running.get(name)
-            if run is not None:
-                held = run.allocation
-                rate = self.throughput(job, held.gpus, held.batch)
-                shown = run.rerated(rate, run.done)
-                done = run.done_at(now)
-                s.running[name] = RunningJob(
-                    held, rate, done, now, run.paused_until, seen=run.seen, shown=shown
-                )
+            if memory.class_of(job) == kind:
+                self.rerow(s, charged, name, now)
+
+    def rerow(
+        self, s: State, charged: Mapping[str, EfficiencyProfile], name: str, now: float
+    ) -> None:
+        """Job ``name`` takes the row of what is known of it now; running, it goes on at its
+        allocation's new rate (a job decided by goodput: at its next step's row)."""
+        if name in charged:
+            return
+        job = s.jobs[name]
+        s.rows[name] = self.row(job)
+        run = s.running.get(name)
+        if run is not None:
+            held = run.allocation
+            rate = self.throughput(job, held.gpus, held.batch)
+            shown = run.rerated(rate, run.done)
+            done = run.done_at(now)
+            s.running[name] = RunningJob(
+                held, rate, done, now, run.paused_until, seen=run.seen, shown=shown
+            )
 
     def kind(self, job: JobSpec) -> tuple[object, ...]:
         """What the job's rows are cached under: its template, and, with a placement memory,
@@ -250,7 +293,7 @@ class Tables:
     def throughput(self, job: JobSpec, gpus: int, batch: int) -> float:
         """Samples per second at ``(gpus, batch)``: measured where :attr:`measured` has the
         job, else the JSA's."""
-        if self.measured is not None:
+        if self.measured is not None and (self.measured is not self.declared or job.placements):
             seconds = self.measured(job, gpus, batch)
             if seconds is not None and np.isfinite(seconds) and seconds > 0:
                 return batch / seconds
@@ -274,7 +317,9 @@ class Tables:
             efficiency=profiles, progress=progress, compiled=self.engines.compiled_weighing,
         )  # fmt: skip
         x1s: Sequence[float | None] = [None] * len(jobs)
-        if self.measured is not None and not fixed:
+        # the jobs' own placements answer only for jobs that carry some: none, nothing to do
+        answers = self.measured is not self.declared or any(job.placements for job in jobs)
+        if self.measured is not None and not fixed and answers:
             tables, x1s = measured_tables(tables, jobs, self.measured, profiles, progress)
         table = tables.values.astype(np.float64)
         if self.config.node_counts:  # counts that tile nodes only (bellows.autoscaler.shapes)

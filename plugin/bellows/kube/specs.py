@@ -98,6 +98,7 @@ def build_spec(view: JobView, settings: keys.Settings, profile: JobProfile) -> J
             restart_s=settings.restart_s,
             min_runtime_s=settings.min_runtime_s,
             types=profile.types,
+            placements=profile.placements,
         )
     except SpecError as err:
         if err.field == "batch_size":

@@ -7,7 +7,10 @@ Compact by design (the Kubernetes adapter carries a job profile inline in an ann
      "commWeights": 31000000,                       # optional, fitted
      "efficiency": {"model": "imagenet"},           # optional (bellows.scaling.priors)
      "types": {"a100": {"weights": 25557032, "maxLocalBatch": 800,   # optional, per GPU
-                        "step": [{"localBatch": 32, "seconds": 0.05}, ...]}}}  # type
+                        "step": [{"localBatch": 32, "seconds": 0.05}, ...]}},  # type
+     "placements": [{"nodes": 2, "gpus": 8, "localBatch": [32, 64],    # optional: step
+                     "seconds": [0.41, 0.62], "syncSeconds": [0.2, 0.2]}, ...]}  # times
+                                                    # measured on several GPUs (issue 36)
 
     {"apiVersion": "bellows.io/v1alpha1", "kind": "ClusterProfile", "gpusPerNode": 4,
      "overlap": 1.6, "allreduce": {"intraNode": {"latency": 0.002, "secondsPerWeight": 1e-9},
@@ -29,12 +32,17 @@ from pathlib import Path
 
 from bellows.inputs import check_float, check_int, parse_json
 from bellows.jobs import (
+    MAX_GPUS,
     MAX_LOCAL_BATCH,
+    MAX_PLACEMENT_POINTS,
+    MAX_PLACEMENTS,
     MAX_STEP_SECONDS,
     MAX_WEIGHTS,
+    MeasuredPlacement,
     SpecError,
     StepProfile,
     TypeSection,
+    check_placements,
 )
 from bellows.scaling.priors import check_keys, efficiency_prior_to_json, parse_efficiency_prior
 from bellows.scaling.profiles import MAX_OVERLAP, ClusterProfile, JobProfile, LinkCost
@@ -108,7 +116,7 @@ def _step(value: object, path: str = "step") -> StepProfile:
 def parse_job_profile(obj: Mapping[str, object]) -> JobProfile:
     """A :class:`JobProfile` from its JSON object; :class:`SpecError` names the JSON field."""
     obj = _mapping("", obj)
-    optional = {"source", "commWeights", "efficiency", "types"}
+    optional = {"source", "commWeights", "efficiency", "types", "placements"}
     check_keys("", obj, {"apiVersion", "kind", "weights", "step"}, optional)
     _header(obj, "JobProfile")
     comm, efficiency = obj.get("commWeights"), obj.get("efficiency")
@@ -123,7 +131,66 @@ def parse_job_profile(obj: Mapping[str, object]) -> JobProfile:
         efficiency=(
             None if efficiency is None else parse_efficiency_prior("efficiency", efficiency)
         ),
+        placements=_placements(obj.get("placements", [])),
     )
+
+
+def _numbers(path: str, value: object, length: int, maximum: float) -> list[float]:
+    """A list of ``length`` numbers in ``(0, maximum]``."""
+    if not isinstance(value, list) or len(value) != length:
+        shown = f"{len(value)} items" if isinstance(value, list) else value
+        raise SpecError(path, shown, f"a list of {length} numbers, one per localBatch")
+    return [check_float(f"{path}[{i}]", v, minimum=0.0, maximum=maximum, open_min=True)
+            for i, v in enumerate(value)]  # fmt: skip
+
+
+def _placements(value: object) -> tuple[MeasuredPlacement, ...]:
+    """The ``placements`` section: a list of ``{nodes, gpus, localBatch: [...], seconds:
+    [...], syncSeconds: [...]?}``, one per (nodes, gpus)."""
+    if not isinstance(value, list):
+        raise SpecError("placements", value, "a list of {nodes, gpus, localBatch, seconds}")
+    if len(value) > MAX_PLACEMENTS:
+        raise SpecError("placements", f"{len(value)} placements", f"at most {MAX_PLACEMENTS}")
+    out: list[MeasuredPlacement] = []
+    seen: dict[tuple[int, int], int] = {}
+    for i, item in enumerate(value):
+        here = f"placements[{i}]"
+        entry = _mapping(here, item)
+        check_keys(here, entry, {"nodes", "gpus", "localBatch", "seconds"}, {"syncSeconds"})
+        nodes = _int(f"{here}.nodes", entry["nodes"], minimum=1, maximum=MAX_GPUS)
+        gpus = _int(f"{here}.gpus", entry["gpus"], minimum=nodes, maximum=MAX_GPUS)
+        if (nodes, gpus) in seen:
+            raise SpecError(here, f"nodes {nodes}, gpus {gpus}",
+                            f"one entry per (nodes, gpus): placements[{seen[nodes, gpus]}] "
+                            "has them")  # fmt: skip
+        seen[nodes, gpus] = i
+        batches = entry["localBatch"]
+        if not isinstance(batches, list) or not batches:
+            raise SpecError(f"{here}.localBatch", batches, "a non-empty list of integers")
+        local: list[int] = []
+        for j, raw in enumerate(batches):
+            m = _int(f"{here}.localBatch[{j}]", raw, minimum=1, maximum=MAX_LOCAL_BATCH)
+            if local and m <= local[-1]:
+                raise SpecError(
+                    f"{here}.localBatch[{j}]", m, f"strictly increasing (> {local[-1]})"
+                )
+            local.append(m)
+        seconds = _numbers(f"{here}.seconds", entry["seconds"], len(local), MAX_STEP_SECONDS)
+        sync: list[float] = []
+        if "syncSeconds" in entry:
+            raw = entry["syncSeconds"]
+            if not isinstance(raw, list) or len(raw) != len(local):
+                raise SpecError(f"{here}.syncSeconds", raw, f"a list of {len(local)} numbers")
+            sync = [check_float(f"{here}.syncSeconds[{j}]", v, minimum=0.0, maximum=seconds[j])
+                    for j, v in enumerate(raw)]  # fmt: skip
+        out.append(MeasuredPlacement(nodes, gpus, tuple(local), tuple(seconds), tuple(sync)))
+    points = sum(len(p.local_batches) for p in out)
+    if points > MAX_PLACEMENT_POINTS:
+        raise SpecError("placements", f"{points} measured batches",
+                        f"at most {MAX_PLACEMENT_POINTS} in all")  # fmt: skip
+    placements = tuple(out)
+    check_placements(placements)
+    return placements
 
 
 MAX_TYPES = 16  # GPU type sections in one profile
@@ -169,6 +236,13 @@ def job_profile_to_json(profile: JobProfile) -> dict[str, object]:
             t.gpu_type: {"weights": t.weights, "maxLocalBatch": t.m_max, "step": _points(t.profile)}
             for t in profile.types
         }
+    if profile.placements:
+        out["placements"] = [
+            {"nodes": p.nodes, "gpus": p.gpus, "localBatch": list(p.local_batches),
+             "seconds": list(p.seconds)}
+            | ({"syncSeconds": list(p.sync_seconds)} if p.sync_seconds else {})
+            for p in profile.placements
+        ]  # fmt: skip
     return out
 
 

@@ -8,8 +8,10 @@ the same JSA profile: one model, one annotation; a job refitted online stays in 
 count, the step time measured on the fewest nodes at each per-GPU batch it was seen. As a
 :data:`~bellows.scaling.measured_rows.StepTimes` source it answers, for a count measured,
 the time at the nearest per-GPU batch moved to the batch asked by the job's own JSA (the
-ratio of its predictions at the two); for a count never measured, the JSA's; for a class
-it has seen nothing of, ``None``: those rows stay the JSA's bit for bit. So one job's run at
+ratio of its predictions at the two); for a count never measured, what its profile's
+measured placements say (:mod:`bellows.scaling.placement_steps`), else the JSA's; for a
+class it has seen nothing of, those placements' (``None`` without: those rows stay the JSA's
+bit for bit). So one job's run at
 8 GPUs teaches every job of its class what 8 GPUs are worth.
 
 * Only placements on the fewest nodes are kept (a job spread over more nodes measures
@@ -29,6 +31,7 @@ import math
 from dataclasses import dataclass, field
 
 from bellows.jobs import JobSpec
+from bellows.scaling.placement_steps import PlacementSteps
 from bellows.scaling.profiles import ClusterProfile
 from bellows.scaling.timing import step_time
 
@@ -57,8 +60,9 @@ class ObservedStep:
 
 
 def job_class(job: JobSpec) -> tuple[object, ...]:
-    """The jobs a measurement speaks for: those with the same JSA profile."""
-    return (job.profile, job.weights)
+    """The jobs a measurement speaks for: those with the same JSA profile and measured
+    placements."""
+    return (job.profile, job.weights, job.placements)
 
 
 def _fewest(gpus: int, per_node: int) -> int:
@@ -75,12 +79,22 @@ class PlacementMemory:
     _versions: dict[tuple[object, ...], int] = field(default_factory=dict)
     _classes: dict[str, tuple[object, ...]] = field(default_factory=dict)
     _points: int = 0
+    _declared: PlacementSteps | None = None
+
+    def __post_init__(self) -> None:
+        if self._declared is None:
+            self._declared = PlacementSteps(self.cluster)
 
     def copy(self) -> PlacementMemory:
         """An independent memory holding the same points (a core's fork)."""
         seconds = {c: {k: dict(p) for k, p in ks.items()} for c, ks in self._seconds.items()}
         return PlacementMemory(
-            self.cluster, seconds, dict(self._versions), dict(self._classes), self._points
+            self.cluster,
+            seconds,
+            dict(self._versions),
+            dict(self._classes),
+            self._points,
+            self._declared,
         )
 
     def class_of(self, job: JobSpec) -> tuple[object, ...]:
@@ -129,13 +143,13 @@ class PlacementMemory:
     def __call__(self, job: JobSpec, gpus: int, batch: int) -> float | None:
         """Seconds of one step on ``gpus`` GPUs on the fewest nodes, as measured for the
         job's class (``None``: nothing measured of it): the time measured at the nearest
-        per-GPU batch of that count, moved to ``batch`` by the job's own JSA; the JSA's at a
-        count never measured."""
+        per-GPU batch of that count, moved to ``batch`` by what is known before (its measured
+        placements', else its JSA's); that at a count never measured."""
         counts = self._seconds.get(self.class_of(job))
+        assert self._declared is not None
         if counts is None:
-            return None
-        fewest = _fewest(gpus, self.cluster.gpus_per_node)
-        seconds = step_time(job, gpus, batch, self.cluster, nodes=fewest)
+            return self._declared(job, gpus, batch)
+        seconds = self._base(job, gpus, batch)
         points = counts.get(gpus)
         if not points:
             return seconds
@@ -143,5 +157,14 @@ class PlacementMemory:
         near = min(points, key=lambda m: (abs(math.log(m / local)), m))
         if near == local:
             return points[near]
-        at_near = step_time(job, gpus, near * gpus, self.cluster, nodes=fewest)
-        return points[near] * seconds / at_near
+        return points[near] * seconds / self._base(job, gpus, near * gpus)
+
+    def _base(self, job: JobSpec, gpus: int, batch: int) -> float:
+        """What is known before any measurement: the job's measured placements where it
+        carries them, else the JSA's."""
+        assert self._declared is not None
+        declared = self._declared(job, gpus, batch)
+        if declared is not None:
+            return declared
+        fewest = _fewest(gpus, self.cluster.gpus_per_node)
+        return float(step_time(job, gpus, batch, self.cluster, nodes=fewest))

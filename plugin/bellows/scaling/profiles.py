@@ -23,7 +23,14 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bellows.jobs import SpecError, StepProfile, TypeSection, check_type_sections
+from bellows.jobs import (
+    MeasuredPlacement,
+    SpecError,
+    StepProfile,
+    TypeSection,
+    check_placements,
+    check_type_sections,
+)
 
 if TYPE_CHECKING:
     from bellows.scaling.efficiency import EfficiencyProfile
@@ -137,6 +144,10 @@ class JobProfile:
     ``types``, on a cluster of several GPU types (issue 39): what was measured of the job on
     each type (the document's ``types`` section; ``bellows profile --gpu-type``), carried to
     :attr:`bellows.jobs.JobSpec.types`.
+
+    ``placements``: step times measured on several GPUs (the document's ``placements``;
+    :class:`bellows.jobs.MeasuredPlacement`), carried to :attr:`bellows.jobs.JobSpec.placements`:
+    the core decides the job's packed placements by them (issue 36).
     """
 
     weights: int
@@ -145,6 +156,7 @@ class JobProfile:
     comm_weights: int | None = None
     efficiency: EfficiencyProfile | None = None
     types: tuple[TypeSection, ...] = ()
+    placements: tuple[MeasuredPlacement, ...] = ()
 
     def __post_init__(self) -> None:
         _positive_int("weights", self.weights)
@@ -160,6 +172,7 @@ class JobProfile:
             if not isinstance(self.efficiency, EfficiencyProfile):
                 raise SpecError("efficiency", self.efficiency, "an EfficiencyProfile")
         check_type_sections(self.types)
+        check_placements(self.placements)
 
     @property
     def effective_weights(self) -> int:

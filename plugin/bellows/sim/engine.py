@@ -36,6 +36,7 @@ models, and every job without ``efficiency``, progress at ``X(b, k)`` as before.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -465,9 +466,8 @@ class _Run:
         self.reports += 1
         done = job.done_at(now)
         spread = len(job.held) if job.held else None
-        if self.step_seconds is not None:  # the measured truth on its placement
-            seconds = self.step_seconds(job.model, job.spec, job.held, job.batch)
-        else:
+        seconds = self.truth_seconds(job, job.batch)  # the measured truth on its placement
+        if seconds is None:
             seconds = step_time(job.spec, job.gpus, job.batch, self.cluster, nodes=spread)
         # a job reports the samples it processed; the core counts a charged job's progress in
         # reference samples (issue 29), which the controller has from the job's gradient noise
@@ -626,10 +626,21 @@ class _Run:
 
     def rate(self, job: _Live, gpus: int, batch: int) -> float:
         """Samples per second of a placed job: the JSA's at the nodes it spans, or the measured
-        truth's (``step_seconds``) on its placement."""
-        if self.step_seconds is not None:
-            return batch / self.step_seconds(job.model, job.spec, job.held, batch)
+        truth's (``step_seconds``) on its placement, the JSA's where the truth has none (the
+        artifact's interpolation gives none outside what was measured, where it never runs a
+        job; a core deciding with other step times may)."""
+        seconds = self.truth_seconds(job, batch)
+        if seconds is not None:
+            return batch / seconds
         return throughput(job.spec, gpus, batch, self.cluster, nodes=len(job.held))
+
+    def truth_seconds(self, job: _Live, batch: int) -> float | None:
+        """The measured truth's step of ``batch`` on the job's placement (``None``: no truth,
+        or none there)."""
+        if self.step_seconds is None:
+            return None
+        seconds = self.step_seconds(job.model, job.spec, job.held, batch)
+        return seconds if math.isfinite(seconds) and seconds > 0 else None
 
     def type_of(self, name: str) -> str:
         """The GPU type running job ``name`` is on (a typed cluster)."""

@@ -237,7 +237,7 @@ class OnlineLearner:
             state.log.add(accepted)
         by_config = state.log.medians()
         seconds = by_config.get((report.gpus, report.batch))
-        if placements and seconds is not None:
+        if (placements or prior.placements) and seconds is not None:
             auto.observe_step(name, now, ObservedStep(report.gpus, report.batch, seconds))
         medians = tuple(sorted(by_config.items()))
         if state.fit is None or medians != state.fitted:

@@ -52,10 +52,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from bellows.inputs import brief, parse_float, parse_int
-from bellows.jobs import MAX_BATCH, MAX_GPUS, JobSpec, SpecError, StepProfile
+from bellows.jobs import MAX_BATCH, MAX_GPUS, JobSpec, MeasuredPlacement, SpecError, StepProfile
 from bellows.scaling import ClusterProfile, single_gpu_throughput, throughput
 from bellows.sim.workloads.categories import K_MAX
 from bellows.sim.workloads.models import ModelProfile, model
+from bellows.sim.workloads.pollux_placements import pollux_placements
 from bellows.sim.workloads.traces import MAX_ARRIVAL_S, MAX_TRACE_JOBS, TraceJob
 
 __all__ = [
@@ -275,12 +276,15 @@ def import_itp(path: Path, *, cluster: ClusterProfile) -> tuple[TraceJob, ...]:
 
 
 def import_pollux(
-    path: Path, *, work: str = "epochs", batches: str = "measured"
+    path: Path, *, work: str = "epochs", batches: str = "measured", placements: Path | None = None
 ) -> tuple[TraceJob, ...]:
     """A Pollux workload CSV (``name,time,application,num_replicas,batch_size``) as a trace;
     ``work``: ``"epochs"`` (epochs x dataset size, the default) or ``"validation"`` (the
     artifact's, :data:`POLLUX_VALIDATION_WORK`); ``batches``: ``"measured"`` (the measured
-    per-GPU limits, the default) or ``"accumulate"`` (the artifact's, module docstring)."""
+    per-GPU limits, the default) or ``"accumulate"`` (the artifact's, module docstring).
+    ``placements``: the artifact's profile folders (``pollux/profiles``), whose measured
+    placements each job's profile then carries
+    (:func:`~bellows.sim.workloads.pollux_placements.pollux_placements`; ``None``: none)."""
     if work not in POLLUX_WORK:
         raise SpecError("work", work, f"one of {', '.join(POLLUX_WORK)}")
     if batches not in POLLUX_BATCHES:
@@ -289,6 +293,7 @@ def import_pollux(
     rows = _rows(path, ("name", "time", "application", "num_replicas", "batch_size"))
     jobs: list[TraceJob] = []
     seen: dict[str, int] = {}
+    measured: dict[str, tuple[MeasuredPlacement, ...]] = {}
     for line, row in rows:
         name = _name(path, line, row, "name", seen)
         app = _choice(path, line, row, "application", POLLUX_EPOCHS)
@@ -303,6 +308,10 @@ def import_pollux(
                 else POLLUX_VALIDATION_WORK[app], category=app,
                 largest=POLLUX_MAX_BATCH[app] if accumulate else None,
             )  # fmt: skip
+            if placements is not None:
+                if app not in measured:
+                    measured[app] = pollux_placements(placements / app)
+                spec = replace(spec, placements=measured[app])
             jobs.append(TraceJob(arrival, spec, profile.name))
         except SpecError as err:
             raise err.within(f"{path.name}:{line}") from None

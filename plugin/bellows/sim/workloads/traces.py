@@ -109,8 +109,15 @@ def _plain_check() -> Check:
 
 
 def to_record(job: TraceJob) -> dict[str, Any]:
-    """The JSON object of one trace line."""
+    """The JSON object of one trace line (a job's measured placements are not carried by
+    one: such a job is refused, rather than written without them)."""
     spec = job.spec
+    if spec.placements:
+        raise SpecError(
+            "placements", f"{spec.name}: {len(spec.placements)} measured placements",
+            "none: a trace line carries one-GPU step times only (measured placements go in "
+            "the job's profile document)",
+        )  # fmt: skip
     record: dict[str, Any] = {
         "name": spec.name,
         "arrival_s": job.arrival_s,

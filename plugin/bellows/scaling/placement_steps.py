@@ -1,0 +1,137 @@
+"""Step times from the placements a job's profile says were measured (issue 36).
+
+The JSA predicts every (GPUs, batch) from a job's one-GPU times and one Allreduce weight.
+Where a job's profile also carries step times *measured* on several GPUs
+(:attr:`bellows.jobs.JobSpec.placements`, the profile document's ``placements``: the Pollux
+artifact's ``placements.csv`` and ``scalability.csv`` are such measurements), the core
+decides the job's packed placements by them instead (:mod:`bellows.scaling.measured_rows`),
+as the Pollux reference decides with what was measured. On Pollux's workloads, with the
+artifact's physics, that is what brings Bellows mode to 0.90x the published Pollux on the
+median workload (docs/simulator.md, "Deciding with the measured placements").
+
+:class:`PlacementSteps` answers, for a job and ``gpus`` GPUs on the fewest nodes of the
+cluster:
+
+* ``None`` for a job with no measured placements (its rows stay the JSA's, bit for bit);
+* at a (nodes, GPUs) measured: linear in the per-GPU batch between the measured ones; beyond
+  them, the nearest one's moved by the JSA's own ratio between the two batches;
+* at another (nodes, GPUs): interpolated linearly in (nodes, GPUs, per-GPU batch) over all the
+  job's measured points (SciPy's ``LinearNDInterpolator``, as the artifact's simulator
+  interpolates its measurements); where they do not span the point, the JSA's;
+* **gradient accumulation**: a per-GPU share beyond the largest per-GPU batch one pass takes
+  (the job's ``m_max`` or its profile's largest measured one-GPU batch, the smaller) runs in
+  passes; each extra pass costs the step less its synchronisation.
+
+Pure: no I/O; interpolators are built once per set of placements (at most
+:data:`TABLES_KEPT` kept).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+from scipy.interpolate import LinearNDInterpolator
+from scipy.spatial import QhullError
+
+from bellows.jobs import JobSpec, MeasuredPlacement
+from bellows.scaling.profiles import ClusterProfile
+from bellows.scaling.timing import step_time
+
+__all__ = ["TABLES_KEPT", "PlacementSteps", "PlacementTable", "pass_limit"]
+
+TABLES_KEPT = 1024
+"""Sets of measured placements whose interpolators a :class:`PlacementSteps` keeps."""
+
+
+def pass_limit(job: JobSpec) -> int:
+    """The largest per-GPU batch one pass of ``job`` takes: its ``m_max``, or its profile's
+    largest measured one-GPU batch where that is smaller (beyond it, it accumulates)."""
+    return min(job.m_max, job.profile.local_batches[-1])
+
+
+class PlacementTable:
+    """One job's measured placements, ready to answer (module docstring)."""
+
+    def __init__(self, placements: Sequence[MeasuredPlacement]) -> None:
+        self.exact = {(p.nodes, p.gpus): p for p in placements}
+        points = [
+            (p.nodes, p.gpus, m, s, y)
+            for p in placements
+            for m, s, y in zip(p.local_batches, p.seconds, p.syncs, strict=True)
+        ]
+        grid = np.array(points, dtype=np.float64)
+        self._spread: LinearNDInterpolator | None = None
+        if len(points) >= 4:
+            try:
+                self._spread = LinearNDInterpolator(grid[:, :3], grid[:, 3:])
+            except QhullError:  # all in one plane (one node count, say): exact rows only
+                self._spread = None
+
+    def step(self, nodes: int, gpus: int, local: int) -> tuple[float, float] | None:
+        """Seconds of one step and of its synchronisation at per-GPU batch ``local`` on
+        ``gpus`` GPUs over ``nodes`` nodes: exact, between the measured batches or below
+        them; ``None`` where the measurements do not say (above a measured placement's
+        largest batch, or outside what they span)."""
+        found = self.exact.get((nodes, gpus))
+        if found is not None:
+            at = found.local_batches
+            if not at[0] <= local <= at[-1]:
+                return None
+            return (
+                float(np.interp(local, at, found.seconds)),
+                float(np.interp(local, at, found.syncs)),
+            )
+        if self._spread is None:
+            return None
+        step, sync = self._spread([nodes, gpus, local])[0]
+        if not (math.isfinite(step) and step > 0):
+            return None
+        return float(step), float(min(max(sync, 0.0), step))
+
+
+class PlacementSteps:
+    """A :data:`~bellows.scaling.measured_rows.StepTimes` source: the seconds of one step of
+    a job's global batch on ``gpus`` GPUs packed on the fewest nodes, from its measured
+    placements (module docstring); ``None`` for a job that carries none."""
+
+    def __init__(self, cluster: ClusterProfile) -> None:
+        self.cluster = cluster
+        self._tables: OrderedDict[tuple[MeasuredPlacement, ...], PlacementTable] = OrderedDict()
+
+    def table(self, placements: tuple[MeasuredPlacement, ...]) -> PlacementTable:
+        """The interpolators of ``placements`` (built once, the least recent dropped)."""
+        table = self._tables.get(placements)
+        if table is None:
+            table = self._tables[placements] = PlacementTable(placements)
+            if len(self._tables) > TABLES_KEPT:
+                self._tables.popitem(last=False)
+        else:
+            self._tables.move_to_end(placements)
+        return table
+
+    def __call__(self, job: JobSpec, gpus: int, batch: int) -> float | None:
+        if not job.placements or gpus < 1 or batch < 1:
+            return None
+        nodes = -(-gpus // self.cluster.gpus_per_node)
+        local = -(-batch // gpus)
+        passes = -(-local // pass_limit(job))
+        share = -(-local // passes)
+        table = self.table(job.placements)
+        found = table.step(nodes, gpus, share)
+        if found is None:
+            exact = table.exact.get((nodes, gpus))
+            if exact is None:
+                return step_time(job, gpus, batch, self.cluster, nodes=nodes)
+            at = exact.local_batches  # beyond the measured batches: the nearest, moved by the JSA
+            end = at[0] if share < at[0] else at[-1]
+            found = table.step(nodes, gpus, end)
+            assert found is not None
+            ratio = step_time(job, gpus, share * gpus, self.cluster, nodes=nodes) / step_time(
+                job, gpus, end * gpus, self.cluster, nodes=nodes
+            )
+            found = (found[0] * ratio, min(found[1], found[0] * ratio))
+        step, sync = found
+        return step + (passes - 1) * (step - sync)
