@@ -113,6 +113,10 @@ def test_a_step_that_contradicts_the_placements_revokes_them_and_an_honest_one_d
     core.observe_step("a", 20.0, ObservedStep(8, held.batch, said * 10))
     assert not core.job("a").placements  # revoked: valued by the JSA (and the memory) now
     assert core.estimated_done("a", 1000.0) < before
+    refit = replace(job, profile=StepProfile((8, 32, 64), (0.021, 0.05, 0.09)))
+    assert core.revise(refit, 30.0)  # a refit of the owner's profile: the claim stays out
+    assert core.job("a").profile == refit.profile
+    assert not core.job("a").placements
 
 
 def test_the_document_carries_placements_and_names_the_field_that_is_wrong() -> None:

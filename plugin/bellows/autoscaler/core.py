@@ -208,7 +208,7 @@ class Autoscaler:
         raises, changing nothing.
         """
         self._advance(now)
-        name = job.name
+        name, job = job.name, self._tables.unrevoked(self._s, job)
         if name not in self._s.jobs:
             return False
         # not through the template cache: every refit is a new template, and caching each

@@ -130,12 +130,19 @@ class Tables:
             return False
         revoked = job.placements and self.contradicts(job, step)
         if revoked:
+            s.revoked.add(name)
             s.jobs[name] = job = replace(job, placements=())
             self.rerow(s, charged, name, now)
         if not isinstance(memory, PlacementMemory) or not memory.observe(job, step):
             return bool(revoked)
         self.refresh(s, charged, memory.class_of(job), now)
         return True
+
+    @staticmethod
+    def unrevoked(s: State, job: JobSpec) -> JobSpec:
+        """``job`` as a revision gives it, without the measured placements a step of it
+        refuted before (a refit keeps the owner's profile otherwise)."""
+        return replace(job, placements=()) if job.name in s.revoked and job.placements else job
 
     def contradicts(self, job: JobSpec, step: ObservedStep) -> bool:
         """Whether ``step`` (on the fewest nodes, or nodes unknown) is off what the job's

@@ -55,6 +55,7 @@ class State:
     arrived: list[str] = field(default_factory=list)  # FIFO
     running: dict[str, RunningJob] = field(default_factory=dict)  # in start order
     carried: dict[str, float] = field(default_factory=dict)  # progress kept over a preemption
+    revoked: set[str] = field(default_factory=set)  # jobs whose measured placements a step refuted
     resumed: dict[str, float] = field(default_factory=dict)  # running job -> (re)started at
     moves: dict[str, int] = field(default_factory=dict)  # rescales each job has made
     in_use: int = 0  # GPUs the running jobs hold
@@ -67,6 +68,7 @@ class State:
             jobs=dict(self.jobs), rows=dict(self.rows), arrived=list(self.arrived),
             running=dict(self.running), carried=dict(self.carried), in_use=self.in_use,
             resumed=dict(self.resumed), moves=dict(self.moves), charged=dict(self.charged),
+            revoked=set(self.revoked),
         )  # fmt: skip
 
     def forget(self, name: str) -> None:
@@ -78,6 +80,7 @@ class State:
         self.resumed.pop(name, None)
         self.moves.pop(name, None)
         self.charged.pop(name, None)
+        self.revoked.discard(name)
 
     def min_need(self, names: Sequence[str]) -> int:
         """GPUs the jobs ``names`` need at their smallest allocation."""
