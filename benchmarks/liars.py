@@ -17,8 +17,11 @@ elastic job in turn lies (:class:`bellows.sim.learning.Lie`), one liar per run:
 * ``placements x0.5`` / ``x0.25``: its profile claims measured placements (issue 36) that
   take that share of its true step time on two GPUs and more (one GPU the truth): it reports
   the truth, which revokes them once its reports at a claimed count agree
-  (``autoscaler.rows.DECLARED_TOLERANCE``); unchecked, every report is learned from, and
-  the claim is revoked all the same.
+  (``autoscaler.rows.DECLARED_TOLERANCE``), and no placement counts faster than its one GPU
+  (``placement_steps.FLOOR``); unchecked, every report is learned from, and the claim is
+  revoked all the same. ``profile: no communication`` is the lie any profile could tell
+  before (a model of one weight), beside them: the trust model (docs/security.md) bounds a
+  profile's lie by what a wrong annotation gives, so the placements' should stay within it.
 
 Each lie runs twice, with the reports checked against each other
 (``bellows.scaling.consistency``, fit bound ``FIT_BOUND``) and without (every report
@@ -58,13 +61,19 @@ LIES: Mapping[str, Lie] = {
     "edge: step x1.04": Lie(step=1.04),
 }
 
-PLACEMENT_LIES: Mapping[str, float] = {"placements x0.5": 0.5, "placements x0.25": 0.25}
-"""A profile's measured placements claimed at this share of the truth (module docstring)."""
+PLACEMENT_LIES: Mapping[str, float] = {
+    "profile: no communication": 0.0, "placements x0.5": 0.5, "placements x0.25": 0.25,
+}  # fmt: skip
+"""A profile's measured placements claimed at this share of the truth (module docstring;
+0: its profile claims instead a model of one weight, no communication, as any profile could)."""
 
 
 def claimed(spec: JobSpec, cluster: ClusterProfile, share: float) -> JobSpec:
     """``spec`` with measured placements on every count it may run on, packed on the fewest
-    nodes, at ``share`` of its true (JSA) step time on two GPUs and more."""
+    nodes, at ``share`` of its true (JSA) step time on two GPUs and more (0: with one weight
+    instead)."""
+    if share == 0:
+        return dataclasses.replace(spec, weights=1)
     out = []
     for k in range(1, spec.k_max + 1):
         lo, hi = per_gpu_batches(spec, k)

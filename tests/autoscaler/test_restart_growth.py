@@ -35,8 +35,8 @@ def test_a_job_offered_more_every_round_stops_taking_every_step() -> None:
     assert grown[2:] == [2] * 6  # the next would cost 101 restarts: not worth it here
 
 
-def test_growth_is_checked_a_quarter_by_default_and_off_in_paper_mode() -> None:
-    assert AutoscalerConfig().restart_growth == RESTART_GROWTH == 0.25  # issue 36
+def test_growth_is_checked_a_fifth_by_default_and_off_in_paper_mode() -> None:
+    assert AutoscalerConfig().restart_growth == RESTART_GROWTH == 0.2  # issue 36
     assert AutoscalerConfig.paper().restart_growth == 0.0
     with pytest.raises(SpecError, match="restart_growth"):
         AutoscalerConfig(restart_growth=-1.0)

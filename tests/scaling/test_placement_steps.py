@@ -13,7 +13,7 @@ from bellows.jobs import JobSpec, MeasuredPlacement, SpecError, StepProfile, Typ
 from bellows.scaling import default_cluster, parse_job_profile, step_time
 from bellows.scaling.documents import job_profile_to_json
 from bellows.scaling.placement_memory import ObservedStep, PlacementMemory
-from bellows.scaling.placement_steps import PlacementSteps, pass_limit
+from bellows.scaling.placement_steps import FLOOR, PlacementSteps, pass_limit
 
 CLUSTER = default_cluster()  # 4 GPUs a node
 PROFILE = StepProfile((8, 32, 64), (0.02, 0.05, 0.09))
@@ -65,6 +65,16 @@ def test_beyond_the_largest_pass_a_step_accumulates_at_the_cost_of_its_compute()
     assert pass_limit(job) == 64  # the profile's largest measured one-GPU batch
     two_passes = PlacementSteps(CLUSTER)(job, 8, 8 * 128)
     assert two_passes == pytest.approx(0.5 + (0.5 - 0.1))
+
+
+def test_no_placement_is_believed_faster_than_the_jobs_own_one_gpu() -> None:
+    """A claim of more than perfect scaling is held at the one-GPU step (less FLOOR's slack):
+    no more than a profile claiming no communication could buy."""
+    superlinear = MeasuredPlacement(2, 8, (8, 32, 64), (0.002, 0.005, 0.009))
+    job = _job(placements=(ONE, superlinear))
+    assert PlacementSteps(CLUSTER)(job, 8, 8 * 32) == pytest.approx(FLOOR * 0.05)
+    unmeasured_one = _job(placements=(superlinear,))  # its profile's one-GPU times, then
+    assert PlacementSteps(CLUSTER)(unmeasured_one, 8, 8 * 32) == pytest.approx(FLOOR * 0.05)
 
 
 def test_placements_measured_slower_are_what_the_core_believes_the_job_runs_at() -> None:

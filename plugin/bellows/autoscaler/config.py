@@ -45,10 +45,13 @@ EARLY_GAP_S = 60.0
 """Seconds an early round waits at least after the last round: without it, on the 400-GPU
 bursty scenario every few completions of a burst started a round and rescales per job rose
 from 0.31 to 0.70 (avg JCT 0.343x paper mode's against 0.312x)."""
-RESTART_GROWTH = 0.25
-"""Bellows mode's ``restart_growth`` by default: each earlier move adds a quarter of a
-restart to the price of a job's next (0 before issue 36's early rounds; with them, it keeps
-rescales per job on bursty at 0.46 where 0 gives 0.51)."""
+RESTART_GROWTH = 0.2
+"""Bellows mode's ``restart_growth`` by default: each earlier move adds a fifth of a restart
+to the price of a job's next (0 before issue 36's early rounds; with them, it keeps rescales
+per job on bursty at 0.47 where 0 gives 0.51). 0.25 until jobs' profiles carried their
+measured placements: with them, 0.2 brings Bellows mode within issue 36's targets against
+the published Pollux (0.892 / 0.986 against 0.903 / 0.987; docs/simulator.md, "Deciding with
+the measured placements")."""
 DEFAULT_OBJECTIVE = Objective.REMAINING
 """What Bellows mode's rounds maximise by default: speedups weighted by a power of the jobs'
 remaining time, re-decided on the calibrated simulator (issue 36; ``docs/autoscaler.md``,

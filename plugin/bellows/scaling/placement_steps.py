@@ -20,7 +20,13 @@ cluster:
   interpolates its measurements); where they do not span the point, the JSA's;
 * **gradient accumulation**: a per-GPU share beyond the largest per-GPU batch one pass takes
   (the job's ``m_max`` or its profile's largest measured one-GPU batch, the smaller) runs in
-  passes; each extra pass costs the step less its synchronisation.
+  passes; each extra pass costs the step less its synchronisation;
+* **never faster than the job's own one GPU** at that per-GPU batch (its measured placement
+  of one GPU, else its profile's ``step``; once per pass; less :data:`FLOOR`'s slack for
+  measurement noise): about what a profile claiming no communication at all would give. The
+  placements are the owner's word, as its one-GPU times are (docs/security.md): this bounds
+  what a wrong one buys a job to what a wrong profile could, and a progress report off them
+  revokes them (:meth:`bellows.autoscaler.rows.Tables.observe`).
 
 Pure: no I/O; interpolators are built once per set of placements (at most
 :data:`TABLES_KEPT` kept).
@@ -38,9 +44,14 @@ from scipy.spatial import QhullError
 
 from bellows.jobs import JobSpec, MeasuredPlacement
 from bellows.scaling.profiles import ClusterProfile
-from bellows.scaling.timing import step_time
+from bellows.scaling.timing import processing_seconds, step_time
 
-__all__ = ["TABLES_KEPT", "PlacementSteps", "PlacementTable", "pass_limit"]
+__all__ = ["FLOOR", "TABLES_KEPT", "PlacementSteps", "PlacementTable", "pass_limit"]
+
+FLOOR = 0.9
+"""A placement's step is never below this share of the job's one-GPU step at its per-GPU
+batch: measurements of two GPUs come out up to 5 % below one (bert on the Pollux artifact's
+T4s), a claim of more is refused."""
 
 TABLES_KEPT = 1024
 """Sets of measured placements whose interpolators a :class:`PlacementSteps` keeps."""
@@ -69,6 +80,14 @@ class PlacementTable:
                 self._spread = LinearNDInterpolator(grid[:, :3], grid[:, 3:])
             except QhullError:  # all in one plane (one node count, say): exact rows only
                 self._spread = None
+
+    def compute(self, job: JobSpec, local: int) -> float:
+        """The least one pass at per-GPU batch ``local`` may take: one GPU's step there, as
+        measured (the placement of one GPU), else as the job's profile has it."""
+        one = self.exact.get((1, 1))
+        if one is not None and one.local_batches[0] <= local <= one.local_batches[-1]:
+            return float(np.interp(local, one.local_batches, one.seconds))
+        return processing_seconds(job.profile, local)
 
     def step(self, nodes: int, gpus: int, local: int) -> tuple[float, float] | None:
         """Seconds of one step and of its synchronisation at per-GPU batch ``local`` on
@@ -134,4 +153,5 @@ class PlacementSteps:
             )
             found = (found[0] * ratio, min(found[1], found[0] * ratio))
         step, sync = found
-        return step + (passes - 1) * (step - sync)
+        floor = FLOOR * passes * table.compute(job, share)
+        return max(step + (passes - 1) * (step - sync), floor)
