@@ -139,3 +139,27 @@ def test_predict_shows_throughput_efficiency_and_goodput(shared_data: Path, tmp_
     )
     assert result.exit_code != 0
     assert "not both" in result.output
+
+
+def test_fit_carries_the_packed_placements_and_the_spread_ones_beyond(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    """``--placements``: the rows packed on the fewest nodes ("2": 2 GPUs, one node; "22": 4
+    GPUs over two nodes is not packed on nodes of 4) become the profile's placements;
+    ``--scalability`` adds the spread rows beyond them; alone it is refused."""
+    runner = CliRunner()
+    profile = tmp_path / "profile.json"
+    train = str(train_csv(shared_data, tmp_path))
+    spread = str(shared_data / "pollux" / "profiles" / "imagenet" / "scalability.csv")
+    args = ["jsa", "fit", train, "--weights", "25557032", "--out", str(profile)]
+    result = runner.invoke(main, [*args, "--placements", "--scalability", spread])
+    assert result.exit_code == 0, result.output
+    placed = load_job_profile(profile).placements
+    keys = {(p.nodes, p.gpus) for p in placed}
+    assert {(1, 1), (1, 2)} <= keys
+    assert (2, 4) not in keys
+    assert all(p.gpus > 2 for p in placed if p.nodes > 1)
+    assert (16, 64) in keys
+    refused = runner.invoke(main, [*args, "--scalability", spread])
+    assert refused.exit_code != 0
+    assert "--scalability goes with --placements" in refused.output

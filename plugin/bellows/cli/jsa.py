@@ -46,31 +46,65 @@ def jsa() -> None:
 @click.option("--out", type=OutputFile(), required=True)
 @click.option("--cluster", type=ClusterFile(), help=_CLUSTER_HELP)
 @click.option("--source", default=None, help="Provenance text stored in the profile.")
+@click.option(
+    "--placements",
+    "carry",
+    is_flag=True,
+    help="Carry the measured rows packed on the fewest nodes as the profile's placements: "
+    "the controller then decides the job's placements by them (docs/jsa.md).",
+)
+@click.option(
+    "--scalability",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --placements: a num_nodes,num_replicas,local_bsz,step_time,sync_time CSV of "
+    "larger, spread placements, carried beyond the largest packed count.",
+)
 def fit(
-    train: Path, weights: int, out: Path, cluster: ClusterProfile | None, source: str | None
+    *,
+    train: Path,
+    weights: int,
+    out: Path,
+    cluster: ClusterProfile | None,
+    source: str | None,
+    carry: bool,
+    scalability: Path | None,
 ) -> None:
     """Fit PROFILE.json from TRAIN.csv (placement,local_bsz,step_time,sync_time rows).
 
     Single-GPU rows give t_proc(m); multi-GPU rows, if any, fit commWeights.
     """
-    from bellows.scaling import fit_job_profile, load_measurements, save_job_profile
+    from dataclasses import replace
 
+    from bellows.scaling import fit_job_profile, load_measurements, save_job_profile
+    from bellows.scaling.placement_steps import measured_placements
+
+    if scalability is not None and not carry:
+        raise click.UsageError("--scalability goes with --placements")
+    the_cluster = _cluster(cluster)
     try:
         table = load_measurements(train, layout="placements")
         profile = fit_job_profile(
             table.rows,
             weights=weights,
-            cluster=_cluster(cluster),
+            cluster=the_cluster,
             source=source if source is not None else f"bellows jsa fit {train.name}",
         )
+        if carry:
+            spread = () if scalability is None else load_measurements(
+                scalability, layout="scalability"
+            ).rows  # fmt: skip
+            placements = measured_placements(table.rows, the_cluster.gpus_per_node, spread)
+            profile = replace(profile, placements=placements)
     except SpecError as error:
         raise click.ClickException(str(error)) from None
     with output_errors(out):
         save_job_profile(out, profile)
     comm = "" if profile.comm_weights is None else f", commWeights {profile.comm_weights}"
+    carried = f", {len(profile.placements)} placements" if carry else ""
     click.echo(
         f"{out}: {len(profile.step.local_batches)} step points from "
-        f"{sum(r.gpus == 1 for r in table.rows)} single-GPU rows{comm}"
+        f"{sum(r.gpus == 1 for r in table.rows)} single-GPU rows{comm}{carried}"
     )
 
 

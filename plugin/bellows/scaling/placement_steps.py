@@ -36,17 +36,26 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 from scipy.interpolate import LinearNDInterpolator
 from scipy.spatial import QhullError
 
-from bellows.jobs import JobSpec, MeasuredPlacement
+from bellows.jobs import JobSpec, MeasuredPlacement, check_placements
+from bellows.scaling.measurements import StepMeasurement
 from bellows.scaling.profiles import ClusterProfile
 from bellows.scaling.timing import processing_seconds, step_time
 
-__all__ = ["FLOOR", "TABLES_KEPT", "PlacementSteps", "PlacementTable", "pass_limit"]
+__all__ = [
+    "FLOOR",
+    "TABLES_KEPT",
+    "PlacementSteps",
+    "PlacementTable",
+    "measured_placements",
+    "packed",
+    "pass_limit",
+]
 
 FLOOR = 0.9
 """A placement's step is never below this share of the job's one-GPU step at its per-GPU
@@ -61,6 +70,44 @@ def pass_limit(job: JobSpec) -> int:
     """The largest per-GPU batch one pass of ``job`` takes: its ``m_max``, or its profile's
     largest measured one-GPU batch where that is smaller (beyond it, it accumulates)."""
     return min(job.m_max, job.profile.local_batches[-1])
+
+
+def packed(counts: Sequence[int], per_node: int) -> bool:
+    """Whether GPUs ``counts`` per node sit on the fewest nodes of ``per_node`` GPUs, all
+    of them full but one (the placement the core runs a job on)."""
+    parts = sorted(c for c in counts if c)
+    return bool(parts) and all(c == per_node for c in parts[1:]) and parts[0] <= per_node
+
+
+def measured_placements(
+    rows: Iterable[StepMeasurement], per_node: int, spread: Iterable[StepMeasurement] = ()
+) -> tuple[MeasuredPlacement, ...]:
+    """A profile's ``placements`` from measured rows: those of ``rows`` packed on the fewest
+    nodes of ``per_node`` GPUs (a row that names its placement, as ``placements.csv`` does,
+    by it; else by its node count), and those of ``spread`` (``scalability.csv``: more nodes
+    than needed) beyond the largest packed count, where only they say anything. One entry
+    per (nodes, GPUs); several measurements of one batch averaged, a sync at most its step."""
+    kept = [
+        r for r in rows
+        if (packed([int(c) for c in r.placement], per_node) if r.placement
+            else r.nodes == -(-r.gpus // per_node))
+    ]  # fmt: skip
+    largest = max((r.gpus for r in kept), default=0)
+    kept += [r for r in spread if r.gpus > largest]
+    points: dict[tuple[int, int], dict[int, list[tuple[float, float]]]] = {}
+    for r in kept:
+        by_local = points.setdefault((r.nodes, r.gpus), {})
+        by_local.setdefault(r.local_batch, []).append((r.step_time, r.sync_time))
+    out = []
+    for (nodes, gpus), by_local in sorted(points.items()):
+        batches = sorted(by_local)
+        steps = [float(np.mean([t for t, _ in by_local[m]])) for m in batches]
+        syncs = [float(np.mean([y for _, y in by_local[m]])) for m in batches]
+        syncs = [min(y, t) for y, t in zip(syncs, steps, strict=True)]
+        out.append(MeasuredPlacement(nodes, gpus, tuple(batches), tuple(steps), tuple(syncs)))
+    placements = tuple(out)
+    check_placements(placements)
+    return placements
 
 
 class PlacementTable:
