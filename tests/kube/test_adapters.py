@@ -334,3 +334,22 @@ def test_a_profile_s_gpu_type_sections_reach_the_spec(examples):
     on = spec.on("a100")
     assert on is not None
     assert (on.m_max, on.profile.local_batches) == (800, (64,))
+
+
+def test_a_profile_annotation_carries_its_measured_placements_into_the_spec(examples):
+    """Issue 36: the placements an owner measured reach the core from the annotation, the
+    same document the simulator's jobs carry; a wrong one is refused naming its path."""
+    obj = inline_profile(placed(examples["PyTorchJob"]), examples)
+    notes = obj["metadata"]["annotations"]
+    document = json.loads(notes[keys.PROFILE])
+    document["placements"] = [
+        {"nodes": 2, "gpus": 8, "localBatch": [32, 64], "seconds": [0.5, 0.8]},
+    ]
+    notes[keys.PROFILE] = json.dumps(document)
+    settings = keys.parse_settings(notes)
+    spec = build_spec(PyTorchJobKind().view(obj, settings.env_names), settings, settings.profile)
+    assert [(p.nodes, p.gpus, p.local_batches) for p in spec.placements] == [(2, 8, (32, 64))]
+    document["placements"][0]["seconds"] = [0.5, -1]
+    notes[keys.PROFILE] = json.dumps(document)
+    with pytest.raises(SpecError, match=r"placements\[0\]\.seconds\[1\]"):
+        keys.parse_settings(notes)
