@@ -138,9 +138,9 @@ class PlacementTable:
 
     def step(self, nodes: int, gpus: int, local: int) -> tuple[float, float] | None:
         """Seconds of one step and of its synchronisation at per-GPU batch ``local`` on
-        ``gpus`` GPUs over ``nodes`` nodes: exact, between the measured batches or below
-        them; ``None`` where the measurements do not say (above a measured placement's
-        largest batch, or outside what they span)."""
+        ``gpus`` GPUs over ``nodes`` nodes: exact, or between the measured batches; ``None``
+        where the measurements do not say (beyond a measured placement's batches, or
+        outside what they span)."""
         found = self.exact.get((nodes, gpus))
         if found is not None:
             at = found.local_batches
@@ -165,18 +165,23 @@ class PlacementSteps:
 
     def __init__(self, cluster: ClusterProfile) -> None:
         self.cluster = cluster
-        self._tables: OrderedDict[tuple[MeasuredPlacement, ...], PlacementTable] = OrderedDict()
+        # by the identity of the placements (jobs of one profile share them; hashing a few
+        # thousand numbers at every call cost more than the answer), the tuple kept with them
+        self._tables: OrderedDict[int, tuple[tuple[MeasuredPlacement, ...], PlacementTable]] = (
+            OrderedDict()
+        )
 
     def table(self, placements: tuple[MeasuredPlacement, ...]) -> PlacementTable:
         """The interpolators of ``placements`` (built once, the least recent dropped)."""
-        table = self._tables.get(placements)
-        if table is None:
-            table = self._tables[placements] = PlacementTable(placements)
+        key = id(placements)
+        kept = self._tables.get(key)
+        if kept is None or kept[0] is not placements:
+            kept = self._tables[key] = (placements, PlacementTable(placements))
             if len(self._tables) > TABLES_KEPT:
                 self._tables.popitem(last=False)
         else:
-            self._tables.move_to_end(placements)
-        return table
+            self._tables.move_to_end(key)
+        return kept[1]
 
     def __call__(self, job: JobSpec, gpus: int, batch: int) -> float | None:
         if not job.placements or gpus < 1 or batch < 1:
