@@ -17,7 +17,7 @@ elastic job in turn lies (:class:`bellows.sim.learning.Lie`), one liar per run:
 * ``placements x0.5`` / ``x0.25``: its profile claims measured placements (issue 36) that
   take that share of its true step time on two GPUs and more (one GPU the truth): it reports
   the truth, which revokes them once its reports at a claimed count agree
-  (``autoscaler.rows.DECLARED_TOLERANCE``), and no placement counts faster than its one GPU
+  (``scaling.placement_steps.DECLARED_TOLERANCE``), and no placement counts faster than its one GPU
   (``placement_steps.FLOOR``); unchecked, every report is learned from, and the claim is
   revoked all the same. ``profile: no communication`` is the lie any profile could tell
   before (a model of one weight), beside them: the trust model (docs/security.md) bounds a

@@ -29,7 +29,7 @@ from bellows.bus.progress import ProgressEvent, ProgressType, encode_progress, p
 from bellows.bus.server import running_nats_server
 from bellows.bus.streams import ensure_learned_kv
 from bellows.inputs import SpecError
-from bellows.jobs import Allocation, JobSpec, StepProfile, TypeSection
+from bellows.jobs import Allocation, JobSpec, MeasuredPlacement, StepProfile, TypeSection
 from bellows.scaling import EfficiencyProfile, default_cluster
 from bellows.scaling.timing import step_time
 from bellows.service.learned_state import decode, encode
@@ -399,3 +399,22 @@ def test_a_typed_job_is_refitted_in_the_section_of_the_type_it_runs_on() -> None
     # without a type (a recall): its own profile refitted, its sections stand
     untyped = revision(learner, "ns/a", prior, goodput=False)
     assert untyped.spec.types == prior.types
+
+
+def test_a_recall_keeps_out_the_measured_placements_the_jobs_reports_refute() -> None:
+    """Issue 36: a new leader's recall drops placements the job's own reports refuted (off
+    by more than a quarter), as the core that revoked them did; true ones stand."""
+    learner = _learned()  # reports at (4, 256), SLOWER than the JSA has them
+    learning = learner.snapshot(KEY)
+    assert learning is not None
+    back = decode(encode(learning, job=KEY, uid=UID, wall=wall), clock=clock)[2]
+    fresh = ProgressLearner(CLUSTER)
+    fresh.restore(KEY, back)
+    job = _jobs()[0]
+    truth = SLOWER * step_time(job, 4, 256, CLUSTER)
+
+    def placed(seconds: float) -> JobSpec:
+        return dataclasses.replace(job, placements=(MeasuredPlacement(1, 4, (64,), (seconds,)),))
+
+    assert not revision(fresh, KEY, placed(truth / 2), goodput=False).spec.placements
+    assert revision(fresh, KEY, placed(truth), goodput=False).spec.placements

@@ -34,11 +34,10 @@ from bellows.scaling import (
 )
 from bellows.scaling.measured_rows import StepTimes, measured_tables
 from bellows.scaling.placement_memory import ObservedStep, PlacementMemory
-from bellows.scaling.placement_steps import PlacementSteps
+from bellows.scaling.placement_steps import PlacementSteps, refuted
 from bellows.scaling.tables import candidate_count
 
 __all__ = [
-    "DECLARED_TOLERANCE",
     "GOODPUT_ROWS_KEPT",
     "GOODPUT_STEPS",
     "TABULATE_BATCH",
@@ -49,11 +48,6 @@ __all__ = [
 
 TABULATE_BATCH = 512  # jobs per vectorized TSF table in Tables.tabulate (~30 MiB peak)
 GOODPUT_ROWS_KEPT = 4096  # goodput rows cached before those no known job uses are dropped
-DECLARED_TOLERANCE = 0.25
-"""A step measured where a job runs that is off what its profile's measured placements say by
-more than a quarter revokes them (:meth:`Tables.observe`): wider than the noise of one
-cluster's step times (a shared node, a slow input pipeline), narrower than any lie worth
-telling (a claimed speed-up of 1.33x at least is refused at the job's first reports)."""
 
 
 def template(job: JobSpec) -> tuple[object, ...]:
@@ -145,14 +139,13 @@ class Tables:
         return replace(job, placements=()) if job.name in s.revoked and job.placements else job
 
     def contradicts(self, job: JobSpec, step: ObservedStep) -> bool:
-        """Whether ``step`` (on the fewest nodes, or nodes unknown) is off what the job's
-        measured placements say by more than :data:`DECLARED_TOLERANCE`."""
+        """Whether ``step`` (on the fewest nodes, or nodes unknown) refutes the job's
+        measured placements (:func:`~bellows.scaling.placement_steps.refuted`)."""
         fewest = -(-step.gpus // self.cluster.gpus_per_node)
-        if step.nodes not in (None, fewest) or not np.isfinite(step.seconds):
+        if step.nodes not in (None, fewest):
             return False
         assert self.declared is not None
-        said = self.declared(job, step.gpus, step.batch)
-        return said is not None and abs(step.seconds / said - 1.0) > DECLARED_TOLERANCE
+        return refuted(job, {(step.gpus, step.batch): step.seconds}, self.declared)
 
     def refresh(
         self, s: State, charged: Mapping[str, EfficiencyProfile], kind: object, now: float

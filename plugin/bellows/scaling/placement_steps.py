@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 from scipy.interpolate import LinearNDInterpolator
@@ -48,6 +48,7 @@ from bellows.scaling.profiles import ClusterProfile
 from bellows.scaling.timing import processing_seconds, step_time
 
 __all__ = [
+    "DECLARED_TOLERANCE",
     "FLOOR",
     "TABLES_KEPT",
     "PlacementSteps",
@@ -55,12 +56,20 @@ __all__ = [
     "measured_placements",
     "packed",
     "pass_limit",
+    "refuted",
 ]
 
 FLOOR = 0.9
 """A placement's step is never below this share of the job's one-GPU step at its per-GPU
 batch: measurements of two GPUs come out up to 5 % below one (bert on the Pollux artifact's
 T4s), a claim of more is refused."""
+
+DECLARED_TOLERANCE = 0.25
+"""A step measured where a job runs that is off what its profile's measured placements say by
+more than a quarter refutes them (:func:`refuted`; the core then revokes them,
+:meth:`bellows.autoscaler.rows.Tables.observe`): wider than the noise of one cluster's step
+times (a shared node, a slow input pipeline), narrower than any lie worth telling (a claimed
+speed-up of 1.33x at least is refused at the job's first reports)."""
 
 TABLES_KEPT = 1024
 """Sets of measured placements whose interpolators a :class:`PlacementSteps` keeps."""
@@ -108,6 +117,20 @@ def measured_placements(
     placements = tuple(out)
     check_placements(placements)
     return placements
+
+
+def refuted(job: JobSpec, steps: Mapping[tuple[int, int], float], said: PlacementSteps) -> bool:
+    """Whether a step time the job measured (``steps``: seconds by ``(GPUs, batch)``, on the
+    fewest nodes) is off what its measured placements say there by more than
+    :data:`DECLARED_TOLERANCE` (``said``: the source that reads them)."""
+    if not job.placements:
+        return False
+    for (gpus, batch), seconds in steps.items():
+        expected = said(job, gpus, batch)
+        off = expected is not None and abs(seconds / expected - 1.0) > DECLARED_TOLERANCE
+        if off and math.isfinite(seconds):
+            return True
+    return False
 
 
 class PlacementTable:

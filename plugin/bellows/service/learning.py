@@ -33,12 +33,13 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from bellows.bus.progress import ProgressEvent, ProgressType
-from bellows.jobs import MAX_WORK, Allocation
+from bellows.jobs import MAX_WORK, Allocation, JobSpec
 from bellows.scaling import ClusterProfile, JobProfile
 from bellows.scaling.consistency import Accepted, Refused, ReportChecks
 from bellows.scaling.efficiency import EfficiencyProfile
 from bellows.scaling.noise import MIN_NOISE_POINTS, NoiseLog, NoisePoint, refit_efficiency
 from bellows.scaling.online import WINDOW, OnlineFit, ProgressLog, ProgressReport, refit_log
+from bellows.scaling.placement_steps import PlacementSteps, refuted
 from bellows.service.learned_state import JobLearning
 
 __all__ = ["DEFAULT_STALL_AFTER_S", "MIN_NOISE_POINTS", "RESTARTS_KEPT", "ProgressLearner"]
@@ -72,6 +73,7 @@ class ProgressLearner:
         if not stall_after_s > 0:
             raise ValueError(f"stall_after_s={stall_after_s!r}: expected seconds > 0")
         self._cluster = cluster
+        self._said: PlacementSteps | None = None  # what jobs' measured placements say
         self._stall_after_s = stall_after_s
         self._jobs: dict[str, _Job] = {}
 
@@ -237,6 +239,17 @@ class ProgressLearner:
         if state.efficiency is None:
             return state.log.samples, state.samples_at
         return state.noise.progress(state.efficiency, state.log.samples), state.samples_at
+
+    def refutes(self, job: str, spec: JobSpec) -> bool:
+        """Whether the step times ``job`` reported refute ``spec``'s measured placements
+        (:func:`~bellows.scaling.placement_steps.refuted`; nodes taken as the fewest, as
+        the progress loop takes them)."""
+        state = self._jobs.get(job)
+        if state is None or not spec.placements:
+            return False
+        if self._said is None:
+            self._said = PlacementSteps(self._cluster)
+        return refuted(spec, state.log.medians(), self._said)
 
     def step_seconds(self, job: str, gpus: int, batch: int) -> float | None:
         """The median step time ``job`` reported at ``(gpus, batch)`` over its last

@@ -82,7 +82,11 @@ def revision(
     section (the learner keeps its step times per type), which is then measured, no longer
     imputed (issue 39); its other sections are ``current``'s (what the core has: learned
     where it ran before), else ``prior``'s. Without a type (a recall, or one type) the job
-    is refitted against its own profile and its sections stand."""
+    is refitted against its own profile and its sections stand. Measured placements its
+    reports refute are dropped (:meth:`ProgressLearner.refutes`): a new leader's recall
+    keeps them out, as the core that revoked them did."""
+    if learner.refutes(job, prior):  # its measured placements, off what it reported
+        prior = dataclasses.replace(prior, placements=())
     section = next((t for t in prior.types if t.gpu_type == gpu_type), None) if gpu_type else None
     own = (prior.weights, prior.profile) if section is None else (section.weights, section.profile)
     fit = learner.fit(job, JobProfile(weights=own[0], step=own[1]))
