@@ -58,7 +58,7 @@ MAX_WORK = 1e15  # samples to process
 MAX_STEP_SECONDS = 1e5  # one profiled iteration on one GPU
 MAX_PROFILE_POINTS = 256
 MAX_PLACEMENTS = 256  # measured placements of one job (nodes, GPUs)
-MAX_PLACEMENT_POINTS = 4096  # their per-GPU batches in all
+MAX_PLACEMENT_POINTS = 1024  # their per-GPU batches in all (the Pollux models: 140-483)
 MAX_RESTART_S = 86_400.0  # a job's restart cost: see check_restart_s
 MAX_MIN_RUNTIME_S = 86_400.0  # seconds a job may be kept from shrinking after a (re)start
 

@@ -160,3 +160,24 @@ def test_a_typed_jobs_section_does_not_take_the_base_profiles_placements() -> No
     on = job.on("a100")
     assert on is not None
     assert on.placements == ()
+
+
+def test_placements_are_bounded_and_equal_ones_share_one_interpolator() -> None:
+    """At most 1 024 measured batches in all (a job's interpolator stays small), and jobs whose
+    profiles measured the same placements share one table, however they were parsed."""
+    many = [
+        {"nodes": 1 + i // 16, "gpus": 1 + i, "localBatch": list(range(1, 17)),
+         "seconds": [0.1] * 16}
+        for i in range(65)
+    ]  # fmt: skip
+    doc = {
+        "apiVersion": "bellows.io/v1alpha1", "kind": "JobProfile", "weights": 1000,
+        "step": [{"localBatch": 8, "seconds": 0.1}], "placements": many,
+    }  # fmt: skip
+    with pytest.raises(SpecError, match="at most 1024 in all") as caught:
+        parse_job_profile(doc)
+    assert caught.value.field == "placements"
+    steps = PlacementSteps(CLUSTER)
+    first, again = (ONE, EIGHT), tuple(p for p in (ONE, EIGHT))
+    assert again is not first
+    assert steps.table(again) is steps.table(first)

@@ -71,8 +71,11 @@ more than a quarter refutes them (:func:`refuted`; the core then revokes them,
 times (a shared node, a slow input pipeline), narrower than any lie worth telling (a claimed
 speed-up of 1.33x at least is refused at the job's first reports)."""
 
-TABLES_KEPT = 1024
-"""Sets of measured placements whose interpolators a :class:`PlacementSteps` keeps."""
+TABLES_KEPT = 64
+"""Sets of measured placements whose interpolators a :class:`PlacementSteps` keeps, by value
+(jobs of one profile share one) and by identity (the last ones asked): at most 1 024 points
+each (:data:`bellows.jobs.MAX_PLACEMENT_POINTS`), ~30 ms to build and 0.5 MiB, so at most
+~64 MiB however many jobs a tenant submits (the Pollux models: 0.05-0.2 MiB)."""
 
 
 def pass_limit(job: JobSpec) -> int:
@@ -188,23 +191,31 @@ class PlacementSteps:
 
     def __init__(self, cluster: ClusterProfile) -> None:
         self.cluster = cluster
-        # by the identity of the placements (jobs of one profile share them; hashing a few
-        # thousand numbers at every call cost more than the answer), the tuple kept with them
-        self._tables: OrderedDict[int, tuple[tuple[MeasuredPlacement, ...], PlacementTable]] = (
+        # by value (jobs of one profile share a table), and by the identity of the tuple
+        # last asked (hashing a few thousand numbers at every call cost more than the answer)
+        self._by_value: OrderedDict[tuple[MeasuredPlacement, ...], PlacementTable] = OrderedDict()
+        self._by_id: OrderedDict[int, tuple[tuple[MeasuredPlacement, ...], PlacementTable]] = (
             OrderedDict()
         )
 
     def table(self, placements: tuple[MeasuredPlacement, ...]) -> PlacementTable:
-        """The interpolators of ``placements`` (built once, the least recent dropped)."""
+        """The interpolators of ``placements`` (built once while kept, the least recent
+        dropped past :data:`TABLES_KEPT`)."""
         key = id(placements)
-        kept = self._tables.get(key)
-        if kept is None or kept[0] is not placements:
-            kept = self._tables[key] = (placements, PlacementTable(placements))
-            if len(self._tables) > TABLES_KEPT:
-                self._tables.popitem(last=False)
+        kept = self._by_id.get(key)
+        if kept is not None and kept[0] is placements:
+            return kept[1]
+        table = self._by_value.get(placements)
+        if table is None:
+            table = self._by_value[placements] = PlacementTable(placements)
+            if len(self._by_value) > TABLES_KEPT:
+                self._by_value.popitem(last=False)
         else:
-            self._tables.move_to_end(key)
-        return kept[1]
+            self._by_value.move_to_end(placements)
+        self._by_id[key] = (placements, table)
+        if len(self._by_id) > TABLES_KEPT:
+            self._by_id.popitem(last=False)
+        return table
 
     def __call__(self, job: JobSpec, gpus: int, batch: int) -> float | None:
         if not job.placements or gpus < 1 or batch < 1:
