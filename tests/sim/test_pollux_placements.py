@@ -13,19 +13,21 @@ import pytest
 from bellows.jobs import SpecError, StepProfile
 from bellows.scaling import default_cluster
 from bellows.scaling.documents import job_profile_to_json
-from bellows.scaling.placement_steps import PlacementSteps
+from bellows.scaling.placement_steps import PlacementSteps, packed
 from bellows.scaling.profiles import JobProfile
 from bellows.sim.measured_steps import MeasuredSteps
 from bellows.sim.packed_steps import PackedSteps
 from bellows.sim.workloads.importing import import_pollux
-from bellows.sim.workloads.pollux_placements import packed_shape, pollux_placements
+from bellows.sim.workloads.pollux_placements import pollux_placements
 from bellows.sim.workloads.traces import write_trace
 
 
-def test_packed_shapes_are_the_artifacts_names() -> None:
-    assert [packed_shape(g, 4) for g in (1, 4, 5, 8, 13, 16)] == [
-        "1", "4", "14", "44", "1444", "4444",
-    ]  # fmt: skip
+def test_the_artifacts_packed_shapes_are_packed_and_its_spread_ones_not() -> None:
+    """The placement names of ``placements.csv`` (GPUs per node) on nodes of 4."""
+    for shape in ("1", "4", "14", "41", "44", "1444", "4444"):
+        assert packed([int(c) for c in shape], 4), shape
+    for shape in ("11", "22", "1111", "114", "1244"):
+        assert not packed([int(c) for c in shape], 4), shape
 
 
 def test_the_packed_placements_and_the_spread_ones_beyond_16_gpus_are_read(

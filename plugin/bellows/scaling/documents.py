@@ -34,7 +34,6 @@ from bellows.inputs import check_float, check_int, parse_json
 from bellows.jobs import (
     MAX_GPUS,
     MAX_LOCAL_BATCH,
-    MAX_PLACEMENT_POINTS,
     MAX_PLACEMENTS,
     MAX_STEP_SECONDS,
     MAX_WEIGHTS,
@@ -184,12 +183,8 @@ def _placements(value: object) -> tuple[MeasuredPlacement, ...]:
             sync = [check_float(f"{here}.syncSeconds[{j}]", v, minimum=0.0, maximum=seconds[j])
                     for j, v in enumerate(raw)]  # fmt: skip
         out.append(MeasuredPlacement(nodes, gpus, tuple(local), tuple(seconds), tuple(sync)))
-    points = sum(len(p.local_batches) for p in out)
-    if points > MAX_PLACEMENT_POINTS:
-        raise SpecError("placements", f"{points} measured batches",
-                        f"at most {MAX_PLACEMENT_POINTS} in all")  # fmt: skip
     placements = tuple(out)
-    check_placements(placements)
+    check_placements(placements)  # the batches in all (MAX_PLACEMENT_POINTS)
     return placements
 
 

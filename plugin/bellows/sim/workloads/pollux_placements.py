@@ -17,15 +17,7 @@ from bellows.jobs import MeasuredPlacement
 from bellows.scaling import load_placements, load_scalability
 from bellows.scaling.placement_steps import measured_placements
 
-__all__ = ["packed_shape", "pollux_placements"]
-
-
-def packed_shape(gpus: int, per_node: int) -> str:
-    """The artifact's name of ``gpus`` GPUs packed on the fewest nodes of ``per_node``: the
-    GPUs per node as digits, in their lexicographically smallest rotation (``"14"``: 5 GPUs)."""
-    full, rest = divmod(gpus, per_node)
-    parts = ([rest] if rest else []) + [per_node] * full
-    return "".join(map(str, parts))
+__all__ = ["pollux_placements"]
 
 
 def pollux_placements(folder: Path, per_node: int = 4) -> tuple[MeasuredPlacement, ...]:
