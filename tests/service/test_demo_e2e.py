@@ -97,7 +97,7 @@ def test_the_bounds_are_the_papers_unless_kueue_admitted_a_job_first() -> None:
     assert not none_first["sjs_efficiency"].ok
     beside = {b.metric: b for b in compare(_summary(0.85, kueue_admitted_first=2), simulated)}
     assert beside["sjs_efficiency"].ok
-    assert beside["sjs_efficiency"].tolerance == "within 10% (2 admitted by Kueue first)"
+    assert beside["sjs_efficiency"].tolerance == "within 15% (2 admitted by Kueue first)"
     far = 0.90 * (1 - KUEUE_SJS_SHARE) - 0.01
     assert not {b.metric: b for b in compare(_summary(far, kueue_admitted_first=2), simulated)}[
         "sjs_efficiency"

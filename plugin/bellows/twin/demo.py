@@ -253,8 +253,12 @@ def workload(options: DemoOptions, cluster: ClusterProfile) -> tuple[TraceJob, .
 
 JCT_SHARE = 0.10
 """Average JCT's tolerance (issue 37: the twin at goodput agrees within 10 %)."""
-KUEUE_SJS_SHARE = 0.10
-"""SJS efficiency's tolerance once Kueue admitted a job before Bellows could hold it."""
+KUEUE_SJS_SHARE = 0.15
+"""SJS efficiency's tolerance once Kueue admitted a job before Bellows could hold it: 10 %
+until restart growth 0.2 (issue 36), which the live half beside Kueue ran 0.934-1.045
+against the simulator's 1.058 (1-12 % off), by which jobs and how many (2-4 of 7) Kueue
+admitted first in the test's run (docs/live.md). A loosened bound, as average JCT's: the
+early admission is not modelled in the simulator half."""
 KUEUE_JCT_SHARE = 0.15
 """Average JCT's tolerance then: the same unmodelled early admission. It ran 8.5-12 % behind
 the simulator before issue 36's spaced early rounds and 11-12 % after them (docs/live.md):
